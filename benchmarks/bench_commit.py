@@ -1,0 +1,493 @@
+"""Durable commit throughput of a typical context transaction, beside raw LMDB puts.
+
+The transaction, committed once per claimed tool result ``@eN``::
+
+    (context-tx (base-version V)
+      (derive result/i (from @eN frame/base) (tests passed) (run i))
+      (relate result/i supports frame/base)
+      (retire @eN))
+
+Every transaction is based on the version current when it commits, so none is
+rebased and none conflicts. Observations are recorded and claimed beforehand,
+outside the timed part; so is parsing, except in the "from text" figure.
+
+(a) single durable commits: ``Context.commit`` per LMDB write (fsync'd), against
+    a raw ``put`` + commit per write of a value as large as everything one
+    committed transaction writes (all its keys and values, counted on one
+    commit);
+(b) group commit: ``Context.commit_many`` of 64 parsed transactions per write,
+    against 64 raw puts of that size per write;
+(c) the cost of ``parse_tx`` per transaction, against ``json.loads`` of the same
+    transaction's JSON wire form.
+
+Rounds interleave the measured and baseline runs so drift on a shared machine
+hits both. Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import resource
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import harness  # first: puts this checkout on sys.path
+import lmdb
+import msgpack
+
+from protocol.context import Context
+from protocol.receipts import Receipt
+from protocol.tx import ContextTx
+from protocol.txlang import parse_tx
+from protocol.view import WriteView
+from protocol.wire import tx_from_json, tx_to_json
+from storage import LmdbStore
+
+TX = (
+    "(context-tx (base-version {version})"
+    " (derive result/{i} (from {ref} frame/base) (tests passed) (run {i}))"
+    " (relate result/{i} supports frame/base)"
+    " (retire {ref}))"
+)
+BASE_TX = '(context-tx (base-version 0) (derive frame/base (goal "ship the release")))'
+OBSERVATION = "pytest -q: 412 passed, 3 skipped in 41.7s; coverage 87%; artefact dist/app-{i}.whl"
+BATCH = 64
+AIM_SINGLE_RATIO = 0.80
+AIM_GROUP_TPS = 20_000
+WARM_UP = 20
+_KEY = struct.Struct(">Q")
+
+
+class _CountingTxn:
+    """An LMDB transaction that counts the puts and deletes passed through it."""
+
+    def __init__(self, txn: Any) -> None:
+        self._txn = txn
+        self.puts = 0
+        self.deletes = 0
+        self.bytes = 0
+
+    def put(self, key: bytes, value: bytes, **kwargs: Any) -> Any:
+        self.puts += 1
+        self.bytes += len(key) + len(value)
+        return self._txn.put(key, value, **kwargs)
+
+    def delete(self, key: bytes, *args: Any, **kwargs: Any) -> Any:
+        self.deletes += 1
+        self.bytes += len(key)
+        return self._txn.delete(key, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._txn, name)
+
+
+def write_size(store: LmdbStore, tx: ContextTx) -> dict[str, int]:
+    """Commit *tx* once (untimed) and count what it writes: puts, deletes, key+value bytes.
+
+    It wraps the store view's private LMDB transaction; this is measurement only.
+    """
+    counter: dict[str, _CountingTxn] = {}
+
+    class Counting:
+        def read(self, fn: Callable[[Any], Any]) -> Any:
+            return store.read(fn)
+
+        def transact(self, fn: Callable[[WriteView], Any]) -> Any:
+            def counted(view: Any) -> Any:
+                counter["txn"] = view._txn = _CountingTxn(view._txn)
+                return fn(view)
+
+            return store.transact(counted)
+
+        def close(self) -> None:
+            pass
+
+    ctx = Context(Counting())
+    _check(ctx.commit(tx))
+    txn = counter["txn"]
+    record = ctx.txlog(ctx.version)
+    return {
+        "puts": txn.puts,
+        "deletes": txn.deletes,
+        "bytes": txn.bytes,
+        "txlog_record_bytes": len(msgpack.packb(record, use_bin_type=True)),
+    }
+
+
+def written(fn: Callable[..., object], *args: Any) -> int:
+    """Bytes this process passed to write calls while running ``fn(*args)`` (-1: unknown).
+
+    LMDB (without ``writemap``) writes each dirty page and the meta page with
+    ``pwrite``, so this is the page traffic a commit sends to the file.
+    """
+
+    def wchar() -> int:
+        try:
+            with open("/proc/self/io", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("wchar:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return -1
+
+    before = wchar()
+    fn(*args)
+    after = wchar()
+    return after - before if before >= 0 and after >= 0 else -1
+
+
+def _check(receipt: Receipt) -> None:
+    if receipt.status != "committed":
+        raise RuntimeError(f"the benchmark transaction was not committed: {receipt}")
+
+
+class Workload:
+    """Hands out transaction texts, each citing and retiring the next claimed observation."""
+
+    def __init__(self, ctx: Context, refs: Sequence[str]) -> None:
+        self.ctx = ctx
+        self.refs = iter(refs)
+        self.next_id = 0
+
+    def texts(self, n: int) -> list[str]:
+        """*n* texts whose base versions follow the context's current version."""
+        version = self.ctx.version
+        out = []
+        for k in range(n):
+            i = self.next_id
+            self.next_id += 1
+            out.append(TX.format(version=version + k, i=i, ref=next(self.refs)))
+        return out
+
+
+def _cpu() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+class Tally:
+    """Wall and CPU (user, system) seconds spent on operations, summed over the rounds."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.wall = 0.0
+        self.user = 0.0
+        self.system = 0.0
+        self.round_rates: list[float] = []
+
+    def time(self, count: int, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)``, which performs *count* operations, and add its time."""
+        (user, system), wall = _cpu(), time.perf_counter()
+        fn(*args)
+        wall = time.perf_counter() - wall
+        user_after, system_after = _cpu()
+        self.count += count
+        self.wall += wall
+        self.user += user_after - user
+        self.system += system_after - system
+        self.round_rates.append(round(count / wall, 1))
+
+    @property
+    def rate(self) -> float:
+        """Operations per wall-clock second."""
+        return self.count / self.wall if self.wall else 0.0
+
+    def round_ratio(self, baseline: Tally) -> float:
+        """The median over rounds of this rate / *baseline*'s rate in the same round."""
+        pairs = zip(self.round_rates, baseline.round_rates, strict=True)
+        return round(statistics.median(a / b for a, b in pairs), 3)
+
+    def figures(self) -> dict[str, Any]:
+        per_op = 1e6 / self.count if self.count else 0.0
+        return {
+            "count": self.count,
+            "per_s": round(self.rate, 1),
+            "wall_us_per_op": round(self.wall * per_op, 1),
+            "user_us_per_op": round(self.user * per_op, 1),
+            "system_us_per_op": round(self.system * per_op, 1),
+            "round_rates": self.round_rates,
+        }
+
+
+def commit_each(ctx: Context, items: Sequence[ContextTx | str]) -> None:
+    """Commit *items* one per durable write."""
+    for item in items:
+        _check(ctx.commit(item))
+
+
+def commit_groups(ctx: Context, txs: Sequence[ContextTx], batch: int) -> None:
+    """Commit *txs* *batch* per durable write."""
+    for k in range(0, len(txs), batch):
+        for receipt in ctx.commit_many(txs[k : k + batch]):
+            _check(receipt)
+
+
+class RawLmdb:
+    """The baseline: an LMDB environment opened as the store opens its own."""
+
+    def __init__(self, path: str, value_size: int) -> None:
+        self.env = lmdb.open(
+            path,
+            map_size=1 << 30,
+            subdir=True,
+            sync=True,
+            metasync=True,
+            max_dbs=32,
+            lock=True,
+        )
+        self.db = self.env.open_db(b"raw")
+        self.value = os.urandom(value_size)
+        self.key = 0
+
+    def puts(self, writes: int, per_write: int) -> None:
+        """*writes* durable write transactions of *per_write* puts each."""
+        env, db, value = self.env, self.db, self.value
+        for _ in range(writes):
+            with env.begin(write=True, db=db) as txn:
+                for _ in range(per_write):
+                    self.key += 1
+                    txn.put(_KEY.pack(self.key), value)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def parse_baseline(texts: list[str], repeat: int = 3) -> dict[str, float]:
+    """Microseconds per transaction, best of *repeat*: parse_tx, tx_from_json, json.loads.
+
+    The JSON inputs are the transactions' JSON wire form (:func:`tx_to_json`).
+    """
+    wire = [tx_to_json(parse_tx(t)) for t in texts]
+    figures = {}
+    for name, fn, inputs in (
+        ("parse_tx_us", parse_tx, texts),
+        ("tx_from_json_us", tx_from_json, wire),
+        ("json_loads_us", json.loads, wire),
+    ):
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for item in inputs:
+                fn(item)
+            best = min(best, time.perf_counter() - start)
+        figures[name] = round(best / len(inputs) * 1e6, 1)
+    return figures
+
+
+def profile_groups(ctx: Context, txs: Sequence[ContextTx], batch: int, top: int) -> str:
+    """The top *top* cumulative entries of cProfile over group-committing *txs*."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    commit_groups(ctx, txs, batch)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+def observe_all(ctx: Context, count: int) -> list[str]:
+    """Record and claim *count* tool results; their references, oldest first."""
+    refs: list[str] = []
+    for k in range(0, count, 5000):
+        items = [
+            ("tool_result", OBSERVATION.format(i=i), "main") for i in range(k, min(count, k + 5000))
+        ]
+        refs.extend(e.ref for e in ctx.observe_many(items))
+    ctx.claim()
+    return refs
+
+
+def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
+    rounds = args.rounds
+    per_round = max(1, args.single // rounds)
+    groups_per_round = max(1, args.groups // rounds)
+    group_txs = groups_per_round * args.batch
+    profile_txs = args.batch * 20 if args.profile else 0
+    needed = 1 + WARM_UP + rounds * (2 * per_round + group_txs) + profile_txs
+    tally = {name: Tally() for name in ("parsed", "text", "raw", "group", "raw_group")}
+
+    store = LmdbStore.open(os.path.join(where, "context"), sync=True)
+    raw: RawLmdb | None = None
+    try:
+        ctx = Context(store)
+        _check(ctx.commit(BASE_TX))
+        work = Workload(ctx, observe_all(ctx, needed))
+        sizes = write_size(store, parse_tx(work.texts(1)[0]))
+        warm_up = [parse_tx(t) for t in work.texts(WARM_UP)]
+        sizes["file_bytes"] = written(commit_each, ctx, warm_up) // WARM_UP
+        raw = RawLmdb(os.path.join(where, "raw"), sizes["bytes"])
+        sizes["raw_file_bytes"] = written(raw.puts, WARM_UP, 1) // WARM_UP
+        for _ in range(rounds):
+            parsed = [parse_tx(t) for t in work.texts(per_round)]
+            tally["parsed"].time(per_round, commit_each, ctx, parsed)
+            tally["text"].time(per_round, commit_each, ctx, work.texts(per_round))
+            tally["raw"].time(per_round, raw.puts, per_round, 1)
+            group = [parse_tx(t) for t in work.texts(group_txs)]
+            tally["group"].time(group_txs, commit_groups, ctx, group, args.batch)
+            tally["raw_group"].time(group_txs, raw.puts, groups_per_round, args.batch)
+        profile = None
+        if args.profile:
+            txs = [parse_tx(t) for t in work.texts(profile_txs)]
+            profile = profile_groups(ctx, txs, args.batch, 15)
+        final_version = ctx.version
+    finally:
+        if raw is not None:
+            raw.close()
+        store.close()
+    parse = parse_baseline(
+        [TX.format(version=i + 1, i=i, ref=f"@e{i + 1}") for i in range(args.parse)]
+    )
+
+    single_us = 1e6 / tally["parsed"].rate
+    group_us = 1e6 / tally["group"].rate
+    figures: dict[str, Any] = {
+        "benchmark": "bench_commit",
+        "machine": harness.machine(where),
+        "transaction": TX,
+        "write": sizes,
+        "baseline_value_bytes": sizes["bytes"],
+        "rounds": rounds,
+        "single": {
+            "commit_parsed": tally["parsed"].figures(),
+            "commit_text": tally["text"].figures(),
+            "raw_put": tally["raw"].figures(),
+            "parsed_ratio": harness.ratio(tally["parsed"].rate, tally["raw"].rate),
+            "text_ratio": harness.ratio(tally["text"].rate, tally["raw"].rate),
+            "parsed_ratio_median_round": tally["parsed"].round_ratio(tally["raw"]),
+            "text_ratio_median_round": tally["text"].round_ratio(tally["raw"]),
+            "aim_ratio": AIM_SINGLE_RATIO,
+        },
+        "group": {
+            "batch": args.batch,
+            "commit_many": tally["group"].figures(),
+            "raw_puts": tally["raw_group"].figures(),
+            "ratio": harness.ratio(tally["group"].rate, tally["raw_group"].rate),
+            "ratio_median_round": tally["group"].round_ratio(tally["raw_group"]),
+            "aim_tx_per_s": AIM_GROUP_TPS,
+        },
+        "parse": {
+            **parse,
+            "ratio_to_json_loads": harness.ratio(parse["parse_tx_us"], parse["json_loads_us"]),
+            "share_of_single_commit": harness.ratio(parse["parse_tx_us"], single_us),
+            "share_of_group_tx": harness.ratio(parse["parse_tx_us"], group_us),
+        },
+        "final_version": final_version,
+    }
+    if profile is not None:
+        figures["profile"] = profile
+    return figures
+
+
+def _row(label: str, t: dict[str, Any], unit: str) -> str:
+    return (
+        f"{label:<28}{t['per_s']:>9,.0f} {unit:<7}{t['wall_us_per_op']:>8,.0f} µs/op  CPU "
+        f"{t['user_us_per_op']:>5,.0f} user + {t['system_us_per_op']:>4,.0f} sys µs/op"
+    )
+
+
+def report(f: dict[str, Any]) -> str:
+    """The figures as the text this benchmark prints."""
+    s, g, p, w = f["single"], f["group"], f["parse"], f["write"]
+    lines = [
+        "bench_commit: durable commits (sync=True) of one typical transaction",
+        "  " + harness.describe(f["machine"]),
+        f"  one commit writes {w['puts']} puts + {w['deletes']} deletes, "
+        f"{w['bytes']:,} bytes of keys and values; its txlog record alone is "
+        f"{w['txlog_record_bytes']:,} bytes (msgpack)",
+        f"  baseline value: {f['baseline_value_bytes']:,} bytes "
+        "(everything one commit writes, as one put)",
+        f"  bytes written to the LMDB file per durable write (pages + meta): commit "
+        f"{w['file_bytes']:,}, raw put {w['raw_file_bytes']:,}",
+        "",
+        f"(a) single durable commits, one LMDB write each "
+        f"({s['commit_parsed']['count']:,} per variant, {f['rounds']} interleaved rounds)",
+        "    " + _row("commit(parsed ContextTx)", s["commit_parsed"], "tx/s"),
+        "    " + _row("commit(text)", s["commit_text"], "tx/s"),
+        "    " + _row("baseline: raw put+commit", s["raw_put"], "puts/s"),
+        f"    ratio parsed {s['parsed_ratio']:.2f}, text {s['text_ratio']:.2f} "
+        f"(median over rounds: {s['parsed_ratio_median_round']:.2f}, "
+        f"{s['text_ratio_median_round']:.2f}; aim >= {s['aim_ratio']:.2f})",
+        f"(b) group commit, {g['batch']} per LMDB write "
+        f"({g['commit_many']['count']:,} transactions)",
+        "    " + _row("commit_many(parsed)", g["commit_many"], "tx/s"),
+        "    " + _row(f"baseline: {g['batch']} raw puts+commit", g["raw_puts"], "puts/s"),
+        f"    ratio {g['ratio']:.3f} (median over rounds {g['ratio_median_round']:.3f}); "
+        f"{g['commit_many']['per_s']:,.0f} tx/s (aim >= {g['aim_tx_per_s']:,} tx/s)",
+        "(c) parsing one transaction (best of 3)",
+        f"    {'parse_tx(text)':<28}{p['parse_tx_us']:>10,.1f} µs",
+        f"    {'tx_from_json(JSON form)':<28}{p['tx_from_json_us']:>10,.1f} µs",
+        f"    {'baseline: json.loads(JSON)':<28}{p['json_loads_us']:>10,.1f} µs",
+        f"    ratio parse_tx / json.loads {p['ratio_to_json_loads']:.0f}; parse_tx is "
+        f"{p['share_of_single_commit']:.0%} of a single durable commit and "
+        f"{p['share_of_group_tx']:.0%} of a group-committed transaction",
+    ]
+    if "profile" in f:
+        lines += ["", "cProfile of the group-commit path, top 15 by cumulative time:", f["profile"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Durable commit throughput of Morphz beside raw LMDB puts (never asserted).",
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run (about 10 s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
+    parser.add_argument(
+        "--dir",
+        help="parent directory of the scratch stores (default: a temp dir on the project's "
+        "filesystem); the stores are deleted afterwards",
+    )
+    parser.add_argument(
+        "--single", type=int, help="single commits per variant (default 1500; 150 with --quick)"
+    )
+    parser.add_argument(
+        "--groups", type=int, help="group-commit batches (default 200; 21 with --quick)"
+    )
+    parser.add_argument(
+        "--parse", type=int, help="transactions parsed for (c) (default 2000; 300 with --quick)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="transactions per group commit (default 64)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="interleaved rounds (default 30; 6 with --quick)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile group commit with cProfile"
+    )
+    args = parser.parse_args(argv)
+    if args.single is None:
+        args.single = 150 if args.quick else 1500
+    if args.groups is None:
+        args.groups = 21 if args.quick else 200
+    if args.rounds is None:
+        args.rounds = 6 if args.quick else 30
+    if args.parse is None:
+        args.parse = 300 if args.quick else 2000
+    if min(args.single, args.groups, args.batch, args.rounds, args.parse) < 1:
+        parser.error("--single, --groups, --batch, --rounds and --parse must be positive")
+
+    parent = args.dir or harness.scratch_parent()
+    os.makedirs(parent, exist_ok=True)
+    where = tempfile.mkdtemp(prefix="morphz-bench-commit-", dir=parent)
+    try:
+        figures = run(args, where)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    print(json.dumps(figures, indent=2) if args.json else report(figures))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The ``morphz`` command line.
+
+Global options come before the command: ``--store DIR`` (env ``MORPHZ_STORE``,
+default ``./.morphz``), ``--context NAME`` (default ``default``) and ``--json``
+(one JSON document on stdout). Exit codes: 0 success; 1 a rejected transaction
+or a refused request (unknown frame id or event ref included); 2 a usage or
+parse error. Store commands never import Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from protocol.errors import MorphzError, ParseError, WireError
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+class _Env:
+    def __init__(self, store: str, context: str, as_json: bool) -> None:
+        self.store = store
+        self.context = context
+        self.as_json = as_json
+
+    def open(self, **options: Any) -> Any:
+        from morphz.store import Store
+
+        return Store(self.store).open(self.context, **options)
+
+
+def _emit(env: _Env, doc: Any, human: Callable[[Any], str]) -> None:
+    if env.as_json:
+        click.echo(json.dumps(doc, ensure_ascii=False))
+    else:
+        click.echo(human(doc))
+
+
+def _fail(env: _Env | None, err: MorphzError) -> NoReturn:
+    code = EXIT_USAGE if isinstance(err, (ParseError, WireError)) else EXIT_REFUSED
+    if env is not None and env.as_json:
+        click.echo(json.dumps(err.to_dict(), ensure_ascii=False))
+    else:
+        click.echo(f"morphz: {err.code}: {err.message}", err=True)
+    sys.exit(code)
+
+
+def _decode(data: bytes, what: str) -> str:
+    """UTF-8 text from bytes; invalid input is a parse error (exit 2), never a traceback."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"{what} is not valid UTF-8 (byte {e.start})") from e
+
+
+def _run(fn: Callable[..., None]) -> Callable[..., None]:
+    """Translate the library's typed errors into the documented exit codes."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        env = click.get_current_context().find_object(_Env)
+        try:
+            fn(*args, **kwargs)
+        except MorphzError as e:
+            _fail(env, e)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    envvar="MORPHZ_STORE",
+    default=".morphz",
+    show_default=True,
+    help="Store directory (env MORPHZ_STORE).",
+)
+@click.option("--context", "context_name", default="default", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@click.version_option(package_name="morphz")
+@click.pass_context
+def cli(ctx: click.Context, store: str, context_name: str, as_json: bool) -> None:
+    """Morphz: structured, transactional memory for long-running agents."""
+    ctx.obj = _Env(store, context_name, as_json)
+
+
+@cli.command()
+@click.option("--window", type=int, default=None, help="Consolidation window in ticks (default 8).")
+@click.pass_obj
+@_run
+def init(env: _Env, window: int | None) -> None:
+    """Create the context (other commands create it on first use with defaults)."""
+    from morphz.store import Store
+    from protocol.errors import RequestError
+
+    store = Store(env.store)
+    existed = store.exists(env.context)
+    with store.open(env.context, window=window) as ctx:
+        meta = ctx.meta()
+        if existed and window is not None and meta.window != window:
+            raise RequestError(
+                f"context {env.context!r} exists with window {meta.window}; "
+                "the window is fixed at creation",
+                code="exists",
+            )
+        doc = {
+            "context": env.context,
+            "store": env.store,
+            "created": not existed,
+            "window": meta.window,
+            "version": meta.version,
+            "tick": meta.tick,
+        }
+    _emit(
+        env,
+        doc,
+        lambda d: (
+            f"context {d['context']}: window {d['window']} ticks, "
+            f"version {d['version']}, tick {d['tick']}" + (" (created)" if d["created"] else "")
+        ),
+    )
+
+
+@cli.command()
+@click.option(
+    "--kind",
+    type=click.Choice(["user_message", "tool_result", "external", "recall_result"]),
+    required=True,
+)
+@click.option("--session", default="main", show_default=True)
+@click.option("--text", default=None, help="The observation's text.")
+@click.option(
+    "--file",
+    "path",
+    type=click.File("rb"),
+    default=None,
+    help="Read the text from a file ('-' for stdin).",
+)
+@click.pass_obj
+@_run
+def observe(env: _Env, kind: str, session: str, text: str | None, path: Any) -> None:
+    """Record an observation; it waits until claimed."""
+    if (text is None) == (path is None):
+        raise click.UsageError("give exactly one of --text or --file")
+    body = text if text is not None else _decode(path.read(), "the observation file")
+    with env.open() as ctx:
+        e = ctx.observe(kind, body, session=session)
+    doc = {"ref": e.ref, "id": e.id, "kind": e.kind, "session": e.session, "size": e.size}
+    _emit(env, doc, lambda d: f"{d['ref']}  {d['kind']}  ({d['size']} chars)  {d['id']}")
+
+
+@cli.command()
+@click.pass_obj
+@_run
+def claim(env: _Env) -> None:
+    """Claim all waiting inputs as one batch (advances the tick once)."""
+    with env.open() as ctx:
+        result = ctx.claim()
+    _emit(
+        env,
+        result.to_dict(),
+        lambda d: (
+            f"tick {d['tick']}: claimed {' '.join(d['claimed']) or 'nothing'}"
+            + (f"; finalized {' '.join(d['finalized'])}" if d["finalized"] else "")
+        ),
+    )
+
+
+def _human_receipt(d: dict[str, Any]) -> str:
+    lines = [
+        f"{d['status']} at version {d['version']} (base {d['base_version']}"
+        + (", rebased" if d["rebased"] else "")
+        + (", duplicate" if d.get("duplicate") else "")
+        + ")"
+    ]
+    if d["retired_now"]:
+        lines.append("retired now: " + " ".join(d["retired_now"]))
+    for r in d["retiring"]:
+        lines.append(f"retiring: {r['id']} due at tick {r['due_tick']}")
+    if d["retirement_cancelled"]:
+        lines.append("retirement cancelled: " + " ".join(d["retirement_cancelled"]))
+    if d["restored"]:
+        lines.append("restored: " + " ".join(d["restored"]))
+    if d["status"] == "committed":
+        lines.append(
+            f"relief: {d['relief_now']['tokens']} tokens now, "
+            f"{d['relief_pending']['tokens']} pending after the window"
+        )
+    for e in d["errors"]:
+        where = f"op {e['op']}" if e["op"] is not None else "transaction"
+        lines.append(f"error ({where}) {e['code']}: {e['message']}")
+    for c in d["conflicts"]:
+        lines.append(f"conflict: {c['id']} changed at version {c['version']}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("source", type=click.File("rb"), default="-")
+@click.option(
+    "--client-id", default=None, help="Idempotency key: a retry returns the original receipt."
+)
+@click.pass_obj
+@_run
+def tx(env: _Env, source: Any, client_id: str | None) -> None:
+    """Submit a (context-tx …) from FILE or stdin and print its receipt."""
+    from protocol.txlang import parse_tx
+
+    text = _decode(source.read(), "the transaction")
+    parse_tx(text)  # a parse error exits 2 before the store is touched
+    with env.open() as ctx:
+        receipt = ctx.commit_many([(text, client_id)])[0]
+    doc = receipt.to_dict()
+    _emit(env, doc, _human_receipt)
+    if not receipt.committed:
+        sys.exit(EXIT_REFUSED)
+
+
+def _human_frame(d: dict[str, Any]) -> str:
+    head = f"{d['id']}  r{d['revision']}  {d['lifecycle']}" + (
+        "  protected" if d["protected"] else ""
+    )
+    if d["lifecycle"] == "retiring":
+        head += f"  (due at tick {d['due_tick']})"
+    lines = [head, f"  body: {d['body']}"]
+    if d["sources"]:
+        lines.append("  from: " + " ".join(d["sources"]))
+    for s, lab, o in d["relations_out"] + d["relations_in"]:
+        lines.append(f"  {s} {lab} {o}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("frame_id")
+@click.pass_obj
+@_run
+def frame(env: _Env, frame_id: str) -> None:
+    """Show the current frame FRAME_ID."""
+    with env.open() as ctx:
+        doc = ctx.frame(frame_id)
+    _emit(env, doc, _human_frame)
+
+
+@cli.command()
+@click.argument("ref")
+@click.option("--offset", type=int, default=0, show_default=True)
+@click.option(
+    "--length", type=int, default=None, help="Characters to read (default: the rest, ≤ 1 MiB)."
+)
+@click.pass_obj
+@_run
+def event(env: _Env, ref: str, offset: int, length: int | None) -> None:
+    """Read an observation (retired ones too) by reference, in chunks."""
+    with env.open() as ctx:
+        meta = ctx.event(ref)
+        chunk = ctx.read_event(ref, offset, length)
+    doc = {**meta, **chunk}
+    doc.pop("preview", None)
+    _emit(env, doc, lambda d: d["text"])
+
+
+def _human_state(d: dict[str, Any]) -> str:
+    lines = [
+        f"context {d['context']}: version {d['version']}, tick {d['tick']}, window {d['window']}"
+    ]
+    lines.append(f"frames ({len(d['frames'])}):")
+    for f in d["frames"]:
+        extra = f" due {f['due_tick']}" if "due_tick" in f else ""
+        lines.append(f"  {f['id']}  r{f['revision']}  {f['lifecycle']}{extra}")
+    lines.append(f"events ({len(d['events'])}):")
+    for e in d["events"]:
+        lines.append(f"  {e['ref']}  {e['kind']}  {e['lifecycle']}")
+    lines.append(f"relations ({len(d['relations'])}):")
+    for s, lab, o in d["relations"]:
+        lines.append(f"  {s} {lab} {o}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.pass_obj
+@_run
+def state(env: _Env) -> None:
+    """Version, tick, frames, events and relations of the context."""
+    with env.open() as ctx:
+        doc = ctx.state()
+    _emit(env, doc, _human_state)
+
+
+@cli.command()
+@click.argument("ref")
+@click.pass_obj
+@_run
+def deliver(env: _Env, ref: str) -> None:
+    """Mark the user request REF delivered; it may be retired afterwards."""
+    with env.open() as ctx:
+        doc = ctx.deliver(ref)
+    _emit(env, doc, lambda d: f"{d['ref']} delivered")
+
+
+@cli.command()
+@click.argument("frame_id")
+@click.pass_obj
+@_run
+def history(env: _Env, frame_id: str) -> None:
+    """Every committed write of FRAME_ID, with the body each wrote (R29)."""
+    with env.open() as ctx:
+        items = ctx.history(frame_id)
+    doc = {"id": frame_id, "writes": items}
+    _emit(
+        env,
+        doc,
+        lambda d: "\n".join(
+            f"v{w['version']} (base {w['base_version']}) {w['op']}"
+            + (f" r{w['revision']}" if "revision" in w else "")
+            + (f": {w['body']}" if "body" in w else "")
+            for w in d["writes"]
+        ),
+    )
+
+
+@cli.command("log")
+@click.argument("version", type=int)
+@click.pass_obj
+@_run
+def log_cmd(env: _Env, version: int) -> None:
+    """The transaction committed at VERSION, as logged (text, base, client id, receipt)."""
+    with env.open() as ctx:
+        doc = ctx.txlog(version)
+    _emit(env, doc, lambda d: d["text"])
+
+
+def main() -> None:
+    """Entry point of the ``morphz`` command."""
+    try:
+        cli.main(standalone_mode=False, prog_name="morphz")
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(EXIT_USAGE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The pure rules of Morphz: ids, frames, events, relations, the transaction language,
+the msgpack/JSON wire forms, validation, lifecycle and conflict checks.
+
+Nothing in this package does I/O or imports ``storage``, ``actors`` or ``ray``.
+"""
+
+from protocol.context import Backend, Context
+from protocol.engine import ClaimResult, Outcome, claim, deliver, evaluate, observe
+from protocol.errors import (
+    MorphzError,
+    NotFound,
+    OutOfRange,
+    ParseError,
+    RequestError,
+    StoreError,
+    StoreLocked,
+    WireError,
+)
+from protocol.forms import Symbol
+from protocol.memory import MemoryBackend
+from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
+from protocol.state import Event, Frame, Meta
+from protocol.tx import (
+    ContextTx,
+    Derive,
+    Protect,
+    Relate,
+    Restore,
+    Retire,
+    Revise,
+    Unprotect,
+    Unrelate,
+)
+from protocol.txlang import parse_tx, print_form, print_tx, read_forms
+from protocol.view import Changeset, ReadView, WriteView
+from protocol.wire import (
+    pack,
+    tx_from_dict,
+    tx_from_json,
+    tx_from_msgpack,
+    tx_to_dict,
+    tx_to_json,
+    tx_to_msgpack,
+    unpack,
+)
+
+__all__ = [
+    "Backend",
+    "Changeset",
+    "ClaimResult",
+    "Conflict",
+    "Context",
+    "ContextTx",
+    "Derive",
+    "Event",
+    "Frame",
+    "MemoryBackend",
+    "Meta",
+    "MorphzError",
+    "NotFound",
+    "OpError",
+    "OutOfRange",
+    "Outcome",
+    "ParseError",
+    "Protect",
+    "ReadView",
+    "Receipt",
+    "Relate",
+    "Relief",
+    "RequestError",
+    "Restore",
+    "Retire",
+    "Retiring",
+    "Revise",
+    "StoreError",
+    "StoreLocked",
+    "Symbol",
+    "Unprotect",
+    "Unrelate",
+    "WireError",
+    "WriteView",
+    "claim",
+    "deliver",
+    "evaluate",
+    "observe",
+    "pack",
+    "parse_tx",
+    "print_form",
+    "print_tx",
+    "read_forms",
+    "tx_from_dict",
+    "tx_from_json",
+    "tx_from_msgpack",
+    "tx_to_dict",
+    "tx_to_json",
+    "tx_to_msgpack",
+    "unpack",
+]

@@ -1,0 +1,414 @@
+"""One cognitive context over any store that offers ``read(fn)`` and ``transact(fn)``.
+
+:class:`Context` is the embedded API of one agent memory (R1): record
+observations, claim input batches, commit transactions (one at a time or
+group-committed), and read frames, events, the state and a frame's write
+history. It holds no state of its own beyond the store handle; every answer
+comes from durable records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from protocol.engine import (
+    ClaimResult,
+    claim,
+    deliver,
+    evaluate,
+    observe,
+    resolve_event,
+    source_ref,
+)
+from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.forms import to_plain
+from protocol.ids import MAX_CLIENT_ID
+from protocol.receipts import Receipt
+from protocol.state import RETIRING, Event, Frame, Meta
+from protocol.tx import ContextTx
+from protocol.view import ReadView, WriteView
+
+T = TypeVar("T")
+
+MAX_WINDOW = 1_000_000
+MAX_READ_CHARS = 1 << 20
+"""Largest chunk one event read returns."""
+
+
+class Backend(Protocol):
+    """What a context needs of a store: snapshot reads and all-or-nothing writes."""
+
+    def read(self, fn: Callable[[ReadView], T]) -> T:
+        """Run *fn* against one consistent snapshot."""
+
+    def transact(self, fn: Callable[[WriteView], T]) -> T:
+        """Run *fn* in one write transaction; commit if it returns, discard if it raises."""
+
+    def close(self) -> None:
+        """Release the store."""
+
+
+def new_event_id() -> str:
+    """A fresh stable event id: ``ev:`` and 20 random hex digits."""
+    return "ev:" + os.urandom(10).hex()
+
+
+def print_body(body: tuple[Any, ...]) -> str:
+    """A frame body as S-expression text, one form after another."""
+    from protocol.txlang import print_form
+
+    return " ".join(print_form(f) for f in body)
+
+
+class Context:
+    """One agent memory. Thread-compatible, not thread-safe: one writer at a time."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        window: int | None = None,
+        history_keep: int | None = None,
+        name: str = "default",
+    ):
+        self.backend = backend
+        self.name = name
+        if window is not None and not 0 <= window <= MAX_WINDOW:
+            raise OutOfRange(f"window must be between 0 and {MAX_WINDOW} ticks, not {window}")
+        if history_keep is not None and not 1 <= history_keep <= 1 << 40:
+            raise OutOfRange(f"history_keep must be at least 1, not {history_keep}")
+
+        def init(w: WriteView) -> Meta:
+            meta = w.meta()
+            if meta.created == 0.0:
+                meta = meta.copy()
+                meta.created = time.time()
+                if window is not None:
+                    meta.window = window
+                if history_keep is not None:
+                    meta.history_keep = history_keep
+                from protocol.view import Changeset
+
+                w.apply(Changeset(meta=meta))
+            return meta
+
+        meta = backend.read(lambda v: v.meta())
+        if meta.created == 0.0 and not getattr(backend, "readonly", False):
+            meta = backend.transact(init)
+        self._meta = meta
+
+    # -- counters -----------------------------------------------------------
+
+    def meta(self) -> Meta:
+        """The context's counters, read fresh from the store."""
+        return self.backend.read(lambda v: v.meta())
+
+    @property
+    def version(self) -> int:
+        """The current version: the number of committed transactions."""
+        return self.meta().version
+
+    @property
+    def tick(self) -> int:
+        """The current cognitive tick."""
+        return self.meta().tick
+
+    # -- writes -------------------------------------------------------------
+
+    def observe(self, kind: str, text: str, *, session: str = "main") -> Event:
+        """Record an observation; it is immutable and waits until claimed."""
+        return self.observe_many([(kind, text, session)])[0]
+
+    def observe_many(self, items: Iterable[tuple[str, str, str]]) -> list[Event]:
+        """Record many observations, in order, in one durable write."""
+        batch = list(items)
+        now = time.time()
+        ids = [new_event_id() for _ in batch]
+
+        def run(w: WriteView) -> list[Event]:
+            out = []
+            for (kind, text, session), eid in zip(batch, ids, strict=True):
+                e, cs = observe(w, kind=kind, text=text, session=session, now=now, event_id=eid)
+                w.apply(cs)
+                out.append(e)
+            return out
+
+        return self.backend.transact(run)
+
+    def claim(self) -> ClaimResult:
+        """Claim every waiting input as one batch; see :func:`protocol.engine.claim`."""
+        now = time.time()
+
+        def run(w: WriteView) -> ClaimResult:
+            result, cs = claim(w, now=now)
+            w.apply(cs)
+            return result
+
+        return self.backend.transact(run)
+
+    def commit(self, tx: ContextTx | str, *, client_id: str | None = None) -> Receipt:
+        """Validate and commit one transaction durably; return its receipt.
+
+        *tx* is a model or S-expression text (a :class:`~protocol.errors.ParseError`
+        is raised for bad text: that is not a transaction, so there is no receipt).
+        """
+        return self.commit_many([(tx, client_id)])[0]
+
+    def commit_many(
+        self, txs: Sequence[ContextTx | str | tuple[ContextTx | str, str | None]]
+    ) -> list[Receipt]:
+        """Group commit: evaluate each transaction in order and write all in one durable write.
+
+        Each is decided against the state the previous ones left; a rejected one
+        writes nothing and does not affect the others.
+        """
+        prepared = [_prepare(item) for item in txs]
+        now = time.time()
+
+        def run(w: WriteView) -> list[Receipt]:
+            receipts = []
+            for tx, text in prepared:
+                outcome = evaluate(w, tx, now=now, text=text)
+                if outcome.changes is not None:
+                    w.apply(outcome.changes)
+                receipts.append(outcome.receipt)
+            return receipts
+
+        return self.backend.transact(run)
+
+    def deliver(self, ref: str) -> dict[str, Any]:
+        """Mark the user request *ref* delivered: it may now be retired (R19)."""
+
+        def run(w: WriteView) -> Event:
+            e, cs = deliver(w, ref)
+            if cs is not None:
+                w.apply(cs)
+            return e
+
+        e = self.backend.transact(run)
+        return {"ref": e.ref, "id": e.id, "delivered": True}
+
+    # -- reads --------------------------------------------------------------
+
+    def frame(self, frame_id: str) -> dict[str, Any]:
+        """The current frame as a JSON-ready dict; raises NotFound for an unknown id."""
+
+        def run(v: ReadView) -> dict[str, Any]:
+            f = v.frame(frame_id)
+            if f is None:
+                raise NotFound(f"no frame {frame_id!r}")
+            return frame_dict(v, f)
+
+        return self.backend.read(run)
+
+    def frame_record(self, frame_id: str) -> Frame:
+        """The stored :class:`Frame`; raises NotFound for an unknown id."""
+        f = self.backend.read(lambda v: v.frame(frame_id))
+        if f is None:
+            raise NotFound(f"no frame {frame_id!r}")
+        return f
+
+    def event(self, ref: str) -> dict[str, Any]:
+        """An event's metadata (reference, id, kind, lifecycle, size, preview)."""
+        return self.backend.read(lambda v: event_dict(resolve_event(v, ref)))
+
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+        """Characters ``[offset, offset+length)`` of an event's original text (R28).
+
+        Retired events are readable too. *length* defaults to the rest, capped at
+        1 MiB characters per call; offsets past the end give an empty chunk.
+        """
+        if offset < 0:
+            raise OutOfRange(f"offset must be >= 0, not {offset}")
+        if length is not None and not 0 <= length <= MAX_READ_CHARS:
+            raise OutOfRange(f"length must be between 0 and {MAX_READ_CHARS}, not {length}")
+
+        def run(v: ReadView) -> dict[str, Any]:
+            e = resolve_event(v, ref)
+            n = min(MAX_READ_CHARS, max(0, e.size - offset)) if length is None else length
+            text = v.event_chunk(e.seq, offset, n) or ""
+            return {
+                "ref": e.ref,
+                "id": e.id,
+                "offset": offset,
+                "length": len(text),
+                "size": e.size,
+                "more": offset + len(text) < e.size,
+                "text": text,
+            }
+
+        return self.backend.read(run)
+
+    def state(self) -> dict[str, Any]:
+        """Version, tick, every frame, event and relation, and the sessions."""
+
+        def run(v: ReadView) -> dict[str, Any]:
+            meta = v.meta()
+            frames = []
+            for f in v.iter_frames():
+                item: dict[str, Any] = {
+                    "id": f.id,
+                    "revision": f.revision,
+                    "lifecycle": f.lifecycle,
+                }
+                if f.protected:
+                    item["protected"] = True
+                if f.lifecycle == RETIRING:
+                    item["due_tick"] = f.due_tick
+                frames.append(item)
+            events = []
+            sessions: dict[str, dict[str, Any]] = {}
+            for e in v.iter_events():
+                events.append({"ref": e.ref, "kind": e.kind, "lifecycle": e.lifecycle})
+                s = sessions.setdefault(
+                    e.session, {"name": e.session, "events": 0, "pending_requests": []}
+                )
+                s["events"] += 1
+                if e.causally_protected:
+                    s["pending_requests"].append(e.ref)
+            waiting = [f"@e{seq}" for seq in v.inbox()]
+            return {
+                "context": self.name,
+                "version": meta.version,
+                "tick": meta.tick,
+                "window": meta.window,
+                "frames": frames,
+                "events": events,
+                "relations": [list(r) for r in v.iter_relations()],
+                "sessions": list(sessions.values()),
+                "waiting": waiting,
+            }
+
+        return self.backend.read(run)
+
+    def history(self, frame_id: str) -> list[dict[str, Any]]:
+        """Every committed write of *frame_id* (R29): op, revision, body, version, base.
+
+        Reads the transaction log, not the current graph: the body shown is the
+        one that transaction wrote.
+        """
+
+        def run(v: ReadView) -> list[dict[str, Any]]:
+            versions = v.frame_history(frame_id)
+            if not versions and v.frame(frame_id) is None:
+                raise NotFound(f"no frame {frame_id!r}")
+            out = []
+            for version in versions:
+                rec = v.txlog(version)
+                if rec is None:
+                    continue
+                for w in rec.get("writes", []):
+                    if w["frame"] != frame_id:
+                        continue
+                    item = {
+                        "version": version,
+                        "base_version": rec["base_version"],
+                        "kind": rec["kind"],
+                        "op": w["op"],
+                        "reason": rec.get("reason"),
+                    }
+                    if "revision" in w:
+                        item["revision"] = w["revision"]
+                    if "body" in w:
+                        from protocol.forms import from_plain
+
+                        item["body"] = print_body(tuple(from_plain(x) for x in w["body"]))
+                    out.append(item)
+                if not any(w["frame"] == frame_id for w in rec.get("writes", [])):
+                    out.append(
+                        {
+                            "version": version,
+                            "base_version": rec["base_version"],
+                            "kind": rec["kind"],
+                            "op": "lifecycle",
+                            "reason": rec.get("reason"),
+                        }
+                    )
+            return out
+
+        return self.backend.read(run)
+
+    def txlog(self, version: int) -> dict[str, Any]:
+        """The log record of the transaction committed at *version*."""
+        rec = self.backend.read(lambda v: v.txlog(version))
+        if rec is None:
+            raise NotFound(f"no transaction at version {version}")
+        return rec
+
+    def close(self) -> None:
+        """Close the underlying store."""
+        self.backend.close()
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _prepare(
+    item: ContextTx | str | tuple[ContextTx | str, str | None],
+) -> tuple[ContextTx, str | None]:
+    client_id: str | None = None
+    if isinstance(item, tuple):
+        item, client_id = item
+    text: str | None = None
+    if isinstance(item, str):
+        from protocol.txlang import parse_tx
+
+        text = item
+        item = parse_tx(item)
+    if client_id is not None and client_id != item.client_id:
+        if not 1 <= len(client_id) <= MAX_CLIENT_ID:
+            raise RequestError(
+                f"a client id is 1 to {MAX_CLIENT_ID} characters", code="bad_client_id"
+            )
+        item = item.model_copy(update={"client_id": client_id})
+    return item, text
+
+
+def frame_dict(v: ReadView, f: Frame) -> dict[str, Any]:
+    """A frame as the CLI and the API show it."""
+    out: dict[str, Any] = {
+        "id": f.id,
+        "revision": f.revision,
+        "body": print_body(f.body),
+        "body_forms": [to_plain(x) for x in f.body],
+        "sources": [source_ref(v, s) for s in f.sources],
+        "lifecycle": f.lifecycle,
+        "protected": f.protected,
+        "created_version": f.created_version,
+        "updated_version": f.updated_version,
+        "tokens": f.tokens,
+    }
+    if f.lifecycle == RETIRING:
+        out["due_tick"] = f.due_tick
+        out["marked_tick"] = f.marked_tick
+        out["retire_reason"] = f.retire_reason
+    if f.retired_version is not None:
+        out["retired_version"] = f.retired_version
+    out["relations_out"] = [[f.id, lab, o] for lab, o in v.relations_from(f.id)]
+    out["relations_in"] = [[s, lab, f.id] for s, lab in v.relations_to(f.id)]
+    return out
+
+
+def event_dict(e: Event) -> dict[str, Any]:
+    """An event's metadata as the CLI and the API show it."""
+    out: dict[str, Any] = {
+        "ref": e.ref,
+        "id": e.id,
+        "kind": e.kind,
+        "session": e.session,
+        "time": e.time,
+        "size": e.size,
+        "tokens": e.tokens,
+        "lifecycle": e.lifecycle,
+        "claimed_tick": e.claimed_tick,
+        "preview": e.preview,
+    }
+    if e.kind == "user_message":
+        out["delivered"] = bool(e.delivered)
+    return out

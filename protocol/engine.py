@@ -1,0 +1,824 @@
+"""The commit rules of a context, as pure functions from a read view to a changeset.
+
+Every function here reads a :class:`~protocol.view.ReadView`, decides, and
+returns a :class:`~protocol.view.Changeset` describing the writes; nothing is
+mutated until a store applies the changeset. A rejected transaction therefore
+writes nothing at all (R8): validation happens entirely on an overlay.
+
+* :func:`evaluate` — a context transaction: exactly-once check (R25), base
+  version and footprint check (R21–R24), operations in order (R7), the
+  successor rule (R17), lifecycle effects and capacity relief (R9, R31).
+* :func:`claim` — claim the waiting inputs as one batch, advance the tick once
+  if the batch holds an external fact (R20), and finalize due retirements as
+  a recorded runtime transaction (R12, R16).
+* :func:`observe` and :func:`deliver` — record an observation; mark a user
+  request delivered, which lifts its causal protection (R19).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import OutOfRange, RequestError
+from protocol.ids import SUPERSEDES, event_ref, is_event_ref, ref_seq
+from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
+from protocol.state import (
+    ACTIVE,
+    EVENT_KINDS,
+    RETIRED,
+    RETIRING,
+    TICK_KINDS,
+    Event,
+    Frame,
+    Meta,
+    estimate_tokens,
+    form_tokens,
+    preview_of,
+)
+from protocol.tx import (
+    ContextTx,
+    Derive,
+    Protect,
+    Relate,
+    Restore,
+    Retire,
+    Revise,
+    Unprotect,
+    Unrelate,
+    edge_key,
+    key_display,
+)
+from protocol.view import Changeset, ReadView
+
+MAX_EVENT_CHARS = 64 << 20
+"""Largest observation accepted, in characters."""
+MAX_SESSION = 128
+
+
+@dataclass(slots=True)
+class Outcome:
+    """A receipt and, when the transaction commits, the changeset to write."""
+
+    receipt: Receipt
+    changes: Changeset | None
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    """One claimed input batch: the tick after it, the refs claimed, frames finalized."""
+
+    tick: int
+    advanced: bool
+    claimed: tuple[str, ...]
+    finalized: tuple[str, ...]
+    version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form printed by ``morphz claim``."""
+        return {
+            "tick": self.tick,
+            "advanced": self.advanced,
+            "claimed": list(self.claimed),
+            "finalized": list(self.finalized),
+            "version": self.version,
+        }
+
+
+class _OpFailure(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Overlay:
+    """Copy-on-write view of frames, events and edges during one evaluation."""
+
+    def __init__(self, view: ReadView) -> None:
+        self.view = view
+        self.frames: dict[str, Frame | None] = {}
+        self.initial_frames: dict[str, Frame | None] = {}
+        self.events: dict[int, Event] = {}
+        self.initial_events: dict[int, Event] = {}
+        self.rel_add: set[tuple[str, str, str]] = set()
+        self.rel_del: set[tuple[str, str, str]] = set()
+
+    def frame(self, frame_id: str) -> Frame | None:
+        if frame_id in self.frames:
+            return self.frames[frame_id]
+        f = self.view.frame(frame_id)
+        self.frames[frame_id] = f
+        self.initial_frames[frame_id] = f
+        return f
+
+    def writable_frame(self, frame_id: str) -> Frame:
+        f = self.frame(frame_id)
+        assert f is not None
+        initial = self.initial_frames.get(frame_id)
+        if f is initial:
+            f = f.copy()
+            self.frames[frame_id] = f
+        return f
+
+    def put_new_frame(self, f: Frame) -> None:
+        self.frame(f.id)
+        self.frames[f.id] = f
+
+    def event(self, seq: int) -> Event | None:
+        if seq in self.events:
+            return self.events[seq]
+        e = self.view.event(seq)
+        if e is not None:
+            self.initial_events[seq] = e
+            self.events[seq] = e
+        return e
+
+    def writable_event(self, seq: int) -> Event:
+        e = self.event(seq)
+        assert e is not None
+        if e is self.initial_events[seq]:
+            e = e.copy()
+            self.events[seq] = e
+        return e
+
+    def has_relation(self, s: str, label: str, o: str) -> bool:
+        t = (s, label, o)
+        if t in self.rel_add:
+            return True
+        if t in self.rel_del:
+            return False
+        return self.view.has_relation(s, label, o)
+
+    def successors(self, obj: str) -> list[str]:
+        subs = {s for s, lab in self.view.relations_to(obj) if lab == SUPERSEDES}
+        subs |= {s for (s, lab, o) in self.rel_add if lab == SUPERSEDES and o == obj}
+        subs -= {s for (s, lab, o) in self.rel_del if lab == SUPERSEDES and o == obj}
+        return sorted(subs)
+
+
+def tx_digest(tx: ContextTx) -> bytes:
+    """A digest of a transaction's content, to tell a retry from a reused client id."""
+    return hashlib.blake2b(repr(tx.model_dump()).encode(), digest_size=16).digest()
+
+
+def _reject(
+    meta: Meta,
+    tx: ContextTx,
+    *,
+    errors: tuple[OpError, ...] = (),
+    conflicts: tuple[Conflict, ...] = (),
+) -> Outcome:
+    return Outcome(
+        Receipt(
+            status="rejected",
+            version=meta.version,
+            base_version=tx.base_version,
+            rebased=tx.base_version < meta.version,
+            client_id=tx.client_id,
+            tick=meta.tick,
+            errors=errors,
+            conflicts=conflicts,
+        ),
+        None,
+    )
+
+
+def evaluate(view: ReadView, tx: ContextTx, *, now: float, text: str | None = None) -> Outcome:
+    """Decide one transaction against *view*; on commit, return what to write.
+
+    *text* is the transaction's S-expression as submitted, kept in the log;
+    when None the canonical printing is logged.
+    """
+    meta = view.meta()
+    base = tx.base_version
+    digest = b""
+    if tx.client_id is not None:
+        digest = tx_digest(tx)
+        known = view.client(tx.client_id)
+        if known is not None:
+            version, old_digest = known
+            if old_digest == digest:
+                record = view.txlog(version)
+                assert record is not None, "client index points at a missing log record"
+                original = Receipt.from_dict(record["receipt"])
+                return Outcome(original.model_copy(update={"duplicate": True}), None)
+            return _reject(
+                meta,
+                tx,
+                errors=(
+                    OpError(
+                        op=None,
+                        code="client_id_reused",
+                        message=f"client id {tx.client_id!r} was used by the transaction "
+                        f"committed at version {version} with different content",
+                    ),
+                ),
+            )
+    if base > meta.version:
+        return _reject(
+            meta,
+            tx,
+            errors=(
+                OpError(
+                    op=None,
+                    code="future_base",
+                    message=f"base version {base} is newer than the context "
+                    f"(version {meta.version})",
+                ),
+            ),
+        )
+    rebased = base < meta.version
+    if rebased:
+        if meta.version - base > meta.history_keep:
+            return _reject(
+                meta,
+                tx,
+                errors=(
+                    OpError(
+                        op=None,
+                        code="too_old",
+                        message=f"base version {base} is more than {meta.history_keep} versions "
+                        f"behind {meta.version}; re-read the context and rebuild the transaction",
+                    ),
+                ),
+            )
+        found = _conflicts(view, tx, base)
+        if found:
+            shown = ", ".join(f"{c.id} (v{c.version})" for c in found)
+            return _reject(
+                meta,
+                tx,
+                errors=(
+                    OpError(
+                        op=None,
+                        code="conflict",
+                        message=f"changed after base version {base}: {shown}",
+                    ),
+                ),
+                conflicts=found,
+            )
+
+    new_version = meta.version + 1
+    ov = _Overlay(view)
+    marked: set[str] = set()
+    touched: set[str] = set()
+    sourced: set[str] = set()
+    supersede_objects: set[str] = set()
+    restored_subjects: set[str] = set()
+    edges_changed: set[tuple[str, str, str]] = set()
+    writes: list[dict[str, Any]] = []
+    for index, op in enumerate(tx.ops):
+        try:
+            _apply(
+                ov,
+                op,
+                meta,
+                tx,
+                new_version,
+                marked,
+                touched,
+                sourced,
+                supersede_objects,
+                restored_subjects,
+                edges_changed,
+                writes,
+            )
+        except _OpFailure as failure:
+            return _reject(
+                meta,
+                tx,
+                errors=(
+                    OpError(op=index, code=failure.code, message=f"{op.op}: {failure.message}"),
+                ),
+            )
+
+    candidates = marked | sourced | supersede_objects
+    for s in restored_subjects:
+        for label, o in view.relations_from(s):
+            if label == SUPERSEDES:
+                candidates.add(o)
+    _successor_rule(ov, candidates, new_version)
+
+    return _commit(
+        view, ov, tx, meta, new_version, rebased, digest, edges_changed, writes, now, text
+    )
+
+
+def _conflicts(view: ReadView, tx: ContextTx, base: int) -> tuple[Conflict, ...]:
+    reads, writes = tx.footprint()
+    # An event's content never changes; only its lifecycle does. Citing an event as
+    # a source therefore cannot conflict: only retire/restore of the same event can.
+    keys = writes | {k for k in reads if not k.startswith("e:")}
+    found = []
+    for key in sorted(keys):
+        changed_at = view.lastmod(key)
+        if changed_at > base:
+            found.append(Conflict(id=key_display(key), version=changed_at))
+    return tuple(found)
+
+
+def _resolve_sources(ov: _Overlay, refs: tuple[str, ...], self_id: str) -> list[str]:
+    out: list[str] = []
+    for ref in refs:
+        if is_event_ref(ref):
+            e = ov.event(ref_seq(ref))
+            if e is None:
+                raise _OpFailure("unknown_ref", f"no event {ref}")
+            stable = e.id
+        else:
+            if ref == self_id:
+                raise _OpFailure("self_source", f"{ref} cannot list itself as a source")
+            if ov.frame(ref) is None:
+                raise _OpFailure("unknown_ref", f"no frame {ref}")
+            stable = ref
+        if stable not in out:
+            out.append(stable)
+    return out
+
+
+def _cancel(f: Frame) -> None:
+    f.lifecycle = ACTIVE
+    f.due_tick = None
+    f.marked_tick = None
+    f.retire_reason = None
+
+
+def _apply(
+    ov: _Overlay,
+    op: Any,
+    meta: Meta,
+    tx: ContextTx,
+    version: int,
+    marked: set[str],
+    touched: set[str],
+    sourced: set[str],
+    supersede_objects: set[str],
+    restored_subjects: set[str],
+    edges_changed: set[tuple[str, str, str]],
+    writes: list[dict[str, Any]],
+) -> None:
+    if isinstance(op, Derive):
+        if ov.frame(op.id) is not None:
+            raise _OpFailure("frame_exists", f"frame {op.id} already exists")
+        sources = _resolve_sources(ov, op.sources, op.id)
+        f = Frame(
+            id=op.id,
+            revision=1,
+            body=op.body,
+            sources=tuple(sources),
+            created_version=version,
+            updated_version=version,
+            tokens=form_tokens(op.body),
+        )
+        ov.put_new_frame(f)
+        touched.add(op.id)
+        sourced.update(s for s in sources if not s.startswith("ev:"))
+        writes.append({"frame": op.id, "op": "derive", "revision": 1})
+    elif isinstance(op, Revise):
+        current = ov.frame(op.id)
+        if current is None:
+            raise _OpFailure("unknown_ref", f"no frame {op.id}")
+        if current.lifecycle == RETIRED:
+            raise _OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
+        added = _resolve_sources(ov, op.sources, op.id)
+        f = ov.writable_frame(op.id)
+        f.revision += 1
+        f.body = op.body
+        f.sources = f.sources + tuple(s for s in added if s not in f.sources)
+        f.tokens = form_tokens(op.body)
+        if f.lifecycle == RETIRING:
+            _cancel(f)
+        touched.add(op.id)
+        sourced.update(s for s in f.sources if not s.startswith("ev:"))
+        writes.append({"frame": op.id, "op": "revise", "revision": f.revision})
+    elif isinstance(op, Relate):
+        for end in (op.subject, op.object):
+            if ov.frame(end) is None:
+                raise _OpFailure("unknown_ref", f"no frame {end}")
+        t = (op.subject, op.label, op.object)
+        if isinstance(op, Unrelate):
+            if not ov.has_relation(*t):
+                raise _OpFailure(
+                    "unknown_relation", f"no relation {op.subject} {op.label} {op.object}"
+                )
+            ov.rel_add.discard(t)
+            ov.rel_del.add(t)
+        else:
+            if not ov.has_relation(*t):
+                ov.rel_del.discard(t)
+                ov.rel_add.add(t)
+            if op.label == SUPERSEDES:
+                supersede_objects.add(op.object)
+        edges_changed.add(t)
+    elif isinstance(op, Retire):
+        for ref in op.refs:
+            if is_event_ref(ref):
+                e = ov.event(ref_seq(ref))
+                if e is None:
+                    raise _OpFailure("unknown_ref", f"no event {ref}")
+                if e.causally_protected:
+                    raise _OpFailure(
+                        "causally_protected",
+                        f"{ref} is a user request not yet delivered; deliver it first",
+                    )
+                if e.lifecycle != RETIRED:
+                    w = ov.writable_event(e.seq)
+                    w.lifecycle = RETIRED
+                    w.retired_version = version
+                continue
+            f0 = ov.frame(ref)
+            if f0 is None:
+                raise _OpFailure("unknown_ref", f"no frame {ref}")
+            if f0.protected:
+                raise _OpFailure("protected", f"frame {ref} is protected; unprotect it first")
+            marked.add(ref)
+            if f0.lifecycle == ACTIVE:
+                f = ov.writable_frame(ref)
+                f.lifecycle = RETIRING
+                f.retire_gen += 1
+                f.marked_tick = meta.tick
+                f.due_tick = meta.tick + meta.window
+                f.retire_reason = tx.reason
+                touched.add(ref)
+    elif isinstance(op, Restore):
+        if is_event_ref(op.ref):
+            e = ov.event(ref_seq(op.ref))
+            if e is None:
+                raise _OpFailure("unknown_ref", f"no event {op.ref}")
+            if e.lifecycle == RETIRED:
+                w = ov.writable_event(e.seq)
+                w.lifecycle = ACTIVE
+                w.retired_version = None
+            return
+        f0 = ov.frame(op.ref)
+        if f0 is None:
+            raise _OpFailure("unknown_ref", f"no frame {op.ref}")
+        if f0.lifecycle != ACTIVE:
+            f = ov.writable_frame(op.ref)
+            _cancel(f)
+            f.retired_version = None
+            touched.add(op.ref)
+            restored_subjects.add(op.ref)
+    elif isinstance(op, Protect):
+        f0 = ov.frame(op.id)
+        if f0 is None:
+            raise _OpFailure("unknown_ref", f"no frame {op.id}")
+        if f0.lifecycle == RETIRED:
+            raise _OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
+        if not f0.protected or f0.lifecycle == RETIRING:
+            f = ov.writable_frame(op.id)
+            _cancel(f)
+            f.protected = True
+            touched.add(op.id)
+    elif isinstance(op, Unprotect):
+        f0 = ov.frame(op.id)
+        if f0 is None:
+            raise _OpFailure("unknown_ref", f"no frame {op.id}")
+        if f0.protected:
+            ov.writable_frame(op.id).protected = False
+            touched.add(op.id)
+    else:  # pragma: no cover - the op union is closed
+        raise _OpFailure("unknown_op", f"unknown operation {op!r}")
+
+
+def _successor_rule(ov: _Overlay, candidates: set[str], version: int) -> None:
+    """R17: retire now every marked frame that a non-retired successor supersedes and cites.
+
+    Successors are judged by their lifecycle after the operations and before this
+    rule runs, so the outcome does not depend on the order candidates are visited.
+    """
+    before = {fid: ov.frame(fid) for fid in candidates}
+    to_retire: list[str] = []
+    for fid in sorted(candidates):
+        f = before[fid]
+        if f is None or f.lifecycle != RETIRING:
+            continue
+        for s in ov.successors(fid):
+            succ = ov.frame(s)
+            if succ is not None and succ.lifecycle != RETIRED and fid in succ.sources:
+                to_retire.append(fid)
+                break
+    for fid in to_retire:
+        f = ov.writable_frame(fid)
+        f.lifecycle = RETIRED
+        f.due_tick = None
+        f.retired_version = version
+
+
+def _commit(
+    view: ReadView,
+    ov: _Overlay,
+    tx: ContextTx,
+    meta: Meta,
+    version: int,
+    rebased: bool,
+    digest: bytes,
+    edges_changed: set[tuple[str, str, str]],
+    writes: list[dict[str, Any]],
+    now: float,
+    text: str | None,
+) -> Outcome:
+    cs = Changeset()
+    changed: list[str] = []
+    retired_now: list[str] = []
+    retiring: list[Retiring] = []
+    cancelled: list[str] = []
+    restored: list[str] = []
+    now_events: list[str] = []
+    now_frames: list[str] = []
+    pending_frames: list[str] = []
+    now_tokens = 0
+    pending_tokens = 0
+
+    for fid in sorted(ov.frames):
+        f = ov.frames[fid]
+        initial = ov.initial_frames.get(fid)
+        if f is None or f is initial:
+            if f is not None and f.lifecycle == RETIRING and fid in _retire_targets(tx):
+                retiring.append(Retiring(id=fid, due_tick=f.due_tick or 0))
+            continue
+        f.updated_version = version
+        cs.frames.append(f)
+        cs.history.append((fid, version))
+        changed.append("f:" + fid)
+        was = initial.lifecycle if initial is not None else None
+        if f.lifecycle == RETIRED and was != RETIRED:
+            retired_now.append(fid)
+            now_frames.append(fid)
+            now_tokens += f.tokens
+        elif f.lifecycle == RETIRING:
+            assert f.due_tick is not None
+            retiring.append(Retiring(id=fid, due_tick=f.due_tick))
+            if was != RETIRING or (initial is not None and initial.retire_gen != f.retire_gen):
+                pending_frames.append(fid)
+                pending_tokens += f.tokens
+                cs.due_add.append((f.due_tick, fid, f.retire_gen, f.revision))
+        elif f.lifecycle == ACTIVE and was == RETIRING:
+            cancelled.append(fid)
+        elif f.lifecycle == ACTIVE and was == RETIRED:
+            restored.append(fid)
+        if (
+            initial is not None
+            and initial.lifecycle == RETIRING
+            and (f.lifecycle != RETIRING or f.retire_gen != initial.retire_gen)
+        ):
+            assert initial.due_tick is not None
+            cs.due_del.append((initial.due_tick, fid))
+
+    for seq in sorted(ov.events):
+        e = ov.events[seq]
+        if e is ov.initial_events[seq]:
+            continue
+        cs.events.append(e)
+        changed.append("e:" + e.ref)
+        if e.lifecycle == RETIRED:
+            retired_now.append(e.ref)
+            now_events.append(e.ref)
+            now_tokens += e.tokens
+        else:
+            restored.append(e.ref)
+
+    for s, label, o in sorted(edges_changed):
+        changed.append(edge_key(s, label, o))
+    cs.rel_add = sorted(ov.rel_add)
+    cs.rel_del = sorted(ov.rel_del)
+
+    new_meta = meta.copy()
+    new_meta.version = version
+    cs.meta = new_meta
+    cs.lastmod = {key: version for key in changed}
+
+    receipt = Receipt.model_construct(
+        status="committed",
+        version=version,
+        base_version=tx.base_version,
+        rebased=rebased,
+        client_id=tx.client_id,
+        duplicate=False,
+        tick=meta.tick,
+        retired_now=tuple(retired_now),
+        retiring=tuple(retiring),
+        retirement_cancelled=tuple(cancelled),
+        restored=tuple(restored),
+        relief_now=Relief(events=tuple(now_events), frames=tuple(now_frames), tokens=now_tokens),
+        relief_pending=Relief(frames=tuple(pending_frames), tokens=pending_tokens),
+        errors=(),
+        conflicts=(),
+    )
+    if text is None:
+        from protocol.txlang import print_tx
+
+        text = print_tx(tx)
+    body_of = {f.id: f for f in cs.frames}
+    for w in writes:
+        f = body_of.get(w["frame"])
+        w["body"] = [_plain_body(x) for x in (f.body if f is not None else ())]
+    cs.txlog = {
+        "version": version,
+        "kind": "model",
+        "base_version": tx.base_version,
+        "client_id": tx.client_id,
+        "reason": tx.reason,
+        "text": text,
+        "time": now,
+        "tick": meta.tick,
+        "changes": [key_display(k) for k in changed],
+        "writes": writes,
+        "receipt": receipt.to_dict(),
+    }
+    if tx.client_id is not None:
+        cs.client = (tx.client_id, version, digest)
+    cs.outbox = {
+        "version": version,
+        "frames": [f.id for f in cs.frames],
+        "events": [e.seq for e in cs.events],
+    }
+    return Outcome(receipt, cs)
+
+
+def _plain_body(form: Any) -> Any:
+    from protocol.forms import to_plain
+
+    return to_plain(form)
+
+
+def _retire_targets(tx: ContextTx) -> set[str]:
+    out: set[str] = set()
+    for op in tx.ops:
+        if isinstance(op, Retire):
+            out.update(op.refs)
+    return out
+
+
+def claim(view: ReadView, *, now: float) -> tuple[ClaimResult, Changeset]:
+    """Claim every waiting input as one batch (R20).
+
+    The tick advances once if the batch holds a user message, tool result or
+    external fact, however many it holds; recall results alone do not advance
+    it. Retirements due by the new tick are finalized unless stale (R16): the
+    frame must still be retiring with the same request generation, revision
+    and deadline. Finalizations commit as one recorded runtime transaction.
+    """
+    meta = view.meta()
+    seqs = view.inbox()
+    events = [e for e in (view.event(s) for s in seqs) if e is not None]
+    advanced = any(e.kind in TICK_KINDS for e in events)
+    new_meta = meta.copy()
+    if advanced:
+        new_meta.tick += 1
+    cs = Changeset(meta=new_meta, inbox_del=list(seqs))
+    for e in events:
+        w = e.copy()
+        w.claimed_tick = new_meta.tick
+        cs.events.append(w)
+    finalized: list[str] = []
+    if advanced:
+        version = meta.version + 1
+        for due_tick, fid, gen, revision in view.due(new_meta.tick):
+            cs.due_del.append((due_tick, fid))
+            f = view.frame(fid)
+            if (
+                f is None
+                or f.lifecycle != RETIRING
+                or f.retire_gen != gen
+                or f.revision != revision
+                or f.due_tick != due_tick
+            ):
+                continue  # stale: revised, restored, protected or re-marked since
+            w2 = f.copy()
+            w2.lifecycle = RETIRED
+            w2.due_tick = None
+            w2.retired_version = version
+            w2.updated_version = version
+            cs.frames.append(w2)
+            cs.history.append((fid, version))
+            finalized.append(fid)
+        if finalized:
+            new_meta.version = version
+            cs.lastmod = {"f:" + fid: version for fid in finalized}
+            tokens = sum(f.tokens for f in cs.frames)
+            receipt = Receipt(
+                status="committed",
+                version=version,
+                base_version=meta.version,
+                tick=new_meta.tick,
+                retired_now=tuple(finalized),
+                relief_now=Relief(frames=tuple(finalized), tokens=tokens),
+            )
+            reason = f"consolidation window ended at tick {new_meta.tick}"
+            cs.txlog = {
+                "version": version,
+                "kind": "runtime",
+                "base_version": meta.version,
+                "client_id": None,
+                "reason": reason,
+                "text": _runtime_text(meta.version, reason, finalized),
+                "time": now,
+                "tick": new_meta.tick,
+                "changes": list(finalized),
+                "writes": [{"frame": fid, "op": "finalize"} for fid in finalized],
+                "finalize": list(finalized),
+                "receipt": receipt.to_dict(),
+            }
+            cs.outbox = {"version": version, "frames": list(finalized), "events": []}
+    result = ClaimResult(
+        tick=new_meta.tick,
+        advanced=advanced,
+        claimed=tuple(e.ref for e in events),
+        finalized=tuple(finalized),
+        version=new_meta.version,
+    )
+    return result, cs
+
+
+def _runtime_text(base: int, reason: str, finalized: list[str]) -> str:
+    ids = " ".join(finalized)
+    return f'(runtime-tx\n  (base-version {base})\n  (reason "{reason}")\n  (finalize {ids}))'
+
+
+def observe(
+    view: ReadView,
+    *,
+    kind: str,
+    text: str,
+    session: str,
+    now: float,
+    event_id: str,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Event, Changeset]:
+    """Record an observation; it waits in the inbox until claimed. Version is unchanged."""
+    if kind not in EVENT_KINDS:
+        raise RequestError(
+            f"unknown observation kind {kind!r}; use one of {', '.join(EVENT_KINDS)}",
+            code="bad_kind",
+        )
+    if not isinstance(text, str):
+        raise RequestError("observation text must be a string", code="bad_text")
+    if len(text) > MAX_EVENT_CHARS:
+        raise OutOfRange(f"observation longer than {MAX_EVENT_CHARS} characters")
+    if not session or len(session) > MAX_SESSION or not session.isprintable():
+        raise RequestError("a session name is 1 to 128 printable characters", code="bad_session")
+    meta = view.meta()
+    seq = meta.next_seq
+    e = Event(
+        seq=seq,
+        id=event_id,
+        kind=kind,
+        session=session,
+        time=now,
+        size=len(text),
+        tokens=estimate_tokens(text),
+        preview=preview_of(text),
+        delivered=False if kind == "user_message" else None,
+        extra=dict(extra or {}),
+    )
+    new_meta = meta.copy()
+    new_meta.next_seq = seq + 1
+    cs = Changeset(
+        meta=new_meta,
+        events=[e],
+        contents=[(seq, text)],
+        inbox_add=[seq],
+        outbox={"version": meta.version, "frames": [], "events": [seq]},
+    )
+    return e, cs
+
+
+def deliver(view: ReadView, ref: str) -> tuple[Event, Changeset | None]:
+    """Mark the user request *ref* delivered, lifting its causal protection (R19)."""
+    e = resolve_event(view, ref)
+    if e.kind != "user_message":
+        raise RequestError(f"{ref} is a {e.kind}, not a user request", code="not_a_request")
+    if e.delivered:
+        return e, None
+    w = e.copy()
+    w.delivered = True
+    return w, Changeset(events=[w])
+
+
+def resolve_event(view: ReadView, ref: str) -> Event:
+    """The event named by ``@eN`` or by its stable id; raises NotFound otherwise."""
+    from protocol.errors import NotFound
+    from protocol.ids import is_event_id
+
+    seq: int | None
+    if is_event_ref(ref):
+        seq = ref_seq(ref)
+    elif is_event_id(ref):
+        seq = view.event_seq(ref)
+    else:
+        raise NotFound(f"not an event reference: {ref!r} (expected @e<number>)")
+    e = view.event(seq) if seq is not None else None
+    if e is None:
+        raise NotFound(f"no event {ref}")
+    return e
+
+
+def source_ref(view: ReadView, source: str) -> str:
+    """A stored source as the model reads it: event ids become ``@eN``, frame ids stay."""
+    if source.startswith("ev:"):
+        seq = view.event_seq(source)
+        return event_ref(seq) if seq is not None else source
+    return source

@@ -1,0 +1,88 @@
+"""The one exception tree of Morphz.
+
+::
+
+    MorphzError
+     ├── ParseError          malformed S-expression text (carries line and column)
+     ├── WireError           malformed, hostile or oversized msgpack / JSON payloads
+     ├── RequestError        a well-formed request the runtime refuses
+     │    ├── NotFound       an unknown frame id, event reference or version
+     │    └── OutOfRange     an offset, length, depth, window … outside its bounds
+     └── StoreError          the durable store could not be opened or written
+          └── StoreLocked    another process already holds the context's writer lock
+
+A *rejected transaction* is not an exception: it is a receipt with
+``status == "rejected"`` (see :mod:`protocol.receipts`). Exceptions are for
+input that is not a transaction at all, or for requests the runtime refuses.
+Foreign errors (lmdb, msgpack, json) are translated at the boundary with
+``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+
+class MorphzError(Exception):
+    """Root of every error Morphz raises on purpose. ``code`` is a stable string."""
+
+    code = "morphz_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready description: ``{"error": code, "message": …}``."""
+        return {"error": self.code, "message": self.message}
+
+
+class ParseError(MorphzError):
+    """S-expression text that cannot be read; ``line`` and ``column`` are 1-based."""
+
+    code = "parse_error"
+
+    def __init__(self, message: str, line: int = 0, column: int = 0) -> None:
+        where = f"{line}:{column}: " if line else ""
+        super().__init__(f"{where}{message}")
+        self.line = line
+        self.column = column
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "line": self.line, "column": self.column}
+
+
+class WireError(MorphzError):
+    """A msgpack or JSON payload that is malformed, of an unknown version or too large."""
+
+    code = "wire_error"
+
+
+class RequestError(MorphzError):
+    """A request the runtime understands but refuses."""
+
+    code = "request_refused"
+
+
+class NotFound(RequestError):
+    """An unknown frame id, event reference, version or context."""
+
+    code = "not_found"
+
+
+class OutOfRange(RequestError):
+    """A numeric argument outside its documented bounds."""
+
+    code = "out_of_range"
+
+
+class StoreError(MorphzError):
+    """The durable store failed; nothing was acknowledged."""
+
+    code = "store_error"
+
+
+class StoreLocked(StoreError):
+    """Another process holds the writer lock of this context."""
+
+    code = "store_locked"

@@ -1,0 +1,98 @@
+"""Receipts (R9): what every submitted transaction gets back, committed or rejected.
+
+Error codes in :class:`OpError` are stable strings; see :data:`ERROR_CODES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+ERROR_CODES = {
+    "conflict": "something the transaction references changed after its base version",
+    "too_old": "the base version is older than the history kept for conflict checks",
+    "future_base": "the base version is newer than the context",
+    "client_id_reused": "the client id was used by a different committed transaction",
+    "unknown_ref": "no frame or event has this id or reference",
+    "frame_exists": "derive names a frame that already exists",
+    "retired_frame": "the frame is retired; restore it first",
+    "protected": "the frame is protected; unprotect it first",
+    "causally_protected": "the user request is not delivered yet (R19)",
+    "unknown_relation": "unrelate names an edge that does not exist",
+    "not_a_frame": "the operation needs a frame, not an event",
+    "self_source": "a frame cannot list itself as a source",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OpError(_Model):
+    """Why a transaction was rejected: the failing operation's index (None: the whole tx)."""
+
+    op: int | None
+    code: str
+    message: str
+
+
+class Conflict(_Model):
+    """A referenced id that changed after the base version, and the version that changed it."""
+
+    id: str
+    version: int
+
+
+class Retiring(_Model):
+    """A frame now in its consolidation window, due at ``due_tick``."""
+
+    id: str
+    due_tick: int
+
+
+class Relief(_Model):
+    """Input capacity released: observation refs, frame ids and estimated tokens."""
+
+    events: tuple[str, ...] = ()
+    frames: tuple[str, ...] = ()
+    tokens: int = 0
+
+
+class Receipt(_Model):
+    """The outcome of one submission (R9).
+
+    ``version`` is the version the transaction committed at, or the context's
+    current version when rejected. ``duplicate`` is true when a resubmission
+    with a known client id returned the original receipt (R25).
+    """
+
+    status: Literal["committed", "rejected"]
+    version: int
+    base_version: int
+    rebased: bool = False
+    client_id: str | None = None
+    duplicate: bool = False
+    tick: int = 0
+    retired_now: tuple[str, ...] = ()
+    retiring: tuple[Retiring, ...] = ()
+    retirement_cancelled: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
+    relief_now: Relief = Relief()
+    relief_pending: Relief = Relief()
+    errors: tuple[OpError, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+
+    @property
+    def committed(self) -> bool:
+        """True if the transaction was committed."""
+        return self.status == "committed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (the CLI prints this)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Receipt:
+        """Inverse of :meth:`to_dict`; raises pydantic's ValidationError on bad input."""
+        return cls.model_validate(data)

@@ -1,0 +1,219 @@
+"""The records a context is made of: frames, events, and the context's meta counters.
+
+These are plain slotted dataclasses, not pydantic models: they live inside the
+commit path, where every microsecond counts, and they never cross a trust
+boundary without going through :mod:`protocol.wire` or the store's own codec.
+``to_record``/``from_record`` give the closed, msgpack-ready form the store
+persists.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from protocol.forms import Form, Symbol
+from protocol.ids import event_ref
+
+ACTIVE = "active"
+RETIRING = "retiring"
+RETIRED = "retired"
+
+EVENT_KINDS = ("user_message", "tool_result", "external", "recall_result")
+"""Kinds of observation. All but ``recall_result`` are external facts that advance the tick."""
+TICK_KINDS = frozenset({"user_message", "tool_result", "external"})
+
+DEFAULT_WINDOW = 8
+DEFAULT_HISTORY_KEEP = 100_000
+PREVIEW_CHARS = 240
+
+
+@dataclass(slots=True)
+class Meta:
+    """The context's counters. ``version`` counts committed transactions; ``tick`` batches."""
+
+    version: int = 0
+    tick: int = 0
+    window: int = DEFAULT_WINDOW
+    next_seq: int = 1
+    history_keep: int = DEFAULT_HISTORY_KEEP
+    created: float = 0.0
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "tick": self.tick,
+            "window": self.window,
+            "next_seq": self.next_seq,
+            "history_keep": self.history_keep,
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Meta:
+        return cls(**rec)
+
+    def copy(self) -> Meta:
+        return replace(self)
+
+
+@dataclass(slots=True)
+class Frame:
+    """A frame (R3). ``sources`` hold stable ids: frame ids and event ids (``ev:…``)."""
+
+    id: str
+    revision: int
+    body: tuple[Form, ...]
+    sources: tuple[str, ...]
+    lifecycle: str = ACTIVE
+    protected: bool = False
+    created_version: int = 0
+    updated_version: int = 0
+    retire_gen: int = 0
+    due_tick: int | None = None
+    marked_tick: int | None = None
+    retire_reason: str | None = None
+    retired_version: int | None = None
+    tokens: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "revision": self.revision,
+            "body": [_plain(f) for f in self.body],
+            "sources": list(self.sources),
+            "lifecycle": self.lifecycle,
+            "protected": self.protected,
+            "created_version": self.created_version,
+            "updated_version": self.updated_version,
+            "retire_gen": self.retire_gen,
+            "due_tick": self.due_tick,
+            "marked_tick": self.marked_tick,
+            "retire_reason": self.retire_reason,
+            "retired_version": self.retired_version,
+            "tokens": self.tokens,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Frame:
+        rec = dict(rec)
+        rec["body"] = tuple(_form(f) for f in rec["body"])
+        rec["sources"] = tuple(rec["sources"])
+        return cls(**rec)
+
+    def copy(self) -> Frame:
+        return replace(self)
+
+
+@dataclass(slots=True)
+class Event:
+    """An observation's metadata (R2). Its content is immutable and stored apart."""
+
+    seq: int
+    id: str
+    kind: str
+    session: str
+    time: float
+    size: int
+    tokens: int
+    preview: str
+    lifecycle: str = ACTIVE
+    delivered: bool | None = None
+    claimed_tick: int | None = None
+    retired_version: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        """The short reference the model uses, ``@e<seq>``."""
+        return event_ref(self.seq)
+
+    @property
+    def causally_protected(self) -> bool:
+        """An undelivered user request cannot be retired (R19)."""
+        return self.kind == "user_message" and self.delivered is False
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "id": self.id,
+            "kind": self.kind,
+            "session": self.session,
+            "time": self.time,
+            "size": self.size,
+            "tokens": self.tokens,
+            "preview": self.preview,
+            "lifecycle": self.lifecycle,
+            "delivered": self.delivered,
+            "claimed_tick": self.claimed_tick,
+            "retired_version": self.retired_version,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Event:
+        return cls(**rec)
+
+    def copy(self) -> Event:
+        return replace(self, extra=dict(self.extra))
+
+
+def _plain(form: Form) -> Any:
+    if isinstance(form, Symbol):
+        return str(form)
+    if isinstance(form, str):
+        return {"s": form}
+    if isinstance(form, tuple):
+        return [_plain(x) for x in form]
+    return form
+
+
+def _form(value: Any) -> Form:
+    # Trusted decode of what _plain wrote; untrusted input goes through forms.from_plain.
+    if isinstance(value, str):
+        return Symbol(value)
+    if isinstance(value, dict):
+        return value["s"]
+    if isinstance(value, list):
+        return tuple(_form(x) for x in value)
+    return value
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free token estimate that counts CJK sensibly.
+
+    Each CJK ideograph, kana or hangul syllable counts as one token; the rest
+    counts one token per four characters (rounded up). It is the documented
+    default of the pluggable tokenizer and needs nothing from the network.
+    """
+    if text.isascii():
+        return (len(text) + 3) // 4
+    wide = 0
+    for ch in text:
+        if ord(ch) >= 0x2E80 and unicodedata.east_asian_width(ch) in ("W", "F"):
+            wide += 1
+    return wide + (len(text) - wide + 3) // 4
+
+
+def form_tokens(forms: tuple[Form, ...]) -> int:
+    """Estimated tokens of a frame body as printed."""
+    total = 0
+    stack: list[Any] = list(forms)
+    while stack:
+        f = stack.pop()
+        if isinstance(f, tuple):
+            total += 1
+            stack.extend(f)
+        elif isinstance(f, str):
+            total += estimate_tokens(f) + (0 if isinstance(f, Symbol) else 1)
+        else:
+            total += 1
+    return total
+
+
+def preview_of(text: str) -> str:
+    """The first characters of an event, for previews."""
+    if len(text) <= PREVIEW_CHARS:
+        return text
+    return text[:PREVIEW_CHARS] + "…"

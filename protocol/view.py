@@ -1,0 +1,106 @@
+"""The one narrow seam between the pure engine and a store.
+
+The engine reads a context through a :class:`ReadView` and describes what a
+commit writes as a :class:`Changeset`. A store applies a changeset inside one
+write transaction through a :class:`WriteView`; whether that is an LMDB write
+(:mod:`storage`) or dictionaries (:class:`protocol.memory.MemoryBackend`), the
+engine cannot tell, and the same contract tests run against both.
+
+A store's write transaction must be all-or-nothing and must let reads inside
+it see its own earlier writes (group commit evaluates transaction *n+1*
+against the state left by transaction *n*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from protocol.state import Event, Frame, Meta
+
+
+class ReadView(Protocol):
+    """Read access to one context at one point in time."""
+
+    def meta(self) -> Meta:
+        """The context's counters."""
+
+    def frame(self, frame_id: str) -> Frame | None:
+        """The current frame *frame_id*, or None."""
+
+    def event(self, seq: int) -> Event | None:
+        """The event with sequence number *seq* (``@e<seq>``), or None."""
+
+    def event_seq(self, event_id: str) -> int | None:
+        """The sequence number of the event with stable id *event_id*, or None."""
+
+    def event_content(self, seq: int) -> str | None:
+        """The full original text of an event, or None."""
+
+    def event_chunk(self, seq: int, offset: int, length: int) -> str | None:
+        """Characters ``[offset, offset+length)`` of an event's text, or None if unknown."""
+
+    def has_relation(self, subject: str, label: str, obj: str) -> bool:
+        """True if the edge exists."""
+
+    def relations_from(self, subject: str) -> list[tuple[str, str]]:
+        """``(label, object)`` pairs of edges leaving *subject*, sorted."""
+
+    def relations_to(self, obj: str) -> list[tuple[str, str]]:
+        """``(subject, label)`` pairs of edges arriving at *obj*, sorted."""
+
+    def lastmod(self, key: str) -> int:
+        """The last version that changed footprint key *key*; 0 if none."""
+
+    def client(self, client_id: str) -> tuple[int, bytes] | None:
+        """``(version, digest)`` of the committed transaction that used *client_id*."""
+
+    def txlog(self, version: int) -> dict[str, Any] | None:
+        """The transaction-log record committed at *version*."""
+
+    def due(self, upto_tick: int) -> list[tuple[int, str, int, int]]:
+        """Pending finalizations ``(due_tick, frame_id, gen, revision)`` due by *upto_tick*."""
+
+    def inbox(self) -> list[int]:
+        """Sequence numbers of observations waiting to be claimed, oldest first."""
+
+    def frame_history(self, frame_id: str) -> list[int]:
+        """Versions whose transactions wrote *frame_id* (derive/revise/lifecycle), ascending."""
+
+    def iter_frames(self) -> Iterator[Frame]:
+        """Every frame, by id."""
+
+    def iter_events(self, start_seq: int = 1) -> Iterator[Event]:
+        """Every event from *start_seq*, by sequence number."""
+
+    def iter_relations(self) -> Iterator[tuple[str, str, str]]:
+        """Every edge ``(subject, label, object)``, sorted."""
+
+
+@dataclass(slots=True)
+class Changeset:
+    """Everything one committed transaction (or claim, or observation) writes."""
+
+    meta: Meta | None = None
+    frames: list[Frame] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    contents: list[tuple[int, str]] = field(default_factory=list)
+    rel_add: list[tuple[str, str, str]] = field(default_factory=list)
+    rel_del: list[tuple[str, str, str]] = field(default_factory=list)
+    lastmod: dict[str, int] = field(default_factory=dict)
+    due_add: list[tuple[int, str, int, int]] = field(default_factory=list)
+    due_del: list[tuple[int, str]] = field(default_factory=list)
+    inbox_add: list[int] = field(default_factory=list)
+    inbox_del: list[int] = field(default_factory=list)
+    client: tuple[str, int, bytes] | None = None
+    txlog: dict[str, Any] | None = None
+    history: list[tuple[str, int]] = field(default_factory=list)
+    outbox: dict[str, Any] | None = None
+
+
+class WriteView(ReadView, Protocol):
+    """A read view that can also apply a changeset; all-or-nothing at its end."""
+
+    def apply(self, changes: Changeset) -> None:
+        """Write *changes*; later reads through this view see them."""

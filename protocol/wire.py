@@ -1,0 +1,440 @@
+"""The msgpack wire form and the JSON form of transactions and other payloads (R6).
+
+Both forms carry the same *dict form* of a transaction (:func:`tx_to_dict`)::
+
+    {"base_version": 12, "reason": "…", "client_id": "…",
+     "ops": [{"op": "derive", "id": "test-result", "sources": ["@e42"],
+              "body": [["tests", "passed"]]},
+             {"op": "relate", "subject": "…", "label": "…", "object": "…"},
+             {"op": "retire", "refs": ["@e42"]}, {"op": "restore", "ref": "…"},
+             {"op": "protect", "id": "…"}, …]}
+
+Body forms use :func:`protocol.forms.to_plain`: symbols are JSON strings,
+strings are ``{"s": text}``, lists are lists. ``None`` fields are omitted.
+
+A msgpack payload is one format-version byte (:data:`WIRE_VERSION`) followed by
+one msgpack object. Decoding accepts a closed set of types only (map with
+string keys, array, string, binary, integer, float, boolean, nil) and one
+extension type, :data:`EXT_BIGINT`, for integers outside the 64-bit range
+(body forms allow 40 digits). Payloads are bounded in size and nesting.
+
+Every decoder raises :class:`~protocol.errors.WireError` on any malformed,
+hostile or oversized input, and no other exception.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgpack
+from pydantic import ValidationError
+
+from protocol.errors import WireError
+from protocol.forms import MAX_INT_DIGITS, from_plain, is_int_text, to_plain
+from protocol.tx import (
+    MAX_OPS,
+    MAX_REFS,
+    OP_NAMES,
+    ContextTx,
+    Derive,
+    Protect,
+    Relate,
+    Restore,
+    Retire,
+    Revise,
+    Unprotect,
+    Unrelate,
+)
+
+WIRE_VERSION = 1
+"""The format-version byte that starts every msgpack payload."""
+
+MAX_PAYLOAD_BYTES = 8 << 20
+"""Largest msgpack payload or JSON text accepted or produced (8 MiB)."""
+
+MAX_NESTING = 64
+"""Deepest nesting of maps and arrays accepted by :func:`unpack` and the JSON form."""
+
+EXT_BIGINT = 1
+"""msgpack extension code of an integer outside the 64-bit range, as ASCII decimal."""
+
+_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect
+
+_MAX_CONTAINER = 1 << 20
+_INT64_MIN = -(1 << 63)
+_UINT64_END = 1 << 64
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+_TX_KEYS = frozenset({"base_version", "reason", "client_id", "ops"})
+_OP_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "derive": (frozenset({"id"}), frozenset({"sources", "body"})),
+    "revise": (frozenset({"id"}), frozenset({"sources", "body"})),
+    "relate": (frozenset({"subject", "label", "object"}), frozenset()),
+    "unrelate": (frozenset({"subject", "label", "object"}), frozenset()),
+    "retire": (frozenset({"refs"}), frozenset()),
+    "restore": (frozenset({"ref"}), frozenset()),
+    "protect": (frozenset({"id"}), frozenset()),
+    "unprotect": (frozenset({"id"}), frozenset()),
+}
+
+
+# --- msgpack framing ----------------------------------------------------------
+
+
+def _ext_default(obj: Any) -> Any:
+    # msgpack calls this for integers that do not fit 64 bits (and unknown types).
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        text = str(obj)
+        if len(text.lstrip("-")) > MAX_INT_DIGITS:
+            raise WireError(f"integer has more than {MAX_INT_DIGITS} digits")
+        return msgpack.ExtType(EXT_BIGINT, text.encode("ascii"))
+    raise WireError(f"type {type(obj).__name__} cannot be encoded")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != EXT_BIGINT:
+        raise WireError(f"msgpack extension type {code} is not accepted")
+    text = data.decode("ascii")
+    if not is_int_text(text):
+        raise WireError("malformed big integer")
+    value = int(text)
+    if _INT64_MIN <= value < _UINT64_END:
+        raise WireError("a 64-bit integer must not be sent as a big integer")
+    return value
+
+
+def _encode(obj: Any) -> bytes:
+    try:
+        body: bytes = msgpack.packb(obj, use_bin_type=True, default=_ext_default)
+    except WireError:
+        raise
+    except Exception as e:  # foreign encoder: every failure becomes a WireError
+        raise WireError(f"cannot encode as msgpack: {e}") from e
+    if len(body) + 1 > MAX_PAYLOAD_BYTES:
+        raise WireError(f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+    return bytes((WIRE_VERSION,)) + body
+
+
+def _decode(data: Any) -> Any:
+    if isinstance(data, bytes):
+        raw = data
+    elif isinstance(data, (bytearray, memoryview)):
+        try:
+            view = memoryview(data)
+            if view.nbytes > MAX_PAYLOAD_BYTES:
+                raise WireError(f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+            raw = view.tobytes()
+        except (ValueError, TypeError, BufferError) as e:
+            raise WireError(f"unreadable buffer: {e}") from e
+    else:
+        raise WireError(f"a payload must be bytes, got {type(data).__name__}")
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise WireError(f"payload larger than {MAX_PAYLOAD_BYTES} bytes")
+    if not raw:
+        raise WireError("empty payload")
+    if raw[0] != WIRE_VERSION:
+        raise WireError(f"unsupported wire version {raw[0]}")
+    try:
+        return msgpack.unpackb(
+            memoryview(raw)[1:],
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            ext_hook=_ext_hook,
+            max_bin_len=MAX_PAYLOAD_BYTES,
+            max_str_len=MAX_PAYLOAD_BYTES,
+            max_array_len=_MAX_CONTAINER,
+            max_map_len=_MAX_CONTAINER,
+            max_ext_len=MAX_INT_DIGITS + 1,
+        )
+    except WireError:
+        raise
+    except msgpack.ExtraData as e:
+        raise WireError("trailing bytes after the msgpack object") from e
+    except msgpack.StackError as e:
+        raise WireError("msgpack object nests too deeply") from e
+    except Exception as e:  # foreign decoder: every failure becomes a WireError
+        raise WireError(f"malformed msgpack: {str(e) or type(e).__name__}") from e
+
+
+def _check_plain(value: Any, depth: int, *, text_only: bool) -> None:
+    """Raise unless *value* is built from the closed set of payload types.
+
+    ``text_only`` is for JSON: no bytes, and strings may not hold lone surrogates.
+    """
+    if depth > MAX_NESTING:
+        raise WireError(f"payload nests deeper than {MAX_NESTING} levels")
+    if isinstance(value, str):
+        if text_only and not value.isascii() and _SURROGATE.search(value) is not None:
+            raise WireError("string holds a lone surrogate")
+    elif value is None or isinstance(value, (bool, int, float)):
+        return
+    elif isinstance(value, bytes) and not text_only:
+        return
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_plain(item, depth + 1, text_only=text_only)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise WireError(f"map keys must be strings, got {type(key).__name__}")
+            _check_plain(key, depth + 1, text_only=text_only)
+            _check_plain(item, depth + 1, text_only=text_only)
+    else:
+        raise WireError(f"type {type(value).__name__} is not allowed in a payload")
+
+
+def pack(obj: Any) -> bytes:
+    """Encode a plain object as a versioned msgpack payload.
+
+    *obj* is built from dict (string keys), list, tuple (sent as a list), str,
+    bytes, int (up to 40 digits), float, bool and None, nested at most
+    :data:`MAX_NESTING` deep; ``unpack(pack(obj))`` gives it back with tuples as
+    lists. Anything else raises :class:`WireError`.
+    """
+    _check_plain(obj, 0, text_only=False)
+    return _encode(obj)
+
+
+def unpack(data: bytes | bytearray | memoryview) -> Any:
+    """Decode a payload made by :func:`pack`.
+
+    The result holds only dict (string keys), list, str, bytes, int, float,
+    bool and None, nested at most :data:`MAX_NESTING` deep. Raises
+    :class:`WireError` on anything else, and no other exception.
+    """
+    obj = _decode(data)
+    _check_plain(obj, 0, text_only=False)
+    return obj
+
+
+# --- transactions -------------------------------------------------------------
+
+
+def _op_to_dict(op: _AnyOp) -> dict[str, Any]:
+    if isinstance(op, (Derive, Revise)):
+        return {
+            "op": op.op,
+            "id": op.id,
+            "sources": list(op.sources),
+            "body": [to_plain(form) for form in op.body],
+        }
+    if isinstance(op, Relate):  # Unrelate too
+        return {"op": op.op, "subject": op.subject, "label": op.label, "object": op.object}
+    if isinstance(op, Retire):
+        return {"op": "retire", "refs": list(op.refs)}
+    if isinstance(op, Restore):
+        return {"op": "restore", "ref": op.ref}
+    if isinstance(op, (Protect, Unprotect)):
+        return {"op": op.op, "id": op.id}
+    raise WireError(f"not an operation: {type(op).__name__}")
+
+
+def tx_to_dict(tx: ContextTx) -> dict[str, Any]:
+    """The dict form of *tx* (see the module docstring); ``None`` fields are left out.
+
+    ``tx_from_dict(tx_to_dict(tx)) == tx``.
+    """
+    out: dict[str, Any] = {"base_version": tx.base_version}
+    if tx.reason is not None:
+        out["reason"] = tx.reason
+    if tx.client_id is not None:
+        out["client_id"] = tx.client_id
+    out["ops"] = [_op_to_dict(op) for op in tx.ops]
+    return out
+
+
+def _validation_message(e: ValidationError) -> str:
+    err = e.errors()[0]
+    msg = str(err.get("msg", "invalid"))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return msg
+
+
+def _check_keys(
+    d: dict[Any, Any], required: frozenset[str], optional: frozenset[str], where: str
+) -> None:
+    for key in d:
+        if not isinstance(key, str):
+            raise WireError(f"{where}: keys must be strings, got {type(key).__name__}")
+    missing = required - d.keys()
+    if missing:
+        raise WireError(f"{where}: missing {', '.join(sorted(missing))}")
+    extra = d.keys() - required - optional
+    if extra:
+        raise WireError(f"{where}: unknown key {sorted(extra)[0]!r}")
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise WireError(f"{where} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _texts(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise WireError(f"{where} must be an array, got {type(value).__name__}")
+    if len(value) > MAX_REFS:
+        raise WireError(f"{where}: more than {MAX_REFS} references")
+    return tuple(_text(v, where) for v in value)
+
+
+def _op_from_dict(value: Any, index: int) -> _AnyOp:
+    where = f"ops[{index}]"
+    if not isinstance(value, dict):
+        raise WireError(f"{where}: an operation must be a map, got {type(value).__name__}")
+    name = value.get("op")
+    if not isinstance(name, str) or name not in _OP_KEYS:
+        raise WireError(f"{where}: unknown op {name!r}; expected one of {', '.join(OP_NAMES)}")
+    required, optional = _OP_KEYS[name]
+    _check_keys(value, required | {"op"}, optional, where)
+    where = f"{where} ({name})"
+    try:
+        if name in ("derive", "revise"):
+            body = value.get("body", [])
+            if not isinstance(body, (list, tuple)):
+                raise WireError(f"{where}: body must be an array, got {type(body).__name__}")
+            try:
+                forms = tuple(from_plain(form, 1) for form in body)
+            except WireError as e:
+                raise WireError(f"{where}: body: {e.message}") from e
+            cls = Derive if name == "derive" else Revise
+            return cls(
+                id=_text(value["id"], f"{where}: id"),
+                sources=_texts(value.get("sources", []), f"{where}: sources"),
+                body=forms,
+            )
+        if name in ("relate", "unrelate"):
+            subject, label, obj = (
+                _text(value[k], f"{where}: {k}") for k in ("subject", "label", "object")
+            )
+            cls_edge = Relate if name == "relate" else Unrelate
+            return cls_edge(subject=subject, label=label, object=obj)
+        if name == "retire":
+            return Retire(refs=_texts(value["refs"], f"{where}: refs"))
+        if name == "restore":
+            return Restore(ref=_text(value["ref"], f"{where}: ref"))
+        target = _text(value["id"], f"{where}: id")
+        return (Protect if name == "protect" else Unprotect)(id=target)
+    except ValidationError as e:
+        raise WireError(f"{where}: {_validation_message(e)}") from e
+
+
+def _tx_from_dict(d: Any) -> ContextTx:
+    if not isinstance(d, dict):
+        raise WireError(f"a transaction must be a map, got {type(d).__name__}")
+    _check_keys(d, frozenset({"base_version", "ops"}), _TX_KEYS, "transaction")
+    base_version = d["base_version"]
+    if not isinstance(base_version, int) or isinstance(base_version, bool):
+        raise WireError(f"base_version must be an integer, got {type(base_version).__name__}")
+    fields: dict[str, Any] = {"base_version": base_version}
+    for key in ("reason", "client_id"):
+        value = d.get(key)
+        if value is not None:
+            fields[key] = _text(value, key)
+    ops = d["ops"]
+    if not isinstance(ops, (list, tuple)):
+        raise WireError(f"ops must be an array, got {type(ops).__name__}")
+    if len(ops) > MAX_OPS:
+        raise WireError(f"more than {MAX_OPS} operations")
+    fields["ops"] = tuple(_op_from_dict(op, i) for i, op in enumerate(ops))
+    try:
+        return ContextTx(**fields)
+    except ValidationError as e:
+        loc = e.errors()[0].get("loc", ())
+        field = str(loc[0]) if loc else "transaction"
+        raise WireError(f"{field}: {_validation_message(e)}") from e
+
+
+def tx_from_dict(d: Any) -> ContextTx:
+    """The validated transaction of a dict form; the inverse of :func:`tx_to_dict`.
+
+    Missing ``reason`` / ``client_id`` (or ``None``) mean absent, missing
+    ``sources`` / ``body`` mean empty. Types are checked exactly (no coercion of
+    ``"12"`` or ``12.0`` to ``12``), unknown keys are refused. Raises
+    :class:`WireError` naming the offending field or operation, and no other exception.
+    """
+    try:
+        return _tx_from_dict(d)
+    except WireError:
+        raise
+    except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as e:
+        raise WireError(f"malformed transaction: {e}") from e
+
+
+def tx_to_msgpack(tx: ContextTx) -> bytes:
+    """The msgpack wire form of *tx*: the version byte, then the msgpack of its dict form.
+
+    ``tx_from_msgpack(tx_to_msgpack(tx)) == tx``. Raises :class:`WireError` if
+    *tx* holds a string that is not valid Unicode (a lone surrogate).
+    """
+    return _encode(tx_to_dict(tx))
+
+
+def tx_from_msgpack(data: bytes | bytearray | memoryview) -> ContextTx:
+    """Decode and validate a transaction made by :func:`tx_to_msgpack`.
+
+    Raises :class:`WireError` on a wrong version byte, trailing bytes, extension
+    types, oversized or malformed input and invalid transactions; never another
+    exception.
+    """
+    return tx_from_dict(_decode(data))
+
+
+def tx_to_json(tx: ContextTx) -> str:
+    """The JSON form of *tx*: its dict form, compact, non-ASCII characters kept as is.
+
+    ``tx_from_json(tx_to_json(tx)) == tx``. Raises :class:`WireError` if *tx*
+    holds a lone surrogate or the text would exceed :data:`MAX_PAYLOAD_BYTES`.
+    """
+    text = json.dumps(tx_to_dict(tx), ensure_ascii=False, separators=(",", ":"))
+    if _SURROGATE.search(text) is not None:
+        raise WireError("a string of the transaction holds a lone surrogate")
+    if len(text) * 4 > MAX_PAYLOAD_BYTES and len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+        raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
+    return text
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key in a JSON object")
+    return out
+
+
+def tx_from_json(text: str | bytes | bytearray | memoryview) -> ContextTx:
+    """Decode and validate the JSON form of a transaction (str, or UTF-8 bytes).
+
+    Refuses text over :data:`MAX_PAYLOAD_BYTES`, nesting over
+    :data:`MAX_NESTING`, duplicate keys, ``NaN``/``Infinity`` and lone
+    surrogates. Raises :class:`WireError` on any failure, and no other exception.
+    """
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            view = memoryview(text)
+            if view.nbytes > MAX_PAYLOAD_BYTES:
+                raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
+            text = view.tobytes().decode("utf-8")
+        except WireError:
+            raise
+        except (ValueError, TypeError, BufferError) as e:
+            raise WireError(f"JSON text is not UTF-8: {e}") from e
+    elif not isinstance(text, str):
+        raise WireError(f"JSON text must be str or bytes, got {type(text).__name__}")
+    elif len(text) > MAX_PAYLOAD_BYTES:
+        raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except RecursionError as e:
+        raise WireError("JSON text nests too deeply") from e
+    except (ValueError, TypeError, ArithmeticError) as e:
+        raise WireError(f"malformed JSON: {e}") from e
+    _check_plain(obj, 0, text_only=True)
+    return tx_from_dict(obj)

@@ -1,0 +1,150 @@
+"""Hypothesis strategies for forms and context transactions, shared by the protocol tests.
+
+Everything generated is valid: frame ids pass ``is_frame_id``, labels ``is_label``,
+bodies ``check_form(…, 1)``; strings are valid Unicode (no lone surrogates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from protocol.forms import MAX_DEPTH, Symbol, is_atom_text
+from protocol.ids import is_frame_id, is_label
+from protocol.tx import (
+    ContextTx,
+    Derive,
+    Protect,
+    Relate,
+    Restore,
+    Retire,
+    Revise,
+    Unprotect,
+    Unrelate,
+)
+
+_LETTERS = st.characters(categories=["Lu", "Ll", "Lo"])
+_WORD = st.one_of(
+    st.sampled_from("abcxyz09-_."),
+    st.characters(categories=["Lu", "Ll", "Lo", "Nd"]),
+)
+
+frame_ids: st.SearchStrategy[str] = st.one_of(
+    st.sampled_from(
+        ["release", "test-result", "deployment/target-v2", "部署/目标", "发布/流程", "a", "x.y_z"]
+    ),
+    st.builds(
+        lambda first, rest, segments: first + rest + "".join("/" + s for s in segments),
+        _LETTERS,
+        st.text(_WORD, max_size=8),
+        st.lists(st.text(_WORD, min_size=1, max_size=6), max_size=2),
+    ),
+).filter(is_frame_id)
+
+event_refs: st.SearchStrategy[str] = st.one_of(st.integers(1, 99), st.integers(1, 10**18 - 1)).map(
+    lambda n: f"@e{n}"
+)
+
+refs: st.SearchStrategy[str] = st.one_of(frame_ids, event_refs)
+
+_ATOM_CHARS = st.one_of(
+    st.sampled_from("abz-+*/.@:<>=!?_01239"),
+    st.characters(exclude_categories=["C", "Z"], exclude_characters='()";\\'),
+)
+
+atom_texts: st.SearchStrategy[str] = st.one_of(
+    st.sampled_from(["from", "-", "1.5", "+1", "-01", "00", "@e1", "cn-shanghai", "上海", "é"]),
+    st.text(_ATOM_CHARS, min_size=1, max_size=12),
+).filter(is_atom_text)
+
+labels: st.SearchStrategy[str] = atom_texts.filter(is_label)
+
+symbols: st.SearchStrategy[Symbol] = atom_texts.map(Symbol)
+
+texts: st.SearchStrategy[str] = st.one_of(
+    st.sampled_from(
+        ["", '"', "\\", "\n", "\t\r", "\x00\x1b\x7f\x85", "上海", "a;b (c)", "\\u0041"]
+    ),
+    st.text(st.characters(codec="utf-8"), max_size=20),
+)
+
+ints: st.SearchStrategy[int] = st.one_of(
+    st.integers(-1000, 1000),
+    st.integers(-(10**40) + 1, 10**40 - 1),
+)
+
+leaves: st.SearchStrategy[Any] = st.one_of(symbols, texts, ints)
+
+
+def forms(max_leaves: int = 12) -> st.SearchStrategy[Any]:
+    """Nested forms (Symbol, str, int, tuples) of moderate size and depth."""
+    return st.recursive(
+        leaves, lambda children: st.lists(children, max_size=4).map(tuple), max_leaves=max_leaves
+    )
+
+
+def nested(depth: int, leaf: Any) -> Any:
+    """*leaf* wrapped in *depth* one-element lists."""
+    form = leaf
+    for _ in range(depth):
+        form = (form,)
+    return form
+
+
+_body_starts = st.sampled_from(
+    [(), ((Symbol("from"),),), ((Symbol("from"), Symbol("x")),), (nested(MAX_DEPTH - 1, 1),)]
+)
+
+bodies: st.SearchStrategy[tuple[Any, ...]] = st.builds(
+    lambda start, rest: start + tuple(rest), _body_starts, st.lists(forms(), max_size=3)
+)
+
+_sources = st.lists(refs, max_size=3).map(tuple)
+
+ops: st.SearchStrategy[Any] = st.one_of(
+    st.builds(Derive, id=frame_ids, sources=_sources, body=bodies),
+    st.builds(Revise, id=frame_ids, sources=_sources, body=bodies),
+    st.builds(Relate, subject=frame_ids, label=labels, object=frame_ids),
+    st.builds(Unrelate, subject=frame_ids, label=labels, object=frame_ids),
+    st.builds(Retire, refs=st.lists(refs, min_size=1, max_size=3).map(tuple)),
+    st.builds(Restore, ref=refs),
+    st.builds(Protect, id=frame_ids),
+    st.builds(Unprotect, id=frame_ids),
+)
+
+transactions: st.SearchStrategy[ContextTx] = st.builds(
+    ContextTx,
+    base_version=st.one_of(st.integers(0, 100), st.integers(0, (1 << 63) - 1)),
+    reason=st.none() | texts,
+    client_id=st.none() | texts.filter(lambda s: 1 <= len(s) <= 200),
+    ops=st.lists(ops, min_size=1, max_size=5).map(tuple),
+)
+
+
+def typed(form: Any) -> Any:
+    """*form* with every leaf tagged by its type, so that ``Symbol("a") != "a"`` shows."""
+    if isinstance(form, (tuple, list)):
+        return (type(form).__name__, tuple(typed(x) for x in form))
+    return (type(form).__name__, form)
+
+
+def strict_key(tx: ContextTx) -> Any:
+    """A value equal for two transactions only if they agree on every type as well."""
+    ops = []
+    for op in tx.ops:
+        fields = {}
+        for name, value in op:
+            if name == "body":
+                fields[name] = typed(value)
+            elif isinstance(value, tuple):
+                fields[name] = tuple((type(v).__name__, v) for v in value)
+            else:
+                fields[name] = (type(value).__name__, value)
+        ops.append((type(op).__name__, fields))
+    return (
+        tx.base_version,
+        (type(tx.reason).__name__, tx.reason),
+        (type(tx.client_id).__name__, tx.client_id),
+        ops,
+    )
