@@ -29,7 +29,7 @@ from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.state import RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx
-from protocol.view import ReadView, WriteView
+from protocol.view import BatchView, ReadView, WriteView
 
 T = TypeVar("T")
 
@@ -168,13 +168,15 @@ class Context:
         prepared = [_prepare(item) for item in txs]
         now = time.time()
 
-        def run(w: WriteView) -> list[Receipt]:
+        def run(inner: WriteView) -> list[Receipt]:
+            w = BatchView(inner)
             receipts = []
             for tx, text in prepared:
                 outcome = evaluate(w, tx, now=now, text=text)
                 if outcome.changes is not None:
                     w.apply(outcome.changes)
                 receipts.append(outcome.receipt)
+            w.flush()
             return receipts
 
         return self.backend.transact(run)
@@ -288,45 +290,37 @@ class Context:
         """Every committed write of *frame_id* (R29): op, revision, body, version, base.
 
         Reads the transaction log, not the current graph: the body shown is the
-        one that transaction wrote.
+        one that transaction wrote. Lifecycle-only changes (retire, restore,
+        protect, finalization at a tick) appear with ``op`` naming them.
         """
 
         def run(v: ReadView) -> list[dict[str, Any]]:
             versions = v.frame_history(frame_id)
             if not versions and v.frame(frame_id) is None:
                 raise NotFound(f"no frame {frame_id!r}")
-            out = []
+            out: list[dict[str, Any]] = []
             for version in versions:
                 rec = v.txlog(version)
                 if rec is None:
                     continue
-                for w in rec.get("writes", []):
-                    if w["frame"] != frame_id:
-                        continue
-                    item = {
-                        "version": version,
-                        "base_version": rec["base_version"],
-                        "kind": rec["kind"],
-                        "op": w["op"],
-                        "reason": rec.get("reason"),
-                    }
+                base = {
+                    "version": version,
+                    "base_version": rec["base_version"],
+                    "kind": rec["kind"],
+                    "reason": rec.get("reason"),
+                }
+                mine = [w for w in rec.get("writes", []) if w["frame"] == frame_id]
+                if not mine:
+                    out.append({**base, "op": "lifecycle"})
+                    continue
+                ops = logged_tx(rec).ops if rec["kind"] == "model" else ()
+                for w in mine:
+                    item = {**base, "op": w["op"]}
                     if "revision" in w:
                         item["revision"] = w["revision"]
-                    if "body" in w:
-                        from protocol.forms import from_plain
-
-                        item["body"] = print_body(tuple(from_plain(x) for x in w["body"]))
+                    if "index" in w and w["index"] < len(ops):
+                        item["body"] = print_body(ops[w["index"]].body)
                     out.append(item)
-                if not any(w["frame"] == frame_id for w in rec.get("writes", [])):
-                    out.append(
-                        {
-                            "version": version,
-                            "base_version": rec["base_version"],
-                            "kind": rec["kind"],
-                            "op": "lifecycle",
-                            "reason": rec.get("reason"),
-                        }
-                    )
             return out
 
         return self.backend.read(run)
@@ -336,6 +330,10 @@ class Context:
         rec = self.backend.read(lambda v: v.txlog(version))
         if rec is None:
             raise NotFound(f"no transaction at version {version}")
+        if rec.get("text") is None and rec.get("tx") is not None:
+            from protocol.txlang import print_tx
+
+            rec["text"] = print_tx(logged_tx(rec))
         return rec
 
     def close(self) -> None:
@@ -368,6 +366,17 @@ def _prepare(
             )
         item = item.model_copy(update={"client_id": client_id})
     return item, text
+
+
+def logged_tx(record: dict[str, Any]) -> ContextTx:
+    """The transaction a model-kind log record holds, from its text or its dict form."""
+    if record.get("text") is not None:
+        from protocol.txlang import parse_tx
+
+        return parse_tx(record["text"])
+    from protocol.wire import tx_from_dict
+
+    return tx_from_dict(record["tx"])
 
 
 def frame_dict(v: ReadView, f: Frame) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from protocol.errors import OutOfRange, RequestError
 from protocol.ids import SUPERSEDES, event_ref, is_event_ref, ref_seq
-from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
+from protocol.receipts import Conflict, OpError, Receipt, Relief, committed_receipt
 from protocol.state import (
     ACTIVE,
     EVENT_KINDS,
@@ -34,7 +34,6 @@ from protocol.state import (
     Frame,
     Meta,
     estimate_tokens,
-    form_tokens,
     preview_of,
 )
 from protocol.tx import (
@@ -51,6 +50,7 @@ from protocol.tx import (
     key_display,
 )
 from protocol.view import Changeset, ReadView
+from protocol.wire import tx_to_dict
 
 MAX_EVENT_CHARS = 64 << 20
 """Largest observation accepted, in characters."""
@@ -274,6 +274,7 @@ def evaluate(view: ReadView, tx: ContextTx, *, now: float, text: str | None = No
             _apply(
                 ov,
                 op,
+                index,
                 meta,
                 tx,
                 new_version,
@@ -348,6 +349,7 @@ def _cancel(f: Frame) -> None:
 def _apply(
     ov: _Overlay,
     op: Any,
+    index: int,
     meta: Meta,
     tx: ContextTx,
     version: int,
@@ -370,12 +372,11 @@ def _apply(
             sources=tuple(sources),
             created_version=version,
             updated_version=version,
-            tokens=form_tokens(op.body),
         )
         ov.put_new_frame(f)
         touched.add(op.id)
         sourced.update(s for s in sources if not s.startswith("ev:"))
-        writes.append({"frame": op.id, "op": "derive", "revision": 1})
+        writes.append({"frame": op.id, "op": "derive", "revision": 1, "index": index})
     elif isinstance(op, Revise):
         current = ov.frame(op.id)
         if current is None:
@@ -387,12 +388,11 @@ def _apply(
         f.revision += 1
         f.body = op.body
         f.sources = f.sources + tuple(s for s in added if s not in f.sources)
-        f.tokens = form_tokens(op.body)
         if f.lifecycle == RETIRING:
             _cancel(f)
         touched.add(op.id)
         sourced.update(s for s in f.sources if not s.startswith("ev:"))
-        writes.append({"frame": op.id, "op": "revise", "revision": f.revision})
+        writes.append({"frame": op.id, "op": "revise", "revision": f.revision, "index": index})
     elif isinstance(op, Relate):
         for end in (op.subject, op.object):
             if ov.frame(end) is None:
@@ -523,7 +523,7 @@ def _commit(
     cs = Changeset()
     changed: list[str] = []
     retired_now: list[str] = []
-    retiring: list[Retiring] = []
+    retiring: list[tuple[str, int]] = []
     cancelled: list[str] = []
     restored: list[str] = []
     now_events: list[str] = []
@@ -531,102 +531,106 @@ def _commit(
     pending_frames: list[str] = []
     now_tokens = 0
     pending_tokens = 0
+    targets: set[str] | None = None
 
-    for fid in sorted(ov.frames):
-        f = ov.frames[fid]
-        initial = ov.initial_frames.get(fid)
+    frames = ov.frames
+    initials = ov.initial_frames
+    for fid in sorted(frames) if len(frames) > 1 else frames:
+        f = frames[fid]
+        initial = initials.get(fid)
         if f is None or f is initial:
-            if f is not None and f.lifecycle == RETIRING and fid in _retire_targets(tx):
-                retiring.append(Retiring(id=fid, due_tick=f.due_tick or 0))
+            if f is not None and f.lifecycle == RETIRING:
+                if targets is None:
+                    targets = _retire_targets(tx)
+                if fid in targets:
+                    retiring.append((fid, f.due_tick or 0))
             continue
         f.updated_version = version
         cs.frames.append(f)
         cs.history.append((fid, version))
         changed.append("f:" + fid)
         was = initial.lifecycle if initial is not None else None
-        if f.lifecycle == RETIRED and was != RETIRED:
-            retired_now.append(fid)
-            now_frames.append(fid)
-            now_tokens += f.tokens
-        elif f.lifecycle == RETIRING:
+        life = f.lifecycle
+        if life == RETIRED:
+            if was != RETIRED:
+                retired_now.append(fid)
+                now_frames.append(fid)
+                now_tokens += f.tokens
+        elif life == RETIRING:
             assert f.due_tick is not None
-            retiring.append(Retiring(id=fid, due_tick=f.due_tick))
+            retiring.append((fid, f.due_tick))
             if was != RETIRING or (initial is not None and initial.retire_gen != f.retire_gen):
                 pending_frames.append(fid)
                 pending_tokens += f.tokens
                 cs.due_add.append((f.due_tick, fid, f.retire_gen, f.revision))
-        elif f.lifecycle == ACTIVE and was == RETIRING:
+        elif was == RETIRING:
             cancelled.append(fid)
-        elif f.lifecycle == ACTIVE and was == RETIRED:
+        elif was == RETIRED:
             restored.append(fid)
         if (
             initial is not None
             and initial.lifecycle == RETIRING
-            and (f.lifecycle != RETIRING or f.retire_gen != initial.retire_gen)
+            and (life != RETIRING or f.retire_gen != initial.retire_gen)
         ):
             assert initial.due_tick is not None
             cs.due_del.append((initial.due_tick, fid))
 
-    for seq in sorted(ov.events):
-        e = ov.events[seq]
+    events = ov.events
+    for seq in sorted(events) if len(events) > 1 else events:
+        e = events[seq]
         if e is ov.initial_events[seq]:
             continue
         cs.events.append(e)
-        changed.append("e:" + e.ref)
+        ref = e.ref
+        changed.append("e:" + ref)
         if e.lifecycle == RETIRED:
-            retired_now.append(e.ref)
-            now_events.append(e.ref)
+            retired_now.append(ref)
+            now_events.append(ref)
             now_tokens += e.tokens
         else:
-            restored.append(e.ref)
+            restored.append(ref)
 
-    for s, label, o in sorted(edges_changed):
+    for s, label, o in sorted(edges_changed) if len(edges_changed) > 1 else edges_changed:
         changed.append(edge_key(s, label, o))
-    cs.rel_add = sorted(ov.rel_add)
-    cs.rel_del = sorted(ov.rel_del)
+    cs.rel_add = sorted(ov.rel_add) if len(ov.rel_add) > 1 else list(ov.rel_add)
+    cs.rel_del = sorted(ov.rel_del) if len(ov.rel_del) > 1 else list(ov.rel_del)
 
     new_meta = meta.copy()
     new_meta.version = version
     cs.meta = new_meta
-    cs.lastmod = {key: version for key in changed}
+    cs.lastmod = dict.fromkeys(changed, version)
 
-    receipt = Receipt.model_construct(
-        status="committed",
+    receipt, receipt_doc = committed_receipt(
         version=version,
         base_version=tx.base_version,
         rebased=rebased,
         client_id=tx.client_id,
-        duplicate=False,
         tick=meta.tick,
-        retired_now=tuple(retired_now),
-        retiring=tuple(retiring),
-        retirement_cancelled=tuple(cancelled),
-        restored=tuple(restored),
-        relief_now=Relief(events=tuple(now_events), frames=tuple(now_frames), tokens=now_tokens),
-        relief_pending=Relief(frames=tuple(pending_frames), tokens=pending_tokens),
-        errors=(),
-        conflicts=(),
+        retired_now=retired_now,
+        retiring=retiring,
+        cancelled=cancelled,
+        restored=restored,
+        now_events=now_events,
+        now_frames=now_frames,
+        now_tokens=now_tokens,
+        pending_frames=pending_frames,
+        pending_tokens=pending_tokens,
     )
-    if text is None:
-        from protocol.txlang import print_tx
-
-        text = print_tx(tx)
-    body_of = {f.id: f for f in cs.frames}
-    for w in writes:
-        f = body_of.get(w["frame"])
-        w["body"] = [_plain_body(x) for x in (f.body if f is not None else ())]
     cs.txlog = {
         "version": version,
         "kind": "model",
         "base_version": tx.base_version,
         "client_id": tx.client_id,
         "reason": tx.reason,
+        # The text as submitted, or, for a transaction submitted as a model or
+        # wire payload, its dict form (printing it is left to whoever reads the log).
         "text": text,
+        "tx": None if text is not None else tx_to_dict(tx),
         "time": now,
         "tick": meta.tick,
         "changes": [key_display(k) for k in changed],
         "writes": writes,
-        "receipt": receipt.to_dict(),
+        "receipt": receipt_doc,
     }
     if tx.client_id is not None:
         cs.client = (tx.client_id, version, digest)
@@ -636,12 +640,6 @@ def _commit(
         "events": [e.seq for e in cs.events],
     }
     return Outcome(receipt, cs)
-
-
-def _plain_body(form: Any) -> Any:
-    from protocol.forms import to_plain
-
-    return to_plain(form)
 
 
 def _retire_targets(tx: ContextTx) -> set[str]:

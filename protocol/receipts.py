@@ -5,7 +5,7 @@ Error codes in :class:`OpError` are stable strings; see :data:`ERROR_CODES`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,6 +27,9 @@ ERROR_CODES = {
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+_M = TypeVar("_M", bound=_Model)
 
 
 class OpError(_Model):
@@ -96,3 +99,79 @@ class Receipt(_Model):
     def from_dict(cls, data: dict[str, Any]) -> Receipt:
         """Inverse of :meth:`to_dict`; raises pydantic's ValidationError on bad input."""
         return cls.model_validate(data)
+
+
+def _trusted(cls: type[_M], values: dict[str, Any]) -> _M:
+    # pydantic's model_construct without its per-field bookkeeping: the engine
+    # builds these values itself, every field present and of the right type.
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+def committed_receipt(
+    *,
+    version: int,
+    base_version: int,
+    rebased: bool,
+    client_id: str | None,
+    tick: int,
+    retired_now: list[str],
+    retiring: list[tuple[str, int]],
+    cancelled: list[str],
+    restored: list[str],
+    now_events: list[str],
+    now_frames: list[str],
+    now_tokens: int,
+    pending_frames: list[str],
+    pending_tokens: int,
+) -> tuple[Receipt, dict[str, Any]]:
+    """A committed receipt built from trusted engine values, and its JSON form."""
+    doc: dict[str, Any] = {
+        "status": "committed",
+        "version": version,
+        "base_version": base_version,
+        "rebased": rebased,
+        "client_id": client_id,
+        "duplicate": False,
+        "tick": tick,
+        "retired_now": retired_now,
+        "retiring": [{"id": i, "due_tick": d} for i, d in retiring],
+        "retirement_cancelled": cancelled,
+        "restored": restored,
+        "relief_now": {"events": now_events, "frames": now_frames, "tokens": now_tokens},
+        "relief_pending": {"events": [], "frames": pending_frames, "tokens": pending_tokens},
+        "errors": [],
+        "conflicts": [],
+    }
+    receipt = _trusted(
+        Receipt,
+        {
+            "status": "committed",
+            "version": version,
+            "base_version": base_version,
+            "rebased": rebased,
+            "client_id": client_id,
+            "duplicate": False,
+            "tick": tick,
+            "retired_now": tuple(retired_now),
+            "retiring": tuple(
+                _trusted(Retiring, {"id": i, "due_tick": d}) for i, d in retiring
+            ),
+            "retirement_cancelled": tuple(cancelled),
+            "restored": tuple(restored),
+            "relief_now": _trusted(
+                Relief,
+                {"events": tuple(now_events), "frames": tuple(now_frames), "tokens": now_tokens},
+            ),
+            "relief_pending": _trusted(
+                Relief, {"events": (), "frames": tuple(pending_frames), "tokens": pending_tokens}
+            ),
+            "errors": (),
+            "conflicts": (),
+        },
+    )
+    return receipt, doc

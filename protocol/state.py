@@ -10,7 +10,7 @@ persists.
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.forms import Form, Symbol
@@ -55,7 +55,9 @@ class Meta:
         return cls(**rec)
 
     def copy(self) -> Meta:
-        return replace(self)
+        return Meta(
+            self.version, self.tick, self.window, self.next_seq, self.history_keep, self.created
+        )
 
 
 @dataclass(slots=True)
@@ -75,7 +77,11 @@ class Frame:
     marked_tick: int | None = None
     retire_reason: str | None = None
     retired_version: int | None = None
-    tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        """Estimated input tokens of the body (computed, not stored)."""
+        return form_tokens(self.body)
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -92,7 +98,6 @@ class Frame:
             "marked_tick": self.marked_tick,
             "retire_reason": self.retire_reason,
             "retired_version": self.retired_version,
-            "tokens": self.tokens,
         }
 
     @classmethod
@@ -103,7 +108,21 @@ class Frame:
         return cls(**rec)
 
     def copy(self) -> Frame:
-        return replace(self)
+        return Frame(
+            self.id,
+            self.revision,
+            self.body,
+            self.sources,
+            self.lifecycle,
+            self.protected,
+            self.created_version,
+            self.updated_version,
+            self.retire_gen,
+            self.due_tick,
+            self.marked_tick,
+            self.retire_reason,
+            self.retired_version,
+        )
 
 
 @dataclass(slots=True)
@@ -156,7 +175,21 @@ class Event:
         return cls(**rec)
 
     def copy(self) -> Event:
-        return replace(self, extra=dict(self.extra))
+        return Event(
+            self.seq,
+            self.id,
+            self.kind,
+            self.session,
+            self.time,
+            self.size,
+            self.tokens,
+            self.preview,
+            self.lifecycle,
+            self.delivered,
+            self.claimed_tick,
+            self.retired_version,
+            dict(self.extra),
+        )
 
 
 def _plain(form: Form) -> Any:

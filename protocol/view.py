@@ -104,3 +104,64 @@ class WriteView(ReadView, Protocol):
 
     def apply(self, changes: Changeset) -> None:
         """Write *changes*; later reads through this view see them."""
+
+
+class BatchView:
+    """A write view that remembers, for one group commit, what it read and wrote.
+
+    Group commit decides many transactions inside one store write; most of them
+    read the same meta record and often the same frames. This wrapper serves
+    those repeated reads from memory and keeps them current as changesets are
+    applied, so each transaction pays for decoding a record once per batch at
+    most. Records handed out are shared: the engine treats them as read-only
+    (it copies before changing anything).
+    """
+
+    __slots__ = ("_w", "_meta", "_meta_dirty", "_frames", "_events")
+
+    def __init__(self, inner: WriteView) -> None:
+        self._w = inner
+        self._meta: Meta | None = None
+        self._meta_dirty = False
+        self._frames: dict[str, Frame | None] = {}
+        self._events: dict[int, Event | None] = {}
+
+    def meta(self) -> Meta:
+        if self._meta is None:
+            self._meta = self._w.meta()
+        return self._meta
+
+    def frame(self, frame_id: str) -> Frame | None:
+        try:
+            return self._frames[frame_id]
+        except KeyError:
+            f = self._frames[frame_id] = self._w.frame(frame_id)
+            return f
+
+    def event(self, seq: int) -> Event | None:
+        try:
+            return self._events[seq]
+        except KeyError:
+            e = self._events[seq] = self._w.event(seq)
+            return e
+
+    def apply(self, changes: Changeset) -> None:
+        """Apply *changes*; the meta record is written once, by :meth:`flush`."""
+        if changes.meta is not None:
+            self._meta = changes.meta
+            self._meta_dirty = True
+            changes.meta = None
+        self._w.apply(changes)
+        for f in changes.frames:
+            self._frames[f.id] = f
+        for e in changes.events:
+            self._events[e.seq] = e
+
+    def flush(self) -> None:
+        """Write the latest meta record; call once before the store write ends."""
+        if self._meta_dirty and self._meta is not None:
+            self._w.apply(Changeset(meta=self._meta))
+            self._meta_dirty = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._w, name)

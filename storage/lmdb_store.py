@@ -363,34 +363,44 @@ class _LmdbReadView:
 class _LmdbWriteView(_LmdbReadView):
     """A :class:`~protocol.view.WriteView` over one LMDB write transaction."""
 
-    __slots__ = ()
+    __slots__ = ("_outbox_seq", "_pk")
+
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> None:
+        super().__init__(txn, dbs)
+        self._outbox_seq: int | None = None
+        # One Packer per write: cheaper than packb's fresh Packer per record.
+        self._pk = msgpack.Packer(use_bin_type=True)
 
     @_guard
     def apply(self, changes: Changeset) -> None:
         """Write *changes*; deletions of relations, due entries and inbox rows come first."""
-        txn, db = self._txn, self._db
+        txn, db, pack = self._txn, self._db, self._pk.pack
         if changes.meta is not None:
-            txn.put(_META, _pack(changes.meta.to_record()), db=db["meta"])
+            txn.put(_META, pack(changes.meta.to_record()), db=db["meta"])
+        frames_db = db["frames"]
         for frame in changes.frames:
-            txn.put(_enc(frame.id, 400), _pack(frame.to_record()), db=db["frames"])
+            txn.put(_enc(frame.id, 400), pack(frame.to_record()), db=frames_db)
         for event in changes.events:
-            txn.put(_u64(event.seq), _pack(event.to_record()), db=db["events"])
-            txn.put(_enc(event.id, 400), _u64(event.seq), db=db["event_ids"])
+            txn.put(_u64(event.seq), pack(event.to_record()), db=db["events"])
+            # An event's id never changes: an update of a known event writes no index page.
+            txn.put(_enc(event.id, 400), _u64(event.seq), db=db["event_ids"], overwrite=False)
         for seq, text in changes.contents:
             self._put_content(seq, text)
         for s, label, o in changes.rel_del:
             txn.delete(_fwd_key(s, label, o), db=db["rel_fwd"])
             txn.delete(_rev_key(s, label, o), db=db["rel_rev"])
         for s, label, o in changes.rel_add:
-            edge = _pack([s, label, o])
+            edge = pack([s, label, o])
             txn.put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
             txn.put(_rev_key(s, label, o), edge, db=db["rel_rev"])
-        for key, version in changes.lastmod.items():
-            txn.put(_enc(key, 400), _u64(version), db=db["lastmod"])
+        if changes.lastmod:
+            lastmod_db = db["lastmod"]
+            for key, version in changes.lastmod.items():
+                txn.put(_enc(key, 400), _u64(version), db=lastmod_db)
         for tick, frame_id in changes.due_del:
             txn.delete(_u64(tick) + _enc(frame_id, 400), db=db["due"])
         for tick, frame_id, gen, revision in changes.due_add:
-            row = _pack([frame_id, gen, revision])
+            row = pack([frame_id, gen, revision])
             txn.put(_u64(tick) + _enc(frame_id, 400), row, db=db["due"])
         for seq in changes.inbox_del:
             txn.delete(_u64(seq), db=db["inbox"])
@@ -398,16 +408,26 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(_u64(seq), b"", db=db["inbox"])
         if changes.client is not None:
             client_id, version, digest = changes.client
-            txn.put(_enc(client_id, 400), _pack([version, bytes(digest)]), db=db["clients"])
+            txn.put(_enc(client_id, 400), pack([version, bytes(digest)]), db=db["clients"])
         if changes.txlog is not None:
-            txn.put(_u64(_txlog_version(changes.txlog)), _pack(changes.txlog), db=db["txlog"])
-        for frame_id, version in changes.history:
-            txn.put(_enc(frame_id, 400) + b"\x00" + _u64(version), b"", db=db["history"])
+            txn.put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
+        if changes.history:
+            history_db = db["history"]
+            for frame_id, version in changes.history:
+                txn.put(_enc(frame_id, 400) + b"\x00" + _u64(version), b"", db=history_db)
         if changes.outbox is not None:
-            data = txn.get(_OUTBOX_SEQ, db=db["meta"])
-            number = (0 if data is None else _U64.unpack(data)[0]) + 1
-            txn.put(_u64(number), _pack(changes.outbox), db=db["outbox"], append=True)
-            txn.put(_OUTBOX_SEQ, _u64(number), db=db["meta"])
+            number = self._outbox_seq
+            if number is None:
+                data = txn.get(_OUTBOX_SEQ, db=db["meta"])
+                number = 0 if data is None else _U64.unpack(data)[0]
+            number += 1
+            self._outbox_seq = number
+            txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
+
+    def _finish(self) -> None:
+        """Write what is kept per write rather than per changeset (the outbox counter)."""
+        if self._outbox_seq is not None:
+            self._txn.put(_OUTBOX_SEQ, _u64(self._outbox_seq), db=self._db["meta"])
 
     def _put_content(self, seq: int, text: str) -> None:
         contents = self._db["contents"]
@@ -745,6 +765,7 @@ class LmdbStore:
                 result = fn(view)
                 if view._map_full:  # fn swallowed the error; the transaction is unusable
                     raise _MapFull("the LMDB map is full")
+                view._finish()
                 txn.commit()
             except BaseException as e:
                 _abort(txn)

@@ -130,7 +130,6 @@ class TestStoreContract:
                 protected=True,
                 due_tick=9,
                 retire_reason="superseded",
-                tokens=11,
             )
             for i in ids
         ]
