@@ -655,80 +655,100 @@ def claim(view: ReadView, *, now: float) -> tuple[ClaimResult, Changeset]:
 
     The tick advances once if the batch holds a user message, tool result or
     external fact, however many it holds; recall results alone do not advance
-    it. Retirements due by the new tick are finalized unless stale (R16): the
-    frame must still be retiring with the same request generation, revision
-    and deadline. Finalizations commit as one recorded runtime transaction.
+    it. Retirements due by the new tick are then finalized (see
+    :func:`finalize_due`).
     """
     meta = view.meta()
     seqs = view.inbox()
     events = [e for e in (view.event(s) for s in seqs) if e is not None]
     advanced = any(e.kind in TICK_KINDS for e in events)
-    new_meta = meta.copy()
-    if advanced:
-        new_meta.tick += 1
-    cs = Changeset(meta=new_meta, inbox_del=list(seqs))
-    for e in events:
-        w = e.copy()
-        w.claimed_tick = new_meta.tick
-        cs.events.append(w)
+    tick = meta.tick + 1 if advanced else meta.tick
     finalized: list[str] = []
     if advanced:
-        version = meta.version + 1
-        for due_tick, fid, gen, revision in view.due(new_meta.tick):
-            cs.due_del.append((due_tick, fid))
-            f = view.frame(fid)
-            if (
-                f is None
-                or f.lifecycle != RETIRING
-                or f.retire_gen != gen
-                or f.revision != revision
-                or f.due_tick != due_tick
-            ):
-                continue  # stale: revised, restored, protected or re-marked since
-            w2 = f.copy()
-            w2.lifecycle = RETIRED
-            w2.due_tick = None
-            w2.retired_version = version
-            w2.updated_version = version
-            cs.frames.append(w2)
-            cs.history.append((fid, version))
-            finalized.append(fid)
-        if finalized:
-            new_meta.version = version
-            cs.lastmod = {"f:" + fid: version for fid in finalized}
-            tokens = sum(f.tokens for f in cs.frames)
-            receipt = Receipt(
-                status="committed",
-                version=version,
-                base_version=meta.version,
-                tick=new_meta.tick,
-                retired_now=tuple(finalized),
-                relief_now=Relief(frames=tuple(finalized), tokens=tokens),
-            )
-            reason = f"consolidation window ended at tick {new_meta.tick}"
-            cs.txlog = {
-                "version": version,
-                "kind": "runtime",
-                "base_version": meta.version,
-                "client_id": None,
-                "reason": reason,
-                "text": _runtime_text(meta.version, reason, finalized),
-                "time": now,
-                "tick": new_meta.tick,
-                "changes": list(finalized),
-                "writes": [{"frame": fid, "op": "finalize"} for fid in finalized],
-                "finalize": list(finalized),
-                "receipt": receipt.to_dict(),
-            }
-            cs.outbox = {"version": version, "frames": list(finalized), "events": []}
+        finalized, cs = finalize_due(view, tick=tick, now=now)
+    else:
+        cs = Changeset(meta=meta.copy())
+    cs.inbox_del = list(seqs)
+    for e in events:
+        w = e.copy()
+        w.claimed_tick = tick
+        cs.events.append(w)
+    assert cs.meta is not None
     result = ClaimResult(
-        tick=new_meta.tick,
+        tick=tick,
         advanced=advanced,
         claimed=tuple(e.ref for e in events),
         finalized=tuple(finalized),
-        version=new_meta.version,
+        version=cs.meta.version,
     )
     return result, cs
+
+
+def finalize_due(view: ReadView, *, tick: int, now: float) -> tuple[list[str], Changeset]:
+    """Move the tick to *tick* and retire every frame whose window ended by then (R12, R16).
+
+    A pending retirement is stale, and does nothing, unless the frame is still
+    retiring with the same request generation, revision and deadline. If any
+    frame retires, the changes commit as one recorded runtime transaction
+    (version + 1); otherwise only the tick moves. Replaying a runtime log
+    record means calling this with the record's tick.
+    """
+    meta = view.meta()
+    new_meta = meta.copy()
+    new_meta.tick = tick
+    cs = Changeset(meta=new_meta)
+    version = meta.version + 1
+    finalized: list[str] = []
+    for due_tick, fid, gen, revision in view.due(tick):
+        cs.due_del.append((due_tick, fid))
+        f = view.frame(fid)
+        if (
+            f is None
+            or f.lifecycle != RETIRING
+            or f.retire_gen != gen
+            or f.revision != revision
+            or f.due_tick != due_tick
+        ):
+            continue  # stale: revised, restored, protected or re-marked since
+        w = f.copy()
+        w.lifecycle = RETIRED
+        w.due_tick = None
+        w.retired_version = version
+        w.updated_version = version
+        cs.frames.append(w)
+        cs.history.append((fid, version))
+        finalized.append(fid)
+    if not finalized:
+        return finalized, cs
+    new_meta.version = version
+    cs.lastmod = {"f:" + fid: version for fid in finalized}
+    tokens = sum(f.tokens for f in cs.frames)
+    receipt = Receipt(
+        status="committed",
+        version=version,
+        base_version=meta.version,
+        tick=tick,
+        retired_now=tuple(finalized),
+        relief_now=Relief(frames=tuple(finalized), tokens=tokens),
+    )
+    reason = f"consolidation window ended at tick {tick}"
+    cs.txlog = {
+        "version": version,
+        "kind": "runtime",
+        "base_version": meta.version,
+        "client_id": None,
+        "reason": reason,
+        "text": _runtime_text(meta.version, reason, finalized),
+        "tx": None,
+        "time": now,
+        "tick": tick,
+        "changes": list(finalized),
+        "writes": [{"frame": fid, "op": "finalize"} for fid in finalized],
+        "finalize": list(finalized),
+        "receipt": receipt.to_dict(),
+    }
+    cs.outbox = {"version": version, "frames": list(finalized), "events": []}
+    return finalized, cs
 
 
 def _runtime_text(base: int, reason: str, finalized: list[str]) -> str:
