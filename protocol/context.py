@@ -206,6 +206,24 @@ class Context:
 
         return self.backend.read(run)
 
+    def frame_at(self, frame_id: str, version: int) -> dict[str, Any]:
+        """The frame as it stood when *version* committed (R29 as-of read); NotFound if absent."""
+        if version < 0:
+            raise OutOfRange(f"version must be >= 0, not {version}")
+
+        def run(v: ReadView) -> dict[str, Any]:
+            current = v.meta().version
+            if version > current:
+                raise OutOfRange(f"version {version} is after the current version {current}")
+            f = v.frame_at(frame_id, version)
+            if f is None:
+                raise NotFound(f"no frame {frame_id!r} at version {version}")
+            out = frame_dict(v, f, relations=False)
+            out["as_of"] = version
+            return out
+
+        return self.backend.read(run)
+
     def frame_record(self, frame_id: str) -> Frame:
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
         f = self.backend.read(lambda v: v.frame(frame_id))
@@ -379,7 +397,7 @@ def logged_tx(record: dict[str, Any]) -> ContextTx:
     return tx_from_dict(record["tx"])
 
 
-def frame_dict(v: ReadView, f: Frame) -> dict[str, Any]:
+def frame_dict(v: ReadView, f: Frame, *, relations: bool = True) -> dict[str, Any]:
     """A frame as the CLI and the API show it."""
     out: dict[str, Any] = {
         "id": f.id,
@@ -399,8 +417,9 @@ def frame_dict(v: ReadView, f: Frame) -> dict[str, Any]:
         out["retire_reason"] = f.retire_reason
     if f.retired_version is not None:
         out["retired_version"] = f.retired_version
-    out["relations_out"] = [[f.id, lab, o] for lab, o in v.relations_from(f.id)]
-    out["relations_in"] = [[s, lab, f.id] for s, lab in v.relations_to(f.id)]
+    if relations:
+        out["relations_out"] = [[f.id, lab, o] for lab, o in v.relations_from(f.id)]
+        out["relations_in"] = [[s, lab, f.id] for s, lab in v.relations_to(f.id)]
     return out
 
 

@@ -195,6 +195,13 @@ class _MemoryView:
     def frame_history(self, frame_id: str) -> list[int]:
         return sorted(self._live()["history"].bucket(frame_id))
 
+    def frame_at(self, frame_id: str, version: int) -> Frame | None:
+        bucket = self._live()["history"].bucket(frame_id)
+        known = [v for v in bucket if v <= version]
+        if not known:
+            return None
+        return Frame.from_record(_unpack(bucket[max(known)]))
+
     def iter_frames(self) -> Iterator[Frame]:
         for frame_id in self._live()["frames"].buckets():
             frame = self.frame(frame_id)
@@ -253,8 +260,9 @@ class _MemoryView:
             t["clients"].put(client_id, None, (version, bytes(digest)))
         if changes.txlog is not None:
             t["txlog"].put(_txlog_version(changes.txlog), None, _pack(changes.txlog))
+        after = {f.id: f for f in changes.frames}
         for frame_id, version in changes.history:
-            t["history"].put(frame_id, version, True)
+            t["history"].put(frame_id, version, _pack(after[frame_id].to_record()))
         if changes.outbox is not None:
             last: int = t["meta"].get("outbox") or 0
             t["outbox"].put(last + 1, None, _pack(changes.outbox))

@@ -68,6 +68,9 @@ class ReadView(Protocol):
     def frame_history(self, frame_id: str) -> list[int]:
         """Versions whose transactions wrote *frame_id* (derive/revise/lifecycle), ascending."""
 
+    def frame_at(self, frame_id: str, version: int) -> Frame | None:
+        """The frame as it stood after *version* committed (an as-of read), or None."""
+
     def iter_frames(self) -> Iterator[Frame]:
         """Every frame, by id."""
 
@@ -96,6 +99,7 @@ class Changeset:
     client: tuple[str, int, bytes] | None = None
     txlog: dict[str, Any] | None = None
     history: list[tuple[str, int]] = field(default_factory=list)
+    """``(frame id, version)``: the frame's record in ``frames`` is kept as of that version."""
     outbox: dict[str, Any] | None = None
 
 

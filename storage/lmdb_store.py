@@ -17,7 +17,7 @@ order is byte order; ``enc(text, n)`` is defined by :func:`_enc`)::
     lastmod    enc(footprint key, 400)                -> u64(version)
     clients    enc(client id, 400)                    -> [version, digest]
     txlog      u64(version)                           -> txlog record
-    history    enc(frame id, 400) 00 u64(version)     -> b""
+    history    enc(frame id, 400) 00 u64(version)     -> Frame record as of that version
     due        u64(due tick) + enc(frame id, 400)     -> [frame id, gen, revision]
     inbox      u64(seq)                               -> b""
     outbox     u64(number)                            -> index intent
@@ -343,6 +343,22 @@ class _LmdbReadView:
         return [_U64.unpack(key[-8:])[0] for key, _ in self._scan("history", prefix, prefix)]
 
     @_guard
+    def frame_at(self, frame_id: str, version: int) -> Frame | None:
+        prefix = _enc(frame_id, 400) + b"\x00"
+        cursor = self._txn.cursor(db=self._db["history"])
+        # The last history row of this frame at or before *version*.
+        if not cursor.set_range(prefix + _u64(min(max(version, 0), _U64_MAX))):
+            if not cursor.last():
+                return None
+        elif cursor.key() != prefix + _u64(min(max(version, 0), _U64_MAX)):
+            if not cursor.prev():
+                return None
+        key = cursor.key()
+        if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+            return None
+        return Frame.from_record(_unpack(cursor.value()))
+
+    @_guard
     def iter_frames(self) -> Iterator[Frame]:
         rows = ((k, Frame.from_record(_unpack(v))) for k, v in self._scan("frames", b""))
         return self._iterate(_sorted_runs(rows, lambda f: f.id))
@@ -413,8 +429,10 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
         if changes.history:
             history_db = db["history"]
+            after = {f.id: f for f in changes.frames}
             for frame_id, version in changes.history:
-                txn.put(_enc(frame_id, 400) + b"\x00" + _u64(version), b"", db=history_db)
+                record = pack(after[frame_id].to_record())
+                txn.put(_enc(frame_id, 400) + b"\x00" + _u64(version), record, db=history_db)
         if changes.outbox is not None:
             number = self._outbox_seq
             if number is None:

@@ -336,9 +336,13 @@ class TestStoreContract:
         with pytest.raises(StoreError):
             apply(store, txlog={"reason": "no version"})
 
-    def test_history_ordering(self, store: Store) -> None:
-        apply(store, history=[("a", 5), ("a", 2), ("ab", 3), (HUGE_A, 9), (HUGE_B, 1)])
-        apply(store, history=[("a", 300), ("a", 1 << 40), (HUGE_A, 4)])
+    def test_history_ordering_and_as_of_reads(self, store: Store) -> None:
+        def write(*rows: tuple[str, int]) -> None:
+            for frame_id, version in rows:
+                apply(store, frames=[frame(frame_id, version)], history=[(frame_id, version)])
+
+        write(("a", 5), ("a", 2), ("ab", 3), (HUGE_A, 9), (HUGE_B, 1))
+        write(("a", 300), ("a", 1 << 40), (HUGE_A, 4))
 
         def check(v: ReadView) -> None:
             assert v.frame_history("a") == [2, 5, 300, 1 << 40]
@@ -346,6 +350,16 @@ class TestStoreContract:
             assert v.frame_history(HUGE_A) == [4, 9]
             assert v.frame_history(HUGE_B) == [1]
             assert v.frame_history("b") == []
+            # As-of reads return the record kept at the last version at or before.
+            at = v.frame_at
+            assert at("a", 1) is None
+            assert [at("a", n).revision for n in (2, 4, 5, 299, 300, 1 << 41)] == [  # type: ignore[union-attr]
+                2, 2, 5, 5, 300, 1 << 40
+            ]
+            assert at("ab", 2) is None and at("ab", 3).revision == 3  # type: ignore[union-attr]
+            assert at(HUGE_A, 8).revision == 4  # type: ignore[union-attr]
+            assert at(HUGE_B, 100).revision == 1  # type: ignore[union-attr]
+            assert at("b", 100) is None
 
         store.read(check)
 
