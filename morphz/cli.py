@@ -9,68 +9,12 @@ parse error. Store commands never import Ray.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-from protocol.errors import MorphzError, ParseError, WireError
-
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-
-
-class _Env:
-    def __init__(self, store: str, context: str, as_json: bool) -> None:
-        self.store = store
-        self.context = context
-        self.as_json = as_json
-
-    def open(self, **options: Any) -> Any:
-        from morphz.store import Store
-
-        return Store(self.store).open(self.context, **options)
-
-
-def _emit(env: _Env, doc: Any, human: Callable[[Any], str]) -> None:
-    if env.as_json:
-        click.echo(json.dumps(doc, ensure_ascii=False))
-    else:
-        click.echo(human(doc))
-
-
-def _fail(env: _Env | None, err: MorphzError) -> NoReturn:
-    code = EXIT_USAGE if isinstance(err, (ParseError, WireError)) else EXIT_REFUSED
-    if env is not None and env.as_json:
-        click.echo(json.dumps(err.to_dict(), ensure_ascii=False))
-    else:
-        click.echo(f"morphz: {err.code}: {err.message}", err=True)
-    sys.exit(code)
-
-
-def _decode(data: bytes, what: str) -> str:
-    """UTF-8 text from bytes; invalid input is a parse error (exit 2), never a traceback."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ParseError(f"{what} is not valid UTF-8 (byte {e.start})") from e
-
-
-def _run(fn: Callable[..., None]) -> Callable[..., None]:
-    """Translate the library's typed errors into the documented exit codes."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        env = click.get_current_context().find_object(_Env)
-        try:
-            fn(*args, **kwargs)
-        except MorphzError as e:
-            _fail(env, e)
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
+from morphz.console import EXIT_REFUSED, EXIT_USAGE, Env, decode, emit, run_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -87,14 +31,14 @@ def _run(fn: Callable[..., None]) -> Callable[..., None]:
 @click.pass_context
 def cli(ctx: click.Context, store: str, context_name: str, as_json: bool) -> None:
     """Morphz: structured, transactional memory for long-running agents."""
-    ctx.obj = _Env(store, context_name, as_json)
+    ctx.obj = Env(store, context_name, as_json)
 
 
 @cli.command()
 @click.option("--window", type=int, default=None, help="Consolidation window in ticks (default 8).")
 @click.pass_obj
-@_run
-def init(env: _Env, window: int | None) -> None:
+@run_command
+def init(env: Env, window: int | None) -> None:
     """Create the context (other commands create it on first use with defaults)."""
     from morphz.store import Store
     from protocol.errors import RequestError
@@ -117,7 +61,7 @@ def init(env: _Env, window: int | None) -> None:
             "version": meta.version,
             "tick": meta.tick,
         }
-    _emit(
+    emit(
         env,
         doc,
         lambda d: (
@@ -143,26 +87,26 @@ def init(env: _Env, window: int | None) -> None:
     help="Read the text from a file ('-' for stdin).",
 )
 @click.pass_obj
-@_run
-def observe(env: _Env, kind: str, session: str, text: str | None, path: Any) -> None:
+@run_command
+def observe(env: Env, kind: str, session: str, text: str | None, path: Any) -> None:
     """Record an observation; it waits until claimed."""
     if (text is None) == (path is None):
         raise click.UsageError("give exactly one of --text or --file")
-    body = text if text is not None else _decode(path.read(), "the observation file")
+    body = text if text is not None else decode(path.read(), "the observation file")
     with env.open() as ctx:
         e = ctx.observe(kind, body, session=session)
     doc = {"ref": e.ref, "id": e.id, "kind": e.kind, "session": e.session, "size": e.size}
-    _emit(env, doc, lambda d: f"{d['ref']}  {d['kind']}  ({d['size']} chars)  {d['id']}")
+    emit(env, doc, lambda d: f"{d['ref']}  {d['kind']}  ({d['size']} chars)  {d['id']}")
 
 
 @cli.command()
 @click.pass_obj
-@_run
-def claim(env: _Env) -> None:
+@run_command
+def claim(env: Env) -> None:
     """Claim all waiting inputs as one batch (advances the tick once)."""
     with env.open() as ctx:
         result = ctx.claim()
-    _emit(
+    emit(
         env,
         result.to_dict(),
         lambda d: (
@@ -206,17 +150,17 @@ def _human_receipt(d: dict[str, Any]) -> str:
     "--client-id", default=None, help="Idempotency key: a retry returns the original receipt."
 )
 @click.pass_obj
-@_run
-def tx(env: _Env, source: Any, client_id: str | None) -> None:
+@run_command
+def tx(env: Env, source: Any, client_id: str | None) -> None:
     """Submit a (context-tx …) from FILE or stdin and print its receipt."""
     from protocol.txlang import parse_tx
 
-    text = _decode(source.read(), "the transaction")
+    text = decode(source.read(), "the transaction")
     parse_tx(text)  # a parse error exits 2 before the store is touched
     with env.open() as ctx:
         receipt = ctx.commit_many([(text, client_id)])[0]
     doc = receipt.to_dict()
-    _emit(env, doc, _human_receipt)
+    emit(env, doc, _human_receipt)
     if not receipt.committed:
         sys.exit(EXIT_REFUSED)
 
@@ -238,12 +182,12 @@ def _human_frame(d: dict[str, Any]) -> str:
 @cli.command()
 @click.argument("frame_id")
 @click.pass_obj
-@_run
-def frame(env: _Env, frame_id: str) -> None:
+@run_command
+def frame(env: Env, frame_id: str) -> None:
     """Show the current frame FRAME_ID."""
     with env.open() as ctx:
         doc = ctx.frame(frame_id)
-    _emit(env, doc, _human_frame)
+    emit(env, doc, _human_frame)
 
 
 @cli.command()
@@ -253,15 +197,15 @@ def frame(env: _Env, frame_id: str) -> None:
     "--length", type=int, default=None, help="Characters to read (default: the rest, ≤ 1 MiB)."
 )
 @click.pass_obj
-@_run
-def event(env: _Env, ref: str, offset: int, length: int | None) -> None:
+@run_command
+def event(env: Env, ref: str, offset: int, length: int | None) -> None:
     """Read an observation (retired ones too) by reference, in chunks."""
     with env.open() as ctx:
         meta = ctx.event(ref)
         chunk = ctx.read_event(ref, offset, length)
     doc = {**meta, **chunk}
     doc.pop("preview", None)
-    _emit(env, doc, lambda d: d["text"])
+    emit(env, doc, lambda d: d["text"])
 
 
 def _human_state(d: dict[str, Any]) -> str:
@@ -283,35 +227,35 @@ def _human_state(d: dict[str, Any]) -> str:
 
 @cli.command()
 @click.pass_obj
-@_run
-def state(env: _Env) -> None:
+@run_command
+def state(env: Env) -> None:
     """Version, tick, frames, events and relations of the context."""
     with env.open() as ctx:
         doc = ctx.state()
-    _emit(env, doc, _human_state)
+    emit(env, doc, _human_state)
 
 
 @cli.command()
 @click.argument("ref")
 @click.pass_obj
-@_run
-def deliver(env: _Env, ref: str) -> None:
+@run_command
+def deliver(env: Env, ref: str) -> None:
     """Mark the user request REF delivered; it may be retired afterwards."""
     with env.open() as ctx:
         doc = ctx.deliver(ref)
-    _emit(env, doc, lambda d: f"{d['ref']} delivered")
+    emit(env, doc, lambda d: f"{d['ref']} delivered")
 
 
 @cli.command()
 @click.argument("frame_id")
 @click.pass_obj
-@_run
-def history(env: _Env, frame_id: str) -> None:
+@run_command
+def history(env: Env, frame_id: str) -> None:
     """Every committed write of FRAME_ID, with the body each wrote (R29)."""
     with env.open() as ctx:
         items = ctx.history(frame_id)
     doc = {"id": frame_id, "writes": items}
-    _emit(
+    emit(
         env,
         doc,
         lambda d: "\n".join(
@@ -326,12 +270,12 @@ def history(env: _Env, frame_id: str) -> None:
 @cli.command("log")
 @click.argument("version", type=int)
 @click.pass_obj
-@_run
-def log_cmd(env: _Env, version: int) -> None:
+@run_command
+def log_cmd(env: Env, version: int) -> None:
     """The transaction committed at VERSION, as logged (text, base, client id, receipt)."""
     with env.open() as ctx:
         doc = ctx.txlog(version)
-    _emit(env, doc, lambda d: d["text"])
+    emit(env, doc, lambda d: d["text"])
 
 
 def main() -> None:

@@ -122,16 +122,24 @@ class Context:
         """Record an observation; it is immutable and waits until claimed."""
         return self.observe_many([(kind, text, session)])[0]
 
-    def observe_many(self, items: Iterable[tuple[str, str, str]]) -> list[Event]:
-        """Record many observations, in order, in one durable write."""
-        batch = list(items)
+    def observe_many(
+        self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, float | None]]
+    ) -> list[Event]:
+        """Record many observations, in order, in one durable write.
+
+        Each item is ``(kind, text, session)`` or ``(kind, text, session, time)``
+        where *time* (seconds since the epoch) is when the input happened; it
+        defaults to now.
+        """
+        batch = [(*item, None)[:4] for item in items]
         now = time.time()
         ids = [new_event_id() for _ in batch]
 
         def run(w: WriteView) -> list[Event]:
             out = []
-            for (kind, text, session), eid in zip(batch, ids, strict=True):
-                e, cs = observe(w, kind=kind, text=text, session=session, now=now, event_id=eid)
+            for (kind, text, session, at), eid in zip(batch, ids, strict=True):
+                when = now if at is None else at
+                e, cs = observe(w, kind=kind, text=text, session=session, now=when, event_id=eid)
                 w.apply(cs)
                 out.append(e)
             return out

@@ -592,6 +592,12 @@ def _commit(
 
     for s, label, o in sorted(edges_changed) if len(edges_changed) > 1 else edges_changed:
         changed.append(edge_key(s, label, o))
+    for f in cs.frames:
+        initial = initials.get(f.id)
+        if initial is None:
+            cs.cites_add.extend((src, f.id) for src in f.sources)
+        elif f.sources is not initial.sources:
+            cs.cites_add.extend((src, f.id) for src in f.sources if src not in initial.sources)
     cs.rel_add = sorted(ov.rel_add) if len(ov.rel_add) > 1 else list(ov.rel_add)
     cs.rel_del = sorted(ov.rel_del) if len(ov.rel_del) > 1 else list(ov.rel_del)
 
@@ -776,6 +782,8 @@ def observe(
         raise RequestError("observation text must be a string", code="bad_text")
     if len(text) > MAX_EVENT_CHARS:
         raise OutOfRange(f"observation longer than {MAX_EVENT_CHARS} characters")
+    if not isinstance(now, (int, float)) or isinstance(now, bool) or not 0 <= now < 1e11:
+        raise OutOfRange(f"an observation time is seconds since the epoch, not {now!r}")
     if not session or len(session) > MAX_SESSION or not session.isprintable():
         raise RequestError("a session name is 1 to 128 printable characters", code="bad_session")
     meta = view.meta()

@@ -35,6 +35,7 @@ _TABLES = (
     "contents",
     "rel_fwd",
     "rel_rev",
+    "cites",
     "lastmod",
     "clients",
     "txlog",
@@ -167,6 +168,9 @@ class _MemoryView:
     def relations_to(self, obj: str) -> list[tuple[str, str]]:
         return sorted(self._live()["rel_rev"].bucket(obj))
 
+    def cited_by(self, source: str) -> list[str]:
+        return sorted(self._live()["cites"].bucket(source))
+
     def lastmod(self, key: str) -> int:
         version: int | None = self._live()["lastmod"].get(key)
         return version or 0
@@ -245,6 +249,8 @@ class _MemoryView:
         for s, label, o in changes.rel_add:
             t["rel_fwd"].put(s, (label, o), True)
             t["rel_rev"].put(o, (s, label), True)
+        for source, frame_id in changes.cites_add:
+            t["cites"].put(source, frame_id, True)
         for key, version in changes.lastmod.items():
             t["lastmod"].put(key, None, version)
         for tick, frame_id in changes.due_del:

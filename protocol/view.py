@@ -50,6 +50,9 @@ class ReadView(Protocol):
     def relations_to(self, obj: str) -> list[tuple[str, str]]:
         """``(subject, label)`` pairs of edges arriving at *obj*, sorted."""
 
+    def cited_by(self, source: str) -> list[str]:
+        """Ids of the frames whose ``sources`` include *source* (a frame id or event id), sorted."""
+
     def lastmod(self, key: str) -> int:
         """The last version that changed footprint key *key*; 0 if none."""
 
@@ -91,6 +94,8 @@ class Changeset:
     contents: list[tuple[int, str]] = field(default_factory=list)
     rel_add: list[tuple[str, str, str]] = field(default_factory=list)
     rel_del: list[tuple[str, str, str]] = field(default_factory=list)
+    cites_add: list[tuple[str, str]] = field(default_factory=list)
+    """``(source, frame id)``: *frame id* now lists *source*. Sources only ever grow."""
     lastmod: dict[str, int] = field(default_factory=dict)
     due_add: list[tuple[int, str, int, int]] = field(default_factory=list)
     due_del: list[tuple[int, str]] = field(default_factory=list)

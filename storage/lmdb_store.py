@@ -14,6 +14,7 @@ order is byte order; ``enc(text, n)`` is defined by :func:`_enc`)::
     contents   u64(seq) + u32(chunk)                  -> UTF-8 of CHUNK_CHARS characters
     rel_fwd    enc(subject, 200) 00 enc(label 00 object, 200) -> [subject, label, object]
     rel_rev    enc(object, 200) 00 enc(subject 00 label, 200) -> [subject, label, object]
+    cites      enc(source, 250) 00 enc(frame id, 250)  -> b"" (frames citing a source)
     lastmod    enc(footprint key, 400)                -> u64(version)
     clients    enc(client id, 400)                    -> [version, digest]
     txlog      u64(version)                           -> txlog record
@@ -70,6 +71,7 @@ _DB_NAMES = (
     "contents",
     "rel_fwd",
     "rel_rev",
+    "cites",
     "lastmod",
     "clients",
     "txlog",
@@ -303,6 +305,12 @@ class _LmdbReadView:
         return sorted(out)
 
     @_guard
+    def cited_by(self, source: str) -> list[str]:
+        prefix = _enc(source, 250) + b"\x00"
+        out = [_unpack(v) for _, v in self._scan("cites", prefix, prefix)]
+        return sorted(out)
+
+    @_guard
     def lastmod(self, key: str) -> int:
         data = self._txn.get(_enc(key, 400), db=self._db["lastmod"])
         return 0 if data is None else int(_U64.unpack(data)[0])
@@ -409,6 +417,9 @@ class _LmdbWriteView(_LmdbReadView):
             edge = pack([s, label, o])
             txn.put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
             txn.put(_rev_key(s, label, o), edge, db=db["rel_rev"])
+        for source, frame_id in changes.cites_add:
+            cite = _enc(source, 250) + b"\x00" + _enc(frame_id, 250)
+            txn.put(cite, pack(frame_id), db=db["cites"])
         if changes.lastmod:
             lastmod_db = db["lastmod"]
             for key, version in changes.lastmod.items():

@@ -30,3 +30,12 @@ def test_frame_as_of_each_version(ctx: Context) -> None:
     for w in writes:
         if "body" in w:
             assert ctx.frame_at("case", w["version"])["body"] == w["body"]
+
+
+def test_cited_by_index_follows_derive_and_revise(ctx: Context) -> None:
+    e = ctx.observe("tool_result", "log")
+    ctx.commit(f"(context-tx (base-version 0) (derive a (from {e.ref}) (x)) (derive b (from a) (y)))")
+    ctx.commit("(context-tx (base-version 1) (derive c (x)) (revise c (from a b) (z)))")
+    event_id = ctx.event(e.ref)["id"]
+    cited = ctx.backend.read(lambda v: (v.cited_by("a"), v.cited_by("b"), v.cited_by(event_id)))
+    assert cited == (["b", "c"], ["c"], ["a"])

@@ -1,0 +1,71 @@
+"""Shared plumbing of the ``morphz`` commands: options object, output, typed-error exits."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from protocol.errors import MorphzError, ParseError, WireError
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+class Env:
+    """The global options: store directory, context name, JSON output."""
+
+    def __init__(self, store: str, context: str, as_json: bool) -> None:
+        self.store = store
+        self.context = context
+        self.as_json = as_json
+
+    def open(self, **options: Any) -> Any:
+        """Open (creating on first use) this command's context."""
+        from morphz.store import Store
+
+        return Store(self.store).open(self.context, **options)
+
+
+def emit(env: Env, doc: Any, human: Callable[[Any], str]) -> None:
+    """Print *doc* as one JSON document with ``--json``, else its human rendering."""
+    if env.as_json:
+        click.echo(json.dumps(doc, ensure_ascii=False))
+    else:
+        click.echo(human(doc))
+
+
+def fail(env: Env | None, err: MorphzError) -> NoReturn:
+    """Report a typed error and exit: 2 for parse/wire errors, 1 for refusals."""
+    code = EXIT_USAGE if isinstance(err, (ParseError, WireError)) else EXIT_REFUSED
+    if env is not None and env.as_json:
+        click.echo(json.dumps(err.to_dict(), ensure_ascii=False))
+    else:
+        click.echo(f"morphz: {err.code}: {err.message}", err=True)
+    sys.exit(code)
+
+
+def decode(data: bytes, what: str) -> str:
+    """UTF-8 text from bytes; invalid input is a parse error (exit 2), never a traceback."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"{what} is not valid UTF-8 (byte {e.start})") from e
+
+
+def run_command(fn: Callable[..., None]) -> Callable[..., None]:
+    """Translate the library's typed errors into the documented exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        env = click.get_current_context().find_object(Env)
+        try:
+            fn(*args, **kwargs)
+        except MorphzError as e:
+            fail(env, e)
+
+    return wrapper
