@@ -17,6 +17,7 @@ from protocol.errors import (
     WireError,
 )
 from protocol.forms import Symbol
+from protocol.history import Submission, Verdict, Violation, check_history
 from protocol.memory import MemoryBackend
 from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
 from protocol.state import Event, Frame, Meta
@@ -74,11 +75,15 @@ __all__ = [
     "Revise",
     "StoreError",
     "StoreLocked",
+    "Submission",
     "Symbol",
     "Unprotect",
     "Unrelate",
+    "Verdict",
+    "Violation",
     "WireError",
     "WriteView",
+    "check_history",
     "claim",
     "deliver",
     "evaluate",

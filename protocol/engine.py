@@ -405,13 +405,14 @@ def _apply(
                 )
             ov.rel_add.discard(t)
             ov.rel_del.add(t)
+            edges_changed.add(t)
         else:
-            if not ov.has_relation(*t):
+            if not ov.has_relation(*t):  # relating an existing edge changes nothing
                 ov.rel_del.discard(t)
                 ov.rel_add.add(t)
+                edges_changed.add(t)
             if op.label == SUPERSEDES:
                 supersede_objects.add(op.object)
-        edges_changed.add(t)
     elif isinstance(op, Retire):
         for ref in op.refs:
             if is_event_ref(ref):
