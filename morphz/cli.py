@@ -278,6 +278,12 @@ def log_cmd(env: Env, version: int) -> None:
     emit(env, doc, lambda d: d["text"])
 
 
+from morphz.cli_recall import graph_cmd, recall_cmd  # noqa: E402
+
+cli.add_command(recall_cmd)
+cli.add_command(graph_cmd)
+
+
 def main() -> None:
     """Entry point of the ``morphz`` command."""
     try:

@@ -19,6 +19,7 @@ from protocol.errors import (
 from protocol.forms import Symbol
 from protocol.history import Submission, Verdict, Violation, check_history
 from protocol.memory import MemoryBackend
+from protocol.recall import RecallPage, RecallRequest, recall
 from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
 from protocol.state import Event, Frame, Meta
 from protocol.tx import (
@@ -65,6 +66,8 @@ __all__ = [
     "ParseError",
     "Protect",
     "ReadView",
+    "RecallPage",
+    "RecallRequest",
     "Receipt",
     "Relate",
     "Relief",
@@ -93,6 +96,7 @@ __all__ = [
     "print_form",
     "print_tx",
     "read_forms",
+    "recall",
     "tx_from_dict",
     "tx_from_json",
     "tx_from_msgpack",

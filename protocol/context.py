@@ -26,6 +26,7 @@ from protocol.engine import (
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.forms import to_plain
 from protocol.ids import MAX_CLIENT_ID
+from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
 from protocol.state import RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx
@@ -350,6 +351,33 @@ class Context:
             return out
 
         return self.backend.read(run)
+
+    def recall(
+        self,
+        request: RecallRequest | dict[str, Any] | str,
+        cursor: str | None = None,
+        view_version: int | None = None,
+    ) -> RecallPage:
+        """One page of graph recall (R26, R27); see :func:`protocol.recall.recall`."""
+        return read_recall(self.backend, request, cursor, view_version)
+
+    def recall_observation(
+        self,
+        request: RecallRequest | dict[str, Any] | str,
+        cursor: str | None = None,
+        view_version: int | None = None,
+        *,
+        session: str = "main",
+    ) -> tuple[RecallPage, Event]:
+        """Recall one page and record it as a ``recall_result`` observation (R30).
+
+        The result enters the context as tool output; no frame's lifecycle changes.
+        """
+        if not isinstance(request, RecallRequest):
+            request = RecallRequest.parse(request)
+        page = read_recall(self.backend, request, cursor, view_version)
+        text = as_recall_observation(page, request)
+        return page, self.observe("recall_result", text, session=session)
 
     def txlog(self, version: int) -> dict[str, Any]:
         """The log record of the transaction committed at *version*."""
