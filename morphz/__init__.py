@@ -11,7 +11,7 @@
 Ray is never imported here; the actor layer lives in :mod:`actors`.
 """
 
-from morphz.store import Store, open_context
+from morphz.store import Store
 from protocol.context import Context
 from protocol.engine import ClaimResult
 from protocol.errors import (
@@ -38,6 +38,7 @@ from protocol.tx import (
     Unrelate,
 )
 from protocol.txlang import parse_tx, print_tx
+from storage.layout import open_context
 
 __all__ = [
     "ClaimResult",

@@ -185,7 +185,7 @@ def _human_frame(d: dict[str, Any]) -> str:
 @run_command
 def frame(env: Env, frame_id: str) -> None:
     """Show the current frame FRAME_ID."""
-    with env.open() as ctx:
+    with env.read() as ctx:
         doc = ctx.frame(frame_id)
     emit(env, doc, _human_frame)
 
@@ -200,7 +200,7 @@ def frame(env: Env, frame_id: str) -> None:
 @run_command
 def event(env: Env, ref: str, offset: int, length: int | None) -> None:
     """Read an observation (retired ones too) by reference, in chunks."""
-    with env.open() as ctx:
+    with env.read() as ctx:
         meta = ctx.event(ref)
         chunk = ctx.read_event(ref, offset, length)
     doc = {**meta, **chunk}
@@ -230,7 +230,7 @@ def _human_state(d: dict[str, Any]) -> str:
 @run_command
 def state(env: Env) -> None:
     """Version, tick, frames, events and relations of the context."""
-    with env.open() as ctx:
+    with env.read() as ctx:
         doc = ctx.state()
     emit(env, doc, _human_state)
 
@@ -252,7 +252,7 @@ def deliver(env: Env, ref: str) -> None:
 @run_command
 def history(env: Env, frame_id: str) -> None:
     """Every committed write of FRAME_ID, with the body each wrote (R29)."""
-    with env.open() as ctx:
+    with env.read() as ctx:
         items = ctx.history(frame_id)
     doc = {"id": frame_id, "writes": items}
     emit(
@@ -273,7 +273,7 @@ def history(env: Env, frame_id: str) -> None:
 @run_command
 def log_cmd(env: Env, version: int) -> None:
     """The transaction committed at VERSION, as logged (text, base, client id, receipt)."""
-    with env.open() as ctx:
+    with env.read() as ctx:
         doc = ctx.txlog(version)
     emit(env, doc, lambda d: d["text"])
 

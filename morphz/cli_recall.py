@@ -69,7 +69,7 @@ def recall_cmd(env: Env, request_json: str, cursor: str | None, as_observation: 
     if request_json == "-":
         request_json = decode(sys.stdin.buffer.read(), "the recall request")
     request = RecallRequest.parse(request_json)  # malformed JSON exits 2 before the store opens
-    with env.open() as ctx:
+    with env.open() if as_observation else env.read() as ctx:
         page = read_recall(ctx.backend, request, cursor)
         doc = page.to_dict()
         if as_observation:
@@ -194,7 +194,7 @@ def graph_cmd(
             pages.append(recall(view, request, pages[-1].next_cursor))
         return pages, pages[0].version
 
-    with env.open() as ctx:
+    with env.read() as ctx:
         pages, version = ctx.backend.read(everything)
     nodes = [n for p in pages for n in p.nodes]
     edges = [e for p in pages for e in p.edges]

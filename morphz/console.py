@@ -30,6 +30,19 @@ class Env:
 
         return Store(self.store).open(self.context, **options)
 
+    def read(self) -> Any:
+        """Open this command's context for reading: read-only (no writer lock) if it exists.
+
+        A read command therefore works while another process (a context actor,
+        a running agent) holds the context for writing.
+        """
+        from morphz.store import Store
+
+        store = Store(self.store)
+        if store.exists(self.context):
+            return store.open(self.context, readonly=True)
+        return store.open(self.context)
+
 
 def emit(env: Env, doc: Any, human: Callable[[Any], str]) -> None:
     """Print *doc* as one JSON document with ``--json``, else its human rendering."""

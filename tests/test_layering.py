@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
     "protocol": {"protocol", "pydantic", "pydantic_core", "msgpack"},
     "storage": {"protocol", "storage", "lmdb", "msgpack", "icu4py"},
+    "actors": {"protocol", "storage", "actors", "ray", "msgpack", "pydantic"},
 }
 
 

@@ -1,0 +1,506 @@
+"""The public handle of a context actor: :func:`connect`, :func:`lookup`, :class:`ContextHandle`.
+
+Like ``ray.util.queue``: a small wrapper creates (or finds) the named actor,
+validates arguments before any remote call, offers blocking and ``async``
+forms, and translates Ray's errors into the library's own
+(:class:`~protocol.errors.StoreError` with code ``actor_unavailable`` when the
+actor cannot be reached after the retries, ``actor_error`` when it failed).
+
+Idempotency (R25): :meth:`ContextHandle.submit` gives every transaction a
+client id (a fresh ``c-<uuid4>`` unless one is given) and sends the same id on
+every retry, so a retry after a lost reply or an actor restart returns the
+original receipt (``duplicate=True``) instead of committing twice. Ray itself
+may re-run a call after a restart (``max_task_retries=-1``); the client id
+makes that safe too. Observations get a caller-chosen event id for the same
+reason. ``claim`` is at-least-once: a repeated claim claims whatever waits at
+that moment (often nothing, which does not advance the tick).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from actors.context_actor import MAX_EXPORT_PAGE, ContextActor
+from actors.placement import actor_name, check_node, current_node_id, ensure_ray, pinned
+from actors.replies import open_reply, raise_error
+from protocol.context import MAX_WINDOW, new_event_id
+from protocol.errors import MorphzError, NotFound, RequestError, StoreError, WireError
+from protocol.ids import MAX_CLIENT_ID
+from protocol.receipts import Receipt
+from protocol.tx import ContextTx
+from protocol.wire import tx_to_msgpack, unpack
+from storage import check_context_name
+
+DEFAULT_NAMESPACE = "morphz"
+"""The Ray namespace context actors live in unless told otherwise."""
+MAX_CONCURRENCY = 1000
+"""Calls one context actor's event loop accepts at once."""
+
+
+def new_client_id() -> str:
+    """A fresh client id: ``c-`` and a uuid4 in hex."""
+    return "c-" + uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for calls that could not reach the actor.
+
+    Delays are ``initial * multiplier**n`` capped at ``max_delay``, each scaled
+    by a random factor in [0.5, 1]; at most ``attempts`` retries. The default
+    waits 1.8 to 3.6 s in all before giving up.
+    """
+
+    attempts: int = 7
+    initial: float = 0.05
+    multiplier: float = 2.0
+    max_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 0 or self.initial < 0 or self.multiplier < 1 or self.max_delay < 0:
+            raise RequestError("a retry policy needs attempts, delays >= 0 and multiplier >= 1")
+
+    def delay(self, retry: int, rng: random.Random | None = None) -> float | None:
+        """Seconds to wait before retry number *retry* (0-based), or None: give up."""
+        if retry >= self.attempts:
+            return None
+        base = min(self.max_delay, self.initial * self.multiplier**retry)
+        return base * (0.5 + 0.5 * (rng or random).random())
+
+
+_ACTOR_CLASS: Any = None
+
+
+def _actor_class() -> Any:
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        import ray
+
+        _ACTOR_CLASS = ray.remote(ContextActor)
+    return _ACTOR_CLASS
+
+
+def _check_text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise RequestError(
+            f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
+        )
+    return value
+
+
+def _check_int(value: object, what: str, low: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise RequestError(
+            f"{what} must be an integer >= {low}, not {value!r}", code="bad_argument"
+        )
+    return value
+
+
+def _task_failure(name: str, e: BaseException) -> MorphzError:
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, MorphzError):
+        return cause
+    return StoreError(f"context actor {name!r} failed: {cause or e}", code="actor_error")
+
+
+def _receipt(raw: Any) -> Receipt:
+    doc = unpack(raw)
+    if isinstance(doc, dict) and "error" in doc and "status" not in doc:
+        raise_error(doc["error"])
+    try:
+        return Receipt.from_dict(doc)
+    except Exception as e:  # pydantic's ValidationError, or a non-dict
+        raise WireError(f"malformed receipt from the context actor: {e}") from e
+
+
+class ContextHandle:
+    """A picklable handle of one context actor; pass it to other actors freely.
+
+    Every method is blocking; the ``*_async`` forms are for event loops (agent
+    threads). Errors are the library's own: a refused request raises the same
+    class it would raise embedded (``NotFound`` for an unknown frame …), a
+    rejected transaction is a receipt, and an unreachable actor raises
+    :class:`StoreError` (code ``actor_unavailable``) after the retry policy.
+    """
+
+    def __init__(
+        self,
+        actor: Any,
+        name: str,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._actor = actor
+        self.name = name
+        self.namespace = namespace
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"ContextHandle({self.name!r}, namespace={self.namespace!r})"
+
+    @property
+    def actor(self) -> Any:
+        """The underlying Ray actor handle (its methods answer msgpack; see the docs)."""
+        return self._actor
+
+    # -- transport ------------------------------------------------------------
+
+    def _refresh(self, e: BaseException) -> None:
+        """After the actor died for good, pick up a context actor recreated under its name."""
+        import ray
+        from ray.exceptions import ActorDiedError
+
+        if not isinstance(e, ActorDiedError):
+            return
+        try:
+            self._actor = ray.get_actor(actor_name(self.name), namespace=self.namespace)
+        except ValueError:
+            pass
+
+    def _unavailable(self, e: BaseException) -> StoreError:
+        return StoreError(
+            f"context actor {self.name!r} unavailable after {self.retry.attempts} retries: {e}",
+            code="actor_unavailable",
+        )
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+
+        wait = self.timeout if timeout is None else timeout
+        retry = 0
+        while True:
+            try:
+                ref = getattr(self._actor, method).remote(*args)
+                return ray.get(ref, timeout=wait)
+            except RayTaskError as e:
+                raise _task_failure(self.name, e) from e
+            except (RayActorError, GetTimeoutError) as e:
+                delay = self.retry.delay(retry)
+                retry += 1
+                if delay is None:
+                    raise self._unavailable(e) from e
+                time.sleep(delay)
+                self._refresh(e)
+            except RayError as e:
+                raise StoreError(f"context actor {self.name!r}: {e}", code="actor_error") from e
+
+    async def _call_async(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        from ray.exceptions import RayActorError, RayError, RayTaskError
+
+        wait = self.timeout if timeout is None else timeout
+        retry = 0
+        while True:
+            try:
+                ref = getattr(self._actor, method).remote(*args)
+                return await asyncio.wait_for(ref, wait)
+            except RayTaskError as e:
+                raise _task_failure(self.name, e) from e
+            except (RayActorError, TimeoutError) as e:  # GetTimeoutError is a TimeoutError
+                delay = self.retry.delay(retry)
+                retry += 1
+                if delay is None:
+                    raise self._unavailable(e) from e
+                await asyncio.sleep(delay)
+                self._refresh(e)
+            except RayError as e:
+                raise StoreError(f"context actor {self.name!r}: {e}", code="actor_error") from e
+
+    # -- transactions ---------------------------------------------------------
+
+    @staticmethod
+    def prepare(tx: ContextTx | str, client_id: str | None = None) -> tuple[ContextTx, bytes]:
+        """The transaction with its client id settled, and its wire payload.
+
+        Text is parsed here (a :class:`~protocol.errors.ParseError` never
+        reaches the actor). The client id is *client_id*, else the one inside
+        *tx*, else a fresh one.
+        """
+        if isinstance(tx, str):
+            from protocol.txlang import parse_tx
+
+            tx = parse_tx(tx)
+        if not isinstance(tx, ContextTx):
+            raise RequestError(
+                f"a transaction is a ContextTx or its text, not {type(tx).__name__}",
+                code="bad_argument",
+            )
+        cid = client_id if client_id is not None else tx.client_id
+        if cid is None:
+            cid = new_client_id()
+        if not isinstance(cid, str) or not 1 <= len(cid) <= MAX_CLIENT_ID:
+            raise RequestError(
+                f"a client id is 1 to {MAX_CLIENT_ID} characters", code="bad_client_id"
+            )
+        if cid != tx.client_id:
+            tx = tx.model_copy(update={"client_id": cid})
+        return tx, tx_to_msgpack(tx)
+
+    def submit(
+        self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
+    ) -> Receipt:
+        """Submit one transaction and wait for its durable receipt (committed or rejected).
+
+        Retries (lost replies, a restarting actor, *timeout* per attempt) reuse
+        the client id, so the transaction is applied at most once.
+        """
+        _, payload = self.prepare(tx, client_id)
+        return _receipt(self._call("submit", payload, timeout=timeout))
+
+    async def submit_async(
+        self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
+    ) -> Receipt:
+        """:meth:`submit` for event loops."""
+        _, payload = self.prepare(tx, client_id)
+        return _receipt(await self._call_async("submit", payload, timeout=timeout))
+
+    def submit_payload(self, payload: bytes, *, timeout: float | None = None) -> Receipt:
+        """Send raw wire bytes as they are (for tests of hostile input and for other clients)."""
+        return _receipt(self._call("submit", payload, timeout=timeout))
+
+    # -- other writes -----------------------------------------------------------
+
+    @staticmethod
+    def _observation(kind: str, text: str, session: str) -> list[Any]:
+        _check_text(kind, "kind")
+        _check_text(text, "text")
+        _check_text(session, "session")
+        return [kind, text, session, new_event_id()]
+
+    def observe(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
+        """Record an observation; ``{"ref", "id", "duplicate"}``. Retries are idempotent."""
+        item = self._observation(kind, text, session)
+        return dict(open_reply(self._call("observe_many", [item]))[0])
+
+    async def observe_async(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
+        """:meth:`observe` for event loops."""
+        item = self._observation(kind, text, session)
+        return dict(open_reply(await self._call_async("observe_many", [item]))[0])
+
+    def observe_many(self, items: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
+        """Record ``(kind, text, session)`` observations, in order, in one durable write."""
+        batch = [self._observation(*item) for item in items]
+        return list(open_reply(self._call("observe_many", batch)))
+
+    def claim(self) -> dict[str, Any]:
+        """Claim the waiting inputs as one batch (R20): tick, advanced, claimed, finalized."""
+        return dict(open_reply(self._call("claim")))
+
+    async def claim_async(self) -> dict[str, Any]:
+        """:meth:`claim` for event loops."""
+        return dict(open_reply(await self._call_async("claim")))
+
+    def deliver(self, ref: str) -> dict[str, Any]:
+        """Mark the user request *ref* delivered (R19)."""
+        return dict(open_reply(self._call("deliver", _check_text(ref, "ref"))))
+
+    # -- reads ------------------------------------------------------------------
+
+    def frame(self, frame_id: str) -> dict[str, Any]:
+        """The frame as a dict (body, revision, sources, lifecycle, relations); NotFound."""
+        return dict(open_reply(self._call("frame", _check_text(frame_id, "frame id"))))
+
+    async def frame_async(self, frame_id: str) -> dict[str, Any]:
+        """:meth:`frame` for event loops."""
+        raw = await self._call_async("frame", _check_text(frame_id, "frame id"))
+        return dict(open_reply(raw))
+
+    def snapshot(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+        """One consistent read of the version and some frames; see ContextActor.snapshot."""
+        ids = [_check_text(f, "frame id") for f in frame_ids]
+        return dict(open_reply(self._call("snapshot", ids)))
+
+    async def snapshot_async(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+        """:meth:`snapshot` for event loops."""
+        ids = [_check_text(f, "frame id") for f in frame_ids]
+        return dict(open_reply(await self._call_async("snapshot", ids)))
+
+    def state(self) -> dict[str, Any]:
+        """Version, tick, every frame, event and relation, and the sessions."""
+        return dict(open_reply(self._call("state")))
+
+    async def state_async(self) -> dict[str, Any]:
+        """:meth:`state` for event loops."""
+        return dict(open_reply(await self._call_async("state")))
+
+    def event(self, ref: str) -> dict[str, Any]:
+        """An event's metadata; NotFound if unknown."""
+        return dict(open_reply(self._call("event", _check_text(ref, "ref"))))
+
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+        """Characters ``[offset, offset+length)`` of an event's original text (R28)."""
+        _check_text(ref, "ref")
+        _check_int(offset, "offset")
+        if length is not None:
+            _check_int(length, "length")
+        return dict(open_reply(self._call("read_event", ref, offset, length)))
+
+    def history(self, frame_id: str) -> list[dict[str, Any]]:
+        """Every committed write of *frame_id* (R29)."""
+        return list(open_reply(self._call("history", _check_text(frame_id, "frame id"))))
+
+    def version(self) -> int:
+        """The current version."""
+        return int(open_reply(self._call("version")))
+
+    async def version_async(self) -> int:
+        """:meth:`version` for event loops."""
+        return int(open_reply(await self._call_async("version")))
+
+    def meta(self) -> dict[str, Any]:
+        """The counters: version, tick, window, next_seq, history_keep, created."""
+        return dict(open_reply(self._call("meta")))
+
+    def txlog(self, version: int) -> dict[str, Any]:
+        """The log record of the transaction committed at *version*; NotFound."""
+        return dict(open_reply(self._call("txlog", _check_int(version, "version"))))
+
+    def export(self, after_version: int = 0, *, page: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
+        """The whole history after *after_version*, paged under the hood; see ContextActor.export.
+
+        ``log`` holds every record after *after_version*; ``frames``, ``events``
+        and ``relations`` come from the same snapshot as the last record.
+        """
+        after = _check_int(after_version, "after_version")
+        log: list[Any] = []
+        while True:
+            doc = unpack(self._call("export", after, page))
+            if isinstance(doc, dict) and "error" in doc and "log" not in doc:
+                raise_error(doc["error"])
+            log.extend(doc["log"])
+            if not doc["more"]:
+                doc["log"] = log
+                return dict(doc)
+            after = doc["log"][-1]["version"] if doc["log"] else after + page
+
+    # -- introspection ----------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """Group-commit counters of the actor process: batches, transactions, …"""
+        return dict(self._call("stats"))
+
+    def describe(self) -> dict[str, Any]:
+        """Name, store directory, node id, pid and open error of the actor."""
+        return dict(self._call("describe"))
+
+    def pid(self) -> int:
+        """The actor's process id."""
+        return int(self._call("pid"))
+
+    def node_id(self) -> str:
+        """The node the actor runs on."""
+        return str(self._call("node_id"))
+
+    def shutdown(self) -> None:
+        """Stop the actor for good (no restart); its store closes with the process."""
+        import ray
+
+        ray.kill(self._actor, no_restart=True)
+
+
+def connect(
+    name: str,
+    *,
+    store_dir: str | os.PathLike[str],
+    node_id: str | None = None,
+    create: bool = True,
+    namespace: str = DEFAULT_NAMESPACE,
+    window: int | None = None,
+    history_keep: int | None = None,
+    lifetime: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+) -> ContextHandle:
+    """Get or create the actor of context *name* and return its handle.
+
+    The actor (``ctx:<name>`` in *namespace*) serves ``<store_dir>/<name>``,
+    the same layout as ``morphz --store``. It is pinned to *node_id* (default:
+    this node), the node whose disk holds the store; *store_dir* is a path on
+    that node (made absolute here). ``lifetime="detached"`` lets the actor
+    outlive the process that created it; otherwise it dies with its creator.
+    If the actor already exists it is returned as it is, after checking it
+    serves the same store directory (and the same node, when *node_id* is
+    given). Raises the typed error of a failed open (``NotFound`` when
+    ``create=False`` and the context does not exist, ``StoreLocked`` …).
+    """
+    check_context_name(name)
+    if not isinstance(store_dir, (str, os.PathLike)):
+        raise RequestError("store_dir must be a path", code="bad_argument")
+    where = os.path.abspath(os.fspath(store_dir))
+    _check_text(namespace, "namespace")
+    if not namespace:
+        raise RequestError("namespace must not be empty", code="bad_argument")
+    if window is not None and not (
+        isinstance(window, int) and not isinstance(window, bool) and 0 <= window <= MAX_WINDOW
+    ):
+        raise RequestError(f"window must be between 0 and {MAX_WINDOW} ticks", code="bad_argument")
+    if history_keep is not None:
+        _check_int(history_keep, "history_keep", 1)
+    if lifetime not in (None, "detached"):
+        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
+    ensure_ray()
+    node = check_node(node_id) if node_id is not None else current_node_id()
+    actor = (
+        _actor_class()
+        .options(
+            name=actor_name(name),
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime=lifetime,
+            max_restarts=-1,
+            max_task_retries=-1,
+            max_concurrency=MAX_CONCURRENCY,
+            num_cpus=0,
+            scheduling_strategy=pinned(node),
+        )
+        .remote(where, name, window, history_keep, create)
+    )
+    handle = ContextHandle(actor, name, namespace=namespace, retry=retry, timeout=timeout)
+    info = handle.describe()
+    if info["open_error"] is not None:
+        handle.shutdown()
+        raise_error(info["open_error"])
+    if info["store_dir"] != where:
+        raise RequestError(
+            f"context {name!r} is already served from {info['store_dir']}, not {where}",
+            code="context_elsewhere",
+        )
+    if node_id is not None and info["node_id"] != node_id:
+        raise RequestError(
+            f"context {name!r} is already served on node {info['node_id']}, not {node_id}",
+            code="context_elsewhere",
+        )
+    return handle
+
+
+def lookup(
+    name: str,
+    namespace: str = DEFAULT_NAMESPACE,
+    *,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+) -> ContextHandle:
+    """The handle of the running context actor *name*, from anywhere in the cluster.
+
+    Raises :class:`NotFound` if no such actor exists in *namespace*.
+    """
+    check_context_name(name)
+    _check_text(namespace, "namespace")
+    ensure_ray()
+    import ray
+
+    try:
+        actor = ray.get_actor(actor_name(name), namespace=namespace)
+    except ValueError as e:
+        raise NotFound(f"no context actor {name!r} in namespace {namespace!r}") from e
+    return ContextHandle(actor, name, namespace=namespace, retry=retry, timeout=timeout)

@@ -1,0 +1,82 @@
+"""Where actors run: node ids, liveness and pinning (NodeAffinity) on a Ray cluster.
+
+A context's store is a local LMDB directory, so its actor is pinned, with a
+hard node affinity, to the node that holds the directory. Everything here
+imports Ray when called, never at module import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import NotFound, RequestError
+
+ACTOR_PREFIX = "ctx:"
+"""Context actors are named ``ctx:<context name>`` inside their namespace."""
+
+
+def actor_name(context: str) -> str:
+    """The Ray actor name of the context *context*."""
+    return ACTOR_PREFIX + context
+
+
+def ensure_ray() -> None:
+    """Connect to Ray if this process is not connected yet.
+
+    ``ray.init()`` with no arguments joins the cluster named by ``RAY_ADDRESS``
+    (or a running local one) and starts a local one otherwise.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        ray.init()
+
+
+def current_node_id() -> str:
+    """The id of the node this process runs on."""
+    import ray
+
+    ensure_ray()
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def alive_nodes() -> list[dict[str, Any]]:
+    """The live nodes of the cluster: ``{"node_id", "address", "resources"}``, by id."""
+    import ray
+
+    ensure_ray()
+    out = []
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if node.get("Alive"):
+            out.append(
+                {
+                    "node_id": str(node["NodeID"]),
+                    "address": str(node.get("NodeManagerAddress", "")),
+                    "resources": dict(node.get("Resources", {})),
+                }
+            )
+    return sorted(out, key=lambda n: n["node_id"])
+
+
+def node_with_resource(resource: str) -> str:
+    """The id of a live node offering the custom resource *resource*; NotFound if none."""
+    for node in alive_nodes():
+        if node["resources"].get(resource, 0) > 0:
+            return str(node["node_id"])
+    raise NotFound(f"no live node offers the resource {resource!r}")
+
+
+def check_node(node_id: object) -> str:
+    """Return *node_id* if it names a live node; NotFound otherwise."""
+    if not isinstance(node_id, str) or not node_id:
+        raise RequestError(f"a node id is a non-empty string, not {node_id!r}", code="bad_argument")
+    if node_id not in {n["node_id"] for n in alive_nodes()}:
+        raise NotFound(f"no live node {node_id}")
+    return node_id
+
+
+def pinned(node_id: str) -> Any:
+    """A scheduling strategy that runs an actor on *node_id* and nowhere else."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)

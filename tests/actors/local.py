@@ -1,0 +1,39 @@
+"""A stand-in for ContextHandle that drives a ContextActor in the test's own event loop.
+
+It decodes replies exactly as the real handle does, so the agent thread's logic
+and the actor's group commit run without Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from actors.client import ContextHandle, _receipt
+from actors.context_actor import ContextActor
+from actors.replies import open_reply
+from protocol.receipts import Receipt
+from protocol.tx import ContextTx
+
+
+class LocalHandle:
+    """The async half of ContextHandle, calling a plain ContextActor directly."""
+
+    def __init__(self, actor: ContextActor) -> None:
+        self.actor = actor
+
+    async def submit_async(
+        self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
+    ) -> Receipt:
+        _, payload = ContextHandle.prepare(tx, client_id)
+        return _receipt(await self.actor.submit(payload))
+
+    async def snapshot_async(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+        return dict(open_reply(await self.actor.snapshot(list(frame_ids))))
+
+    async def observe_async(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
+        item = ContextHandle._observation(kind, text, session)
+        return dict(open_reply(await self.actor.observe_many([item]))[0])
+
+    async def claim_async(self) -> dict[str, Any]:
+        return dict(open_reply(await self.actor.claim()))

@@ -1,0 +1,235 @@
+"""Context actors on the session's Ray cluster: rebase or reject, the seed's story, hostile
+payloads, typed errors across the actor boundary, group commit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from actors import ContextHandle, RetryPolicy, connect, lookup
+from protocol.errors import NotFound, OutOfRange, ParseError, RequestError, StoreError
+from protocol.receipts import Conflict, Receipt
+from protocol.txlang import parse_tx
+from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, tx_to_msgpack, unpack
+from tests.actors.cluster import RayCluster
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def ctx(
+    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
+) -> Iterator[ContextHandle]:
+    handle = connect(context_name, store_dir=tmp_path, namespace=namespace)
+    yield handle
+    handle.shutdown()
+
+
+async def together(h: ContextHandle, *texts: str) -> list[Receipt]:
+    """Submit transactions concurrently, as separate threads would."""
+    return list(await asyncio.gather(*(h.submit_async(t) for t in texts)))
+
+
+def test_same_base_independent_frames_both_commit_same_frame_one_is_rejected(
+    ctx: ContextHandle,
+) -> None:
+    base = ctx.version()
+    first, second = asyncio.run(
+        together(
+            ctx,
+            f"(context-tx (base-version {base}) (derive alpha (by t1)))",
+            f"(context-tx (base-version {base}) (derive beta (by t2)))",
+        )
+    )
+    assert first.committed and second.committed
+    assert sorted([first.version, second.version]) == [base + 1, base + 2]
+    assert sorted([first.rebased, second.rebased]) == [False, True]
+
+    base = ctx.version()
+    a, b = asyncio.run(
+        together(
+            ctx,
+            f"(context-tx (base-version {base}) (revise alpha (by t1) (round 2)))",
+            f"(context-tx (base-version {base}) (revise alpha (by t2) (round 2)))",
+        )
+    )
+    winner, loser = (a, b) if a.committed else (b, a)
+    assert winner.committed and loser.status == "rejected"
+    assert [e.code for e in loser.errors] == ["conflict"]
+    assert "alpha" in loser.errors[0].message
+    assert loser.conflicts == (Conflict(id="alpha", version=winner.version),)
+
+    # the loser re-reads and rebuilds: now it is based on the winner's write
+    snap = ctx.snapshot(["alpha"])
+    assert snap["frames"]["alpha"]["revision"] == 2
+    again = ctx.submit(
+        f"(context-tx (base-version {snap['version']}) (revise alpha (by t1 t2) (round 3)))"
+    )
+    assert again.committed and again.version == winner.version + 1
+    assert ctx.frame("alpha")["revision"] == 3
+
+
+@pytest.mark.parametrize("first", ["testing", "pausing"])
+def test_seed_story_tests_passed_and_release_paused_are_both_held(
+    ctx: ContextHandle, first: str
+) -> None:
+    ask = ctx.observe("user_message", "Ship v1 once the regression tests pass.")
+    ctx.claim()
+    start = ctx.submit(
+        f"(context-tx (base-version 0) (derive release (from {ask['ref']}) "
+        "(goal ship-v1) (stage awaiting-tests)))"
+    )
+    assert start.committed
+    tests = ctx.observe("tool_result", "regression suite: 412 passed, 0 failed")
+    pause = ctx.observe("user_message", "Pause the release, legal wants a look.")
+    assert ctx.claim()["claimed"] == [tests["ref"], pause["ref"]]
+    base = ctx.version()
+
+    def testing(base: int, stage: str) -> str:
+        return (
+            f'(context-tx (base-version {base}) (reason "tests passed; prepare to package")'
+            f" (derive test-result (from {tests['ref']}) (tests passed))"
+            f" (revise release (from test-result) (goal ship-v1) {stage})"
+            f" (relate test-result supports release) (retire {tests['ref']}))"
+        )
+
+    pausing = (
+        f'(context-tx (base-version {base}) (reason "the user paused the release")'
+        f" (revise release (from {pause['ref']}) (goal ship-v1) (stage paused)))"
+    )
+    # both threads read version `base`; one of them reaches the actor first
+    order = [testing(base, "(stage packaging)"), pausing]
+    if first == "pausing":
+        order.reverse()
+    winner, loser = ctx.submit(order[0]), ctx.submit(order[1])
+    assert winner.committed and loser.status == "rejected"
+    assert loser.conflicts == (Conflict(id="release", version=winner.version),)
+
+    # the loser re-reads the release and writes a state that holds both facts
+    seen = ctx.frame("release")
+    base = ctx.version()
+    if first == "pausing":  # the testing thread must not un-pause the release
+        assert "(stage paused)" in seen["body"]
+        rebuilt = testing(base, "(stage paused) (tests passed)")
+    else:  # the pausing thread keeps the test result it now sees
+        assert "(stage packaging)" in seen["body"]
+        rebuilt = (
+            f'(context-tx (base-version {base}) (reason "the user paused the release")'
+            f" (derive pause-request (from {pause['ref']}) (user-asked pause))"
+            " (revise release (from pause-request) (goal ship-v1) (stage paused) (tests passed))"
+            " (relate pause-request blocks release))"
+        )
+    final = ctx.submit(rebuilt)
+    assert final.committed, final.errors
+    release = ctx.frame("release")
+    assert release["body"] == "(goal ship-v1) (stage paused) (tests passed)"
+    assert ctx.frame("test-result")["body"] == "(tests passed)"
+    assert ["test-result", "supports", "release"] in release["relations_in"]
+    writes = [h for h in ctx.history("release") if h["op"] in ("derive", "revise")]
+    assert [h["revision"] for h in writes] == [1, 2, 3]
+    assert ctx.read_event(pause["ref"])["text"] == "Pause the release, legal wants a look."
+    assert ctx.event(tests["ref"])["lifecycle"] == "retired"
+
+
+HOSTILE: dict[str, Any] = {
+    "garbage": b"\x01\xc1\xff\x00garbage",
+    "truncated": tx_to_msgpack(parse_tx("(context-tx (base-version 0) (derive a (x 1)))"))[:-4],
+    "oversize": bytes((WIRE_VERSION,)) + b"\xc0" * (MAX_PAYLOAD_BYTES + 16),
+    "wrong version": bytes((9,)) + msgpack.packb({"base_version": 0, "ops": []}),
+    "not a transaction": pack({"base_version": "zero", "ops": [{"op": "explode"}]}),
+    "not bytes": {"base_version": 0},
+}
+
+
+def test_hostile_payloads_are_rejected_and_the_actor_stays_up(ctx: ContextHandle) -> None:
+    import ray
+
+    assert ctx.submit("(context-tx (base-version 0) (derive keep (x 1)))").committed
+    pid, version = ctx.pid(), ctx.version()
+    for name, payload in HOSTILE.items():
+        receipt = Receipt.from_dict(unpack(ray.get(ctx.actor.submit.remote(payload))))
+        assert receipt.status == "rejected", name
+        assert [(e.op, e.code) for e in receipt.errors] == [(None, "wire_error")], name
+        assert receipt.version == version, name
+    assert ctx.pid() == pid and ctx.version() == version
+    assert ctx.stats()["wire_rejections"] == len(HOSTILE)
+    assert ctx.frame("keep")["body"] == "(x 1)"
+    assert ctx.submit_payload(b"").status == "rejected"
+
+
+def test_typed_errors_cross_the_actor_boundary(
+    ctx: ContextHandle, tmp_path: Path, namespace: str
+) -> None:
+    with pytest.raises(NotFound, match="no frame"):
+        ctx.frame("nope")
+    with pytest.raises(NotFound):
+        ctx.history("nope")
+    with pytest.raises(OutOfRange):
+        ctx.read_event("@e1", 0, 1 << 30)
+    with pytest.raises(NotFound):
+        ctx.read_event("@e1")
+    with pytest.raises(ParseError):
+        ctx.submit("(context-tx (base-version 0) (derive")
+    with pytest.raises(RequestError) as bad:
+        ctx.observe("gossip", "psst")
+    assert bad.value.code == "bad_kind"
+    with pytest.raises(NotFound):
+        lookup("no-such-context", namespace)
+    with pytest.raises(NotFound):
+        connect("never-made", store_dir=tmp_path, namespace=namespace, create=False)
+    made = connect("never-made", store_dir=tmp_path, namespace=namespace)  # the name is free
+    made.shutdown()
+    with pytest.raises(RequestError) as elsewhere:
+        connect(ctx.name, store_dir=tmp_path / "other", namespace=namespace)
+    assert elsewhere.value.code == "context_elsewhere"
+    with pytest.raises(RequestError) as name:
+        connect("../escape", store_dir=tmp_path, namespace=namespace)
+    assert name.value.code == "bad_context_name"
+    with pytest.raises(NotFound):
+        connect("x", store_dir=tmp_path, namespace=namespace, node_id="ff" * 28)
+
+
+def test_an_unreachable_actor_raises_store_error_after_the_retries(
+    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
+) -> None:
+    handle = connect(
+        context_name,
+        store_dir=tmp_path,
+        namespace=namespace,
+        retry=RetryPolicy(attempts=2, initial=0.01),
+    )
+    assert handle.submit("(context-tx (base-version 0) (derive a))").committed
+    handle.shutdown()
+    with pytest.raises(StoreError) as gone:
+        handle.version()
+    assert gone.value.code == "actor_unavailable"
+    with pytest.raises(StoreError):
+        handle.submit("(context-tx (base-version 1) (derive b))")
+    # the store survives its actor: a new actor serves it under the same name
+    back = connect(context_name, store_dir=tmp_path, namespace=namespace)
+    try:
+        assert back.version() == 1 and back.frame("a")["revision"] == 1
+    finally:
+        back.shutdown()
+
+
+def test_concurrent_submissions_are_group_committed(ctx: ContextHandle) -> None:
+    before = ctx.stats()
+    n = 120
+    texts = [f"(context-tx (base-version 0) (derive load/n{i} (i {i})))" for i in range(n)]
+    receipts = asyncio.run(together(ctx, *texts))
+    assert all(r.committed for r in receipts)
+    assert sorted(r.version for r in receipts) == list(range(1, n + 1))
+    after = ctx.stats()
+    transactions = after["transactions"] - before["transactions"]
+    batches = after["batches"] - before["batches"]
+    assert transactions == n
+    assert batches < transactions
+    assert after["largest_batch"] > 1
+    same = lookup(ctx.name, ctx.namespace)
+    assert same.version() == n
