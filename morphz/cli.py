@@ -278,10 +278,54 @@ def log_cmd(env: Env, version: int) -> None:
     emit(env, doc, lambda d: d["text"])
 
 
+@cli.command()
+@click.option("--frame", "frame_id", default=None, help="Only calls this frame took part in.")
+@click.option("--after", type=int, default=0, show_default=True)
+@click.option("--limit", type=int, default=1000, show_default=True)
+@click.pass_obj
+@run_command
+def trace(env: Env, frame_id: str | None, after: int, limit: int) -> None:
+    """Which frames took part in each model call (R39): the audit of learned memory."""
+    with env.read() as ctx:
+        calls = ctx.traces(frame=frame_id, after=after, limit=limit)
+    doc = {"calls": calls}
+    emit(
+        env,
+        doc,
+        lambda d: "\n".join(
+            f"call {c['call']} v{c.get('version')} {c.get('session', '')}: "
+            + " ".join(c.get("frames_present", []))
+            for c in d["calls"]
+        )
+        or "no traced calls",
+    )
+
+
+@cli.command()
+@click.argument("new_context")
+@click.option("--at-version", type=int, default=None, help="Fork as of this version.")
+@click.pass_obj
+@run_command
+def fork(env: Env, new_context: str, at_version: int | None) -> None:
+    """Fork this context into NEW_CONTEXT as of a version, for new tasks to start from."""
+    from morphz.store import Store
+    from protocol.errors import RequestError
+    from protocol.fork import fork_into
+
+    store = Store(env.store)
+    if store.exists(new_context):
+        raise RequestError(f"context {new_context!r} already exists", code="exists")
+    with env.read() as source, store.open(new_context) as target:
+        doc = fork_into(source.backend, target.backend, at_version=at_version, origin=env.context)
+    doc["context"] = new_context
+    emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
+
+
 from morphz.cli_recall import graph_cmd, recall_cmd  # noqa: E402
 
 cli.add_command(recall_cmd)
 cli.add_command(graph_cmd)
+cli.add_command(__import__("morphz.cli_loadtest", fromlist=["_"]).loadtest_cmd)
 
 
 def main() -> None:

@@ -379,6 +379,40 @@ class Context:
         text = as_recall_observation(page, request)
         return page, self.observe("recall_result", text, session=session)
 
+    def record_trace(self, trace: dict[str, Any]) -> None:
+        """Append a model-call trace: which frames and observations were in its input (R39).
+
+        *trace* is a JSON-like dict; by convention it holds ``session``,
+        ``version``, ``tick``, ``frames_present``, ``events_present``, the
+        ``action`` taken and the ``committed`` versions of its transactions.
+        """
+        record = {"time": time.time(), **trace}
+        from protocol.view import Changeset
+
+        self.backend.transact(lambda w: w.apply(Changeset(trace=record)))
+
+    def traces(
+        self, *, frame: str | None = None, after: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Model-call traces numbered above *after*; with *frame*, only calls it took part in."""
+        if not 1 <= limit <= 100_000:
+            raise OutOfRange(f"limit must be between 1 and 100000, not {limit}")
+        rows = self.backend.read(lambda v: v.traces(after, limit))
+        out = [{"call": n, **t} for n, t in rows]
+        if frame is not None:
+            out = [t for t in out if frame in t.get("frames_present", ())]
+        return out
+
+    def fork(self, target: Backend, *, at_version: int | None = None) -> Context:
+        """A new context in *target* (an empty store) holding this one as of *at_version*.
+
+        See :func:`protocol.fork.fork_into`; the fork records where it came from.
+        """
+        from protocol.fork import fork_into
+
+        fork_into(self.backend, target, at_version=at_version, origin=self.name)
+        return Context(target, name=self.name + "-fork")
+
     def txlog(self, version: int) -> dict[str, Any]:
         """The log record of the transaction committed at *version*."""
         rec = self.backend.read(lambda v: v.txlog(version))

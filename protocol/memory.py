@@ -43,6 +43,7 @@ _TABLES = (
     "due",
     "inbox",
     "outbox",
+    "traces",
 )
 
 
@@ -206,6 +207,11 @@ class _MemoryView:
             return None
         return Frame.from_record(_unpack(bucket[max(known)]))
 
+    def traces(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        table = self._live()["traces"]
+        numbers = sorted(n for n in table.buckets() if n > after)[: max(limit, 0)]
+        return [(n, _unpack(table.get(n))) for n in numbers]
+
     def iter_frames(self) -> Iterator[Frame]:
         for frame_id in self._live()["frames"].buckets():
             frame = self.frame(frame_id)
@@ -269,6 +275,10 @@ class _MemoryView:
         after = {f.id: f for f in changes.frames}
         for frame_id, version in changes.history:
             t["history"].put(frame_id, version, _pack(after[frame_id].to_record()))
+        if changes.trace is not None:
+            count: int = t["meta"].get("traces") or 0
+            t["traces"].put(count + 1, None, _pack(changes.trace))
+            t["meta"].put("traces", None, count + 1)
         if changes.outbox is not None:
             last: int = t["meta"].get("outbox") or 0
             t["outbox"].put(last + 1, None, _pack(changes.outbox))

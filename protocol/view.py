@@ -74,6 +74,9 @@ class ReadView(Protocol):
     def frame_at(self, frame_id: str, version: int) -> Frame | None:
         """The frame as it stood after *version* committed (an as-of read), or None."""
 
+    def traces(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* model-call traces numbered above *after*, oldest first (R39)."""
+
     def iter_frames(self) -> Iterator[Frame]:
         """Every frame, by id."""
 
@@ -106,6 +109,8 @@ class Changeset:
     history: list[tuple[str, int]] = field(default_factory=list)
     """``(frame id, version)``: the frame's record in ``frames`` is kept as of that version."""
     outbox: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None
+    """A model-call trace to append (which frames took part in the call, R39)."""
 
 
 class WriteView(ReadView, Protocol):

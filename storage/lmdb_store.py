@@ -22,6 +22,7 @@ order is byte order; ``enc(text, n)`` is defined by :func:`_enc`)::
     due        u64(due tick) + enc(frame id, 400)     -> [frame id, gen, revision]
     inbox      u64(seq)                               -> b""
     outbox     u64(number)                            -> index intent
+    traces     u64(number)                            -> model-call trace (R39)
 
 Records are msgpack (``use_bin_type=True``); what a read returns is what
 ``from_record`` builds from it, so tuples inside free-form dicts come back as
@@ -79,6 +80,7 @@ _DB_NAMES = (
     "due",
     "inbox",
     "outbox",
+    "traces",
 )
 _META = b"meta"
 _FORMAT = b"format"
@@ -367,6 +369,17 @@ class _LmdbReadView:
         return Frame.from_record(_unpack(cursor.value()))
 
     @_guard
+    def traces(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        out: list[tuple[int, dict[str, Any]]] = []
+        if limit <= 0 or after >= _U64_MAX:
+            return out
+        for key, value in self._scan("traces", _u64(max(after + 1, 0))):
+            out.append((_U64.unpack(key)[0], _unpack(value)))
+            if len(out) >= limit:
+                break
+        return out
+
+    @_guard
     def iter_frames(self) -> Iterator[Frame]:
         rows = ((k, Frame.from_record(_unpack(v))) for k, v in self._scan("frames", b""))
         return self._iterate(_sorted_runs(rows, lambda f: f.id))
@@ -444,6 +457,10 @@ class _LmdbWriteView(_LmdbReadView):
             for frame_id, version in changes.history:
                 record = pack(after[frame_id].to_record())
                 txn.put(_enc(frame_id, 400) + b"\x00" + _u64(version), record, db=history_db)
+        if changes.trace is not None:
+            cursor = txn.cursor(db=db["traces"])
+            last = _U64.unpack(cursor.key())[0] if cursor.last() else 0
+            txn.put(_u64(last + 1), pack(changes.trace), db=db["traces"], append=True)
         if changes.outbox is not None:
             number = self._outbox_seq
             if number is None:
