@@ -4,6 +4,7 @@ the msgpack/JSON wire forms, validation, lifecycle and conflict checks.
 Nothing in this package does I/O or imports ``storage``, ``actors`` or ``ray``.
 """
 
+from protocol.compiler import Compiler, CompilerConfig, compile_input
 from protocol.context import Backend, Context
 from protocol.engine import ClaimResult, Outcome, claim, deliver, evaluate, observe
 from protocol.errors import (
@@ -50,6 +51,8 @@ __all__ = [
     "Backend",
     "Changeset",
     "ClaimResult",
+    "Compiler",
+    "CompilerConfig",
     "Conflict",
     "Context",
     "ContextTx",
@@ -88,6 +91,7 @@ __all__ = [
     "WriteView",
     "check_history",
     "claim",
+    "compile_input",
     "deliver",
     "evaluate",
     "observe",
