@@ -383,6 +383,46 @@ class ContextHandle:
                 return dict(doc)
             after = doc["log"][-1]["version"] if doc["log"] else after + page
 
+    # -- the agent loop -----------------------------------------------------------
+
+    def compile(
+        self,
+        session: str,
+        config: Any = None,
+        previous: Any = None,
+        overflow: bool = False,
+    ) -> Any:
+        """The model input for *session*, compiled by the context actor (a ``CompiledInput``).
+
+        *config* is a :class:`~protocol.compiler.CompilerConfig` (or its dict),
+        *previous* the ``CompiledInput`` of the call before.
+        """
+        from protocol.turns import CompiledInput
+
+        cfg = config.model_dump(mode="json") if hasattr(config, "model_dump") else config
+        prev = previous.model_dump(mode="json") if previous is not None else None
+        raw = self._call(
+            "compile_input", _check_text(session, "session"), cfg, prev, bool(overflow)
+        )
+        return CompiledInput.model_validate(open_reply(raw))
+
+    def record_trace(self, trace: dict[str, Any]) -> None:
+        """Append a model-call trace (R39)."""
+        if not isinstance(trace, dict):
+            raise RequestError("a trace is a dict", code="bad_argument")
+        open_reply(self._call("record_trace", trace))
+
+    def traces(
+        self, *, frame: str | None = None, after: int = 0, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
+        return list(open_reply(self._call("traces", frame, _check_int(after, "after"), limit)))
+
+    def recall_observation(self, request: dict[str, Any], session: str = "main") -> dict[str, Any]:
+        """Recall one page into a ``recall_result`` observation: ``{"ref", "nodes", "edges"}``."""
+        raw = self._call("recall_observation", request, _check_text(session, "session"))
+        return dict(open_reply(raw))
+
     # -- introspection ----------------------------------------------------------
 
     def stats(self) -> dict[str, int]:

@@ -62,6 +62,8 @@ MAX_OBSERVE_BATCH = 1024
 """Most observations one ``observe_many`` call records."""
 MAX_SNAPSHOT_FRAMES = 1024
 """Most frames one ``snapshot`` call reads."""
+MAX_COMPILERS = 64
+"""Most (session, configuration) compilers one actor keeps (oldest dropped first)."""
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
     """The receipt of a payload that is not a transaction: rejected, ``wire_error``.
@@ -129,6 +131,7 @@ class ContextActor:
         self._wire_rejections = 0
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
+        self._compilers: dict[tuple[str, str], Any] = {}
         deadline = time.monotonic() + lock_wait
         while True:
             try:
@@ -394,6 +397,79 @@ class ContextActor:
         except MorphzError as e:
             return failed(e)
 
+    # -- the agent loop: compiled inputs, traces, recall ------------------------
+
+    async def compile_input(
+        self,
+        session: str,
+        config: dict[str, Any] | None = None,
+        previous: dict[str, Any] | None = None,
+        overflow: bool = False,
+    ) -> bytes:
+        """The model input for *session* (R35-R37): ``CompiledInput`` as a plain dict.
+
+        *config* is a :class:`~protocol.compiler.CompilerConfig` dict, *previous*
+        the input compiled for the call before (hysteresis, ContextDelta). One
+        compiler per session and configuration is kept here, so its render
+        cache serves every agent thread of that session.
+        """
+        try:
+            _text(session, "session")
+            cfg, prev = _compile_args(config, previous)
+        except MorphzError as e:
+            return failed(e)
+        key = (session, cfg.model_dump_json())
+        compiler = self._compilers.get(key)
+        if compiler is None:
+            from protocol.compiler import Compiler
+
+            if len(self._compilers) >= MAX_COMPILERS:
+                self._compilers.pop(next(iter(self._compilers)))
+            compiler = self._compilers[key] = Compiler(cfg)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            compiled = ctx.backend.read(
+                lambda v: compiler.compile(
+                    v, session=session, previous=prev, overflow=bool(overflow)
+                )
+            )
+            return compiled.model_dump(mode="json")
+
+        return await self._reply(run)
+
+    async def record_trace(self, trace: dict[str, Any]) -> bytes:
+        """Append a model-call trace (R39); see :meth:`protocol.context.Context.record_trace`."""
+        if not isinstance(trace, dict):
+            return failed(RequestError("a trace is a dict", code="bad_argument"))
+        return await self._reply(Context.record_trace, trace)
+
+    async def traces(self, frame: str | None = None, after: int = 0, limit: int = 1000) -> bytes:
+        """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
+        try:
+            if frame is not None:
+                _text(frame, "frame id")
+            _count(after, "after")
+            _count(limit, "limit")
+        except MorphzError as e:
+            return failed(e)
+        return await self._reply(lambda ctx: ctx.traces(frame=frame, after=after, limit=limit))
+
+    async def recall_observation(self, request: dict[str, Any], session: str = "main") -> bytes:
+        """Recall one page and record it as a ``recall_result`` observation (R26, R30).
+
+        Answers ``{"ref", "nodes", "edges"}``.
+        """
+        try:
+            _text(session, "session")
+        except MorphzError as e:
+            return failed(e)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            page, e = ctx.recall_observation(request, session=session)
+            return {"ref": e.ref, "nodes": len(page.nodes), "edges": len(page.edges)}
+
+        return await self._reply(run)
+
     # -- introspection (plain values, no store access) ------------------------
 
     async def stats(self) -> dict[str, int]:
@@ -441,6 +517,21 @@ class ContextActor:
             self._ctx.close()
             self._ctx = None
             self._open_error = NotFound(f"context {self._name!r} is closed")
+
+
+def _compile_args(config: Any, previous: Any) -> tuple[Any, Any]:
+    """The validated compiler configuration and previous input of ``compile_input``."""
+    from pydantic import ValidationError
+
+    from protocol.compiler import CompilerConfig
+    from protocol.turns import CompiledInput
+
+    try:
+        cfg = CompilerConfig.model_validate(config or {})
+        prev = None if previous is None else CompiledInput.model_validate(previous)
+    except ValidationError as e:
+        raise RequestError(f"bad compile request: {e.errors()[0].get('msg')}") from e
+    return cfg, prev
 
 
 def _observe_many(ctx: Context, batch: list[tuple[str, str, str, str]]) -> list[dict[str, Any]]:

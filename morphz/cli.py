@@ -321,11 +321,14 @@ def fork(env: Env, new_context: str, at_version: int | None) -> None:
     emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
 
 
+from morphz.cli_demo import demo_cmd  # noqa: E402
+from morphz.cli_loadtest import loadtest_cmd  # noqa: E402
 from morphz.cli_recall import graph_cmd, recall_cmd  # noqa: E402
 
 cli.add_command(recall_cmd)
 cli.add_command(graph_cmd)
-cli.add_command(__import__("morphz.cli_loadtest", fromlist=["_"]).loadtest_cmd)
+cli.add_command(loadtest_cmd)
+cli.add_command(demo_cmd)
 
 
 def main() -> None:
