@@ -42,6 +42,8 @@ DEFAULT_NAMESPACE = "morphz"
 """The Ray namespace context actors live in unless told otherwise."""
 MAX_CONCURRENCY = 1000
 """Calls one context actor's event loop accepts at once."""
+UNGUARDED = frozenset({"handshake", "pid", "node_id"})
+"""Actor methods that take no capability (no content: what ``connect`` checks)."""
 
 
 def new_client_id() -> str:
@@ -138,12 +140,27 @@ class ContextHandle:
         namespace: str = DEFAULT_NAMESPACE,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
+        capability: bytes | None = None,
     ) -> None:
         self._actor = actor
         self.name = name
         self.namespace = namespace
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
+        if capability is not None and not isinstance(capability, bytes):
+            raise RequestError("a capability is token bytes", code="bad_argument")
+        self.capability = capability
+
+    def with_capability(self, capability: bytes | None) -> ContextHandle:
+        """The same actor, calls carrying *capability* (token bytes from ``protocol.grants``)."""
+        return ContextHandle(
+            self._actor,
+            self.name,
+            namespace=self.namespace,
+            retry=self.retry,
+            timeout=self.timeout,
+            capability=capability,
+        )
 
     def __repr__(self) -> str:
         return f"ContextHandle({self.name!r}, namespace={self.namespace!r})"
@@ -173,15 +190,21 @@ class ContextHandle:
             code="actor_unavailable",
         )
 
+    def _kwargs(self, method: str) -> dict[str, Any]:
+        if self.capability is None or method in UNGUARDED:
+            return {}
+        return {"capability": self.capability}
+
     def _call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
         wait = self.timeout if timeout is None else timeout
+        kwargs = self._kwargs(method)
         retry = 0
         while True:
             try:
-                ref = getattr(self._actor, method).remote(*args)
+                ref = getattr(self._actor, method).remote(*args, **kwargs)
                 return ray.get(ref, timeout=wait)
             except RayTaskError as e:
                 raise _task_failure(self.name, e) from e
@@ -199,10 +222,11 @@ class ContextHandle:
         from ray.exceptions import RayActorError, RayError, RayTaskError
 
         wait = self.timeout if timeout is None else timeout
+        kwargs = self._kwargs(method)
         retry = 0
         while True:
             try:
-                ref = getattr(self._actor, method).remote(*args)
+                ref = getattr(self._actor, method).remote(*args, **kwargs)
                 return await asyncio.wait_for(ref, wait)
             except RayTaskError as e:
                 raise _task_failure(self.name, e) from e
@@ -271,15 +295,21 @@ class ContextHandle:
     # -- other writes -----------------------------------------------------------
 
     @staticmethod
-    def _observation(kind: str, text: str, session: str) -> list[Any]:
+    def _observation(kind: str, text: str, session: str, event_id: str | None = None) -> list[Any]:
         _check_text(kind, "kind")
         _check_text(text, "text")
         _check_text(session, "session")
-        return [kind, text, session, new_event_id()]
+        return [kind, text, session, event_id if event_id is not None else new_event_id()]
 
-    def observe(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
-        """Record an observation; ``{"ref", "id", "duplicate"}``. Retries are idempotent."""
-        item = self._observation(kind, text, session)
+    def observe(
+        self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
+    ) -> dict[str, Any]:
+        """Record an observation; ``{"ref", "id", "duplicate"}``. Retries are idempotent.
+
+        With *event_id* (``ev:`` + 20 hex digits) the caller names the event: a
+        second observation under the same id answers the first (``duplicate``).
+        """
+        item = self._observation(kind, text, session, event_id)
         return dict(open_reply(self._call("observe_many", [item]))[0])
 
     async def observe_async(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
@@ -287,8 +317,10 @@ class ContextHandle:
         item = self._observation(kind, text, session)
         return dict(open_reply(await self._call_async("observe_many", [item]))[0])
 
-    def observe_many(self, items: Iterable[tuple[str, str, str]]) -> list[dict[str, Any]]:
-        """Record ``(kind, text, session)`` observations, in order, in one durable write."""
+    def observe_many(
+        self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, str | None]]
+    ) -> list[dict[str, Any]]:
+        """Record ``(kind, text, session[, event_id])`` observations in one durable write."""
         batch = [self._observation(*item) for item in items]
         return list(open_reply(self._call("observe_many", batch)))
 
@@ -423,6 +455,28 @@ class ContextHandle:
         raw = self._call("recall_observation", request, _check_text(session, "session"))
         return dict(open_reply(raw))
 
+    # -- governance ---------------------------------------------------------------
+
+    def audit(self, after: int = 0) -> list[dict[str, Any]]:
+        """The actor's audit entries (denials, exports, imports); needs ``admin``."""
+        return list(open_reply(self._call("audit", _check_int(after, "after"))))
+
+    def export_frame(self, frame_id: str) -> bytes:
+        """A sealed package of one frame (see :func:`actors.governance.export_frame`)."""
+        return bytes(open_reply(self._call("export_frame", _check_text(frame_id, "frame id"))))
+
+    def import_frame(self, package: bytes, as_id: str | None = None) -> dict[str, Any]:
+        """Derive a frame from a package (see :func:`actors.governance.import_frame`)."""
+        if not isinstance(package, bytes):
+            raise RequestError("a package is bytes", code="bad_argument")
+        if as_id is not None:
+            _check_text(as_id, "frame id")
+        return dict(open_reply(self._call("import_frame", package, as_id)))
+
+    def handshake(self) -> dict[str, Any]:
+        """Name, store directory, node, open error, tenant, project and enforcement."""
+        return dict(self._call("handshake"))
+
     # -- introspection ----------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
@@ -460,6 +514,10 @@ def connect(
     lifetime: str | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
+    tenant: str | None = None,
+    project: str | None = None,
+    enforce: bool = False,
+    capability: bytes | None = None,
 ) -> ContextHandle:
     """Get or create the actor of context *name* and return its handle.
 
@@ -472,6 +530,11 @@ def connect(
     serves the same store directory (and the same node, when *node_id* is
     given). Raises the typed error of a failed open (``NotFound`` when
     ``create=False`` and the context does not exist, ``StoreLocked`` …).
+
+    Governance (docs/permissions.md): the context belongs to *tenant* and
+    *project* (stored on creation; naming others later raises ``RequestError``
+    code ``scope_mismatch``). With ``enforce=True`` (sticky) every call must
+    carry a capability: the handle sends *capability* with each call.
     """
     check_context_name(name)
     if not isinstance(store_dir, (str, os.PathLike)):
@@ -503,10 +566,21 @@ def connect(
             num_cpus=0,
             scheduling_strategy=pinned(node),
         )
-        .remote(where, name, window, history_keep, create)
+        .remote(
+            where,
+            name,
+            window,
+            history_keep,
+            create,
+            tenant=tenant,
+            project=project,
+            enforce=bool(enforce),
+        )
     )
-    handle = ContextHandle(actor, name, namespace=namespace, retry=retry, timeout=timeout)
-    info = handle.describe()
+    handle = ContextHandle(
+        actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability
+    )
+    info = handle.handshake()
     if info["open_error"] is not None:
         handle.shutdown()
         raise_error(info["open_error"])
@@ -520,6 +594,16 @@ def connect(
             f"context {name!r} is already served on node {info['node_id']}, not {node_id}",
             code="context_elsewhere",
         )
+    for field, want in (("tenant", tenant), ("project", project)):
+        if want is not None and info[field] != want:
+            raise RequestError(
+                f"context {name!r} belongs to {field} {info[field]!r}, not {want!r}",
+                code="scope_mismatch",
+            )
+    if enforce and not info["enforce"]:
+        raise RequestError(
+            f"context {name!r} is already served without enforcement", code="scope_mismatch"
+        )
     return handle
 
 
@@ -529,6 +613,7 @@ def lookup(
     *,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
+    capability: bytes | None = None,
 ) -> ContextHandle:
     """The handle of the running context actor *name*, from anywhere in the cluster.
 
@@ -543,4 +628,6 @@ def lookup(
         actor = ray.get_actor(actor_name(name), namespace=namespace)
     except ValueError as e:
         raise NotFound(f"no context actor {name!r} in namespace {namespace!r}") from e
-    return ContextHandle(actor, name, namespace=namespace, retry=retry, timeout=timeout)
+    return ContextHandle(
+        actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability
+    )

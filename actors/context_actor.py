@@ -26,13 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import inspect
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from actors.governance import grant_key, settle_scope
 from actors.replies import error_doc, failed, ok
+from protocol import grants as capabilities
 from protocol.context import Context, new_event_id
 from protocol.engine import observe
 from protocol.errors import (
@@ -43,9 +48,11 @@ from protocol.errors import (
     StoreLocked,
     WireError,
 )
+from protocol.forms import Symbol, from_plain
+from protocol.grants import Capability, PermissionDenied
 from protocol.ids import is_event_id
 from protocol.receipts import OpError, Receipt
-from protocol.tx import ContextTx
+from protocol.tx import ContextTx, Derive
 from protocol.view import ReadView, WriteView
 from protocol.wire import pack, tx_from_msgpack
 from storage import open_context
@@ -64,6 +71,66 @@ MAX_SNAPSHOT_FRAMES = 1024
 """Most frames one ``snapshot`` call reads."""
 MAX_COMPILERS = 64
 """Most (session, configuration) compilers one actor keeps (oldest dropped first)."""
+MAX_AUDIT = 10_000
+"""Most audit entries one actor keeps in memory (oldest dropped first)."""
+MAX_VERIFIED = 1024
+"""Most verified capability tokens one actor caches (expiry is still checked per call)."""
+
+OPERATION_OF: dict[str, str] = {}
+"""Each guarded method's operation (read, commit, recall, admin); filled by :func:`guarded`."""
+
+
+def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """Check the call's capability for *op* before running the method (when enforcing).
+
+    The method gains a keyword argument ``capability`` (token bytes). A denial
+    is audited and answered as ``failed(PermissionDenied)``, or raised when
+    *raises* (methods that answer plain values); nothing runs.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Any:
+        OPERATION_OF[fn.__name__] = op
+        sig = inspect.signature(fn)
+        wants = "capability" in sig.parameters  # the method reads the token itself
+        params = list(sig.parameters.values())
+        if not wants:
+            params.append(
+                inspect.Parameter("capability", inspect.Parameter.KEYWORD_ONLY, default=None)
+            )
+        method: Any
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def method(
+                self: ContextActor, *args: Any, capability: Any = None, **kwargs: Any
+            ) -> Any:
+                denied = self._authorize(op, fn.__name__, capability)
+                if denied is not None:
+                    if raises:
+                        raise denied
+                    return failed(denied)
+                if wants:
+                    kwargs["capability"] = capability
+                return await fn(self, *args, **kwargs)
+        else:
+
+            @functools.wraps(fn)
+            def method(
+                self: ContextActor, *args: Any, capability: Any = None, **kwargs: Any
+            ) -> Any:
+                denied = self._authorize(op, fn.__name__, capability)
+                if denied is not None:
+                    raise denied
+                return fn(self, *args, **kwargs)
+
+        # Ray reads an actor method's signature from the innermost ``__wrapped__``:
+        # drop it, so that the ``capability`` parameter stays visible.
+        del method.__wrapped__
+        method.__signature__ = sig.replace(parameters=params)
+        return method
+
+    return wrap
+
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
     """The receipt of a payload that is not a transaction: rejected, ``wire_error``.
@@ -118,9 +185,19 @@ class ContextActor:
         create: bool = True,
         max_batch: int = MAX_BATCH,
         lock_wait: float = LOCK_WAIT,
+        tenant: str | None = None,
+        project: str | None = None,
+        enforce: bool = False,
     ) -> None:
         self._store_dir = store_dir
         self._name = name
+        self._tenant = tenant or "default"
+        self._project = project or "default"
+        self._enforce = bool(enforce)
+        self._key: bytes | None = None
+        self._verified: dict[bytes, Capability] = {}
+        self._audit: deque[dict[str, Any]] = deque(maxlen=MAX_AUDIT)
+        self._denials = 0
         self._max_batch = max(1, min(int(max_batch), 4096))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
         self._pending: list[tuple[ContextTx, asyncio.Future[Any]]] = []
@@ -147,6 +224,72 @@ class ContextActor:
             except MorphzError as e:
                 self._open_error = e
             break
+        if self._ctx is not None:
+            try:
+                scope = settle_scope(store_dir, name, tenant, project, bool(enforce))
+                self._tenant, self._project = scope["tenant"], scope["project"]
+                self._enforce = scope["enforce"]
+                if self._enforce:
+                    self._grant_key()
+            except (MorphzError, OSError, ValueError) as e:
+                self._ctx.close()
+                self._ctx = None
+                self._open_error = (
+                    e
+                    if isinstance(e, MorphzError)
+                    else RequestError(f"cannot settle the scope: {e}", code="scope_error")
+                )
+
+    # -- permissions ---------------------------------------------------------
+
+    def _grant_key(self) -> bytes:
+        if self._key is None:
+            self._key = grant_key(self._store_dir)
+        return self._key
+
+    def _authorize(self, op: str, method: str, token: Any) -> PermissionDenied | None:
+        """None when the call may run; else the audited denial. Free when not enforcing."""
+        if not self._enforce:
+            return None
+        try:
+            cap = self._verified.get(token) if isinstance(token, bytes) else None
+            if cap is None:
+                cap = capabilities.verify(token, self._grant_key())
+                if len(self._verified) >= MAX_VERIFIED:
+                    self._verified.pop(next(iter(self._verified)))
+                self._verified[token] = cap
+            elif cap.expires is not None and time.time() >= cap.expires:
+                raise PermissionDenied("capability expired")
+            if not capabilities.allows(cap, self._tenant, self._name, op):
+                raise PermissionDenied(
+                    f"{cap.holder!r} holds no {op} grant on context {self._name!r}"
+                    f" of tenant {self._tenant!r}"
+                )
+        except PermissionDenied as e:
+            self._denials += 1
+            self._record(method, op, _holder_of(token), allowed=False, detail=e.message)
+            return e
+        except MorphzError as e:  # no usable key: deny, never allow
+            denied = PermissionDenied(f"cannot check capabilities: {e.message}")
+            self._record(method, op, None, allowed=False, detail=denied.message)
+            return denied
+        return None
+
+    def _record(
+        self, method: str, op: str, holder: str | None, *, allowed: bool, detail: str
+    ) -> None:
+        self._audit.append(
+            {
+                "time": time.time(),
+                "context": self._name,
+                "tenant": self._tenant,
+                "method": method,
+                "op": op,
+                "holder": holder,
+                "allowed": allowed,
+                "detail": detail,
+            }
+        )
 
     # -- plumbing -----------------------------------------------------------
 
@@ -170,6 +313,7 @@ class ContextActor:
 
     # -- submissions ----------------------------------------------------------
 
+    @guarded("commit")
     async def submit(self, payload: bytes) -> bytes:
         """Decide one transaction (msgpack wire form); answer ``pack(receipt.to_dict())``.
 
@@ -249,6 +393,7 @@ class ContextActor:
 
     # -- other writes -------------------------------------------------------
 
+    @guarded("commit")
     async def observe(
         self, kind: str, text: str, session: str = "main", event_id: str | None = None
     ) -> bytes:
@@ -263,6 +408,7 @@ class ContextActor:
             return failed(e)
         return await self._reply(lambda ctx: _observe_many(ctx, batch)[0])
 
+    @guarded("commit")
     async def observe_many(self, items: list[Any]) -> bytes:
         """Record ``[kind, text, session, event_id|None]`` items in one durable write."""
         try:
@@ -295,10 +441,12 @@ class ContextActor:
             out.append((kind, text, session, eid))
         return out
 
+    @guarded("commit")
     async def claim(self) -> bytes:
         """Claim every waiting input as one batch (R20); answers the claim's dict form."""
         return await self._reply(lambda ctx: ctx.claim().to_dict())
 
+    @guarded("commit")
     async def deliver(self, ref: str) -> bytes:
         """Mark the user request *ref* delivered (R19)."""
         try:
@@ -309,6 +457,7 @@ class ContextActor:
 
     # -- reads --------------------------------------------------------------
 
+    @guarded("read")
     async def frame(self, frame_id: str) -> bytes:
         """The frame *frame_id* as a dict; ``NotFound`` if unknown."""
         try:
@@ -317,6 +466,7 @@ class ContextActor:
             return failed(e)
         return await self._reply(Context.frame, frame_id)
 
+    @guarded("read")
     async def snapshot(self, frame_ids: list[str]) -> bytes:
         """One consistent read: ``{"version", "tick", "frames": {id: summary | None}}``.
 
@@ -332,10 +482,12 @@ class ContextActor:
             return failed(e)
         return await self._reply(_snapshot, ids)
 
+    @guarded("read")
     async def state(self) -> bytes:
         """Version, tick, every frame, event and relation, and the sessions."""
         return await self._reply(Context.state)
 
+    @guarded("read")
     async def event(self, ref: str) -> bytes:
         """An event's metadata."""
         try:
@@ -344,6 +496,7 @@ class ContextActor:
             return failed(e)
         return await self._reply(Context.event, ref)
 
+    @guarded("read")
     async def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> bytes:
         """A chunk of an event's original text (R28)."""
         try:
@@ -355,6 +508,7 @@ class ContextActor:
             return failed(e)
         return await self._reply(Context.read_event, ref, offset, length)
 
+    @guarded("read")
     async def history(self, frame_id: str) -> bytes:
         """Every committed write of *frame_id* (R29)."""
         try:
@@ -363,14 +517,17 @@ class ContextActor:
             return failed(e)
         return await self._reply(Context.history, frame_id)
 
+    @guarded("read")
     async def version(self) -> bytes:
         """The current version."""
         return await self._reply(lambda ctx: ctx.version)
 
+    @guarded("read")
     async def meta(self) -> bytes:
         """The context's counters: version, tick, window, next_seq, history_keep, created."""
         return await self._reply(lambda ctx: ctx.meta().to_record())
 
+    @guarded("read")
     async def txlog(self, version: int) -> bytes:
         """The log record of the transaction committed at *version*."""
         try:
@@ -379,6 +536,7 @@ class ContextActor:
             return failed(e)
         return await self._reply(Context.txlog, version)
 
+    @guarded("admin")
     async def export(self, after_version: int = 0, limit: int = MAX_EXPORT_PAGE) -> bytes:
         """One page of the context's history, for history checkers.
 
@@ -399,6 +557,7 @@ class ContextActor:
 
     # -- the agent loop: compiled inputs, traces, recall ------------------------
 
+    @guarded("read")
     async def compile_input(
         self,
         session: str,
@@ -437,12 +596,14 @@ class ContextActor:
 
         return await self._reply(run)
 
+    @guarded("commit")
     async def record_trace(self, trace: dict[str, Any]) -> bytes:
         """Append a model-call trace (R39); see :meth:`protocol.context.Context.record_trace`."""
         if not isinstance(trace, dict):
             return failed(RequestError("a trace is a dict", code="bad_argument"))
         return await self._reply(Context.record_trace, trace)
 
+    @guarded("read")
     async def traces(self, frame: str | None = None, after: int = 0, limit: int = 1000) -> bytes:
         """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
         try:
@@ -454,6 +615,7 @@ class ContextActor:
             return failed(e)
         return await self._reply(lambda ctx: ctx.traces(frame=frame, after=after, limit=limit))
 
+    @guarded("recall")
     async def recall_observation(self, request: dict[str, Any], session: str = "main") -> bytes:
         """Recall one page and record it as a ``recall_result`` observation (R26, R30).
 
@@ -470,8 +632,132 @@ class ContextActor:
 
         return await self._reply(run)
 
+    # -- governance: audit, explicit export and import ------------------------
+
+    @guarded("admin")
+    async def audit(self, after: int = 0) -> bytes:
+        """The audit entries kept in memory (denials, exports, imports), oldest first."""
+        try:
+            _count(after, "after")
+        except MorphzError as e:
+            return failed(e)
+        return ok(list(self._audit)[after:])
+
+    @guarded("read")
+    async def export_frame(self, frame_id: str, capability: Any = None) -> bytes:
+        """A sealed package of one frame, its sources' summaries and provenance; audited."""
+        try:
+            _text(frame_id, "frame id")
+            key = self._grant_key()
+        except MorphzError as e:
+            return failed(e)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            f = ctx.frame(frame_id)
+            sources = []
+            for ref in f["sources"]:
+                try:
+                    if ref.startswith("@e") or ref.startswith("ev:"):
+                        summary = str(ctx.event(ref)["preview"])
+                    else:
+                        summary = str(ctx.frame(ref)["body"])
+                except MorphzError:
+                    summary = ""
+                sources.append({"ref": ref, "summary": summary[:240]})
+            return {
+                "tenant": self._tenant,
+                "project": self._project,
+                "context": self._name,
+                "version": ctx.version,
+                "frame": f["id"],
+                "revision": f["revision"],
+                "body_forms": f["body_forms"],
+                "sources": sources,
+                "exported_at": time.time(),
+            }
+
+        try:
+            doc = await self._run(run)
+        except MorphzError as e:
+            return failed(e)
+        self._record(
+            "export_frame",
+            "read",
+            _holder_of(capability),
+            allowed=True,
+            detail=f"exported {frame_id} at version {doc['version']}",
+        )
+        return ok(capabilities.seal(doc, key))
+
+    @guarded("admin")
+    async def import_frame(
+        self, package: bytes, as_id: str | None = None, capability: Any = None
+    ) -> bytes:
+        """Derive a frame from an exported package, with a provenance envelope; audited.
+
+        Answers ``{"id", "receipt"}``. The package must carry a valid seal.
+        """
+        try:
+            key = self._grant_key()
+            doc = capabilities.unseal(package, key)
+            if not isinstance(doc, dict):
+                raise PermissionDenied("malformed package")
+            new_id = as_id if as_id is not None else f"imported/{doc['context']}/{doc['frame']}"
+            _text(new_id, "frame id")
+            provenance = (
+                Symbol("provenance"),
+                (Symbol("from-tenant"), str(doc["tenant"])),
+                (Symbol("from-project"), str(doc["project"])),
+                (Symbol("from-context"), str(doc["context"])),
+                (Symbol("version"), int(doc["version"])),
+                (Symbol("frame"), str(doc["frame"])),
+                (Symbol("revision"), int(doc["revision"])),
+                (Symbol("sources"), *((str(s["ref"]), str(s["summary"])) for s in doc["sources"])),
+            )
+            body = (provenance, *(from_plain(x) for x in doc["body_forms"]))
+            digest = hashlib.sha256(bytes(package) + new_id.encode()).hexdigest()[:32]
+        except (MorphzError, KeyError, TypeError, ValueError) as e:
+            err = e if isinstance(e, MorphzError) else PermissionDenied(f"malformed package: {e}")
+            self._record(
+                "import_frame", "admin", _holder_of(capability), allowed=False, detail=str(err)
+            )
+            return failed(err)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            cid = f"import-{digest}"
+            known = ctx.backend.read(lambda v: v.client(cid))
+            if known is not None:  # imported before (its base version differed): the same answer
+                original = dict(ctx.txlog(known[0])["receipt"])
+                return {**original, "duplicate": True}
+            tx = ContextTx(
+                base_version=ctx.version,
+                reason="import",
+                client_id=cid,
+                ops=(Derive(id=new_id, body=body),),
+            )
+            return ctx.commit(tx).to_dict()
+
+        try:
+            receipt = await self._run(run)
+        except MorphzError as e:
+            return failed(e)
+        except ValueError as e:  # pydantic: a bad frame id or body
+            return failed(RequestError(f"cannot import: {e}", code="bad_argument"))
+        self._record(
+            "import_frame",
+            "admin",
+            _holder_of(capability),
+            allowed=receipt.get("status") == "committed",
+            detail=(
+                f"imported {doc['context']}/{doc['frame']}@{doc['version']} as {new_id}:"
+                f" {receipt.get('status')}"
+            ),
+        )
+        return ok({"id": new_id, "receipt": receipt})
+
     # -- introspection (plain values, no store access) ------------------------
 
+    @guarded("admin", raises=True)
     async def stats(self) -> dict[str, int]:
         """Group-commit counters since this process started.
 
@@ -488,6 +774,7 @@ class ContextActor:
             "wire_rejections": self._wire_rejections,
         }
 
+    @guarded("admin", raises=True)
     async def describe(self) -> dict[str, Any]:
         """Who serves the context: name, store directory, node, process, open error."""
         return {
@@ -496,6 +783,25 @@ class ContextActor:
             "node_id": self.node_id(),
             "pid": os.getpid(),
             "open_error": None if self._open_error is None else error_doc(self._open_error),
+            "tenant": self._tenant,
+            "project": self._project,
+            "enforce": self._enforce,
+            "denials": self._denials,
+        }
+
+    async def handshake(self, capability: Any = None) -> dict[str, Any]:
+        """What :func:`~actors.client.connect` checks, open to every caller (no content).
+
+        Name, store directory, node, open error, tenant, project, enforcement.
+        """
+        return {
+            "name": self._name,
+            "store_dir": self._store_dir,
+            "node_id": self.node_id(),
+            "open_error": None if self._open_error is None else error_doc(self._open_error),
+            "tenant": self._tenant,
+            "project": self._project,
+            "enforce": self._enforce,
         }
 
     def pid(self) -> int:
@@ -510,6 +816,7 @@ class ContextActor:
             return ""
         return str(ray.get_runtime_context().get_node_id())
 
+    @guarded("admin")
     def close(self) -> None:
         """Close the store (the actor is unusable afterwards); for tests and shutdown."""
         self._executor.shutdown(wait=True)
@@ -517,6 +824,14 @@ class ContextActor:
             self._ctx.close()
             self._ctx = None
             self._open_error = NotFound(f"context {self._name!r} is closed")
+
+
+def _holder_of(token: Any) -> str | None:
+    """The holder a token claims (unverified: for the audit log only)."""
+    try:
+        return capabilities.decode(token).holder
+    except MorphzError:
+        return None
 
 
 def _compile_args(config: Any, previous: Any) -> tuple[Any, Any]:

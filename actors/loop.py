@@ -29,6 +29,7 @@ that :mod:`actors.demo` runs as a Ray actor.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 
 from protocol.compiler import CompilerConfig
 from protocol.context import Context
-from protocol.errors import MorphzError
+from protocol.errors import MorphzError, NotFound
 from protocol.receipts import Receipt
 from protocol.turns import CompiledInput, InputOverflow, Model, ModelTurn, Reply, ToolCall
 
@@ -88,10 +89,24 @@ class EmbeddedPort:
         self.ctx = ctx
         self._compilers: dict[str, tuple[CompilerConfig, Any]] = {}
 
-    def observe(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
-        """Record an observation."""
-        e = self.ctx.observe(kind, text, session=session)
-        return {"ref": e.ref, "id": e.id, "duplicate": False}
+    def observe(
+        self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
+    ) -> dict[str, Any]:
+        """Record an observation (under *event_id* when given: idempotent)."""
+        if event_id is None:
+            e = self.ctx.observe(kind, text, session=session)
+            return {"ref": e.ref, "id": e.id, "duplicate": False}
+        return self.observe_many([(kind, text, session, event_id)])[0]
+
+    def observe_many(self, items: list[tuple[str, str, str, str | None]]) -> list[dict[str, Any]]:
+        """Record ``(kind, text, session, event_id|None)`` items in one durable write."""
+        from actors.context_actor import ContextActor, _observe_many
+
+        return _observe_many(self.ctx, ContextActor._check_observations([list(i) for i in items]))
+
+    def event(self, ref: str) -> dict[str, Any]:
+        """An event's metadata by ``@eN`` or stable id; NotFound."""
+        return self.ctx.event(ref)
 
     def claim(self) -> dict[str, Any]:
         """Claim the waiting inputs as one batch."""
@@ -147,21 +162,70 @@ DEMO_TOOL_RESULTS: Mapping[str, str] = {
 """The scripted tools of the demo and the tests: name → the text they report."""
 
 
+INTENT = "intent:"
+RESULT = "result:"
+RECONCILE = "reconcile:"
+"""Prefixes of the ``external`` events that record an irreversible action (R43)."""
+LEDGER_SESSION = "actions"
+"""The session those events go to: out of the model's own session, so that an intent
+is never read as the action's result."""
+
+
+def key_event_id(stage: str, key: str) -> str:
+    """The stable event id of *stage* (intent, result, reconcile) of idempotency key *key*.
+
+    Derived from the key, so recording the same stage twice is one event, and
+    a restarted loop finds the records of a key without scanning the history.
+    """
+    digest = hashlib.sha256(f"morphz-action\0{stage}\0{key}".encode()).hexdigest()
+    return "ev:" + digest[:20]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What running one tool call came to.
+
+    ``status``: ``ran`` (ran now), ``reused`` (a result recorded under its key
+    was found: not run again), ``unknown`` (an intent without a result: it may
+    have run before a crash; not run again, it needs reconciliation) or
+    ``reconciled`` (the tool's ``status(key)`` answered the outcome).
+    """
+
+    text: str
+    status: str
+    key: str | None = None
+
+    @property
+    def ran(self) -> bool:
+        """True when the tool ran now."""
+        return self.status == "ran"
+
+
 class ToolRunner:
     """Runs external tools; the scripted default answers from :data:`DEMO_TOOL_RESULTS`.
 
     An irreversible call's idempotency key is recorded before it runs; a second
     call with the same key returns the first result without running again.
+    Through :meth:`run_recorded` the key lives in the context's event history
+    (R43), so a restarted loop does not repeat the action either. *statuses*
+    maps a tool name to ``status(key) -> str | None``: the outcome of an
+    earlier run under *key*, if the tool can tell (None: it cannot).
     """
 
     def __init__(
         self,
         results: Mapping[str, str] | None = None,
         handlers: Mapping[str, Callable[[ToolCall], str]] | None = None,
+        statuses: Mapping[str, Callable[[str], str | None]] | None = None,
+        ledger_session: str = LEDGER_SESSION,
     ) -> None:
         self.results = dict(DEMO_TOOL_RESULTS if results is None else results)
         self.handlers = dict(handlers or {})
+        self.statuses = dict(statuses or {})
+        self.ledger_session = ledger_session
         self.ran: list[str] = []
+        self.unreconciled: list[str] = []
+        """Idempotency keys whose outcome is unknown (intent recorded, no result)."""
         self._keys: dict[str, str] = {}
 
     def specs(self) -> tuple[dict[str, Any], ...]:
@@ -193,6 +257,87 @@ class ToolRunner:
             self._keys[key] = text
         self.ran.append(call.name)
         return text, True
+
+    def run_recorded(self, call: ToolCall, port: Any, session: str) -> ToolOutcome:
+        """Run an irreversible *call* with its key recorded in the context first (R43).
+
+        1. a ``result:`` event under the key exists: reuse its text, do not run;
+        2. record the ``intent:`` event (stable id from the key). If it was
+           already there, an earlier run died between intent and result: do not
+           run; ask ``statuses[tool](key)`` when there is one, else record a
+           ``reconcile:`` event and answer ``unknown``;
+        3. run, then record the ``result:`` event and the ``tool_result`` in
+           one durable write.
+        Calls without ``irreversible`` and a key, or ports without ``event``,
+        fall back to :meth:`run`.
+        """
+        key = call.idempotency_key
+        if not call.irreversible or key is None or not hasattr(port, "event"):
+            text, ran = self.run(call)
+            return ToolOutcome(text, "ran" if ran else "reused", key)
+        found = _recorded_text(port, key_event_id("result", key))
+        if found is not None:
+            self._keys[key] = found
+            return ToolOutcome(found, "reused", key)
+        intent = port.observe(
+            "external",
+            f"{INTENT} {call.name} key={key}",
+            session=self.ledger_session,
+            event_id=key_event_id("intent", key),
+        )
+        if intent.get("duplicate"):
+            status = self.statuses.get(call.name)
+            known = status(key) if status is not None else None
+            if known is not None:
+                port.observe_many(
+                    [
+                        (
+                            "external",
+                            f"{RESULT} {call.name} key={key}\n{known}",
+                            self.ledger_session,
+                            key_event_id("result", key),
+                        ),
+                        ("tool_result", known, session, None),
+                    ]
+                )
+                return ToolOutcome(known, "reconciled", key)
+            if key not in self.unreconciled:
+                self.unreconciled.append(key)
+            text = (
+                f"{call.name}: outcome unknown (idempotency key {key}): an earlier run"
+                " recorded its intent but no result; not run again, needs reconciliation"
+            )
+            port.observe(
+                "external",
+                f"{RECONCILE} {call.name} key={key} needs reconciliation",
+                session=self.ledger_session,
+                event_id=key_event_id("reconcile", key),
+            )
+            return ToolOutcome(text, "unknown", key)
+        text, _ = self.run(call)
+        port.observe_many(
+            [
+                (
+                    "external",
+                    f"{RESULT} {call.name} key={key}\n{text}",
+                    self.ledger_session,
+                    key_event_id("result", key),
+                ),
+                ("tool_result", text, session, None),
+            ]
+        )
+        return ToolOutcome(text, "ran", key)
+
+
+def _recorded_text(port: Any, event_id: str) -> str | None:
+    """The report recorded in a ``result:`` event (after its first line), or None."""
+    try:
+        port.event(event_id)
+    except NotFound:
+        return None
+    doc = port.read_event(event_id)
+    text = str(doc["text"])
+    return text.split("\n", 1)[1] if "\n" in text else text
 
 
 class StepHooks(Protocol):
@@ -232,6 +377,8 @@ class StepResult:
     dropped: bool = False
     """True when the action was not taken because a transaction of the turn was rejected."""
     observed: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    """Outcomes of irreversible tool calls: ran, reused, unknown, reconciled."""
     idle: bool = False
     error: str | None = None
     seconds: float = 0.0
@@ -265,6 +412,7 @@ class StepResult:
             "delivered": self.delivered,
             "dropped": self.dropped,
             "observed": list(self.observed),
+            "tools": list(self.tools),
             "idle": self.idle,
             "error": self.error,
             "seconds": self.seconds,
@@ -485,6 +633,12 @@ class AgentLoop:
             self._run_tool(call, result)
 
     def _run_tool(self, call: ToolCall, result: StepResult) -> None:
+        if call.irreversible and call.idempotency_key is not None and hasattr(self.port, "event"):
+            outcome = self.tools.run_recorded(call, self.port, self.session)
+            result.tools.append(outcome.status)
+            if outcome.status == "unknown":
+                result.error = f"needs reconciliation: {call.name} key={outcome.key}"
+            return
         text, _ = self.tools.run(call)
         obs = self.port.observe("tool_result", text, session=self.session)
         result.observed.append(str(obs["ref"]))
@@ -591,7 +745,9 @@ __all__ = [
     "EmbeddedPort",
     "StepHooks",
     "StepResult",
+    "ToolOutcome",
     "ToolRunner",
     "describe_action",
+    "key_event_id",
     "scripted_model",
 ]

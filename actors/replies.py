@@ -26,6 +26,7 @@ from protocol.errors import (
     StoreLocked,
     WireError,
 )
+from protocol.grants import PermissionDenied
 from protocol.wire import pack, unpack
 
 ERROR_TYPES: dict[str, type[MorphzError]] = {
@@ -35,6 +36,7 @@ ERROR_TYPES: dict[str, type[MorphzError]] = {
         NotFound,
         OutOfRange,
         ParseError,
+        PermissionDenied,
         RequestError,
         StoreError,
         StoreLocked,

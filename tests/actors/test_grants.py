@@ -1,0 +1,411 @@
+"""Capabilities (pure), scopes, and tenant isolation of enforcing context actors on Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.context_actor import OPERATION_OF, ContextActor
+from actors.governance import export_frame, grant_key, import_frame, settle_scope
+from actors.replies import open_reply
+from protocol import grants
+from protocol.errors import NotFound, RequestError
+from protocol.grants import Capability, PermissionDenied
+from protocol.wire import pack, unpack
+from tests.actors.cluster import RayCluster
+
+KEY = b"k" * 32
+
+
+def cap_for(tenant: str = "acme", grants_: Any = (("payroll-*", ("read",)),), **kw: Any) -> bytes:
+    return grants.issue(KEY, holder="t1", tenant=tenant, grants=grants_, issued_by="ops", **kw)
+
+
+# -- pure capabilities ------------------------------------------------------------
+
+
+def test_issue_verify_allows() -> None:
+    cap = grants.verify(
+        cap_for(grants_=[("payroll-*", ["read", "recall"]), ("crm", ["commit"])]), KEY
+    )
+    assert cap.holder == "t1" and cap.tenant == "acme" and cap.issued_by == "ops"
+    assert grants.allows(cap, "acme", "payroll-2026", "read")
+    assert grants.allows(cap, "acme", "payroll-2026", "recall")
+    assert not grants.allows(cap, "acme", "payroll-2026", "commit")
+    assert grants.allows(cap, "acme", "crm", "commit")
+    assert not grants.allows(cap, "acme", "crm-old", "commit")  # a plain name is exact
+    assert not grants.allows(cap, "globex", "payroll-2026", "read")  # another tenant
+    admin = grants.verify(cap_for(grants_=[("*", ["admin"])]), KEY)
+    assert not grants.allows(admin, "acme", "x", "read")  # admin implies nothing else
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "flip_byte",
+        "truncate",
+        "widen_grants",
+        "other_tenant",
+        "other_key",
+        "garbage",
+        "not_bytes",
+        "unsigned",
+    ],
+)
+def test_tampered_tokens_are_refused(tamper: str) -> None:
+    token = cap_for()
+    doc = unpack(token)
+    if tamper == "flip_byte":
+        bad: Any = token[:-3] + bytes([token[-3] ^ 1]) + token[-2:]
+    elif tamper == "truncate":
+        bad = token[:-5]
+    elif tamper == "widen_grants":
+        doc["grants"] = [{"context": "*", "ops": ["read", "commit", "recall", "admin"]}]
+        bad = pack(doc)
+    elif tamper == "other_tenant":
+        doc["tenant"] = "globex"
+        bad = pack(doc)
+    elif tamper == "other_key":
+        bad = grants.issue(
+            b"z" * 32, holder="t1", tenant="acme", grants=[("*", ["read"])], issued_by="x"
+        )
+    elif tamper == "garbage":
+        bad = os.urandom(64)
+    elif tamper == "not_bytes":
+        bad = "token"
+    else:
+        doc["signature"] = ""
+        bad = pack(doc)
+    with pytest.raises(PermissionDenied) as e:
+        grants.verify(bad, KEY)
+    assert e.value.code == "permission_denied" and isinstance(e.value, RequestError)
+
+
+def test_expiry_and_bad_grants() -> None:
+    token = cap_for(expires=1000.0, now=900.0)
+    assert grants.verify(token, KEY, now=999.0).expires == 1000.0
+    with pytest.raises(PermissionDenied, match="expired"):
+        grants.verify(token, KEY, now=1000.0)
+    with pytest.raises(RequestError):
+        cap_for(grants_=[("x", ["write"])])  # not an operation
+    with pytest.raises(RequestError):
+        grants.issue(b"short", holder="t", tenant="a", grants=[], issued_by="x")
+
+
+def test_signature_covers_every_field() -> None:
+    cap = grants.decode(cap_for())
+    for field, value in [
+        ("holder", "t2"),
+        ("issued_by", "me"),
+        ("expires", 1e12),
+        ("issued_at", 0.0),
+    ]:
+        forged = cap.model_copy(update={field: value})
+        with pytest.raises(PermissionDenied):
+            grants.verify(grants.token(forged), KEY)
+    assert isinstance(cap, Capability)
+
+
+def test_sealed_packages() -> None:
+    sealed = grants.seal({"frame": "x", "body_forms": [["a", 1]]}, KEY)
+    assert grants.unseal(sealed, KEY) == {"frame": "x", "body_forms": [["a", 1]]}
+    outer = unpack(sealed)
+    outer["body"] = pack({"frame": "y", "body_forms": []})
+    for bad in (pack(outer), sealed[:-1], b"", grants.seal({"a": 1}, b"q" * 32)):
+        with pytest.raises(PermissionDenied):
+            grants.unseal(bad, KEY)
+
+
+def test_every_store_method_is_classified() -> None:
+    assert OPERATION_OF["frame"] == "read" and OPERATION_OF["submit"] == "commit"
+    assert OPERATION_OF["recall_observation"] == "recall" and OPERATION_OF["export"] == "admin"
+    public = {"handshake", "pid", "node_id"}
+    methods = {
+        n for n in dir(ContextActor) if not n.startswith("_") and callable(getattr(ContextActor, n))
+    }
+    assert methods - public == set(OPERATION_OF)
+
+
+# -- scopes and the key (files, no Ray) ------------------------------------------
+
+
+def test_scope_is_stored_and_mismatches_refused(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    assert settle_scope(tmp_path, "c", "acme", "payroll", False) == {
+        "tenant": "acme",
+        "project": "payroll",
+        "enforce": False,
+    }
+    assert settle_scope(tmp_path, "c", None, None, True)["enforce"] is True  # tightened
+    assert settle_scope(tmp_path, "c", "acme", None, False)["enforce"] is True  # sticky
+    assert json.loads((tmp_path / "c" / "scope.json").read_text())["tenant"] == "acme"
+    for tenant, project in (("globex", None), (None, "crm")):
+        with pytest.raises(RequestError) as e:
+            settle_scope(tmp_path, "c", tenant, project, False)
+        assert e.value.code == "scope_mismatch"
+
+
+def test_grant_key_file_is_private_and_stable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MORPHZ_GRANT_KEY", raising=False)
+    key = grant_key(tmp_path)
+    assert key == grant_key(tmp_path) and len(key) == 64
+    assert stat.S_IMODE((tmp_path / ".grant-key").stat().st_mode) == 0o600
+    monkeypatch.setenv("MORPHZ_GRANT_KEY", "s" * 20)
+    assert grant_key(tmp_path) == b"s" * 20
+
+
+def test_plain_actor_denies_audits_and_changes_nothing(tmp_path: Path) -> None:
+    actor = ContextActor(str(tmp_path), "acme-a", tenant="acme", project="p", enforce=True)
+    key = grant_key(tmp_path)
+    good = grants.issue(
+        key,
+        holder="w",
+        tenant="acme",
+        grants=[("acme-*", ["read", "commit", "admin"])],
+        issued_by="ops",
+    )
+    reader = grants.issue(
+        key, holder="r", tenant="acme", grants=[("acme-a", ["read"])], issued_by="ops"
+    )
+
+    async def run() -> None:
+        assert open_reply(await actor.version(capability=good)) == 0
+        with pytest.raises(PermissionDenied):
+            open_reply(await actor.version())
+        with pytest.raises(PermissionDenied):
+            open_reply(await actor.observe("user_message", "hi", capability=reader))
+        with pytest.raises(PermissionDenied):
+            await actor.stats(capability=reader)
+        assert open_reply(await actor.state(capability=reader))["events"] == []
+        audit = open_reply(await actor.audit(capability=good))
+        assert [(a["method"], a["holder"], a["allowed"]) for a in audit] == [
+            ("version", None, False),
+            ("observe", "r", False),
+            ("stats", "r", False),
+        ]
+        assert (await actor.describe(capability=good))["denials"] == 3
+
+    try:
+        asyncio.run(run())
+    finally:
+        actor.close(capability=good)
+
+
+# -- tenant isolation on Ray --------------------------------------------------------
+
+
+@pytest.mark.ray
+def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    from actors import connect
+
+    key = grant_key(tmp_path)  # the key file every actor of this store directory reads
+    mine = grants.issue(
+        key, holder="thief", tenant="acme", grants=[("acme-*", grants.OPERATIONS)], issued_by="ops"
+    )
+    b_owner = grants.issue(
+        key,
+        holder="owner",
+        tenant="globex",
+        grants=[("globex-*", grants.OPERATIONS)],
+        issued_by="ops",
+    )
+    a = connect(
+        "acme-a",
+        store_dir=tmp_path,
+        namespace=namespace,
+        tenant="acme",
+        project="payroll",
+        enforce=True,
+        capability=mine,
+    )
+    b = connect(
+        "globex-b",
+        store_dir=tmp_path,
+        namespace=namespace,
+        tenant="globex",
+        project="crm",
+        enforce=True,
+        capability=b_owner,
+    )
+    try:
+        e1 = b.observe("tool_result", "secret: globex margin is 41%")
+        b.claim()
+        assert b.submit(
+            f"(context-tx (base-version {b.version()}) (derive secret (from {e1['ref']}) (margin 41)))"
+        ).committed
+        before = b.state()
+
+        # a handle for B carrying A's token, no token, forged tokens, a foreign key
+        forged_doc = unpack(mine)
+        forged_doc.update(
+            tenant="globex", grants=[{"context": "*", "ops": list(grants.OPERATIONS)}]
+        )
+        tokens: dict[str, Any] = {
+            "a-token": mine,
+            "none": None,
+            "forged": pack(forged_doc),
+            "flipped": mine[:-2] + bytes([mine[-2] ^ 1]) + mine[-1:],
+            "foreign-key": grants.issue(
+                b"x" * 32,
+                holder="thief",
+                tenant="globex",
+                grants=[("*", grants.OPERATIONS)],
+                issued_by="thief",
+            ),
+        }
+        attempts = {
+            "frame": lambda h: h.frame("secret"),
+            "state": lambda h: h.state(),
+            "snapshot": lambda h: h.snapshot(["secret"]),
+            "history": lambda h: h.history("secret"),
+            "read_event": lambda h: h.read_event(e1["ref"]),
+            "submit": lambda h: h.submit("(context-tx (base-version 0) (derive stolen (x)))"),
+            "observe": lambda h: h.observe("user_message", "leak it"),
+            "claim": lambda h: h.claim(),
+            "recall": lambda h: h.recall_observation({"frame_id": "secret"}),
+            "export": lambda h: h.export(),
+            "export_frame": lambda h: export_frame(h, "secret", h.capability),
+            "audit": lambda h: h.audit(),
+            "stats": lambda h: h.stats(),
+        }
+        for label, token in tokens.items():
+            thief = b.with_capability(token)
+            for what, attempt in attempts.items():
+                with pytest.raises(PermissionDenied):
+                    attempt(thief)
+                    pytest.fail(f"{label} {what} was allowed")
+        # the raw actor, bypassing the handle, is refused the same way
+        import ray
+
+        with pytest.raises(PermissionDenied):
+            open_reply(ray.get(b.actor.frame.remote("secret")))
+        # nothing changed in B
+        assert b.state() == before
+        audit = b.audit()
+        denied = [x for x in audit if not x["allowed"]]
+        assert len(denied) == len(tokens) * len(attempts) + 1
+        assert {x["holder"] for x in denied} >= {"thief", None}
+        assert {x["method"] for x in denied} >= {"frame", "submit", "recall_observation", "export"}
+
+        # through sources: citing B's frame or event id from A is an unknown reference
+        va = a.version()
+        for cite in ("secret", e1["ref"]):  # A has no event @e1 and no frame 'secret'
+            r = a.submit(f"(context-tx (base-version {va}) (derive copy (from {cite}) (x)))")
+            assert r.status == "rejected" and r.errors[0].code == "unknown_ref"
+        with pytest.raises(NotFound):
+            a.frame("secret")
+        with pytest.raises(NotFound):
+            a.recall_observation({"frame_id": "secret"})
+        assert a.version() == va
+
+        # the scope is the context's: another tenant or project is refused at connect
+        with pytest.raises(RequestError) as err:
+            connect("globex-b", store_dir=tmp_path, namespace=namespace, tenant="acme")
+        assert err.value.code == "scope_mismatch"
+        assert b.state() == before
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+@pytest.mark.ray
+def test_explicit_export_import_is_checked_and_audited(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    from actors import connect
+
+    key = grant_key(tmp_path)
+    a_owner = grants.issue(
+        key,
+        holder="a-owner",
+        tenant="acme",
+        grants=[("acme-*", grants.OPERATIONS)],
+        issued_by="ops",
+    )
+    a_reader = grants.issue(
+        key, holder="curator", tenant="acme", grants=[("acme-src", ["read"])], issued_by="ops"
+    )
+    b_admin = grants.issue(
+        key,
+        holder="curator",
+        tenant="globex",
+        grants=[("globex-dst", ["admin", "read"])],
+        issued_by="ops",
+    )
+    b_reader = grants.issue(
+        key, holder="curator", tenant="globex", grants=[("globex-dst", ["read"])], issued_by="ops"
+    )
+    a = connect(
+        "acme-src",
+        store_dir=tmp_path,
+        namespace=namespace,
+        tenant="acme",
+        enforce=True,
+        capability=a_owner,
+    )
+    b = connect(
+        "globex-dst",
+        store_dir=tmp_path,
+        namespace=namespace,
+        tenant="globex",
+        enforce=True,
+        capability=b_admin,
+    )
+    try:
+        e1 = a.observe("tool_result", "deploy to cn-shanghai failed: quota")
+        a.claim()
+        assert a.submit(
+            f"(context-tx (base-version {a.version()}) (derive lesson (from {e1['ref']}) (check quota first)))"
+        ).committed
+        version_a = a.version()
+
+        with pytest.raises(PermissionDenied):
+            export_frame(a, "lesson", b_admin)  # a grant of another tenant
+        package = export_frame(a, "lesson", a_reader)
+        with pytest.raises(PermissionDenied):
+            import_frame(b, package, a_owner)  # admin on A is not admin on B
+        with pytest.raises(PermissionDenied):
+            import_frame(b, package, b_reader)  # read on B is not admin
+        outer = unpack(package)
+        outer["body"] = outer["body"].replace(b"quota", b"QUOTA")
+        with pytest.raises(PermissionDenied):
+            import_frame(b, pack(outer), b_admin)  # a tampered package
+        assert b.version() == 0
+
+        done = import_frame(b, package, b_admin)
+        assert done["id"] == "imported/acme-src/lesson" and done["receipt"]["status"] == "committed"
+        again = import_frame(b, package, b_admin)
+        assert again["receipt"]["duplicate"] and b.version() == 1, (again, b.version())
+        body = b.frame("imported/acme-src/lesson")["body"]
+        assert body.startswith(
+            '(provenance (from-tenant "acme") (from-project "default") (from-context "acme-src")'
+        )
+        assert f'(version {version_a}) (frame "lesson") (revision 1)' in body
+        assert "deploy to cn-shanghai failed" in body and body.endswith("(check quota first)")
+        assert b.frame("imported/acme-src/lesson")["sources"] == []
+        assert a.version() == version_a
+
+        exports = [x for x in a.audit() if x["method"] == "export_frame"]
+        assert [(x["holder"], x["allowed"]) for x in exports] == [
+            ("curator", False),
+            ("curator", True),
+        ]
+        imports = [x for x in b.audit() if x["method"] == "import_frame"]
+        assert [(x["holder"], x["allowed"]) for x in imports][-2:] == [
+            ("curator", True),
+            ("curator", True),
+        ]
+        assert sum(not x["allowed"] for x in imports) == 3
+    finally:
+        a.shutdown()
+        b.shutdown()
