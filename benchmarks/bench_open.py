@@ -43,7 +43,7 @@ import harness  # first: puts this checkout on sys.path
 
 from protocol.forms import Symbol, to_plain
 from protocol.receipts import Receipt
-from protocol.state import Event, Frame, Meta, estimate_tokens, form_tokens, preview_of
+from protocol.state import Event, Frame, Meta, estimate_tokens, preview_of
 from protocol.view import Changeset
 from storage import LmdbStore
 from storage.lmdb_store import STORE_FORMAT
@@ -197,7 +197,6 @@ class Builder:
             protected=k % 20 == 0,
             created_version=version,
             updated_version=version,
-            tokens=form_tokens(body),
         )
         refs = " ".join([f"@e{lo + i}" for i in picked] + parents)
         relates = "".join(f" (relate {s} {label} {o})" for s, label, o in edges)
