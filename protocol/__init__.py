@@ -18,6 +18,7 @@ from protocol.errors import (
     WireError,
 )
 from protocol.forms import Symbol
+from protocol.governance import AdmissionPolicy, Decision, DefaultPolicy, find_low_quality
 from protocol.history import Submission, Verdict, Violation, check_history
 from protocol.memory import MemoryBackend
 from protocol.recall import RecallPage, RecallRequest, recall
@@ -48,6 +49,7 @@ from protocol.wire import (
 )
 
 __all__ = [
+    "AdmissionPolicy",
     "Backend",
     "Changeset",
     "ClaimResult",
@@ -56,6 +58,8 @@ __all__ = [
     "Conflict",
     "Context",
     "ContextTx",
+    "Decision",
+    "DefaultPolicy",
     "Derive",
     "Event",
     "Frame",
@@ -94,6 +98,7 @@ __all__ = [
     "compile_input",
     "deliver",
     "evaluate",
+    "find_low_quality",
     "observe",
     "pack",
     "parse_tx",

@@ -42,7 +42,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocol.errors import RequestError
-from protocol.state import ACTIVE, RETIRED, RETIRING, Event, Frame, Meta
+from protocol.state import (
+    ACTIVE,
+    CANDIDATE,
+    HIDDEN_TRUST,
+    RETIRED,
+    RETIRING,
+    Event,
+    Frame,
+    Meta,
+)
 from protocol.tokens import EstimateTokenizer, Tokenizer, as_tokenizer
 from protocol.turns import MEMORY_TOOLS, Capacity, CompiledInput
 from protocol.txlang import print_form
@@ -89,6 +98,9 @@ frames; A supersedes B lets B retire at once when A cites it.
 - (retire REF…) takes observations out of your next input at once (their text \
 stays readable with read_event) and starts the retirement window of frames.
 - (restore REF), (protect ID), (unprotect ID).
+- (envelope ID (kind procedural) (valid-from "2026-01-01") (keys release) \
+(risk medium)) describes a frame; a frame built on unreviewed material is shown \
+as [candidate] until admission accepts it.
 REF is a frame id (path-like: release, deployment/target-v2) or an observation \
 reference @eN. Strings are double-quoted; atoms may be any letters, Chinese \
 included.
@@ -377,7 +389,7 @@ class Compiler:
             self._seqs.clear()
         self._used_obs = set()
         self._used_frames = set()
-        snap = self._snapshot(view, meta)
+        snap = self._snapshot(view, meta, session)
         try:
             return self._compile(view, snap, session, previous, overflow)
         finally:
@@ -385,7 +397,7 @@ class Compiler:
 
     # -- reading ------------------------------------------------------------
 
-    def _snapshot(self, view: ReadView, meta: Meta) -> _Snapshot:
+    def _snapshot(self, view: ReadView, meta: Meta, session: str) -> _Snapshot:
         mirror = self._mirror
         mirror.refresh(view, meta)
         sessions: dict[str, _Session] = {}
@@ -406,14 +418,21 @@ class Compiler:
                 s.retired += 1
         frames: list[Frame] = []
         retired = 0
+        hidden: set[str] = set()
         for f in mirror.frames.values():
             if f.lifecycle == RETIRED:
                 retired += 1
+            elif not _shown_to(f, session):
+                hidden.add(f.id)
             else:
                 frames.append(f)
         frames.sort(key=lambda f: (f.created_version, f.id))
         visible = {f.id for f in frames}
-        relations = sorted(r for r in mirror.relations if r[0] in visible or r[2] in visible)
+        relations = sorted(
+            r
+            for r in mirror.relations
+            if (r[0] in visible or r[2] in visible) and r[0] not in hidden and r[2] not in hidden
+        )
         return _Snapshot(meta, sessions, frames, retired, relations)
 
     # -- rendering pieces ---------------------------------------------------
@@ -468,6 +487,8 @@ class Compiler:
 
     def _render_frame(self, view: ReadView, f: Frame) -> str:
         parts = [f"frame {f.id} r{f.revision} {f.lifecycle}"]
+        if f.trust == CANDIDATE:
+            parts.append("[candidate]")
         if f.protected:
             parts.append("protected")
         if f.lifecycle == RETIRING:
@@ -879,7 +900,8 @@ class Compiler:
             lines = []
             for fid in gone_frames:
                 f = view.frame(fid)
-                lines.append(f"{fid} ({f.lifecycle if f is not None else 'gone'})")
+                state = "gone" if f is None else f.trust if f.trust in HIDDEN_TRUST else f.lifecycle
+                lines.append(f"{fid} ({state})")
             parts.append("### frames out of view\n" + "\n".join(lines))
             plain.append(parts[-1])
         if rel_added:
@@ -954,6 +976,15 @@ def compile_input(
 
 
 # -- text helpers -----------------------------------------------------------
+
+
+def _shown_to(f: Frame, session: str) -> bool:
+    """Governance (R42, R43): rejected and quarantined frames are in no input; a
+    candidate only in the input of the session its content came from."""
+    trust = f.trust
+    if trust in HIDDEN_TRUST:
+        return False
+    return trust != CANDIDATE or f.envelope.get("session") == session
 
 
 def _indent(text: str) -> str:

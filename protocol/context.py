@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from protocol.engine import (
@@ -25,10 +26,11 @@ from protocol.engine import (
 )
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.forms import to_plain
+from protocol.governance import AdmissionPolicy, Decision, Finding
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
-from protocol.state import RETIRING, Event, Frame, Meta
+from protocol.state import ACCEPTED, REJECTED, RETIRED, RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx
 from protocol.view import BatchView, ReadView, WriteView
 
@@ -74,6 +76,8 @@ class Context:
         window: int | None = None,
         history_keep: int | None = None,
         name: str = "default",
+        tenant: str | None = None,
+        project: str | None = None,
     ):
         self.backend = backend
         self.name = name
@@ -91,6 +95,7 @@ class Context:
                     meta.window = window
                 if history_keep is not None:
                     meta.history_keep = history_keep
+                meta.tenant, meta.project = tenant, project
                 from protocol.view import Changeset
 
                 w.apply(Changeset(meta=meta))
@@ -119,9 +124,31 @@ class Context:
 
     # -- writes -------------------------------------------------------------
 
-    def observe(self, kind: str, text: str, *, session: str = "main") -> Event:
-        """Record an observation; it is immutable and waits until claimed."""
-        return self.observe_many([(kind, text, session)])[0]
+    def observe(self, kind: str, text: str, *, session: str = "main", risky: bool = False) -> Event:
+        """Record an observation; it is immutable and waits until claimed.
+
+        *risky* flags it as unreviewed content: a frame derived from it enters
+        as a candidate (R42).
+        """
+        if not risky:
+            return self.observe_many([(kind, text, session)])[0]
+        now = time.time()
+        eid = new_event_id()
+
+        def run(w: WriteView) -> Event:
+            e, cs = observe(
+                w,
+                kind=kind,
+                text=text,
+                session=session,
+                now=now,
+                event_id=eid,
+                extra={"risky": True},
+            )
+            w.apply(cs)
+            return e
+
+        return self.backend.transact(run)
 
     def observe_many(
         self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, float | None]]
@@ -403,6 +430,146 @@ class Context:
             out = [t for t in out if frame in t.get("frames_present", ())]
         return out
 
+    # -- governance (R41-R43) -------------------------------------------------
+
+    def admit(
+        self, frame_id: str | None = None, policy: AdmissionPolicy | None = None
+    ) -> list[Decision]:
+        """Run admission over the candidates (or just *frame_id*); see :mod:`protocol.governance`.
+
+        Accepted and rejected ones change in one recorded runtime transaction
+        (``reviewed_by`` ``policy:<name>``); held ones stay candidates until
+        :meth:`review`. Returns every decision, oldest candidate first.
+        """
+        from protocol.governance import DefaultPolicy, candidates, decide
+
+        pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
+        now = time.time()
+
+        def run(w: WriteView) -> list[Decision]:
+            out = [pol.review(f, w) for f in candidates(w, frame_id)]
+            reviewer = "policy:" + pol.name
+            out = [d if d.reviewer else replace(d, reviewer=reviewer) for d in out]
+            _, cs = decide(w, out, now=now, reason=f"admission by {reviewer}")
+            if cs is not None:
+                w.apply(cs)
+            return out
+
+        return self.backend.transact(run)
+
+    def review(self, frame_id: str, decision: str, reviewer: str) -> Decision:
+        """A human decision (``accept`` or ``reject``) on a candidate or quarantined frame.
+
+        Recorded as a runtime transaction with ``reviewed_by`` ``human:<reviewer>``.
+        Raises NotFound for an unknown frame, RequestError ``not_reviewable`` if
+        the frame is neither a candidate nor quarantined, ``bad_decision`` else.
+        """
+        from protocol.governance import REVIEWABLE, decide
+
+        if decision not in ("accept", "reject"):
+            raise RequestError(
+                f"a review decides accept or reject, not {decision!r}", code="bad_decision"
+            )
+        if not reviewer or len(reviewer) > 128:
+            raise RequestError("a reviewer is 1 to 128 characters", code="bad_reviewer")
+        now = time.time()
+
+        def run(w: WriteView) -> Decision:
+            f = w.frame(frame_id)
+            if f is None:
+                raise NotFound(f"no frame {frame_id!r}")
+            if f.trust not in REVIEWABLE:
+                raise RequestError(
+                    f"{frame_id} is {f.trust}; only candidates and quarantined frames are reviewed",
+                    code="not_reviewable",
+                )
+            d = Decision(
+                frame_id,
+                "accept" if decision == "accept" else "reject",
+                (f"human review of a {f.trust} frame",),
+                "human:" + reviewer,
+            )
+            _, cs = decide(w, [d], now=now, reason=f"review by human:{reviewer}")
+            assert cs is not None
+            w.apply(cs)
+            return d
+
+        return self.backend.transact(run)
+
+    def find_low_quality(
+        self, *, unused_ticks: int | None = None, failed_uses: int = 3
+    ) -> list[Finding]:
+        """:func:`protocol.governance.find_low_quality` over this context and its traces."""
+        from protocol.governance import find_low_quality
+
+        usage = self.traces(limit=100_000)
+        return self.backend.read(
+            lambda v: find_low_quality(
+                v,
+                now_tick=v.meta().tick,
+                unused_ticks=unused_ticks,
+                usage=usage,
+                failed_uses=failed_uses,
+            )
+        )
+
+    def quarantine(self, findings: Iterable[Finding | str]) -> list[str]:
+        """Move accepted frames to trust ``quarantined`` (R43): out of every input until reviewed.
+
+        One recorded runtime transaction; frames not accepted or retired are
+        skipped. Returns the ids quarantined.
+        """
+        from protocol.governance import decide
+
+        reasons: dict[str, list[str]] = {}
+        for item in findings:
+            if isinstance(item, str):
+                reasons.setdefault(item, []).append("quarantined by request")
+            else:
+                reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+        now = time.time()
+
+        def run(w: WriteView) -> list[str]:
+            ds = []
+            for fid, why in reasons.items():
+                f = w.frame(fid)
+                if f is not None and f.trust == ACCEPTED and f.lifecycle != RETIRED:
+                    ds.append(Decision(fid, "quarantine", tuple(why), "runtime:quarantine"))
+            _, cs = decide(w, ds, now=now, reason="quarantine of low-quality memories")
+            if cs is not None:
+                w.apply(cs)
+            return [d.frame_id for d in ds]
+
+        return self.backend.transact(run)
+
+    def frames_valid_at(
+        self, t: float | str, *, include_retired: bool = False
+    ) -> list[dict[str, Any]]:
+        """Frames whose valid time covers *t* (ISO date or epoch seconds), by id.
+
+        Valid time is the envelope's ``[valid_from, valid_to)``, independent of
+        the version a frame committed at (system time). Rejected frames never
+        count; retired ones only with *include_retired*.
+        """
+        from protocol.tx import valid_time
+
+        try:
+            when = valid_time(t)
+        except ValueError as e:
+            raise RequestError(str(e), code="bad_time") from e
+
+        def run(v: ReadView) -> list[dict[str, Any]]:
+            out = [
+                frame_dict(v, f, relations=False)
+                for f in v.iter_frames()
+                if f.valid_at(when)
+                and f.trust != REJECTED
+                and (include_retired or f.lifecycle != RETIRED)
+            ]
+            return sorted(out, key=lambda d: str(d["id"]))
+
+        return self.backend.read(run)
+
     def fork(self, target: Backend, *, at_version: int | None = None) -> Context:
         """A new context in *target* (an empty store) holding this one as of *at_version*.
 
@@ -487,6 +654,15 @@ def frame_dict(v: ReadView, f: Frame, *, relations: bool = True) -> dict[str, An
         out["retire_reason"] = f.retire_reason
     if f.retired_version is not None:
         out["retired_version"] = f.retired_version
+    env = f.envelope
+    out["envelope"] = {
+        **{k: env.get(k) for k in ("kind", "tenant", "project", "risk", "trust", "reviewed_by")},
+        "keys": list(env.get("keys") or ()),
+        "valid_from": env.get("valid_from"),
+        "valid_to": env.get("valid_to"),
+        "session": env.get("session"),
+        "review_reasons": list(env.get("review_reasons") or ()),
+    }
     if relations:
         out["relations_out"] = [[f.id, lab, o] for lab, o in v.relations_from(f.id)]
         out["relations_in"] = [[s, lab, f.id] for s, lab in v.relations_to(f.id)]

@@ -18,6 +18,7 @@ writes nothing at all (R8): validation happens entirely on an overlay.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,9 @@ from protocol.errors import OutOfRange, RequestError
 from protocol.ids import SUPERSEDES, event_ref, is_event_ref, ref_seq
 from protocol.receipts import Conflict, OpError, Receipt, Relief, committed_receipt
 from protocol.state import (
+    ACCEPTED,
     ACTIVE,
+    CANDIDATE,
     EVENT_KINDS,
     RETIRED,
     RETIRING,
@@ -39,6 +42,7 @@ from protocol.state import (
 from protocol.tx import (
     ContextTx,
     Derive,
+    Envelope,
     Protect,
     Relate,
     Restore,
@@ -339,6 +343,66 @@ def _resolve_sources(ov: _Overlay, refs: tuple[str, ...], self_id: str) -> list[
     return out
 
 
+UNREVIEWED_EVENT_KINDS = frozenset({"recall_result"})
+"""Observation kinds whose content is unreviewed: a frame derived from one is a candidate."""
+MODEL_TRUST = frozenset({CANDIDATE})
+"""The only trust status a model transaction may set (R42): the rest is the runtime's."""
+
+
+def _unreviewed_session(ov: _Overlay, sources: Iterable[str]) -> tuple[bool, str | None]:
+    """Whether any source is unreviewed (R42), and the session it came from.
+
+    Unreviewed: a frame that is not ``accepted`` (a candidate, or quarantined or
+    rejected), a ``recall_result`` observation, or one recorded with
+    ``extra["risky"]`` set. The session is that of the first event source, or
+    else of the first unreviewed frame source.
+    """
+    unreviewed = False
+    event_session: str | None = None
+    frame_session: str | None = None
+    for src in sources:
+        if src.startswith("ev:"):
+            seq = ov.view.event_seq(src)
+            e = ov.event(seq) if seq is not None else None
+            if e is None:
+                continue
+            if event_session is None:
+                event_session = e.session
+            if e.kind in UNREVIEWED_EVENT_KINDS or e.extra.get("risky"):
+                unreviewed = True
+        else:
+            f = ov.frame(src)
+            if f is not None and f.trust != ACCEPTED:
+                unreviewed = True
+                if frame_session is None:
+                    frame_session = f.envelope.get("session")
+    return unreviewed, event_session or frame_session
+
+
+def _set_envelope(f: Frame, op: Envelope) -> None:
+    current = f.trust
+    if op.reviewed_by is not None:
+        raise _OpFailure("not_permitted", "reviewed-by is set by the runtime, not by a model")
+    if op.trust is not None and op.trust != current:
+        if op.trust not in MODEL_TRUST or current != ACCEPTED:
+            raise _OpFailure(
+                "not_permitted",
+                f"trust {op.trust} of {f.id} (now {current}) is decided by admission or a "
+                "reviewer; a model may only mark an accepted frame as a candidate",
+            )
+    env = dict(f.envelope)
+    for key in ("kind", "tenant", "project", "valid_from", "valid_to", "risk", "trust"):
+        value = getattr(op, key)
+        if value is not None:
+            env[key] = value
+    if op.keys is not None:
+        env["keys"] = list(op.keys)
+    lo, hi = env.get("valid_from"), env.get("valid_to")
+    if lo is not None and hi is not None and hi < lo:
+        raise _OpFailure("bad_validity", f"valid-to of {f.id} would be before its valid-from")
+    f.envelope = env
+
+
 def _cancel(f: Frame) -> None:
     f.lifecycle = ACTIVE
     f.due_tick = None
@@ -373,6 +437,15 @@ def _apply(
             created_version=version,
             updated_version=version,
         )
+        # The runtime fills what it owns (R41): scope from the context, the tick,
+        # the session the content came from, and candidacy for unreviewed sources (R42).
+        unreviewed, session = _unreviewed_session(ov, sources)
+        env = f.envelope
+        env["tenant"], env["project"] = meta.tenant, meta.project
+        env["created_tick"] = meta.tick
+        env["session"] = session
+        if unreviewed:
+            env["trust"] = CANDIDATE
         ov.put_new_frame(f)
         touched.add(op.id)
         sourced.update(s for s in sources if not s.startswith("ev:"))
@@ -387,7 +460,13 @@ def _apply(
         f = ov.writable_frame(op.id)
         f.revision += 1
         f.body = op.body
-        f.sources = f.sources + tuple(s for s in added if s not in f.sources)
+        new = [s for s in added if s not in f.sources]
+        f.sources = f.sources + tuple(new)
+        unreviewed, session = _unreviewed_session(ov, new)
+        if unreviewed and f.trust == ACCEPTED:
+            f.envelope["trust"] = CANDIDATE
+            if f.envelope.get("session") is None:
+                f.envelope["session"] = session
         if f.lifecycle == RETIRING:
             _cancel(f)
         touched.add(op.id)
@@ -480,6 +559,14 @@ def _apply(
         if f0.protected:
             ov.writable_frame(op.id).protected = False
             touched.add(op.id)
+    elif isinstance(op, Envelope):
+        if ov.frame(op.id) is None:
+            raise _OpFailure("unknown_ref", f"no frame {op.id}")
+        f = ov.writable_frame(op.id)
+        _set_envelope(f, op)
+        touched.add(op.id)
+        # No "index": the history shows no body for an envelope change.
+        writes.append({"frame": op.id, "op": "envelope", "revision": f.revision})
     else:  # pragma: no cover - the op union is closed
         raise _OpFailure("unknown_op", f"unknown operation {op!r}")
 

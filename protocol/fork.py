@@ -94,6 +94,16 @@ def fork_into(
                         code="fork_replay_failed",
                     )
                 changes = outcome.changes
+            elif rec["kind"] == "governance":
+                from protocol.governance import replay_decisions
+
+                _, decided = replay_decisions(w, rec)
+                if decided is None:
+                    raise RequestError(
+                        f"the log does not replay at version {rec['version']}",
+                        code="fork_replay_failed",
+                    )
+                changes = decided
             else:
                 _, changes = finalize_due(w, tick=rec["tick"], now=rec["time"])
             w.apply(changes)

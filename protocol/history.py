@@ -502,6 +502,13 @@ def _replay_one(
                 f"v{version}: the runtime record finalized {logged!r}; "
                 f"the replay finalizes {finalized!r}"
             ]
+    elif kind == "governance":
+        from protocol.governance import replay_decisions
+
+        _, decided = replay_decisions(w, rec)
+        if decided is None or decided.txlog is None or decided.txlog["version"] != version:
+            return True, [f"v{version}: the governance record does not replay"]
+        changes = decided
     else:
         return True, [f"v{version}: unknown record kind {kind!r}"]
     assert changes.txlog is not None

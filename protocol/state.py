@@ -28,6 +28,37 @@ DEFAULT_WINDOW = 8
 DEFAULT_HISTORY_KEEP = 100_000
 PREVIEW_CHARS = 240
 
+KINDS = ("working", "episodic", "semantic", "procedural", "meta")
+"""Memory kinds of the envelope (R41); a frame is ``working`` unless told otherwise."""
+CANDIDATE = "candidate"
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+TRUST_RETIRED = "retired"
+QUARANTINED = "quarantined"
+TRUST = (CANDIDATE, ACCEPTED, REJECTED, TRUST_RETIRED, QUARANTINED)
+"""Trust statuses: R41's four plus ``quarantined`` (R43), see ``docs/governance.md``."""
+HIDDEN_TRUST = frozenset({REJECTED, QUARANTINED})
+"""Trust statuses that keep a frame out of every compiled input."""
+RISKS = ("low", "medium", "high")
+
+
+def default_envelope() -> dict[str, Any]:
+    """The envelope of a frame that says nothing about itself (and of old records)."""
+    return {
+        "kind": "working",
+        "tenant": None,
+        "project": None,
+        "valid_from": None,
+        "valid_to": None,
+        "trust": ACCEPTED,
+        "reviewed_by": None,
+        "review_reasons": [],
+        "keys": [],
+        "risk": "low",
+        "session": None,
+        "created_tick": None,
+    }
+
 
 @dataclass(slots=True)
 class Meta:
@@ -39,6 +70,8 @@ class Meta:
     next_seq: int = 1
     history_keep: int = DEFAULT_HISTORY_KEEP
     created: float = 0.0
+    tenant: str | None = None
+    project: str | None = None
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -48,6 +81,8 @@ class Meta:
             "next_seq": self.next_seq,
             "history_keep": self.history_keep,
             "created": self.created,
+            "tenant": self.tenant,
+            "project": self.project,
         }
 
     @classmethod
@@ -56,13 +91,24 @@ class Meta:
 
     def copy(self) -> Meta:
         return Meta(
-            self.version, self.tick, self.window, self.next_seq, self.history_keep, self.created
+            self.version,
+            self.tick,
+            self.window,
+            self.next_seq,
+            self.history_keep,
+            self.created,
+            self.tenant,
+            self.project,
         )
 
 
 @dataclass(slots=True)
 class Frame:
-    """A frame (R3). ``sources`` hold stable ids: frame ids and event ids (``ev:…``)."""
+    """A frame (R3). ``sources`` hold stable ids: frame ids and event ids (``ev:…``).
+
+    ``envelope`` is the governance envelope (R41) as a closed dict with every
+    key of :func:`default_envelope`; ``valid_from``/``valid_to`` are epoch seconds.
+    """
 
     id: str
     revision: int
@@ -77,11 +123,27 @@ class Frame:
     marked_tick: int | None = None
     retire_reason: str | None = None
     retired_version: int | None = None
+    envelope: dict[str, Any] = field(default_factory=default_envelope)
 
     @property
     def tokens(self) -> int:
         """Estimated input tokens of the body (computed, not stored)."""
         return form_tokens(self.body)
+
+    @property
+    def trust(self) -> str:
+        """The trust status of the envelope (``accepted`` by default)."""
+        return str(self.envelope.get("trust", ACCEPTED))
+
+    @property
+    def kind(self) -> str:
+        """The memory kind of the envelope (``working`` by default)."""
+        return str(self.envelope.get("kind", "working"))
+
+    def valid_at(self, t: float) -> bool:
+        """True if valid time *t* lies in ``[valid_from, valid_to)`` (open ends unbounded)."""
+        lo, hi = self.envelope.get("valid_from"), self.envelope.get("valid_to")
+        return (lo is None or lo <= t) and (hi is None or t < hi)
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -98,6 +160,7 @@ class Frame:
             "marked_tick": self.marked_tick,
             "retire_reason": self.retire_reason,
             "retired_version": self.retired_version,
+            "envelope": _copy_envelope(self.envelope),
         }
 
     @classmethod
@@ -105,6 +168,8 @@ class Frame:
         rec = dict(rec)
         rec["body"] = tuple(_form(f) for f in rec["body"])
         rec["sources"] = tuple(rec["sources"])
+        # Records written before the envelope existed load with the defaults.
+        rec["envelope"] = {**default_envelope(), **(rec.get("envelope") or {})}
         return cls(**rec)
 
     def copy(self) -> Frame:
@@ -122,7 +187,15 @@ class Frame:
             self.marked_tick,
             self.retire_reason,
             self.retired_version,
+            _copy_envelope(self.envelope),
         )
+
+
+def _copy_envelope(env: dict[str, Any]) -> dict[str, Any]:
+    out = dict(env)
+    out["keys"] = list(env.get("keys") or ())
+    out["review_reasons"] = list(env.get("review_reasons") or ())
+    return out
 
 
 @dataclass(slots=True)

@@ -7,9 +7,11 @@ text (:mod:`protocol.txlang`), the msgpack wire form and the JSON form
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from protocol.errors import WireError
 from protocol.forms import Form, check_form
@@ -20,6 +22,10 @@ MAX_OPS = 1024
 MAX_REFS = 256
 """Most references one ``from`` or ``retire`` may list."""
 MAX_REASON = 4096
+MAX_KEYS = 32
+"""Most retrieval keys one envelope may hold."""
+MAX_TIME = 1e12
+"""Valid times are epoch seconds strictly between -MAX_TIME and MAX_TIME."""
 
 
 class _Model(BaseModel):
@@ -144,12 +150,121 @@ class Unprotect(_Model):
     _v_id = field_validator("id")(_frame_id)
 
 
+def valid_time(value: Any) -> float:
+    """Epoch seconds of an ISO date/date-time (UTC unless it says otherwise) or a number.
+
+    Raises ``ValueError`` for anything else, for NaN/infinity and beyond ±1e12.
+    """
+    if isinstance(value, bool):
+        raise ValueError("a valid time is an ISO date or epoch seconds, not a boolean")
+    if isinstance(value, str):
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"not an ISO date or date-time: {value[:60]!r} (e.g. 2026-01-01)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        t = when.timestamp()
+    elif isinstance(value, (int, float)):
+        t = float(value)
+    else:
+        raise ValueError(f"a valid time is an ISO date or epoch seconds, not {value!r}")
+    if not math.isfinite(t) or not -MAX_TIME < t < MAX_TIME:
+        raise ValueError(f"valid time out of range: {value!r}")
+    return t
+
+
+def _label_text(value: str) -> str:
+    if not isinstance(value, str) or not is_label(value):
+        raise ValueError(f"not an atom: {str(value)[:60]!r}")
+    return value
+
+
+class Envelope(_Model):
+    """``(envelope ID (kind K) (valid-from T) (valid-to T) (keys A…) (risk R) (trust T) …)``.
+
+    Sets the governance envelope (R41) of an existing frame; every field is
+    optional and ``None`` leaves it unchanged. Valid times are normalized to
+    epoch seconds. ``reviewed_by`` and every trust but ``candidate`` parse, but
+    only the runtime may set them: a model transaction doing so is rejected
+    ``not_permitted``.
+    """
+
+    op: Literal["envelope"] = "envelope"
+    id: str
+    kind: Literal["working", "episodic", "semantic", "procedural", "meta"] | None = None
+    tenant: str | None = None
+    project: str | None = None
+    valid_from: float | None = None
+    valid_to: float | None = None
+    keys: tuple[str, ...] | None = None
+    risk: Literal["low", "medium", "high"] | None = None
+    trust: Literal["candidate", "accepted", "rejected", "retired", "quarantined"] | None = None
+    reviewed_by: str | None = Field(default=None, min_length=1, max_length=MAX_REASON)
+
+    _v_id = field_validator("id")(_frame_id)
+
+    @field_validator("tenant", "project")
+    @classmethod
+    def _v_scope(cls, value: str | None) -> str | None:
+        return None if value is None else _label_text(value)
+
+    @field_validator("valid_from", "valid_to", mode="before")
+    @classmethod
+    def _v_time(cls, value: Any) -> float | None:
+        return None if value is None else valid_time(value)
+
+    @field_validator("keys")
+    @classmethod
+    def _v_keys(cls, values: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if values is None:
+            return None
+        if len(values) > MAX_KEYS:
+            raise ValueError(f"more than {MAX_KEYS} retrieval keys")
+        return tuple(_label_text(v) for v in values)
+
+    @model_validator(mode="after")
+    def _v_order(self) -> Envelope:
+        if (
+            self.valid_from is not None
+            and self.valid_to is not None
+            and self.valid_to < self.valid_from
+        ):
+            raise ValueError("valid-to is before valid-from")
+        return self
+
+
 Op = Annotated[
-    Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect,
+    Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope,
     Field(discriminator="op"),
 ]
 
-OP_NAMES = ("derive", "revise", "relate", "unrelate", "retire", "restore", "protect", "unprotect")
+OP_NAMES = (
+    "derive",
+    "revise",
+    "relate",
+    "unrelate",
+    "retire",
+    "restore",
+    "protect",
+    "unprotect",
+    "envelope",
+)
+
+ENVELOPE_FIELDS = (
+    "kind",
+    "tenant",
+    "project",
+    "valid_from",
+    "valid_to",
+    "keys",
+    "risk",
+    "trust",
+    "reviewed_by",
+)
+"""The fields of :class:`Envelope`, in printing order."""
 
 
 class ContextTx(_Model):

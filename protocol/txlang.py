@@ -39,10 +39,12 @@ from protocol.forms import (
     is_int_text,
 )
 from protocol.tx import (
+    ENVELOPE_FIELDS,
     MAX_OPS,
     OP_NAMES,
     ContextTx,
     Derive,
+    Envelope,
     Protect,
     Relate,
     Restore,
@@ -52,7 +54,10 @@ from protocol.tx import (
     Unrelate,
 )
 
-_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect
+_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
+
+_ENVELOPE_CLAUSES = {name.replace("_", "-"): name for name in ENVELOPE_FIELDS}
+"""Clause names of ``(envelope ID …)`` (``valid-from``) and their field names."""
 
 MAX_TEXT_BYTES = 4 << 20
 """Largest transaction text accepted, in UTF-8 bytes (4 MiB)."""
@@ -395,6 +400,8 @@ class _TxReader:
         try:
             if name in ("derive", "revise"):
                 return self.frame_op(name, args, arg_wheres, where)
+            if name == "envelope":
+                return self.envelope_op(args, arg_wheres, where)
             if name in ("relate", "unrelate"):
                 if len(args) != 3:
                     raise self.fail(where, f"{name} takes three atoms: ({name} A LABEL B)")
@@ -446,6 +453,62 @@ class _TxReader:
             body = body[1:]
         cls = Derive if name == "derive" else Revise
         return cls(id=frame_id, sources=sources, body=body)
+
+    def envelope_op(self, args: tuple[Form, ...], arg_wheres: list[Any], where: _Where) -> Envelope:
+        if not args:
+            raise self.fail(where, "envelope needs a frame id: (envelope ID (kind K) …)")
+        frame_id = self.atom("envelope", args[0], arg_wheres[0], "the frame id")
+        fields: dict[str, Any] = {}
+        for form, w in zip(args[1:], arg_wheres[1:], strict=True):
+            if not (isinstance(form, tuple) and form and isinstance(form[0], Symbol)):
+                raise self.fail(w, "envelope: expected a field such as (kind procedural)")
+            clause = str(form[0])
+            key = _ENVELOPE_CLAUSES.get(clause)
+            if key is None:
+                raise self.fail(
+                    w,
+                    f"envelope: unknown field {clause!r}; expected one of "
+                    + ", ".join(_ENVELOPE_CLAUSES),
+                )
+            if key in fields:
+                raise self.fail(w, f"envelope: ({clause} …) appears more than once")
+            values = form[1:]
+            if key == "keys":
+                fields[key] = tuple(self.atom("envelope", v, w, "a key") for v in values)
+                continue
+            if len(values) != 1:
+                raise self.fail(w, f"envelope: {clause} takes exactly one value")
+            value = values[0]
+            if key in ("valid_from", "valid_to"):
+                fields[key] = self.time_value(clause, value, w)
+            elif key == "reviewed_by":
+                if isinstance(value, tuple) or isinstance(value, int):
+                    raise self.fail(w, f'envelope: {clause} takes a string: ({clause} "…")')
+                fields[key] = str(value)
+            else:
+                fields[key] = self.atom("envelope", value, w, clause)
+        return Envelope(id=frame_id, **fields)
+
+    def time_value(self, clause: str, value: Form, where: Any) -> Any:
+        if isinstance(value, Symbol):
+            try:
+                number = float(value)
+            except ValueError:
+                raise self.fail(
+                    where, f"envelope: {clause} takes an ISO date string or epoch seconds"
+                ) from None
+            return number
+        if isinstance(value, (str, int)):
+            return value
+        raise self.fail(where, f"envelope: {clause} takes an ISO date string or epoch seconds")
+
+
+def _print_time(value: float) -> str:
+    # Integral seconds print as an integer; others as the shortest exact decimal,
+    # an atom that reads back as the same float.
+    if value.is_integer():
+        return str(int(value))
+    return repr(value)
 
 
 def _is_from_list(form: Form) -> bool:
@@ -551,6 +614,23 @@ def _print_op(op: _AnyOp) -> str:
         return f"(restore {op.ref})"
     if isinstance(op, (Protect, Unprotect)):
         return f"({op.op} {op.id})"
+    if isinstance(op, Envelope):
+        out = [f"(envelope {op.id}"]
+        for key in ENVELOPE_FIELDS:
+            value = getattr(op, key)
+            if value is None:
+                continue
+            clause = key.replace("_", "-")
+            if key == "keys":
+                out.append(f" ({clause}" + "".join(" " + k for k in value) + ")")
+            elif key in ("valid_from", "valid_to"):
+                out.append(f" ({clause} {_print_time(value)})")
+            elif key == "reviewed_by":
+                out.append(f" ({clause} {_print_string(value)})")
+            else:
+                out.append(f" ({clause} {value})")
+        out.append(")")
+        return "".join(out)
     raise TypeError(f"not an operation: {type(op).__name__}")
 
 

@@ -7,7 +7,9 @@ Both forms carry the same *dict form* of a transaction (:func:`tx_to_dict`)::
               "body": [["tests", "passed"]]},
              {"op": "relate", "subject": "…", "label": "…", "object": "…"},
              {"op": "retire", "refs": ["@e42"]}, {"op": "restore", "ref": "…"},
-             {"op": "protect", "id": "…"}, …]}
+             {"op": "protect", "id": "…"},
+             {"op": "envelope", "id": "…", "kind": "procedural", "valid_from": 1767225600.0,
+              "keys": ["release"], "risk": "medium", "trust": "candidate"}, …]}
 
 Body forms use :func:`protocol.forms.to_plain`: symbols are JSON strings,
 strings are ``{"s": text}``, lists are lists. ``None`` fields are omitted.
@@ -34,11 +36,13 @@ from pydantic import ValidationError
 from protocol.errors import WireError
 from protocol.forms import MAX_INT_DIGITS, from_plain, is_int_text, to_plain
 from protocol.tx import (
+    ENVELOPE_FIELDS,
     MAX_OPS,
     MAX_REFS,
     OP_NAMES,
     ContextTx,
     Derive,
+    Envelope,
     Protect,
     Relate,
     Restore,
@@ -60,7 +64,7 @@ MAX_NESTING = 64
 EXT_BIGINT = 1
 """msgpack extension code of an integer outside the 64-bit range, as ASCII decimal."""
 
-_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect
+_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
 
 _MAX_CONTAINER = 1 << 20
 _INT64_MIN = -(1 << 63)
@@ -77,6 +81,7 @@ _OP_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "restore": (frozenset({"ref"}), frozenset()),
     "protect": (frozenset({"id"}), frozenset()),
     "unprotect": (frozenset({"id"}), frozenset()),
+    "envelope": (frozenset({"id"}), frozenset(ENVELOPE_FIELDS)),
 }
 
 
@@ -229,6 +234,13 @@ def _op_to_dict(op: _AnyOp) -> dict[str, Any]:
         return {"op": "restore", "ref": op.ref}
     if isinstance(op, (Protect, Unprotect)):
         return {"op": op.op, "id": op.id}
+    if isinstance(op, Envelope):
+        out: dict[str, Any] = {"op": "envelope", "id": op.id}
+        for key in ENVELOPE_FIELDS:
+            value = getattr(op, key)
+            if value is not None:
+                out[key] = list(value) if key == "keys" else value
+        return out
     raise WireError(f"not an operation: {type(op).__name__}")
 
 
@@ -317,10 +329,29 @@ def _op_from_dict(value: Any, index: int) -> _AnyOp:
             return Retire(refs=_texts(value["refs"], f"{where}: refs"))
         if name == "restore":
             return Restore(ref=_text(value["ref"], f"{where}: ref"))
+        if name == "envelope":
+            return _envelope_from_dict(value, where)
         target = _text(value["id"], f"{where}: id")
         return (Protect if name == "protect" else Unprotect)(id=target)
     except ValidationError as e:
         raise WireError(f"{where}: {_validation_message(e)}") from e
+
+
+def _envelope_from_dict(value: dict[str, Any], where: str) -> Envelope:
+    fields: dict[str, Any] = {"id": _text(value["id"], f"{where}: id")}
+    for key in ENVELOPE_FIELDS:
+        item = value.get(key)
+        if item is None:
+            continue
+        if key == "keys":
+            fields[key] = _texts(item, f"{where}: keys")
+        elif key in ("valid_from", "valid_to"):
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                raise WireError(f"{where}: {key} must be epoch seconds (a number)")
+            fields[key] = item
+        else:
+            fields[key] = _text(item, f"{where}: {key}")
+    return Envelope(**fields)
 
 
 def _tx_from_dict(d: Any) -> ContextTx:

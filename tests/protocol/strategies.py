@@ -15,6 +15,7 @@ from protocol.ids import is_frame_id, is_label
 from protocol.tx import (
     ContextTx,
     Derive,
+    Envelope,
     Protect,
     Relate,
     Restore,
@@ -111,6 +112,22 @@ ops: st.SearchStrategy[Any] = st.one_of(
     st.builds(Restore, ref=refs),
     st.builds(Protect, id=frame_ids),
     st.builds(Unprotect, id=frame_ids),
+    st.builds(
+        Envelope,
+        id=frame_ids,
+        kind=st.none() | st.sampled_from(["working", "episodic", "semantic", "procedural", "meta"]),
+        tenant=st.none() | labels,
+        project=st.none() | labels,
+        valid_from=st.none()
+        | st.floats(-1e11, 1e11, allow_nan=False, allow_infinity=False)
+        | st.integers(0, 10**10).map(float),
+        valid_to=st.none(),
+        keys=st.none() | st.lists(labels, max_size=3).map(tuple),
+        risk=st.none() | st.sampled_from(["low", "medium", "high"]),
+        trust=st.none()
+        | st.sampled_from(["candidate", "accepted", "rejected", "retired", "quarantined"]),
+        reviewed_by=st.none() | texts.filter(lambda s: 1 <= len(s) <= 200),
+    ),
 )
 
 transactions: st.SearchStrategy[ContextTx] = st.builds(
