@@ -1,0 +1,482 @@
+"""Keyword search (R30): latency, indexing throughput and recall, beside SQLite FTS5.
+
+Two corpora, the same documents and queries for every engine, in one run:
+
+* **STATE-Bench** training trajectories (``--state-bench``, default
+  ``../shared/data/state-bench`` from the checkout): every message and every
+  tool call (name, arguments, result) is one event. Queries are four-word
+  windows cut from random messages; a query is *found* when its message is in
+  the top 10.
+* **Synthetic**: ``--events`` events (default 1,000,000; ``--quick`` 100,000)
+  drawn from topics. Each topic has an English marker word and a Chinese
+  marker (2 or 3 ideographs from a set no other word uses). English documents
+  are Zipf-distributed words plus the topic's English marker; Chinese
+  documents are unspaced runs of Chinese words with the Chinese marker inside;
+  mixed documents have both. Relevance comes from generation: for a query on
+  topic *t*, the relevant documents are those of *t* that contain the query's
+  marker(s). Queries: English (marker + a common word), Chinese (marker + a
+  common Chinese word), mixed (both markers), and *common* queries of frequent
+  words only (latency; they hit the scan cap on the large corpus).
+
+Engines: Morphz's :class:`storage.index.LexicalIndex` (search includes the
+snippet and the context read that feeds it); SQLite FTS5 with the
+``unicode61`` tokenizer and with the ``trigram`` tokenizer, queried with the
+query's words OR-ed (``"w1" OR "w2"``), ranked by ``bm25`` with
+``snippet()``. Index throughput: Morphz ``rebuild`` (bulk) and incremental
+``apply_intents`` in batches of 1,000; FTS5 ``INSERT`` of all rows in one
+transaction. Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import harness  # first: puts this checkout on sys.path
+
+from morphz.store import Store
+from storage.index import LexicalIndex
+
+STATE_BENCH = harness.ROOT.parent / "shared" / "data" / "state-bench"
+SYLLABLES = "ka lo mi ra te su no vi de po zu xa qi be ho fy ne ta ri mo".split()
+COMMON_ZH = (
+    "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能"
+    "下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都"
+)
+MARKER_ZH_2 = [chr(c) for c in range(0x3400, 0x3500)]
+"""Ideographs of two-character markers (CJK Extension A, used by no other word)."""
+MARKER_ZH_3 = [chr(c) for c in range(0x3500, 0x3600)]
+"""Ideographs of three-character markers: no two-character marker is inside one."""
+COMMON_EN = (
+    "error warning deploy build test passed failed server region config request timeout retry"
+).split()
+
+
+def log_line(enabled: bool) -> Callable[[str], None]:
+    def out(message: str) -> None:
+        if enabled:
+            print(message, file=sys.stderr, flush=True)
+
+    return out
+
+
+# -- corpora ---------------------------------------------------------------------
+
+
+class Synthetic:
+    """The synthetic corpus: documents, topics and labelled queries, all from one seed."""
+
+    def __init__(self, n_docs: int, seed: int = 20260601) -> None:
+        rng = random.Random(seed)
+        self.rng = rng
+        self.n_topics = max(50, n_docs // 50)
+        words: set[str] = set()
+        while len(words) < 20_000:
+            words.add("".join(rng.choices(SYLLABLES, k=rng.randint(2, 4))))
+        self.vocab = sorted(words)
+        self.cum = list(itertools.accumulate(1.0 / (r + 1) ** 1.05 for r in range(len(self.vocab))))
+        self.zh_words = sorted({"".join(rng.choices(COMMON_ZH, k=2)) for _ in range(3000)})
+        markers_en: set[str] = set()
+        while len(markers_en) < self.n_topics:
+            markers_en.add("zq" + "".join(rng.choices(SYLLABLES, k=4)))
+        self.marker_en = sorted(markers_en)
+        rng.shuffle(self.marker_en)
+        markers_zh: set[str] = set()
+        while len(markers_zh) < self.n_topics:
+            pool = MARKER_ZH_2 if len(markers_zh) % 2 else MARKER_ZH_3
+            markers_zh.add("".join(rng.choices(pool, k=2 if pool is MARKER_ZH_2 else 3)))
+        self.marker_zh = sorted(markers_zh)
+        rng.shuffle(self.marker_zh)
+        self.docs: list[str] = []
+        self.topic: list[int] = []
+        self.lang: list[str] = []
+        for _ in range(n_docs):
+            self._add(rng)
+
+    def _en(self, rng: random.Random, k: int) -> list[str]:
+        return rng.choices(self.vocab, cum_weights=self.cum, k=k)
+
+    def _zh(self, rng: random.Random, k: int) -> str:
+        return "".join(rng.choices(self.zh_words, k=k))
+
+    def _add(self, rng: random.Random) -> None:
+        t = rng.randrange(self.n_topics)
+        r = rng.random()
+        if r < 0.6:
+            lang = "en"
+            words = self._en(rng, rng.randint(10, 24))
+            words.insert(rng.randrange(len(words)), self.marker_en[t])
+            if rng.random() < 0.3:
+                words.append(rng.choice(COMMON_EN))
+            text = " ".join(words)
+        elif r < 0.9:
+            lang = "zh"
+            text = (
+                self._zh(rng, rng.randint(3, 8))
+                + self.marker_zh[t]
+                + self._zh(rng, rng.randint(3, 8))
+            )
+            if rng.random() < 0.3:
+                text += "，区域 cn-shanghai。"
+        else:
+            lang = "mixed"
+            words = self._en(rng, rng.randint(5, 12))
+            words.insert(rng.randrange(len(words)), self.marker_en[t])
+            text = " ".join(words) + " " + self._zh(rng, 3) + self.marker_zh[t] + self._zh(rng, 2)
+        self.docs.append(text)
+        self.topic.append(t)
+        self.lang.append(lang)
+
+    def queries(self, n: int) -> list[tuple[str, list[str], set[int]]]:
+        """``(kind, words, relevant seqs)``; seqs are 1-based document positions."""
+        rng = random.Random(7)
+        by_topic: dict[int, list[int]] = {}
+        for i, t in enumerate(self.topic):
+            by_topic.setdefault(t, []).append(i + 1)
+        topics = [t for t in by_topic if len(by_topic[t]) >= 3]
+        out: list[tuple[str, list[str], set[int]]] = []
+        for i in range(n):
+            kind = ("en", "zh", "mixed", "common")[i % 4]
+            t = rng.choice(topics)
+            docs = by_topic[t]
+            if kind == "en":
+                words = [self.marker_en[t], rng.choice(COMMON_EN)]
+                rel = {d for d in docs if self.lang[d - 1] != "zh"}
+            elif kind == "zh":
+                words = [self.marker_zh[t], rng.choice(self.zh_words[:200])]
+                rel = {d for d in docs if self.lang[d - 1] != "en"}
+            elif kind == "mixed":
+                words = [self.marker_en[t], self.marker_zh[t]]
+                rel = set(docs)
+            else:
+                words = rng.sample(self.vocab[:30], 2) + [rng.choice(COMMON_EN)]
+                rel = set()
+            out.append((kind, words, rel))
+        return out
+
+
+def state_bench_docs(path: Path) -> list[tuple[str, str]]:
+    """``(kind, text)`` per message and per tool call of every trajectory, in file order."""
+    out: list[tuple[str, str]] = []
+    for f in sorted((path / "train_task_trajectories").glob("*/*.json")):
+        for m in json.loads(f.read_text(encoding="utf-8"))["conversation"]:
+            kind = "user_message" if m["role"] == "user" else "external"
+            if m.get("content"):
+                out.append((kind, m["content"]))
+            for call in m.get("tool_calls") or []:
+                out.append(("tool_result", json.dumps(call, ensure_ascii=False)))
+    return out
+
+
+def state_bench_queries(
+    docs: list[tuple[str, str]], n: int
+) -> list[tuple[str, list[str], set[int]]]:
+    rng = random.Random(11)
+    out: list[tuple[str, list[str], set[int]]] = []
+    candidates = [i for i, (k, t) in enumerate(docs) if k != "tool_result" and len(t.split()) >= 8]
+    for _ in range(n):
+        i = rng.choice(candidates)
+        words = [w.strip(".,;:!?\"'()") for w in docs[i][1].split()]
+        words = [w for w in words if w]
+        start = rng.randrange(max(1, len(words) - 4))
+        out.append(("window", words[start : start + 4], {i + 1}))
+    return out
+
+
+# -- engines ---------------------------------------------------------------------
+
+
+class Morphz:
+    name = "morphz"
+
+    def __init__(
+        self, root: Path, docs: Sequence[tuple[str, str]], incremental: int, log: Any
+    ) -> None:
+        self.store = Store(root / "morphz")
+        self.ctx = self.store.open("bench", sync=False)
+        self.figures: dict[str, Any] = {}
+        bulk = len(docs) - incremental
+        started = time.perf_counter()
+        base = time.time() - len(docs)
+        for lo in range(0, bulk, 10_000):
+            self.ctx.observe_many(
+                [
+                    (k, t, "main", base + lo + j)
+                    for j, (k, t) in enumerate(docs[lo : min(bulk, lo + 10_000)])
+                ]
+            )
+        self.figures["context_write_s"] = round(time.perf_counter() - started, 2)
+        log(f"  context written: {bulk} events in {self.figures['context_write_s']} s")
+        self.index = LexicalIndex.for_backend(self.ctx.backend)
+        stats = self.index.rebuild()
+        self.figures["rebuild_s"] = stats["seconds"]
+        self.figures["rebuild_docs_per_s"] = round(bulk / max(stats["seconds"], 1e-9))
+        log(f"  rebuild: {bulk} docs in {stats['seconds']} s")
+        if incremental:
+            self.ctx.observe_many(
+                [(k, t, "main", base + bulk + j) for j, (k, t) in enumerate(docs[bulk:])]
+            )
+            started = time.perf_counter()
+            self.index.catch_up(batch=1000)
+            took = time.perf_counter() - started
+            self.figures["incremental_docs"] = incremental
+            self.figures["incremental_docs_per_s"] = round(incremental / max(took, 1e-9))
+            log(f"  incremental: {incremental} docs in {took:.2f} s")
+        self.figures["index_mib"] = round(_dir_size(root / "morphz" / "bench" / "index") / 2**20, 1)
+
+    def search(self, words: list[str]) -> list[int]:
+        result = self.index.search(" ".join(words), limit=10)
+        return [int(h.id[2:]) for h in result.hits if h.id.startswith("@e")]
+
+    def close(self) -> None:
+        self.index.close()
+        self.ctx.close()
+
+
+class Fts5:
+    def __init__(self, root: Path, tokenizer: str, docs: Sequence[tuple[str, str]]) -> None:
+        self.name = f"fts5-{tokenizer}"
+        path = root / f"{self.name}.db"
+        self.db = sqlite3.connect(path)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute(f"CREATE VIRTUAL TABLE docs USING fts5(body, tokenize='{tokenizer}')")
+        started = time.perf_counter()
+        with self.db:
+            self.db.executemany(
+                "INSERT INTO docs(rowid, body) VALUES (?, ?)",
+                ((i + 1, t) for i, (_, t) in enumerate(docs)),
+            )
+        took = time.perf_counter() - started
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.figures = {
+            "insert_s": round(took, 2),
+            "docs_per_s": round(len(docs) / max(took, 1e-9)),
+            "db_mib": round(os.path.getsize(path) / 2**20, 1),
+        }
+
+    def search(self, words: list[str]) -> list[int]:
+        query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words if w)
+        if not query:
+            return []
+        try:
+            rows = self.db.execute(
+                "SELECT rowid, snippet(docs, 0, '«', '»', '…', 16) FROM docs WHERE docs MATCH ? "
+                "ORDER BY bm25(docs) LIMIT 10",
+                (query,),
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [r[0] for r in rows]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def measure(
+    engines: list[Any], queries: list[tuple[str, list[str], set[int]]], rounds: int
+) -> dict[str, Any]:
+    """Latency (interleaved engines, warm) and recall@10 per query kind."""
+    for e in engines:  # warm-up
+        for _, words, _ in queries[:50]:
+            e.search(words)
+    times: dict[str, list[float]] = {e.name: [] for e in engines}
+    cpu: dict[str, list[float]] = {e.name: [] for e in engines}
+    recall: dict[str, dict[str, list[float]]] = {e.name: {} for e in engines}
+    for r in range(rounds):
+        for kind, words, rel in queries:
+            for e in engines:
+                c0 = time.process_time()
+                t0 = time.perf_counter()
+                got = e.search(words)
+                times[e.name].append(time.perf_counter() - t0)
+                cpu[e.name].append(time.process_time() - c0)
+                if r == 0 and rel:
+                    hit = len(set(got[:10]) & rel) / min(10, len(rel))
+                    recall[e.name].setdefault(kind, []).append(hit)
+    out: dict[str, Any] = {}
+    for e in engines:
+        ts = sorted(times[e.name])
+        cs = sorted(cpu[e.name])
+        out[e.name] = {
+            "p50_ms": round(ts[len(ts) // 2] * 1e3, 3),
+            "p99_ms": round(ts[min(len(ts) - 1, int(len(ts) * 0.99))] * 1e3, 3),
+            "mean_ms": round(statistics.fmean(ts) * 1e3, 3),
+            "cpu_p50_ms": round(cs[len(cs) // 2] * 1e3, 3),
+            "cpu_p99_ms": round(cs[min(len(cs) - 1, int(len(cs) * 0.99))] * 1e3, 3),
+            "recall_at_10": {
+                k: round(statistics.fmean(v), 3) for k, v in sorted(recall[e.name].items())
+            },
+        }
+    by_kind: dict[str, dict[str, float]] = {}
+    for e in engines:
+        per: dict[str, list[float]] = {}
+        i = 0
+        for _ in range(rounds):
+            for kind, _, _ in queries:
+                per.setdefault(kind, []).append(times[e.name][i])
+                i += 1
+        by_kind[e.name] = {
+            k: round(sorted(v)[int(len(v) * 0.99) - 1] * 1e3, 2) for k, v in sorted(per.items())
+        }
+    out["p99_ms_by_kind"] = by_kind
+    return out
+
+
+def run_corpus(
+    name: str,
+    root: Path,
+    docs: list[tuple[str, str]],
+    queries: list[tuple[str, list[str], set[int]]],
+    rounds: int,
+    log: Any,
+) -> dict[str, Any]:
+    log(f"{name}: {len(docs)} documents, {len(queries)} queries")
+    root.mkdir(parents=True, exist_ok=True)
+    incremental = min(20_000, len(docs) // 10)
+    engines: list[Any] = [Morphz(root, docs, incremental, log)]
+    for tokenizer in ("unicode61", "trigram"):
+        engines.append(Fts5(root, tokenizer, docs))
+        log(f"  {engines[-1].name}: {engines[-1].figures}")
+    try:
+        figures = measure(engines, queries, rounds)
+        for e in engines:
+            figures[e.name]["index"] = e.figures
+    finally:
+        for e in engines:
+            e.close()
+    return {"documents": len(docs), "queries": len(queries), **figures}
+
+
+def print_report(name: str, doc: dict[str, Any]) -> None:
+    print(
+        f"\n== {name}: {doc['documents']:,} documents, {doc['queries']} queries "
+        f"(load {os.getloadavg()[0]:.2f}) =="
+    )
+    print(
+        f"{'engine':<16}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'cpu p50':>9}{'cpu p99':>9}"
+        "   recall@10 by query kind"
+    )
+    for engine in ("morphz", "fts5-unicode61", "fts5-trigram"):
+        f = doc[engine]
+        recall = "  ".join(f"{k} {v:.3f}" for k, v in f["recall_at_10"].items())
+        print(
+            f"{engine:<16}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['mean_ms']:>9.2f}"
+            f"{f['cpu_p50_ms']:>9.2f}{f['cpu_p99_ms']:>9.2f}   {recall}"
+        )
+    print(
+        "p99 ms by query kind: "
+        + "; ".join(
+            f"{e}: " + ", ".join(f"{k} {v}" for k, v in kinds.items())
+            for e, kinds in doc["p99_ms_by_kind"].items()
+        )
+    )
+    m = doc["morphz"]["index"]
+    line = (
+        f"index: morphz rebuild {m['rebuild_docs_per_s']:,} docs/s ({m['rebuild_s']} s)"
+        + (
+            f", incremental {m['incremental_docs_per_s']:,} docs/s"
+            if "incremental_docs_per_s" in m
+            else ""
+        )
+        + f", {m['index_mib']} MiB"
+    )
+    for engine in ("fts5-unicode61", "fts5-trigram"):
+        f = doc[engine]["index"]
+        line += f"; {engine} {f['docs_per_s']:,} docs/s, {f['db_mib']} MiB"
+    print(line)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="100,000 synthetic events, fewer queries"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
+    parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument(
+        "--state-bench", default=str(STATE_BENCH), help="STATE-Bench data directory"
+    )
+    parser.add_argument(
+        "--events", type=int, default=None, help="synthetic events (default 1,000,000)"
+    )
+    parser.add_argument(
+        "--queries", type=int, default=None, help="queries per corpus (default 400)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="passes over the queries (default 1; 2 with --quick)",
+    )
+    args = parser.parse_args(argv)
+    events = args.events or (100_000 if args.quick else 1_000_000)
+    n_queries = args.queries or (200 if args.quick else 400)
+    rounds = args.rounds or (2 if args.quick else 1)
+    log = log_line(not args.json)
+
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='trigram')")
+    except sqlite3.OperationalError as e:
+        raise SystemExit(f"SQLite {sqlite3.sqlite_version} lacks FTS5 with trigram: {e}") from e
+    finally:
+        probe.close()
+
+    parent = args.dir or harness.scratch_parent()
+    root = Path(tempfile.mkdtemp(prefix="morphz-bench-search-", dir=parent))
+    report: dict[str, Any] = {
+        "machine": harness.machine(str(root)),
+        "sqlite": sqlite3.sqlite_version,
+        "events": events,
+    }
+    if not args.json:
+        print(harness.describe(report["machine"]) + f", SQLite {sqlite3.sqlite_version}")
+    try:
+        sb = Path(args.state_bench)
+        if (sb / "train_task_trajectories").is_dir():
+            docs = state_bench_docs(sb)
+            queries = state_bench_queries(docs, n_queries)
+            report["state_bench"] = run_corpus(
+                "STATE-Bench", root / "sb", docs, queries, rounds, log
+            )
+        else:
+            log(f"STATE-Bench data not found under {sb}; skipped")
+        t0 = time.perf_counter()
+        corpus = Synthetic(events)
+        log(f"synthetic corpus generated in {time.perf_counter() - t0:.1f} s")
+        kinds = ("tool_result", "user_message", "external")
+        docs = [(kinds[i % 3], text) for i, text in enumerate(corpus.docs)]
+        queries = corpus.queries(n_queries)
+        del corpus
+        report["synthetic"] = run_corpus("synthetic", root / "syn", docs, queries, rounds, log)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report))
+        return
+    if "state_bench" in report:
+        print_report(
+            "STATE-Bench (found@10 = recall of the message a query was cut from)",
+            report["state_bench"],
+        )
+    print_report("synthetic", report["synthetic"])
+
+
+if __name__ == "__main__":
+    main()
