@@ -55,6 +55,7 @@ from tests.actors.loopback import (
     text_answer,
     tools_answer,
 )
+from tests.seed_texts import CONSOLIDATE_TX, RELEASE_TX
 
 KEY = "sk-test-9f8e7d6c5b4a"
 PACKAGE_TOOL = {
@@ -665,14 +666,6 @@ def test_steps_are_played_in_order_and_maintenance_drops_external_actions() -> N
     assert ScriptedModel(first_match()).respond(SIMPLE, ()) == ModelTurn(finish="done")
 
 
-RELEASE_TX = """(context-tx
-  (base-version 12)
-  (reason "Incorporate the test result and prepare the release")
-  (derive test-result (from @e42) (tests passed))
-  (revise release (goal ship-v1) (stage packaging))
-  (relate test-result supports release)
-  (retire @e42))"""
-
 DEPLOY_TX = """(context-tx
   (base-version 17)
   (reason "current production configuration confirms cn-shanghai")
@@ -680,25 +673,6 @@ DEPLOY_TX = """(context-tx
   (relate deployment/target-v2 supersedes deployment/target-v1)
   (retire deployment/target-v1)
   (retire @e42))"""
-
-CONSOLIDATE_TX = """(context-tx
-  (base-version 42)
-  (reason "Consolidate two release experiences into a reusable procedure")
-  (derive release-procedure
-    (from release-case-a release-case-b)
-    (steps "After tests pass, build, verify this run's artifacts, then package.")
-    (single-package
-      (test "npm test")
-      (build "npm run build")
-      (artifact "dist/"))
-    (workspace
-      (test "pnpm --filter web test")
-      (build "pnpm --filter web build")
-      (artifact "apps/web/dist/"))
-    (applicability "Check the current project layout and scripts before choosing a branch."))
-  (relate release-procedure supersedes release-case-a)
-  (relate release-procedure supersedes release-case-b)
-  (retire release-case-a release-case-b))"""
 
 
 @pytest.mark.parametrize("style", STYLES)

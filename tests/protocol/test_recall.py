@@ -28,6 +28,7 @@ from protocol.recall import (
     read_recall,
     recall,
 )
+from tests.seed_texts import CONSOLIDATE_TX
 
 SEED_REQUEST = """{
   "frame_id": "release-procedure",
@@ -38,24 +39,6 @@ SEED_REQUEST = """{
   "max_nodes": 8
 }"""
 
-CONSOLIDATE_TX = """(context-tx
-  (base-version 42)
-  (reason "Consolidate two release experiences into a reusable procedure")
-  (derive release-procedure
-    (from release-case-a release-case-b)
-    (steps "After tests pass, build, verify this run's artifacts, then package.")
-    (single-package
-      (test "npm test")
-      (build "npm run build")
-      (artifact "dist/"))
-    (workspace
-      (test "pnpm --filter web test")
-      (build "pnpm --filter web build")
-      (artifact "apps/web/dist/"))
-    (applicability "Check the current project layout and scripts before choosing a branch."))
-  (relate release-procedure supersedes release-case-a)
-  (relate release-procedure supersedes release-case-b)
-  (retire release-case-a release-case-b))"""
 
 RUN_A_TEST = "> npm test\n" + "  ✓ renders the release page\n" * 40 + "412 passed, 0 failed\n"
 RUN_A_BUILD = "> npm run build\nvite v5 building for production...\nartifacts written to dist/\n"

@@ -7,14 +7,7 @@ versions (the seeds' contexts had history we do not replay) are substituted.
 from __future__ import annotations
 
 from protocol.context import Context
-
-RELEASE_TX = """(context-tx
-  (base-version 12)
-  (reason "Incorporate the test result and prepare the release")
-  (derive test-result (from @e42) (tests passed))
-  (revise release (goal ship-v1) (stage packaging))
-  (relate test-result supports release)
-  (retire @e42))"""
+from tests.seed_texts import CONSOLIDATE_TX, RELEASE_TX
 
 DEPLOY_TX = """(context-tx
   (base-version 17)
@@ -25,25 +18,6 @@ DEPLOY_TX = """(context-tx
   (relate deployment/target-v2 supersedes deployment/target-v1)
   (retire deployment/target-v1)
   (retire @e42))"""
-
-CONSOLIDATE_TX = """(context-tx
-  (base-version 42)
-  (reason "Consolidate two release experiences into a reusable procedure")
-  (derive release-procedure
-    (from release-case-a release-case-b)
-    (steps "After tests pass, build, verify this run's artifacts, then package.")
-    (single-package
-      (test "npm test")
-      (build "npm run build")
-      (artifact "dist/"))
-    (workspace
-      (test "pnpm --filter web test")
-      (build "pnpm --filter web build")
-      (artifact "apps/web/dist/"))
-    (applicability "Check the current project layout and scripts before choosing a branch."))
-  (relate release-procedure supersedes release-case-a)
-  (relate release-procedure supersedes release-case-b)
-  (retire release-case-a release-case-b))"""
 
 
 def as_written(text: str, ctx: Context, seed_base: int, **refs: str) -> str:

@@ -13,35 +13,10 @@ from protocol.forms import MAX_DEPTH, Symbol, check_form
 from protocol.tx import ContextTx, Derive, Protect, Relate, Restore, Retire, Revise, Unrelate
 from protocol.txlang import MAX_TEXT_BYTES, parse_tx, print_form, print_tx, read_forms
 from tests.protocol.strategies import forms, nested, strict_key, transactions, typed
+from tests.seed_texts import CONSOLIDATE_TX, RELEASE_TX
 
 S = Symbol
 
-RELEASE_TX = """(context-tx
-  (base-version 12)
-  (reason "Incorporate the test result and prepare the release")
-  (derive test-result (from @e42) (tests passed))
-  (revise release (goal ship-v1) (stage packaging))
-  (relate test-result supports release)
-  (retire @e42))"""
-
-CONSOLIDATE_TX = """(context-tx
-  (base-version 42)
-  (reason "Consolidate two release experiences into a reusable procedure")
-  (derive release-procedure
-    (from release-case-a release-case-b)
-    (steps "After tests pass, build, verify this run's artifacts, then package.")
-    (single-package
-      (test "npm test")
-      (build "npm run build")
-      (artifact "dist/"))
-    (workspace
-      (test "pnpm --filter web test")
-      (build "pnpm --filter web build")
-      (artifact "apps/web/dist/"))
-    (applicability "Check the current project layout and scripts before choosing a branch."))
-  (relate release-procedure supersedes release-case-a)
-  (relate release-procedure supersedes release-case-b)
-  (retire release-case-a release-case-b))"""
 
 DEPLOY_TX = """(context-tx
   (base-version 17)
