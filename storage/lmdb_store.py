@@ -415,8 +415,10 @@ class _LmdbWriteView(_LmdbReadView):
         if changes.meta is not None:
             txn.put(_META, pack(changes.meta.to_record()), db=db["meta"])
         frames_db = db["frames"]
+        packed: dict[str, bytes] = {}
         for frame in changes.frames:
-            txn.put(_enc(frame.id, 400), pack(frame.to_record()), db=frames_db)
+            record = packed[frame.id] = pack(frame.to_record())
+            txn.put(_enc(frame.id, 400), record, db=frames_db)
         for event in changes.events:
             txn.put(_u64(event.seq), pack(event.to_record()), db=db["events"])
             # An event's id never changes: an update of a known event writes no index page.
@@ -453,10 +455,13 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
         if changes.history:
             history_db = db["history"]
-            after = {f.id: f for f in changes.frames}
             for frame_id, version in changes.history:
-                record = pack(after[frame_id].to_record())
-                txn.put(_enc(frame_id, 400) + b"\x00" + _u64(version), record, db=history_db)
+                # The frame's record as of this version: the bytes just written to frames.
+                txn.put(
+                    _enc(frame_id, 400) + b"\x00" + _u64(version),
+                    packed[frame_id],
+                    db=history_db,
+                )
         if changes.trace is not None:
             cursor = txn.cursor(db=db["traces"])
             last = _U64.unpack(cursor.key())[0] if cursor.last() else 0
