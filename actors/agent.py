@@ -79,7 +79,8 @@ def check_spec(spec: Any) -> WorkloadSpec:
         raise RequestError(f"bad workload spec: {where}: {err.get('msg')}", code="bad_spec") from e
 
 
-def _record(step: Step, attempt: int, **fields: Any) -> dict[str, Any]:
+def submission_record(step: Step | Any, attempt: int, **fields: Any) -> dict[str, Any]:
+    """A submission record of *step* (anything with ``thread``, ``index`` and ``kind``)."""
     out: dict[str, Any] = {
         "client_id": None,
         "thread": step.thread,
@@ -139,7 +140,7 @@ class AgentThread:
                     event = await handle.observe_async("tool_result", text, session=step.thread)
                     await handle.claim_async()
                 except MorphzError as e:
-                    records.append(_record(step, 0, error_code=e.code))
+                    records.append(submission_record(step, 0, error_code=e.code))
                     since_read = spec.read_every
                     continue
                 event_ref = str(event["ref"])
@@ -152,7 +153,7 @@ class AgentThread:
                     try:
                         snap = await handle.snapshot_async(step.frames())
                     except MorphzError as e:
-                        records.append(_record(step, attempt, error_code=e.code))
+                        records.append(submission_record(step, attempt, error_code=e.code))
                         since_read = spec.read_every
                         break
                     base = int(snap["version"])
@@ -172,7 +173,7 @@ class AgentThread:
                 except MorphzError as e:
                     latency = (time.perf_counter() - started) * 1000
                     records.append(
-                        _record(
+                        submission_record(
                             step,
                             attempt,
                             **fields,
@@ -184,7 +185,9 @@ class AgentThread:
                     since_read = spec.read_every
                     break
                 latency = (time.perf_counter() - started) * 1000
-                records.append(_record(step, attempt, **fields, **_outcome(receipt, latency)))
+                records.append(
+                    submission_record(step, attempt, **fields, **_outcome(receipt, latency))
+                )
                 if receipt.committed:
                     for frame in written_frames(tx):
                         known[frame] = True

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from actors.agent import AgentThread, check_spec
+from actors.agent import AgentThread, check_spec, submission_record
 from actors.client import (
     DEFAULT_NAMESPACE,
     ContextHandle,
@@ -366,25 +366,7 @@ class _Step:
 
 
 def _record(step: _Step, attempt: int, **fields: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "client_id": None,
-        "thread": step.thread,
-        "step": step.index,
-        "kind": step.kind,
-        "attempt": attempt,
-        "base_version": None,
-        "footprint": [],
-        "outcome": "skipped",
-        "version": None,
-        "rebased": False,
-        "duplicate": False,
-        "conflicts": [],
-        "error_code": None,
-        "latency_ms": 0.0,
-        "source_events": [],
-    }
-    out.update(fields)
-    return out
+    return submission_record(step, attempt, **{"source_events": [], **fields})
 
 
 def _receipt_fields(receipt: Receipt, latency_ms: float) -> dict[str, Any]:
