@@ -495,11 +495,25 @@ class ContextHandle:
         """The node the actor runs on."""
         return str(self._call("node_id"))
 
-    def shutdown(self) -> None:
-        """Stop the actor for good (no restart); its store closes with the process."""
+    def shutdown(self, *, wait: float = 10.0) -> None:
+        """Stop the actor for good (no restart); its store closes with the process.
+
+        ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds) until
+        the actor no longer answers: a call made after ``shutdown`` returns fails.
+        """
         import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         ray.kill(self._actor, no_restart=True)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self._actor.pid.remote(), timeout=1.0)
+            except RayActorError:
+                return
+            except GetTimeoutError:
+                continue
+            time.sleep(0.05)
 
 
 def connect(
