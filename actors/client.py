@@ -499,20 +499,19 @@ class ContextHandle:
         """Stop the actor for good (no restart); its store closes with the process.
 
         ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds) until
-        the actor no longer answers: a call made after ``shutdown`` returns fails.
+        the name is gone from the cluster: a call made after ``shutdown`` fails.
+        It polls the name registry, never the dying actor (a call to it would be
+        retried and logged by Ray).
         """
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
 
         ray.kill(self._actor, no_restart=True)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             try:
-                ray.get(self._actor.pid.remote(), timeout=1.0)
-            except RayActorError:
+                ray.get_actor(actor_name(self.name), namespace=self.namespace)
+            except ValueError:
                 return
-            except GetTimeoutError:
-                continue
             time.sleep(0.05)
 
 
