@@ -186,7 +186,7 @@ class AgentThread:
                     break
                 latency = (time.perf_counter() - started) * 1000
                 records.append(
-                    submission_record(step, attempt, **fields, **_outcome(receipt, latency))
+                    submission_record(step, attempt, **fields, **receipt_fields(receipt, latency))
                 )
                 if receipt.committed:
                     for frame in written_frames(tx):
@@ -212,7 +212,8 @@ class AgentThread:
         return os.getpid()
 
 
-def _outcome(receipt: Receipt, latency_ms: float) -> dict[str, Any]:
+def receipt_fields(receipt: Receipt, latency_ms: float) -> dict[str, Any]:
+    """The outcome fields of a submission record, from its receipt."""
     return {
         "outcome": receipt.status,
         "version": receipt.version,

@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from actors.agent import AgentThread, check_spec, submission_record
+from actors.agent import AgentThread, check_spec, receipt_fields, submission_record
 from actors.client import (
     DEFAULT_NAMESPACE,
     ContextHandle,
@@ -64,7 +64,6 @@ from actors.workload import RETRY_CODES, WorkloadSpec, thread_name
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError
 from protocol.forms import Form, Symbol
 from protocol.history import Submission, Verdict, Violation, check_history
-from protocol.receipts import Receipt
 from protocol.state import Event, Frame
 from protocol.tx import ContextTx, Derive, Relate, Retire, Revise
 from protocol.wire import pack, unpack
@@ -369,18 +368,6 @@ def _record(step: _Step, attempt: int, **fields: Any) -> dict[str, Any]:
     return submission_record(step, attempt, **{"source_events": [], **fields})
 
 
-def _receipt_fields(receipt: Receipt, latency_ms: float) -> dict[str, Any]:
-    return {
-        "outcome": receipt.status,
-        "version": receipt.version,
-        "rebased": receipt.rebased,
-        "duplicate": receipt.duplicate,
-        "conflicts": [[c.id, c.version] for c in receipt.conflicts],
-        "error_code": receipt.errors[0].code if receipt.errors else None,
-        "latency_ms": latency_ms,
-    }
-
-
 class LoadAgent(AgentThread):
     """An :class:`~actors.agent.AgentThread` that also runs for a duration and replays trajectories.
 
@@ -595,7 +582,7 @@ class _Replay:
                 return
             latency = (time.perf_counter() - started) * 1000
             self.records.append(
-                _record(step, attempt, **fields, **_receipt_fields(receipt, latency))
+                _record(step, attempt, **fields, **receipt_fields(receipt, latency))
             )
             if receipt.committed:
                 return
