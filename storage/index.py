@@ -552,11 +552,7 @@ class _Postings:
             if key is None:  # the term has no chunk at all
                 key = prefix + _U32.pack(doc)
                 chunks.setdefault(key, (array("I"), array("H")))
-            elif key not in chunks:
-                raw = self.txn.get(key, db=self.dbs["postings"])
-                assert raw is not None
-                chunks[key] = _decode(raw)
-            cd, cc = chunks[key]
+            cd, cc = self._chunk(chunks, key)
             i = bisect_left(cd, doc)
             if i < len(cd) and cd[i] == doc:
                 cc[i] = code
@@ -567,6 +563,16 @@ class _Postings:
         self._rewrite(chunks, prefix)
         return added
 
+    def _chunk(
+        self, chunks: dict[bytes, tuple[array[int], array[int]]], key: bytes
+    ) -> tuple[array[int], array[int]]:
+        """The posting chunk at *key*, decoded once per write and kept in *chunks*."""
+        if key not in chunks:
+            raw = self.txn.get(key, db=self.dbs["postings"])
+            assert raw is not None, "a located posting chunk must exist"
+            chunks[key] = _decode(raw)
+        return chunks[key]
+
     def _remove(self, cursor: lmdb.Cursor, tk: bytes, docs: list[int]) -> int:
         prefix = tk + b"\x00"
         chunks: dict[bytes, tuple[array[int], array[int]]] = {}
@@ -575,11 +581,7 @@ class _Postings:
             key = _locate(cursor, prefix, doc)
             if key is None:
                 continue
-            if key not in chunks:
-                raw = self.txn.get(key, db=self.dbs["postings"])
-                assert raw is not None
-                chunks[key] = _decode(raw)
-            cd, cc = chunks[key]
+            cd, cc = self._chunk(chunks, key)
             i = bisect_left(cd, doc)
             if i < len(cd) and cd[i] == doc:
                 del cd[i]
