@@ -16,8 +16,10 @@ from typing import Any
 
 import click
 
+from morphz.cli_search import valid_at_option
 from morphz.console import Env, decode, emit, run_command
 from protocol.errors import RequestError
+from protocol.state import TRUST
 
 DOT_TIMEOUT = 60
 """Seconds the ``dot`` executable may take to lay out a graph."""
@@ -57,24 +59,63 @@ def _human_page(d: dict[str, Any]) -> str:
     is_flag=True,
     help="Also record the page as a recall_result observation and print its ref.",
 )
+@click.option(
+    "--valid-at",
+    callback=valid_at_option,
+    default=None,
+    metavar="TIME",
+    help="Only frames whose valid time covers TIME (ISO-8601 or epoch seconds).",
+)
+@click.option(
+    "--trust",
+    "trusts",
+    type=click.Choice(TRUST),
+    multiple=True,
+    help="Only frames of this trust status (repeatable).",
+)
 @click.pass_obj
 @run_command
-def recall_cmd(env: Env, request_json: str, cursor: str | None, as_observation: bool) -> None:
+def recall_cmd(
+    env: Env,
+    request_json: str,
+    cursor: str | None,
+    as_observation: bool,
+    valid_at: float | None,
+    trusts: tuple[str, ...],
+) -> None:
     """Recall the graph around a frame: REQUEST_JSON is a recall request ('-' for stdin).
+
+    --valid-at and --trust set the request's valid_at and trust filters (a
+    request that names them already is a usage error). Pass the same flags
+    with --cursor: the cursor binds the filters. --as-observation records the
+    page as the model would get it: without --trust, candidate and accepted
+    frames only.
 
     Example: morphz --json recall '{"frame_id": "release-procedure", "depth": 2}'
     """
-    from protocol.recall import RecallRequest, as_recall_observation, read_recall
+    from protocol.recall import RecallRequest, read_recall
 
     if request_json == "-":
         request_json = decode(sys.stdin.buffer.read(), "the recall request")
     request = RecallRequest.parse(request_json)  # malformed JSON exits 2 before the store opens
-    with env.open() if as_observation else env.read() as ctx:
-        page = read_recall(ctx.backend, request, cursor)
+    flags = {"valid_at": valid_at, "trust": trusts or None}
+    given = {k: v for k, v in flags.items() if v is not None}
+    if given:
+        both = [k for k in given if getattr(request, k) is not None]
+        if both:
+            raise click.UsageError(
+                f"the request already has {', '.join(both)}; give each filter once"
+            )
+        request = RecallRequest.parse({**request.model_dump(exclude_none=True), **given})
+    if as_observation:
+        # Recorded for the model: the model-facing path (trust default, extra["recalled"]).
+        with env.open() as ctx:
+            page, e = ctx.recall_observation(request, cursor)
         doc = page.to_dict()
-        if as_observation:
-            e = ctx.observe("recall_result", as_recall_observation(page, request))
-            doc["observation"] = {"ref": e.ref, "id": e.id}
+        doc["observation"] = {"ref": e.ref, "id": e.id}
+    else:
+        with env.read() as ctx:
+            doc = read_recall(ctx.backend, request, cursor).to_dict()
     emit(env, doc, _human_page)
 
 

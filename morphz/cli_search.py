@@ -22,8 +22,8 @@ from typing import Any
 import click
 
 from morphz.console import Env, decode, emit, run_command
-from protocol.errors import ParseError, StoreLocked
-from protocol.state import EVENT_KINDS
+from protocol.errors import ParseError, RequestError, StoreLocked
+from protocol.state import EVENT_KINDS, TRUST
 
 KINDS = ("frame", *EVENT_KINDS)
 LIFECYCLES = ("active", "retiring", "retired")
@@ -66,6 +66,28 @@ def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) 
         raise click.BadParameter(str(e), ctx=ctx, param=param) from e
 
 
+def valid_at_option(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A click callback for ``--valid-at``: epoch seconds from a number or an ISO date/date-time.
+
+    Numeric text is epoch seconds; other text is parsed like the envelope's
+    valid times (:func:`protocol.recall.valid_at_seconds`). A bad value is a
+    usage error (exit 2) naming the option.
+    """
+    if value is None:
+        return None
+    from protocol.recall import valid_at_seconds
+
+    text = value.strip()
+    try:
+        number: float | None = float(text)
+    except ValueError:
+        number = None
+    try:
+        return valid_at_seconds(text if number is None else number, name="")
+    except RequestError as e:
+        raise click.BadParameter(e.message, ctx=ctx, param=param) from e
+
+
 def _open_context(env: Env) -> Any:
     """The context, for writing if possible, else read-only beside the process that writes it."""
     from morphz.store import Store
@@ -86,7 +108,8 @@ def _human_search(d: dict[str, Any]) -> str:
         f"indexed version {d['indexed_version']}{lag}"
     ]
     for h in d["hits"]:
-        lines.append(f"{h['score']:8.3f}  {h['id']}  {h['kind']}  {h['lifecycle']}")
+        trust = f"  {h['trust']}" if "trust" in h else ""
+        lines.append(f"{h['score']:8.3f}  {h['id']}  {h['kind']}  {h['lifecycle']}{trust}")
         lines.append(f"          {h['snippet']}")
     return "\n".join(lines)
 
@@ -110,6 +133,20 @@ def _human_search(d: dict[str, Any]) -> str:
 @click.option("--kind", "kinds", type=click.Choice(KINDS), multiple=True, help="Repeatable.")
 @click.option("--lifecycle", type=click.Choice(LIFECYCLES), default=None)
 @click.option("--prefix", "id_prefix", default=None, help="Frame id (or @eN) prefix.")
+@click.option(
+    "--trust",
+    "trusts",
+    type=click.Choice(TRUST),
+    multiple=True,
+    help="Frames of this trust status only (repeatable); events always pass.",
+)
+@click.option(
+    "--valid-at",
+    callback=valid_at_option,
+    default=None,
+    metavar="TIME",
+    help="Frames whose valid time covers TIME (ISO-8601 or epoch seconds); events pass.",
+)
 @click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--no-catch-up", is_flag=True, help="Search the index as it is (may lag).")
 @click.pass_obj
@@ -122,6 +159,8 @@ def search_cmd(
     kinds: tuple[str, ...],
     lifecycle: str | None,
     id_prefix: str | None,
+    trusts: tuple[str, ...],
+    valid_at: float | None,
     limit: int,
     no_catch_up: bool,
 ) -> None:
@@ -143,6 +182,8 @@ def search_cmd(
                 kinds=kinds or None,
                 lifecycle=lifecycle,
                 id_prefix=id_prefix,
+                trust=trusts or None,
+                valid_at=valid_at,
             )
         finally:
             index.close()

@@ -18,7 +18,18 @@ from protocol.errors import (
     WireError,
 )
 from protocol.forms import Symbol
-from protocol.governance import AdmissionPolicy, Decision, DefaultPolicy, find_low_quality
+from protocol.governance import (
+    AdmissionPolicy,
+    Decision,
+    DefaultPolicy,
+    GovernanceWorker,
+    find_low_quality,
+    read_audit,
+    run_admission,
+    run_pass,
+    run_quarantine_scan,
+    run_review,
+)
 from protocol.history import Submission, Verdict, Violation, check_history
 from protocol.memory import MemoryBackend
 from protocol.recall import RecallPage, RecallRequest, recall
@@ -63,6 +74,7 @@ __all__ = [
     "Derive",
     "Event",
     "Frame",
+    "GovernanceWorker",
     "MemoryBackend",
     "Meta",
     "MorphzError",
@@ -104,8 +116,13 @@ __all__ = [
     "parse_tx",
     "print_form",
     "print_tx",
+    "read_audit",
     "read_forms",
     "recall",
+    "run_admission",
+    "run_pass",
+    "run_quarantine_scan",
+    "run_review",
     "tx_from_dict",
     "tx_from_json",
     "tx_from_msgpack",

@@ -396,15 +396,44 @@ class Context:
         *,
         session: str = "main",
     ) -> tuple[RecallPage, Event]:
-        """Recall one page and record it as a ``recall_result`` observation (R30).
+        """Recall one page for the model and record it as a ``recall_result`` observation (R30).
 
-        The result enters the context as tool output; no frame's lifecycle changes.
+        The result enters the context as tool output; no frame's lifecycle
+        changes. Model-facing: without a ``trust`` filter the request gets
+        candidate and accepted only, and naming rejected or quarantined is
+        refused (``not_permitted``), see :func:`protocol.recall.for_model`; the
+        cursor binds the request as run. The page is read and recorded in one
+        write, and the event's ``extra["recalled"]`` lists the ids of the
+        frames the page returned, in page order.
         """
+        from protocol.recall import for_model, recall
+
         if not isinstance(request, RecallRequest):
             request = RecallRequest.parse(request)
-        page = read_recall(self.backend, request, cursor, view_version)
-        text = as_recall_observation(page, request)
-        return page, self.observe("recall_result", text, session=session)
+        req = for_model(request)
+        now = time.time()
+        eid = new_event_id()
+
+        def run(w: WriteView) -> tuple[RecallPage, Event]:
+            page = recall(w, req, cursor, view_version)
+            recalled = [
+                str(n["id"])
+                for n in page.nodes
+                if n["type"] == "frame" and n["lifecycle"] != "missing"
+            ]
+            e, cs = observe(
+                w,
+                kind="recall_result",
+                text=as_recall_observation(page, req),
+                session=session,
+                now=now,
+                event_id=eid,
+                extra={"recalled": recalled},
+            )
+            w.apply(cs)
+            return page, e
+
+        return self.backend.transact(run)
 
     def record_trace(self, trace: dict[str, Any]) -> None:
         """Append a model-call trace: which frames and observations were in its input (R39).

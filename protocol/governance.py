@@ -10,17 +10,30 @@ Pure rules over a :class:`~protocol.view.ReadView`; nothing here does I/O.
   change, a rejected frame is retired at once (its records stay in history).
 * :func:`find_low_quality` is the unattended check of R43: frames contradicted
   by later evidence, procedures whose last uses failed, frames nobody used.
+* :func:`pending` lists what awaits a human, computed read-only (a dry run of
+  the policy, plus the quarantined frames).
+* The durable audit log: :func:`audit_entry` builds a record,
+  :func:`append_audit` is the one append rule both stores run inside a write
+  (refusals coalesce and are capped), :func:`read_audit` pages it back.
+* :func:`run_admission`, :func:`run_review`, :func:`run_quarantine_scan` and
+  :func:`run_pass` decide through a store's ``transact`` and write their audit
+  entry in the same write; :class:`GovernanceWorker` runs :func:`run_pass`
+  periodically beside an embedded :class:`~protocol.context.Context`.
 
 See ``docs/governance.md`` for the decisions behind these rules.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol, TypeVar
 
+from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.ids import SUPERSEDES
 from protocol.receipts import Receipt
 from protocol.state import (
@@ -34,7 +47,10 @@ from protocol.state import (
     Frame,
 )
 from protocol.tx import key_display
-from protocol.view import Changeset, ReadView
+from protocol.view import Changeset, ReadView, WriteView
+
+T = TypeVar("T")
+log = logging.getLogger("morphz.governance")
 
 Verdict = Literal["accept", "reject", "hold", "quarantine"]
 """Admission verdicts are the first three; ``quarantine`` is the runtime's (R43)."""
@@ -313,6 +329,10 @@ class Finding:
     rule: str
     detail: str
 
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form."""
+        return {"frame": self.frame_id, "rule": self.rule, "detail": self.detail}
+
 
 def find_low_quality(
     view: ReadView,
@@ -379,3 +399,685 @@ def find_low_quality(
                     Finding(f.id, "unused", f"not in any traced input for {now_tick - seen} ticks")
                 )
     return out
+
+
+# -- what awaits a human -----------------------------------------------------------
+
+MAX_PENDING_BODY = 240
+"""Characters of a frame's printed body a pending item shows."""
+
+
+def admission_decisions(
+    view: ReadView, policy: AdmissionPolicy, frame_id: str | None = None
+) -> list[Decision]:
+    """*policy*'s decision on each candidate (or just *frame_id*), oldest first; writes nothing."""
+    reviewer = "policy:" + policy.name
+    out = [policy.review(f, view) for f in candidates(view, frame_id)]
+    return [d if d.reviewer else replace(d, reviewer=reviewer) for d in out]
+
+
+def pending(view: ReadView, policy: AdmissionPolicy | None = None) -> list[dict[str, Any]]:
+    """What governance has not settled, computed read-only (a dry run of *policy*).
+
+    One item per unretired candidate and quarantined frame, oldest first:
+    ``{"frame", "trust", "awaits", "verdict", "reasons", "reviewed_by", "kind",
+    "risk", "created_version", "updated_version", "body"}``. ``awaits`` is
+    ``human`` for a candidate the policy would hold and for a quarantined frame
+    (its reasons are the findings that put it there), ``admission`` for a
+    candidate the policy would accept or reject on the next ``admit``.
+    """
+    pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
+    out: list[dict[str, Any]] = []
+    for d in admission_decisions(view, pol):
+        f = view.frame(d.frame_id)
+        if f is not None:
+            awaits = "human" if d.verdict == "hold" else "admission"
+            out.append(_pending_item(f, awaits, d.verdict, d.reasons, d.reviewer))
+    held = [f for f in view.iter_frames() if f.trust == QUARANTINED and f.lifecycle != RETIRED]
+    for f in sorted(held, key=lambda f: (f.created_version, f.id)):
+        reasons = tuple(f.envelope.get("review_reasons") or ())
+        by = f.envelope.get("reviewed_by") or ""
+        out.append(_pending_item(f, "human", "quarantine", reasons, by))
+    return out
+
+
+def _pending_item(
+    f: Frame, awaits: str, verdict: str, reasons: Sequence[str], reviewer: str
+) -> dict[str, Any]:
+    body = body_text(f)
+    if len(body) > MAX_PENDING_BODY:
+        body = body[: MAX_PENDING_BODY - 1] + "…"
+    return {
+        "frame": f.id,
+        "trust": f.trust,
+        "awaits": awaits,
+        "verdict": verdict,
+        "reasons": list(reasons),
+        "reviewed_by": reviewer or None,
+        "kind": f.kind,
+        "risk": f.envelope.get("risk"),
+        "created_version": f.created_version,
+        "updated_version": f.updated_version,
+        "body": body,
+    }
+
+
+# -- the durable audit log ---------------------------------------------------------
+
+AUDIT_WINDOW = 60.0
+"""Seconds within which identical refused entries coalesce into one row with a count."""
+AUDIT_REFUSALS_PER_WINDOW = 100
+"""New refused rows one window may add; later refusals of that window share one flood row."""
+MAX_AUDIT_REFUSALS = 100_000
+"""Refused rows a context keeps; beyond, the oldest refused rows are dropped."""
+MAX_AUDIT_PAGE = 1000
+"""Most audit entries one read returns."""
+MAX_AUDIT_TEXT = 512
+"""Characters of an audit entry's ``why`` (and of its holder) that are kept."""
+_FLOOD = "\x00flood"
+
+
+class AuditRows(Protocol):
+    """The audit table as a store offers it inside one write transaction.
+
+    Sequence numbers are positive; the state record keeps the append rule's
+    bookkeeping (last number, the current window, counters).
+    """
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        """The record numbered *seq*, or None."""
+
+    def put(self, seq: int, record: dict[str, Any]) -> None:
+        """Write (or overwrite) the record numbered *seq*."""
+
+    def delete(self, seq: int) -> None:
+        """Drop the record numbered *seq*."""
+
+    def after(self, seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        """Records numbered above *seq*, ascending."""
+
+    def state(self) -> dict[str, Any] | None:
+        """The append rule's state record, or None before the first append."""
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Replace the state record."""
+
+
+def audit_entry(
+    method: str,
+    op: str,
+    *,
+    holder: str | None,
+    allowed: bool,
+    why: str,
+    outcome: str | None = None,
+    at: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One audit record: who (*holder*, as the capability claims it) called *method*
+    (operation *op*), whether it was *allowed*, the *outcome* word (``allowed``,
+    ``denied``, ``refused``, ``error``) and *why*; *extra* fields (context,
+    tenant, version, decisions …) are kept as given (msgpack types only)."""
+    when = time.time() if at is None else float(at)
+    return {
+        **extra,
+        "time": when,
+        "last_time": when,
+        "count": 1,
+        "holder": None if holder is None else str(holder)[:MAX_AUDIT_TEXT],
+        "method": str(method),
+        "op": str(op),
+        "outcome": outcome or ("allowed" if allowed else "denied"),
+        "allowed": bool(allowed),
+        "why": str(why)[:MAX_AUDIT_TEXT],
+    }
+
+
+def append_audit(
+    rows: AuditRows,
+    records: Iterable[Mapping[str, Any]],
+    *,
+    window: float = AUDIT_WINDOW,
+    per_window: int = AUDIT_REFUSALS_PER_WINDOW,
+    keep: int = MAX_AUDIT_REFUSALS,
+) -> list[int]:
+    """Append *records* (see :func:`audit_entry`); the sequence number each landed on.
+
+    Entries of what happened (``allowed``) each get a row and are never dropped.
+    Refused entries (denials, refusals, errors) can be produced without bound by
+    a caller without rights, so:
+
+    * identical ones (holder, method, op, outcome, why) within one *window*
+      of seconds share one row, whose ``count`` and ``last_time`` grow;
+    * one window adds at most *per_window* refused rows; the rest of its
+      refusals are counted in one flood row (holder None, method ``*``);
+    * at most *keep* refused rows are kept; the oldest go first.
+
+    So a flood adds at most ``per_window + 1`` rows per window and the table
+    never holds more than *keep* refused rows. Sequence numbers are never reused.
+    """
+    st = _audit_state(rows.state())
+    keys: dict[str, int] = st["keys"]
+    out: list[int] = []
+    for given in records:
+        rec = dict(given)
+        rec.setdefault("time", time.time())
+        rec.setdefault("last_time", rec["time"])
+        rec.setdefault("count", 1)
+        rec["allowed"] = bool(rec.get("allowed"))
+        rec["why"] = str(rec.get("why", ""))[:MAX_AUDIT_TEXT]
+        if rec["allowed"]:
+            st["last"] += 1
+            rows.put(st["last"], rec)
+            out.append(st["last"])
+            continue
+        at = float(rec["time"])
+        if not st["window"] <= at < st["window"] + window:
+            st["window"], st["new"] = at, 0
+            keys.clear()
+        key = "\x00".join(str(rec.get(k)) for k in ("holder", "method", "op", "outcome", "why"))
+        if key not in keys and st["new"] >= per_window:
+            key = _FLOOD
+        seq = keys.get(key)
+        old = None if seq is None else rows.get(seq)
+        if seq is not None and old is not None:
+            old["count"] = int(old.get("count") or 1) + int(rec["count"])
+            old["last_time"] = max(float(old.get("last_time") or at), at)
+            rows.put(seq, old)
+            out.append(seq)
+            continue
+        if key == _FLOOD:
+            rec.update(
+                holder=None,
+                method="*",
+                op="*",
+                why=f"more than {per_window} different refusals within {window:g} s;"
+                " the rest of the window is counted here",
+            )
+        else:
+            st["new"] += 1
+        st["last"] += 1
+        rows.put(st["last"], rec)
+        keys[key] = st["last"]
+        st["refusals"] += 1
+        out.append(st["last"])
+    if st["refusals"] > keep:
+        drop: list[int] = []
+        for seq, old in rows.after(st["pruned"]):
+            if st["refusals"] - len(drop) <= keep:
+                break
+            if not old.get("allowed"):
+                drop.append(seq)
+            st["pruned"] = seq
+        for seq in drop:
+            rows.delete(seq)
+        st["refusals"] -= len(drop)
+        gone = set(drop)
+        st["keys"] = {k: s for k, s in keys.items() if s not in gone}
+    rows.set_state(st)
+    return out
+
+
+def _audit_state(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    st = dict(raw or {})
+    return {
+        "last": int(st.get("last") or 0),
+        "window": float(st.get("window") or 0.0),
+        "new": int(st.get("new") or 0),
+        "keys": dict(st.get("keys") or {}),
+        "refusals": int(st.get("refusals") or 0),
+        "pruned": int(st.get("pruned") or 0),
+    }
+
+
+class AuditStore(Protocol):
+    """A store that keeps an audit table: both backends (``MemoryBackend``, ``LmdbStore``)."""
+
+    def audit_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* audit records numbered above *after*, ascending."""
+        ...
+
+
+def check_page(after: object, limit: object, *, most: int = MAX_AUDIT_PAGE) -> tuple[int, int]:
+    """*after* (an integer >= 0) and *limit* (1 to *most*) of a paged read, or a typed error."""
+    for value, what in ((after, "after"), (limit, "limit")):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise RequestError(
+                f"{what} must be an integer, not {type(value).__name__}", code="bad_argument"
+            )
+    assert isinstance(after, int) and isinstance(limit, int)
+    if not 0 <= after < 1 << 63:
+        raise OutOfRange(f"after must be between 0 and 2**63-1, not {after}")
+    if not 1 <= limit <= most:
+        raise OutOfRange(f"limit must be between 1 and {most}, not {limit}")
+    return after, limit
+
+
+def read_audit(store: AuditStore, after: int = 0, limit: int = 100) -> list[dict[str, Any]]:
+    """The audit entries numbered above *after*, at most *limit* (1 to 1000), oldest first.
+
+    Each is the record with its number under ``seq``. A coalesced row's
+    ``count`` and ``last_time`` may grow after it was read (within its window).
+    """
+    after, limit = check_page(after, limit)
+    return [{"seq": n, **rec} for n, rec in store.audit_read(after, limit)]
+
+
+class _Store(Protocol):
+    def read(self, fn: Callable[[ReadView], T]) -> T: ...
+
+    def transact(self, fn: Callable[[WriteView], T]) -> T: ...
+
+
+def record_audit(store: _Store, records: Sequence[Mapping[str, Any]]) -> None:
+    """Append audit *records* in one durable write of *store*; version and state unchanged."""
+    batch = [dict(r) for r in records]
+    if batch:
+        store.transact(lambda w: w.apply(Changeset(audit=batch)))
+
+
+# -- governance decisions through a store ------------------------------------------
+
+MAX_REVIEWER = 128
+MAX_REASON = 512
+
+
+def check_review(decision: object, reviewer: object, reason: object = None) -> None:
+    """Refuse a bad review request before anything is read: ``bad_decision``,
+    ``bad_reviewer`` (1 to 128 printable characters) or ``bad_argument`` (reason)."""
+    if decision not in ("accept", "reject"):
+        raise RequestError(
+            f"a review decides accept or reject, not {decision!r}", code="bad_decision"
+        )
+    if (
+        not isinstance(reviewer, str)
+        or not 1 <= len(reviewer) <= MAX_REVIEWER
+        or not reviewer.isprintable()
+        or not reviewer.strip()
+    ):
+        raise RequestError(
+            f"a reviewer is 1 to {MAX_REVIEWER} printable characters, not {reviewer!r}",
+            code="bad_reviewer",
+        )
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+        raise RequestError(
+            f"a review reason is text of at most {MAX_REASON} characters", code="bad_argument"
+        )
+
+
+def check_scan(unused_ticks: object, failed_uses: object) -> None:
+    """Refuse bad quarantine-scan options: ``unused_ticks`` None or >= 1, ``failed_uses`` 1-1000."""
+    if unused_ticks is not None and (
+        not isinstance(unused_ticks, int) or isinstance(unused_ticks, bool) or unused_ticks < 1
+    ):
+        raise OutOfRange(f"unused_ticks must be None or an integer >= 1, not {unused_ticks!r}")
+    if not isinstance(failed_uses, int) or isinstance(failed_uses, bool):
+        raise RequestError(
+            f"failed_uses must be an integer, not {failed_uses!r}", code="bad_argument"
+        )
+    if not 1 <= failed_uses <= 1000:
+        raise OutOfRange(f"failed_uses must be between 1 and 1000, not {failed_uses}")
+
+
+def _decision_audit(
+    audit: Mapping[str, Any] | None, ds: Sequence[Decision], version: int, when: float
+) -> list[dict[str, Any]]:
+    if audit is None:
+        return []
+    changed = [d for d in ds if d.verdict != "hold"]
+    why = ", ".join(f"{d.verdict} {d.frame_id}" for d in changed)
+    return [
+        {
+            **audit,
+            **audit_entry(
+                str(audit.get("method", "governance")),
+                str(audit.get("op", "admin")),
+                holder=audit.get("holder"),
+                allowed=True,
+                why=why,
+                at=when,
+            ),
+            "version": version,
+            "decisions": [
+                {"frame": d.frame_id, "verdict": d.verdict, "reviewer": d.reviewer} for d in changed
+            ],
+        }
+    ]
+
+
+def _decide_in(
+    w: WriteView,
+    ds: Sequence[Decision],
+    *,
+    now: float,
+    reason: str,
+    audit: Mapping[str, Any] | None,
+) -> int | None:
+    """Apply *ds* (holds change nothing) and their audit entry; the new version or None."""
+    receipt, cs = decide(w, ds, now=now, reason=reason)
+    if cs is None or receipt is None:
+        return None
+    cs.audit.extend(_decision_audit(audit, ds, receipt.version, now))
+    w.apply(cs)
+    return receipt.version
+
+
+def _admit_in(
+    w: WriteView,
+    policy: AdmissionPolicy,
+    frame_id: str | None,
+    now: float,
+    audit: Mapping[str, Any] | None,
+) -> tuple[list[Decision], int | None]:
+    if frame_id is not None:
+        f = w.frame(frame_id)
+        if f is None:
+            raise NotFound(f"no frame {frame_id!r}")
+        if f.trust != CANDIDATE or f.lifecycle == RETIRED:
+            raise RequestError(
+                f"{frame_id} is {f.trust}, not a candidate: admission decides candidates",
+                code="not_candidate",
+            )
+    ds = admission_decisions(w, policy, frame_id)
+    version = _decide_in(w, ds, now=now, reason=f"admission by policy:{policy.name}", audit=audit)
+    return ds, version
+
+
+def run_admission(
+    store: _Store,
+    *,
+    policy: AdmissionPolicy | None = None,
+    frame_id: str | None = None,
+    now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> tuple[list[Decision], int | None]:
+    """Admission (like ``Context.admit``) in one write, with its audit entry in the same write.
+
+    Returns every decision (holds included) and the version the accepts and
+    rejects committed at (None when nothing changed: no audit entry then).
+    *audit* is the entry's template (``method``, ``op``, ``holder``, context …).
+    Raises NotFound for an unknown *frame_id*, ``not_candidate`` for a frame that
+    is not a candidate; nothing changes then.
+    """
+    pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
+    when = time.time() if now is None else now
+    return store.transact(lambda w: _admit_in(w, pol, frame_id, when, audit))
+
+
+def run_review(
+    store: _Store,
+    frame_id: str,
+    decision: str,
+    reviewer: str,
+    *,
+    reason: str | None = None,
+    now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> tuple[Decision, int]:
+    """A human decision on a candidate or quarantined frame, audited in the same write.
+
+    ``reviewed_by`` is ``human:<reviewer>``; *reason* joins the review reasons.
+    Typed errors, nothing changed: ``bad_decision``, ``bad_reviewer``,
+    ``bad_argument`` (:func:`check_review`), NotFound, ``not_reviewable``.
+    """
+    check_review(decision, reviewer, reason)
+    if not isinstance(frame_id, str):
+        raise RequestError("a frame id is a string", code="bad_argument")
+    when = time.time() if now is None else now
+
+    def run(w: WriteView) -> tuple[Decision, int]:
+        f = w.frame(frame_id)
+        if f is None:
+            raise NotFound(f"no frame {frame_id!r}")
+        if f.trust not in REVIEWABLE or f.lifecycle == RETIRED:
+            raise RequestError(
+                f"{frame_id} is {f.trust}; only candidates and quarantined frames are reviewed",
+                code="not_reviewable",
+            )
+        why = (f"human review of a {f.trust} frame", *((reason,) if reason else ()))
+        d = Decision(
+            frame_id, "accept" if decision == "accept" else "reject", why, "human:" + reviewer
+        )
+        version = _decide_in(w, [d], now=when, reason=f"review by human:{reviewer}", audit=audit)
+        assert version is not None
+        return d, version
+
+    return store.transact(run)
+
+
+def _all_traces(view: ReadView, page: int = 10_000) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        rows = view.traces(after, page)
+        out.extend(t for _, t in rows)
+        if len(rows) < page:
+            return out
+        after = rows[-1][0]
+
+
+def _scan_in(
+    w: WriteView,
+    *,
+    now: float,
+    unused_ticks: int | None,
+    failed_uses: int,
+    unattended: bool,
+    reviewer: str,
+    audit: Mapping[str, Any] | None,
+) -> tuple[list[Finding], list[str], int | None]:
+    findings = find_low_quality(
+        w,
+        now_tick=w.meta().tick,
+        unused_ticks=unused_ticks,
+        usage=_all_traces(w),
+        failed_uses=failed_uses,
+    )
+    if unattended:
+        # A human's accept stands against the unattended check (an explicit scan still
+        # reports and quarantines): the worker never undoes a human decision by itself.
+        findings = [f for f in findings if not _human_accepted(w, f.frame_id)]
+    reasons: dict[str, list[str]] = {}
+    for item in findings:
+        reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+    ds = [Decision(fid, "quarantine", tuple(why), reviewer) for fid, why in reasons.items()]
+    version = _decide_in(w, ds, now=now, reason="quarantine of low-quality memories", audit=audit)
+    return findings, [d.frame_id for d in ds], version
+
+
+def _human_accepted(view: ReadView, frame_id: str) -> bool:
+    f = view.frame(frame_id)
+    return f is not None and str(f.envelope.get("reviewed_by") or "").startswith("human:")
+
+
+def run_quarantine_scan(
+    store: _Store,
+    *,
+    unused_ticks: int | None = None,
+    failed_uses: int = 3,
+    unattended: bool = False,
+    reviewer: str = "runtime:quarantine",
+    now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> tuple[list[Finding], list[str], int | None]:
+    """:func:`find_low_quality` over every trace, then quarantine, in one audited write.
+
+    Returns the findings, the frames quarantined and the version (None if
+    nothing changed). With *unattended*, frames a human accepted are left alone.
+    """
+    check_scan(unused_ticks, failed_uses)
+    when = time.time() if now is None else now
+    return store.transact(
+        lambda w: _scan_in(
+            w,
+            now=when,
+            unused_ticks=unused_ticks,
+            failed_uses=failed_uses,
+            unattended=unattended,
+            reviewer=reviewer,
+            audit=audit,
+        )
+    )
+
+
+def run_pass(
+    store: _Store,
+    *,
+    policy: AdmissionPolicy | None = None,
+    unused_ticks: int | None = None,
+    failed_uses: int = 3,
+    now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One unattended governance pass in one durable write: admission, then the quarantine scan.
+
+    Admission commits its accepts and rejects (one governance transaction), then
+    the scan runs against that state and quarantines what it finds, sparing
+    frames a human accepted (a second transaction); each is audited when it
+    changed something. Answers ``{"decisions", "quarantined", "versions"}``.
+    """
+    check_scan(unused_ticks, failed_uses)
+    pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
+    when = time.time() if now is None else now
+
+    def run(w: WriteView) -> dict[str, Any]:
+        ds, admitted = _admit_in(w, pol, None, when, audit)
+        _, quarantined, scanned = _scan_in(
+            w,
+            now=when,
+            unused_ticks=unused_ticks,
+            failed_uses=failed_uses,
+            unattended=True,
+            reviewer="runtime:governance-worker",
+            audit=audit,
+        )
+        return {
+            "decisions": [d.to_dict() for d in ds if d.verdict != "hold"],
+            "held": [d.frame_id for d in ds if d.verdict == "hold"],
+            "quarantined": quarantined,
+            "versions": [v for v in (admitted, scanned) if v is not None],
+        }
+
+    return store.transact(run)
+
+
+# -- the embedded background worker ------------------------------------------------
+
+MIN_EVERY = 0.01
+MAX_EVERY = 86_400.0
+
+
+def check_every(every: object) -> float:
+    """Seconds between governance passes: a number from 0.01 to 86400."""
+    if not isinstance(every, (int, float)) or isinstance(every, bool):
+        raise RequestError(f"every must be seconds, not {every!r}", code="bad_argument")
+    if not MIN_EVERY <= float(every) <= MAX_EVERY:
+        raise OutOfRange(f"every must be between {MIN_EVERY} and {MAX_EVERY} s, not {every}")
+    return float(every)
+
+
+class GovernanceWorker:
+    """Runs :func:`run_pass` every *every* seconds on a daemon thread, unattended (R43).
+
+    For a :class:`~protocol.context.Context` used without Ray (pass the context or
+    its backend). Safe beside the application's own calls because each pass is
+    one ``transact`` and both stores serialize write transactions (the LMDB
+    store with its write lock, the memory store with its lock); a pass is
+    decided against the state it reads inside that write, like any commit. A
+    failing pass is logged, counted in :attr:`errors`, audited (outcome
+    ``error``) when the store still writes, and the next pass runs as usual.
+    Call :meth:`stop` before closing the context; a pass in progress finishes
+    first. ``with GovernanceWorker(ctx, every=60):`` starts and stops it.
+    """
+
+    def __init__(
+        self,
+        context: Any,
+        *,
+        every: float,
+        policy: AdmissionPolicy | None = None,
+        unused_ticks: int | None = None,
+        failed_uses: int = 3,
+        holder: str = "runtime:governance-worker",
+    ) -> None:
+        self.every = check_every(every)
+        check_scan(unused_ticks, failed_uses)
+        store = getattr(context, "backend", context)
+        if getattr(store, "readonly", False):
+            raise RequestError("a governance worker needs a writable store", code="read_only")
+        self._store: _Store = store
+        self._name = getattr(context, "name", None)
+        self.policy: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
+        self.unused_ticks = unused_ticks
+        self.failed_uses = failed_uses
+        self.holder = holder
+        self.passes = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self.last_report: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _audit(self) -> dict[str, Any]:
+        return {
+            "method": "governance_pass",
+            "op": "admin",
+            "holder": self.holder,
+            "context": self._name,
+        }
+
+    def run_once(self) -> dict[str, Any]:
+        """One pass now, on the calling thread (see :func:`run_pass`)."""
+        report = run_pass(
+            self._store,
+            policy=self.policy,
+            unused_ticks=self.unused_ticks,
+            failed_uses=self.failed_uses,
+            audit=self._audit(),
+        )
+        self.passes += 1
+        self.last_report = report
+        return report
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.run_once()
+            except Exception as e:  # one failing pass must not end the worker
+                self.errors += 1
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("governance pass failed")
+                try:
+                    entry = audit_entry(
+                        "governance_pass",
+                        "admin",
+                        holder=self.holder,
+                        allowed=False,
+                        outcome="error",
+                        why=self.last_error,
+                        context=self._name,
+                    )
+                    record_audit(self._store, [entry])
+                except Exception:
+                    log.exception("cannot audit the failed governance pass")
+
+    def start(self) -> GovernanceWorker:
+        """Start the thread (once); returns self."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._loop, name="morphz-governance", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the pass in progress, if any; waits up to *timeout* seconds."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> GovernanceWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

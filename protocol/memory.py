@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from protocol.errors import OutOfRange, StoreError
+from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
 
@@ -44,6 +45,7 @@ _TABLES = (
     "inbox",
     "outbox",
     "traces",
+    "audit",
 )
 
 
@@ -283,6 +285,42 @@ class _MemoryView:
             last: int = t["meta"].get("outbox") or 0
             t["outbox"].put(last + 1, None, _pack(changes.outbox))
             t["meta"].put("outbox", None, last + 1)
+        if changes.audit:
+            append_audit(_AuditRows(t), changes.audit)
+
+
+class _AuditRows:
+    """The ``audit`` table inside one write, as :func:`append_audit` uses it."""
+
+    __slots__ = ("_audit", "_meta")
+
+    def __init__(self, tables: dict[str, _Overlay]) -> None:
+        self._audit = tables["audit"]
+        self._meta = tables["meta"]
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        data = self._audit.get(seq)
+        return None if data is None else _unpack(data)
+
+    def put(self, seq: int, record: dict[str, Any]) -> None:
+        self._audit.put(seq, None, _pack(record))
+
+    def delete(self, seq: int) -> None:
+        self._audit.delete(seq)
+
+    def after(self, seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for n in self._audit.buckets():
+            if n > seq:
+                data = self._audit.get(n)
+                if data is not None:
+                    yield n, _unpack(data)
+
+    def state(self) -> dict[str, Any] | None:
+        data = self._meta.get("audit_state")
+        return None if data is None else _unpack(data)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._meta.put("audit_state", None, _pack(state))
 
 
 def _txlog_version(record: dict[str, Any]) -> int:
@@ -367,6 +405,14 @@ class MemoryBackend:
             self._check()
             last: int = self._tables["meta"].rows.get("outbox", {}).get(None, 0)
             return last
+
+    def audit_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* audit records numbered above *after*, oldest first."""
+        with self._lock:
+            self._check()
+            table = self._tables["audit"].rows
+            numbers = sorted(n for n in table if n > after)[: max(limit, 0)]
+            return [(n, _unpack(table[n][None])) for n in numbers]
 
     def close(self) -> None:
         """Drop the store; later calls raise :class:`StoreError`. Idempotent."""

@@ -11,7 +11,10 @@ direction:
 
 The walk is breadth-first from the start frame (node 0, depth 0): nearer
 nodes come first, every node is expanded once (so cycles end), events are
-leaves, and retired frames and events are reachable like any other. Every edge
+leaves, and retired frames and events are reachable like any other. Optional
+filters (``valid_at``, ``trust``) drop the frames whose envelope fails them:
+such a frame is neither returned nor walked through, and its edges are not
+kept; events have no envelope and always pass. Every edge
 found while expanding is kept once, as ``{"from", "to", "label"}`` where
 ``label`` is the relation's name, or ``"source"`` for an edge from a frame to
 one of its sources.
@@ -51,7 +54,7 @@ from pydantic import (
 
 from protocol.errors import NotFound, OutOfRange, ParseError, RequestError, WireError
 from protocol.ids import event_ref, is_frame_id
-from protocol.state import Frame
+from protocol.state import ACCEPTED, CANDIDATE, HIDDEN_TRUST, TRUST, Frame
 from protocol.view import ReadView
 from protocol.wire import pack, unpack
 
@@ -74,6 +77,8 @@ CURSOR_FORMAT = 1
 """First element of every cursor; bump when its layout changes."""
 SOURCE = "source"
 """The label of an edge from a frame to one of its sources."""
+MODEL_TRUST = (CANDIDATE, ACCEPTED)
+"""The trust filter of model-facing recall when the request names none (in :data:`TRUST` order)."""
 
 Direction = Literal["ancestors", "descendants", "both"]
 
@@ -89,6 +94,46 @@ _CHECK_BYTES = 4
 
 def _bad(message: str) -> RequestError:
     return RequestError(message, code="bad_request")
+
+
+def valid_at_seconds(value: Any, *, code: str = "bad_time", name: str = "valid_at") -> float:
+    """Epoch seconds of a valid-time filter: an ISO date/date-time (UTC unless it says) or a number.
+
+    The same parsing as the envelope's ``valid-from``/``valid-to``
+    (:func:`protocol.tx.valid_time`). A number that is not finite or beyond
+    ±1e12 raises :class:`OutOfRange`; anything else that is not a time raises
+    :class:`RequestError` with *code*. Messages start with *name* unless it is empty.
+    """
+    from protocol.tx import valid_time
+
+    try:
+        return valid_time(value)
+    except ValueError as e:
+        message = f"{name}: {e}" if name else str(e)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise OutOfRange(message) from None
+        raise RequestError(message, code=code) from None
+
+
+def trust_filter(value: Any, *, code: str = "bad_trust", name: str = "trust") -> tuple[str, ...]:
+    """A trust filter as a tuple of distinct trust statuses in :data:`~protocol.state.TRUST` order.
+
+    *value* is one status or a non-empty list/tuple of them; an unknown status,
+    an empty list or anything else raises :class:`RequestError` with *code*.
+    Order and repetition do not matter: equal sets give equal tuples (and so
+    equal cursor bindings).
+    """
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise RequestError(
+            f"{name}: a non-empty list of trust statuses ({', '.join(TRUST)})", code=code
+        )
+    unknown = sorted({str(x)[:40] for x in items if not isinstance(x, str) or x not in TRUST})
+    if unknown:
+        raise RequestError(
+            f"{name}: unknown trust status {', '.join(unknown)}; use {', '.join(TRUST)}", code=code
+        )
+    return tuple(t for t in TRUST if t in items)
 
 
 def _describe(e: ValidationError) -> str:
@@ -115,6 +160,12 @@ class RecallRequest(BaseModel):
     ``frame_id`` raises :class:`~protocol.errors.RequestError` with code
     ``bad_request``. Types are strict: ``"2"``, ``2.0`` and ``true`` are not
     depths.
+
+    Filters (both optional, None = no filter): ``valid_at`` (ISO date/date-time
+    or epoch seconds, normalized to float seconds) keeps frames whose envelope's
+    ``[valid_from, valid_to)`` covers it; ``trust`` (a non-empty list of trust
+    statuses, normalized to :data:`~protocol.state.TRUST` order) keeps frames
+    whose trust is one of them. Events always pass.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -126,6 +177,8 @@ class RecallRequest(BaseModel):
     include_events: bool = False
     max_nodes: int = DEFAULT_MAX_NODES
     max_bytes: int = DEFAULT_MAX_BYTES
+    valid_at: float | None = None
+    trust: tuple[str, ...] | None = None
 
     @model_validator(mode="wrap")
     @classmethod
@@ -152,6 +205,33 @@ class RecallRequest(BaseModel):
         if not low <= value <= high:
             raise OutOfRange(f"{name} must be between {low} and {high} {unit}, not {value}")
         return value
+
+    @field_validator("valid_at", mode="before")
+    @classmethod
+    def _v_valid_at(cls, value: Any) -> float | None:
+        return None if value is None else valid_at_seconds(value, code="bad_request")
+
+    @field_validator("trust", mode="before")
+    @classmethod
+    def _v_trust(cls, value: Any) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # strict: a list, even of one status
+            raise _bad(f'trust: a list of trust statuses, e.g. ["{value[:40]}"]')
+        return trust_filter(value, code="bad_request")
+
+    def admits(self, frame: Frame | None) -> bool:
+        """True if *frame* passes the filters (a missing frame, None, always does)."""
+        if frame is None:
+            return True
+        if self.trust is not None and frame.trust not in self.trust:
+            return False
+        return self.valid_at is None or frame.valid_at(self.valid_at)
+
+    @property
+    def filtered(self) -> bool:
+        """True if the request has a ``valid_at`` or ``trust`` filter."""
+        return self.valid_at is not None or self.trust is not None
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -187,8 +267,12 @@ class RecallRequest(BaseModel):
         return cls.model_validate(obj)
 
     def digest(self) -> bytes:
-        """A short digest of every parameter; cursors carry it to bind their request."""
-        text = json.dumps(self.model_dump(), sort_keys=True, ensure_ascii=False)
+        """A short digest of every parameter; cursors carry it to bind their request.
+
+        Absent filters are left out, so a request without filters binds its
+        cursors exactly as before the filters existed.
+        """
+        text = json.dumps(self.model_dump(exclude_none=True), sort_keys=True, ensure_ascii=False)
         return hashlib.blake2b(text.encode(), digest_size=_DIGEST_BYTES).digest()
 
 
@@ -296,10 +380,12 @@ class _Walk:
         "edges",
         "expanded",
         "seqs",
+        "admits",
     )
 
     def __init__(self, view: ReadView, request: RecallRequest, start: Frame) -> None:
         self.view = view
+        self.admits = request.admits if request.filtered else None
         self.limit = request.depth
         self.up = request.direction != "descendants"
         self.down = request.direction != "ancestors"
@@ -351,12 +437,20 @@ class _Walk:
             hops += [((c, key, SOURCE), c) for c in view.cited_by(key)]
             hops += [((s, key, label), s) for s, label in view.relations_to(key)]
         edges, index, keys, depths, nxt = self.edges, self.index, self.keys, self.depths, depth + 1
+        admits = self.admits
         for edge, node in hops:
-            edges[edge] = None
             if node not in index:
+                # A frame failing the filters is not a node, not a bridge and ends no edge.
+                if (
+                    admits is not None
+                    and not node.startswith("ev:")
+                    and not admits(self.frame(node))
+                ):
+                    continue
                 index[node] = len(keys)
                 keys.append(node)
                 depths.append(nxt)
+            edges[edge] = None
 
     def discover(self, n: int) -> bool:
         """Expand in order until node *n* is discovered; False if the walk ends first."""
@@ -434,8 +528,9 @@ def recall(
     ``bad_cursor`` (not a cursor), ``cursor_mismatch`` (a cursor of other
     request parameters), ``stale_view`` (*view_version* given and not the
     current version: model-facing recall from an outdated context view),
-    ``stale_cursor`` (the graph changed since the first page: restart), and
-    :class:`NotFound` for an unknown start frame.
+    ``stale_cursor`` (the graph changed since the first page: restart),
+    :class:`NotFound` for an unknown start frame, and ``filtered_out`` for a
+    start frame that fails the request's filters.
     """
     if not isinstance(request, RecallRequest):
         request = RecallRequest.parse(request)
@@ -466,6 +561,12 @@ def recall(
     start = view.frame(request.frame_id)
     if start is None:
         raise NotFound(f"no frame {request.frame_id!r}")
+    if not request.admits(start):
+        raise RequestError(
+            f"frame {request.frame_id!r} does not pass the recall filters "
+            f"(trust {start.trust}; {_filters_text(request)})",
+            code="filtered_out",
+        )
 
     walk = _Walk(view, request, start)
     if not walk.discover(offset):
@@ -499,6 +600,35 @@ def recall(
     )
 
 
+def _filters_text(request: RecallRequest) -> str:
+    parts = []
+    if request.trust is not None:
+        parts.append(f"trust filter {', '.join(request.trust)}")
+    if request.valid_at is not None:
+        parts.append(f"valid at {request.valid_at}")
+    return "; ".join(parts)
+
+
+def for_model(request: RecallRequest) -> RecallRequest:
+    """*request* as model-facing recall runs it: trust filtered to what may reach model input.
+
+    Without a ``trust`` filter it gets :data:`MODEL_TRUST` (candidate and
+    accepted). A filter naming a hidden status (rejected, quarantined: frames
+    kept out of every compiled input) is refused with code ``not_permitted``;
+    reviewers read those through :func:`recall` directly.
+    """
+    if request.trust is None:
+        return request.model_copy(update={"trust": MODEL_TRUST})
+    hidden = [t for t in request.trust if t in HIDDEN_TRUST]
+    if hidden:
+        raise RequestError(
+            f"trust {', '.join(hidden)}: such frames never enter model input; "
+            "model-facing recall reads only candidate, accepted and retired frames",
+            code="not_permitted",
+        )
+    return request
+
+
 class _Reads(Protocol):
     def read(self, fn: Callable[[ReadView], T]) -> T: ...
 
@@ -525,6 +655,6 @@ def as_recall_observation(page: RecallPage, request: RecallRequest | None = None
     """
     doc: dict[str, Any] = {}
     if request is not None:
-        doc["request"] = request.model_dump()
+        doc["request"] = request.model_dump(exclude_none=True)
     doc.update(page.to_dict())
     return _COMPACT.encode(doc)

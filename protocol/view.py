@@ -111,6 +111,9 @@ class Changeset:
     outbox: dict[str, Any] | None = None
     trace: dict[str, Any] | None = None
     """A model-call trace to append (which frames took part in the call, R39)."""
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    """Audit records to append (:func:`protocol.governance.append_audit`): they change
+    neither the version nor the state, only the context's audit table."""
 
 
 class WriteView(ReadView, Protocol):

@@ -16,7 +16,8 @@ index was built)::
     meta       b"state"          -> msgpack {format, byteorder, built, created, applied,
                                              indexed_version, documents, total_length,
                                              next_frame}
-    docs       u32(docnum)       -> <BBdI kind, lifecycle, time, length> + frame id (UTF-8)
+    docs       u32(docnum)       -> <BBdI kind, lifecycle, time, length>               (events)
+                                    <BBdI …> <Bdd trust, valid_from, valid_to> + frame id (UTF-8)
     frame_ids  enc(frame id)     -> u32(docnum)
     fterms     u32(docnum)       -> msgpack [digest of the text, [distinct terms]]  (frames)
     terms      term (UTF-8)      -> <I document frequency>
@@ -26,6 +27,10 @@ index was built)::
 A posting chunk holds at most :data:`CHUNK_POSTINGS` postings; chunks of one
 term cover increasing docnum ranges. ``norm`` is the document length quantized
 to one byte (exact below 32 terms, then steps of 2^(1/16)); ``tf`` is capped at 255.
+A frame's record also holds its envelope's trust (index into
+:data:`~protocol.state.TRUST`) and valid time (open ends as ∓infinity), so
+searches filter by them; an intent naming the frame (every write, envelope
+change and governance decision has one) rewrites them.
 
 Ranking is BM25 (``k1 = 1.2``, ``b = 0.75``, idf ``ln(1 + (N - df + 0.5)/(df + 0.5))``)
 over the union of the query's terms, with MaxScore pruning: terms are taken
@@ -62,7 +67,8 @@ import lmdb
 import msgpack
 
 from protocol.errors import OutOfRange, RequestError, StoreError
-from protocol.state import ACTIVE, EVENT_KINDS, RETIRED, RETIRING, Event, Frame
+from protocol.recall import trust_filter, valid_at_seconds
+from protocol.state import ACTIVE, EVENT_KINDS, RETIRED, RETIRING, TRUST, Event, Frame
 from protocol.view import ReadView
 from storage.text import MAX_ANALYZED_CHARS, is_spaced, normalize, query_terms
 from storage.text import terms as text_terms
@@ -71,7 +77,11 @@ T = TypeVar("T")
 
 INDEX_DIR = "index"
 """Subdirectory of a context directory that holds its lexical index."""
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
+"""Bumped when the stored layout changes (2: frames carry trust and valid time).
+
+An index of another format is rebuilt by the next :meth:`LexicalIndex.apply_intents`.
+"""
 K1 = 1.2
 B = 0.75
 CHUNK_POSTINGS = 256
@@ -105,7 +115,12 @@ LIFECYCLES = (ACTIVE, RETIRING, RETIRED)
 
 _KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 _LIFE_CODE = {k: i for i, k in enumerate(LIFECYCLES)}
+_TRUST_CODE = {k: i for i, k in enumerate(TRUST)}
+_UNKNOWN_TRUST = 0xFF
 _DOC = struct.Struct("<BBdI")
+_ENV = struct.Struct("<Bdd")
+"""A frame's trust code and valid time ``[valid_from, valid_to)``, after its :data:`_DOC` part."""
+_FRAME_HEAD = _DOC.size + _ENV.size
 _U32 = struct.Struct(">I")
 _DF = struct.Struct("<I")
 _STATE = b"state"
@@ -239,10 +254,12 @@ class Hit:
     score: float
     snippet: str
     time: float
+    trust: str | None = None
+    """The frame's trust status; None for events."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form printed by ``morphz search``."""
-        return {
+        """The JSON form printed by ``morphz search`` (``trust`` only for frames)."""
+        out: dict[str, Any] = {
             "id": self.id,
             "type": self.type,
             "kind": self.kind,
@@ -251,6 +268,9 @@ class Hit:
             "snippet": self.snippet,
             "time": self.time,
         }
+        if self.trust is not None:
+            out["trust"] = self.trust
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +311,8 @@ class _Filter:
     since: float | None = None
     until: float | None = None
     id_prefix: str | None = None
+    trusts: frozenset[int] | None = None
+    valid_at: float | None = None
     frames: bool = True
     events: bool = True
 
@@ -308,6 +330,7 @@ class _Filter:
             or self.since is not None
             or self.until is not None
             or (self.id_prefix and self.frames)
+            or (self.frames and (self.trusts is not None or self.valid_at is not None))
         )
 
     def doc_ok(self, doc: int) -> bool:
@@ -327,9 +350,15 @@ class _Filter:
             return False
         if self.until is not None and when > self.until:
             return False
-        if self.id_prefix and doc >= FRAME_BASE:
-            return rec[_DOC.size :].decode().startswith(self.id_prefix)
-        return True
+        if doc < FRAME_BASE:
+            return True  # events have no envelope: trust and valid time do not apply
+        if self.trusts is not None or self.valid_at is not None:
+            trust, lo, hi = _ENV.unpack_from(rec, _DOC.size)
+            if self.trusts is not None and trust not in self.trusts:
+                return False
+            if self.valid_at is not None and not lo <= self.valid_at < hi:
+                return False
+        return not self.id_prefix or _frame_id(rec).startswith(self.id_prefix)
 
 
 def _make_filter(
@@ -338,8 +367,15 @@ def _make_filter(
     since: float | None,
     until: float | None,
     id_prefix: str | None,
+    trust: Iterable[str] | str | None = None,
+    valid_at: float | str | None = None,
 ) -> _Filter:
     filt = _Filter(since=since, until=until, id_prefix=id_prefix or None)
+    if trust is not None:
+        wanted = trust_filter(tuple(trust) if isinstance(trust, (set, frozenset)) else trust)
+        filt.trusts = frozenset(_TRUST_CODE[t] for t in wanted)
+    if valid_at is not None:
+        filt.valid_at = valid_at_seconds(valid_at)
     for name, value in (("since", since), ("until", until)):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
@@ -848,6 +884,8 @@ class LexicalIndex:
         kinds: Iterable[str] | str | None = None,
         lifecycle: Iterable[str] | str | None = None,
         id_prefix: str | None = None,
+        trust: Iterable[str] | str | None = None,
+        valid_at: float | str | None = None,
         context_version: int | None = None,
         backend: IntentSource | None = None,
     ) -> SearchResult:
@@ -857,8 +895,13 @@ class LexicalIndex:
         time is that of its last write), *kinds* (``"frame"`` and the event
         kinds), *lifecycle* (``active``/``retiring``/``retired``; retired
         content is searched unless filtered out), *id_prefix* (of the frame id,
-        or of ``@eN``). *context_version* is reported as ``version``; when
-        None it is read from the context store, which also supplies snippets.
+        or of ``@eN``), *trust* (frames whose envelope trust is one of these
+        statuses) and *valid_at* (ISO date/date-time or epoch seconds: frames
+        whose ``[valid_from, valid_to)`` covers it). Trust and valid time are
+        the frame's as of :attr:`SearchResult.indexed_version`; events have no
+        envelope and pass both (add ``kinds="frame"`` for frames only).
+        *context_version* is reported as ``version``; when None it is read from
+        the context store, which also supplies snippets.
         """
         if not isinstance(query, str):
             raise RequestError("a query is a string", code="bad_query")
@@ -866,12 +909,15 @@ class LexicalIndex:
             raise OutOfRange(f"a query is at most {MAX_QUERY_CHARS} characters")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise OutOfRange(f"limit must be between 1 and {MAX_LIMIT}, not {limit!r}")
-        filt = _make_filter(kinds, lifecycle, since, until, id_prefix)
+        filt = _make_filter(kinds, lifecycle, since, until, id_prefix, trust, valid_at)
         qterms = query_terms(query)[:MAX_QUERY_TERMS]
         dbs = self._env().dbs
 
         def run(txn: lmdb.Transaction[bytes]) -> tuple[IndexState, _Ranked]:
             state = _load_state(txn, dbs)
+            if not state.usable:
+                # Another format or byte order: answer as an empty index until it is rebuilt.
+                return IndexState(), _Ranked()
             return state, _rank(txn, dbs, state, qterms, limit, filt)
 
         state, ranked = self._read(run)
@@ -892,8 +938,11 @@ class LexicalIndex:
         hits = []
         for i, (score, doc, rec) in enumerate(ranked.top):
             kind, life, when, _ = _DOC.unpack_from(rec)
+            hit_trust: str | None = None
             if doc >= FRAME_BASE:
-                hit_id, hit_type = rec[_DOC.size :].decode(), "frame"
+                hit_id, hit_type = _frame_id(rec), "frame"
+                code = _ENV.unpack_from(rec, _DOC.size)[0]
+                hit_trust = TRUST[code] if code < len(TRUST) else "unknown"
             else:
                 hit_id, hit_type = f"@e{doc}", "event"
             text = texts[i] if i < len(texts) else ""
@@ -906,6 +955,7 @@ class LexicalIndex:
                     score=score,
                     snippet=highlight.snippet(text),
                     time=when,
+                    trust=hit_trust,
                 )
             )
         return SearchResult(
@@ -925,11 +975,27 @@ def _ack(source: IntentSource, upto: int) -> None:
     source.outbox_ack(upto)
 
 
-def _doc_record(kind: str, lifecycle: str, when: float, length: int, frame_id: str = "") -> bytes:
+def _doc_record(kind: str, lifecycle: str, when: float, length: int) -> bytes:
+    return _DOC.pack(_KIND_CODE.get(kind, 0), _LIFE_CODE.get(lifecycle, 0), when, length)
+
+
+def _frame_record(f: Frame, when: float, length: int) -> bytes:
+    env = f.envelope
+    lo, hi = env.get("valid_from"), env.get("valid_to")
     return (
-        _DOC.pack(_KIND_CODE.get(kind, 0), _LIFE_CODE.get(lifecycle, 0), when, length)
-        + frame_id.encode()
+        _doc_record("frame", f.lifecycle, when, length)
+        + _ENV.pack(
+            _TRUST_CODE.get(f.trust, _UNKNOWN_TRUST),
+            -math.inf if lo is None else float(lo),
+            math.inf if hi is None else float(hi),
+        )
+        + f.id.encode()
     )
+
+
+def _frame_id(rec: bytes) -> str:
+    """The frame id at the end of a frame's document record."""
+    return rec[_FRAME_HEAD:].decode()
 
 
 def _index_event(
@@ -989,14 +1055,14 @@ def _index_frame(
         assert old_rec is not None
         old_length = _DOC.unpack_from(old_rec)[3]
         if old_digest == digest:
-            txn.put(key, _doc_record("frame", f.lifecycle, when, old_length, f.id), db=dbs["docs"])
+            txn.put(key, _frame_record(f, when, old_length), db=dbs["docs"])
             return
         postings.remove_doc(doc, old_terms)
     terms = text_terms(text)
     length = postings.add_doc(doc, terms)
     key = _U32.pack(doc)
     txn.put(key, _pack([digest, sorted(set(terms))]), db=dbs["fterms"])
-    txn.put(key, _doc_record("frame", f.lifecycle, when, length, f.id), db=dbs["docs"])
+    txn.put(key, _frame_record(f, when, length), db=dbs["docs"])
     state.total_length += length - old_length
 
 
@@ -1287,7 +1353,7 @@ def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:
 
 def _doc_text(view: ReadView, doc: int, rec: bytes) -> str:
     if doc >= FRAME_BASE:
-        frame_id = rec[_DOC.size :].decode()
+        frame_id = _frame_id(rec)
         f = view.frame(frame_id)
         return frame_text(f) if f is not None else frame_id
     return view.event_chunk(doc, 0, SNIPPET_SCAN_CHARS) or ""

@@ -23,6 +23,13 @@ order is byte order; ``enc(text, n)`` is defined by :func:`_enc`)::
     inbox      u64(seq)                               -> b""
     outbox     u64(number)                            -> index intent
     traces     u64(number)                            -> model-call trace (R39)
+    audit      u64(sequence)                          -> audit record (R42, R43)
+
+``meta`` also keeps ``b"audit_state"``: the bookkeeping of
+:func:`protocol.governance.append_audit` (last sequence number, the current
+coalescing window, the count of refused rows kept). The ``audit`` database is
+created by the first writing open; a read-only open of an older store that
+lacks it reads an empty audit log.
 
 Records are msgpack (``use_bin_type=True``); what a read returns is what
 ``from_record`` builds from it, so tuples inside free-form dicts come back as
@@ -47,6 +54,7 @@ import lmdb
 import msgpack
 
 from protocol.errors import OutOfRange, StoreError, StoreLocked
+from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
 
@@ -82,9 +90,12 @@ _DB_NAMES = (
     "outbox",
     "traces",
 )
+_OPTIONAL_DBS = ("audit",)
+"""Databases newer than the format: created by a writer, absent from older stores."""
 _META = b"meta"
 _FORMAT = b"format"
 _OUTBOX_SEQ = b"outbox_seq"
+_AUDIT_STATE = b"audit_state"
 
 _U64 = struct.Struct(">Q")
 _CHUNK_KEY = struct.Struct(">QI")
@@ -474,6 +485,8 @@ class _LmdbWriteView(_LmdbReadView):
             number += 1
             self._outbox_seq = number
             txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
+        if changes.audit:
+            append_audit(_AuditRows(txn, db), changes.audit)
 
     def _finish(self) -> None:
         """Write what is kept per write rather than per changeset (the outbox counter)."""
@@ -495,6 +508,41 @@ def _txlog_version(record: dict[str, Any]) -> int:
     if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 1 << 64:
         raise StoreError("a txlog record needs an int 'version' in [0, 2**64)")
     return version
+
+
+class _AuditRows:
+    """The ``audit`` database inside one write, as :func:`append_audit` uses it."""
+
+    __slots__ = ("_txn", "_db", "_meta")
+
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> None:
+        self._txn = txn
+        self._db = dbs["audit"]
+        self._meta = dbs["meta"]
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        data = self._txn.get(_u64(seq), db=self._db)
+        return None if data is None else _unpack(data)
+
+    def put(self, seq: int, record: dict[str, Any]) -> None:
+        self._txn.put(_u64(seq), _pack(record), db=self._db)
+
+    def delete(self, seq: int) -> None:
+        self._txn.delete(_u64(seq), db=self._db)
+
+    def after(self, seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        cursor = self._txn.cursor(db=self._db)
+        if seq >= _U64_MAX or not cursor.set_range(_u64(max(seq + 1, 0))):
+            return
+        for key, value in cursor.iternext():
+            yield _U64.unpack(key)[0], _unpack(value)
+
+    def state(self) -> dict[str, Any] | None:
+        data = self._txn.get(_AUDIT_STATE, db=self._meta)
+        return None if data is None else _unpack(data)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._txn.put(_AUDIT_STATE, _pack(state), db=self._meta)
 
 
 class _Gate:
@@ -615,11 +663,17 @@ def _open_env(key: str, *, readonly: bool, sync: bool, map_size: int) -> _Env:
         if readonly:
             # A handle opened inside a read transaction dies with it; let lmdb open each.
             dbs = {name: env.open_db(name.encode(), create=False) for name in _DB_NAMES}
+            for name in _OPTIONAL_DBS:
+                try:
+                    dbs[name] = env.open_db(name.encode(), create=False)
+                except lmdb.NotFoundError:
+                    pass  # an older store: nothing was ever audited in it
             with env.begin() as txn:
                 fmt = txn.get(_FORMAT, db=dbs["meta"])
         else:
             with env.begin(write=True) as txn:
-                dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DB_NAMES}
+                names = _DB_NAMES + _OPTIONAL_DBS
+                dbs = {name: env.open_db(name.encode(), txn=txn) for name in names}
                 fmt = txn.get(_FORMAT, db=dbs["meta"])
                 if fmt is None:
                     fmt = bytes([STORE_FORMAT])
@@ -872,6 +926,28 @@ class LmdbStore:
             assert isinstance(view, _LmdbReadView)
             data = view._txn.get(_OUTBOX_SEQ, db=view._db["meta"])
             return 0 if data is None else int(_U64.unpack(data)[0])
+
+        return self.read(run)
+
+    def audit_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* audit records numbered above *after*, oldest first.
+
+        Works on a read-only open beside the writer (``morphz audit``); a store
+        made before the audit table existed reads as empty.
+        """
+        if limit <= 0 or after >= _U64_MAX:
+            return []
+
+        def run(view: ReadView) -> list[tuple[int, dict[str, Any]]]:
+            assert isinstance(view, _LmdbReadView)
+            if "audit" not in view._db:
+                return []
+            out: list[tuple[int, dict[str, Any]]] = []
+            for key, value in view._iterate(view._scan("audit", _u64(max(after + 1, 0)))):
+                out.append((_U64.unpack(key)[0], _unpack(value)))
+                if len(out) >= limit:
+                    break
+            return out
 
         return self.read(run)
 

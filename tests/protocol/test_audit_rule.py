@@ -1,0 +1,96 @@
+"""The audit append rule (pure): refusals coalesce per window, a flood is counted, a cap holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from protocol.errors import OutOfRange, RequestError
+from protocol.governance import append_audit, audit_entry, check_page
+
+
+class Rows:
+    """A dict-backed AuditRows."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.st: dict[str, Any] | None = None
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        row = self.rows.get(seq)
+        return None if row is None else dict(row)
+
+    def put(self, seq: int, record: dict[str, Any]) -> None:
+        self.rows[seq] = dict(record)
+
+    def delete(self, seq: int) -> None:
+        del self.rows[seq]
+
+    def after(self, seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        for n in sorted(self.rows):
+            if n > seq:
+                yield n, dict(self.rows[n])
+
+    def state(self) -> dict[str, Any] | None:
+        return self.st
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.st = dict(state)
+
+
+def denial(holder: str = "mallory", method: str = "frame", at: float = 1000.0) -> dict[str, Any]:
+    return audit_entry(method, "read", holder=holder, allowed=False, why="no grant", at=at)
+
+
+def allowed(at: float = 1000.0) -> dict[str, Any]:
+    return audit_entry("export_frame", "read", holder="curator", allowed=True, why="ok", at=at)
+
+
+def test_identical_denials_coalesce_within_a_window() -> None:
+    rows = Rows()
+    seqs = append_audit(rows, [denial(at=1000 + i) for i in range(50)])
+    assert set(seqs) == {1}
+    assert rows.rows[1]["count"] == 50 and rows.rows[1]["last_time"] == 1049
+    assert append_audit(rows, [denial(method="state", at=1050)]) == [2]
+    assert append_audit(rows, [denial(at=1070)]) == [3]  # a new window: a new row
+    assert append_audit(rows, [allowed(at=1071), allowed(at=1071)]) == [4, 5]  # never coalesced
+
+
+def test_a_flood_of_different_denials_adds_a_bounded_number_of_rows() -> None:
+    rows = Rows()
+    flood = [denial(holder=f"h{i}", at=1000.0) for i in range(1000)]
+    append_audit(rows, flood, per_window=10)
+    assert len(rows.rows) == 11
+    last = rows.rows[11]
+    assert last["method"] == "*" and last["holder"] is None and last["count"] == 990
+    assert sum(r["count"] for r in rows.rows.values()) == 1000
+
+
+def test_refused_rows_are_capped_oldest_first_and_allowed_rows_kept() -> None:
+    rows = Rows()
+    append_audit(rows, [allowed(at=1.0)])
+    for i in range(30):  # one window each: thirty distinct rows
+        append_audit(rows, [denial(at=1000.0 + 100 * i)], keep=5)
+        append_audit(rows, [allowed(at=1000.0 + 100 * i)], keep=5)
+    refused = [n for n, r in rows.rows.items() if not r["allowed"]]
+    kept = [n for n, r in rows.rows.items() if r["allowed"]]
+    assert refused == [52, 54, 56, 58, 60] and len(kept) == 31  # the newest refusals stay
+    # numbers are never reused
+    assert append_audit(rows, [allowed(at=9e9)], keep=5) == [62]
+
+
+def test_entries_are_bounded_in_size() -> None:
+    e = audit_entry("m", "read", holder="x" * 10_000, allowed=False, why="y" * 10_000, at=0)
+    assert len(e["holder"]) == 512 and len(e["why"]) == 512
+    assert e["outcome"] == "denied" and e["count"] == 1
+
+
+@pytest.mark.parametrize(
+    "after, limit, error",
+    [(-1, 10, OutOfRange), (0, 0, OutOfRange), (0, 1001, OutOfRange), ("0", 10, RequestError)],
+)
+def test_bad_pages_are_typed_errors(after: Any, limit: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        check_page(after, limit)
