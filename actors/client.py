@@ -32,6 +32,14 @@ from actors.placement import actor_name, check_node, current_node_id, ensure_ray
 from actors.replies import open_reply, raise_error
 from protocol.context import MAX_WINDOW, new_event_id
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, WireError
+from protocol.governance import (
+    MAX_AUDIT_PAGE,
+    AdmissionPolicy,
+    check_every,
+    check_page,
+    check_review,
+    check_scan,
+)
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
@@ -457,9 +465,43 @@ class ContextHandle:
 
     # -- governance ---------------------------------------------------------------
 
-    def audit(self, after: int = 0) -> list[dict[str, Any]]:
-        """The actor's audit entries (denials, exports, imports); needs ``admin``."""
-        return list(open_reply(self._call("audit", _check_int(after, "after"))))
+    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> list[dict[str, Any]]:
+        """Durable audit entries numbered above *after* (at most *limit*, 1 to 1000).
+
+        Denials, exports, imports and governance decisions, each with its
+        ``seq``; page on with ``after=entries[-1]["seq"]``. Needs ``admin``.
+        """
+        check_page(after, limit)
+        return list(open_reply(self._call("audit", after, limit)))
+
+    def admit(self, frame_id: str | None = None) -> dict[str, Any]:
+        """Run the actor's admission policy: ``{"decisions", "version"}``; needs ``admin``."""
+        if frame_id is not None:
+            _check_text(frame_id, "frame id")
+        return dict(open_reply(self._call("admit", frame_id)))
+
+    def review(
+        self, frame_id: str, decision: str, reviewer: str, *, reason: str | None = None
+    ) -> dict[str, Any]:
+        """A human ``accept`` or ``reject`` of a candidate or quarantined frame.
+
+        ``{"decision", "version"}``; a bad decision word or reviewer is refused
+        here, before any remote call. Needs ``admin``.
+        """
+        _check_text(frame_id, "frame id")
+        check_review(decision, reviewer, reason)
+        return dict(open_reply(self._call("review", frame_id, decision, reviewer, reason)))
+
+    def pending(self) -> dict[str, Any]:
+        """What awaits a human or admission: ``{"version", "items"}``; needs ``admin``."""
+        return dict(open_reply(self._call("pending")))
+
+    def quarantine_scan(
+        self, *, unused_ticks: int | None = None, failed_uses: int = 3
+    ) -> dict[str, Any]:
+        """Find and quarantine low-quality frames: ``{"findings", "quarantined", "version"}``."""
+        check_scan(unused_ticks, failed_uses)
+        return dict(open_reply(self._call("quarantine_scan", unused_ticks, failed_uses)))
 
     def export_frame(self, frame_id: str) -> bytes:
         """A sealed package of one frame (see :func:`actors.governance.export_frame`)."""
@@ -531,6 +573,9 @@ def connect(
     project: str | None = None,
     enforce: bool = False,
     capability: bytes | None = None,
+    governance_every: float | None = None,
+    governance_unused_ticks: int | None = None,
+    admission: AdmissionPolicy | None = None,
 ) -> ContextHandle:
     """Get or create the actor of context *name* and return its handle.
 
@@ -548,6 +593,10 @@ def connect(
     *project* (stored on creation; naming others later raises ``RequestError``
     code ``scope_mismatch``). With ``enforce=True`` (sticky) every call must
     carry a capability: the handle sends *capability* with each call.
+    *admission* is the actor's admission policy (default ``DefaultPolicy``);
+    with *governance_every* seconds the actor runs admission and the quarantine
+    scan unattended that often (*governance_unused_ticks* enables the
+    ``unused`` rule). These three apply when the actor is created.
     """
     check_context_name(name)
     if not isinstance(store_dir, (str, os.PathLike)):
@@ -564,6 +613,9 @@ def connect(
         _check_int(history_keep, "history_keep", 1)
     if lifetime not in (None, "detached"):
         raise RequestError("lifetime is None or 'detached'", code="bad_argument")
+    if governance_every is not None:
+        check_every(governance_every)
+    check_scan(governance_unused_ticks, 3)
     ensure_ray()
     node = check_node(node_id) if node_id is not None else current_node_id()
     actor = (
@@ -588,6 +640,9 @@ def connect(
             tenant=tenant,
             project=project,
             enforce=bool(enforce),
+            governance_every=governance_every,
+            governance_unused_ticks=governance_unused_ticks,
+            admission=admission,
         )
     )
     handle = ContextHandle(

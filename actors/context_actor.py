@@ -19,6 +19,13 @@ answers ``pack(receipt.to_dict())``. A payload that does not decode gets a
 rejected receipt with the error code ``wire_error`` and writes nothing (R45).
 Other store methods answer with the envelope of :mod:`actors.replies`.
 
+Governance (docs/governance.md, docs/permissions.md): denials, exports,
+imports and governance decisions are appended to the store's durable audit
+table before the call is answered; ``admit``, ``review``, ``pending`` and
+``quarantine_scan`` run on the store thread like every write; with
+``governance_every`` a background task runs admission and the quarantine scan
+unattended.
+
 Ray is not imported here except by :meth:`ContextActor.node_id`.
 """
 
@@ -28,12 +35,12 @@ import asyncio
 import functools
 import hashlib
 import inspect
+import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from actors.governance import grant_key, settle_scope
 from actors.replies import error_doc, failed, ok
@@ -49,6 +56,24 @@ from protocol.errors import (
     WireError,
 )
 from protocol.forms import Symbol, from_plain
+from protocol.governance import (
+    MAX_AUDIT_PAGE,
+    AdmissionPolicy,
+    AuditStore,
+    DefaultPolicy,
+    audit_entry,
+    check_every,
+    check_page,
+    check_review,
+    check_scan,
+    pending,
+    read_audit,
+    record_audit,
+    run_admission,
+    run_pass,
+    run_quarantine_scan,
+    run_review,
+)
 from protocol.grants import Capability, PermissionDenied
 from protocol.ids import is_event_id
 from protocol.receipts import OpError, Receipt
@@ -58,6 +83,7 @@ from protocol.wire import pack, tx_from_msgpack
 from storage import open_context
 
 T = TypeVar("T")
+log = logging.getLogger("morphz.context_actor")
 
 LOCK_WAIT = 5.0
 """Seconds a starting actor waits for the store's writer lock (a predecessor may be exiting)."""
@@ -71,8 +97,10 @@ MAX_SNAPSHOT_FRAMES = 1024
 """Most frames one ``snapshot`` call reads."""
 MAX_COMPILERS = 64
 """Most (session, configuration) compilers one actor keeps (oldest dropped first)."""
-MAX_AUDIT = 10_000
-"""Most audit entries one actor keeps in memory (oldest dropped first)."""
+MAX_AUDIT_BATCH = 1024
+"""Most audit entries one durable audit write carries (denials are group-committed)."""
+WORKER = "runtime:governance-worker"
+"""The holder the background governance task audits as."""
 MAX_VERIFIED = 1024
 """Most verified capability tokens one actor caches (expiry is still checked per call)."""
 
@@ -84,8 +112,9 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
     """Check the call's capability for *op* before running the method (when enforcing).
 
     The method gains a keyword argument ``capability`` (token bytes). A denial
-    is audited and answered as ``failed(PermissionDenied)``, or raised when
-    *raises* (methods that answer plain values); nothing runs.
+    is written to the durable audit table, then answered as
+    ``failed(PermissionDenied)``, or raised when *raises* (methods that answer
+    plain values); nothing else runs.
     """
 
     def wrap(fn: Callable[..., Any]) -> Any:
@@ -104,8 +133,11 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
             async def method(
                 self: ContextActor, *args: Any, capability: Any = None, **kwargs: Any
             ) -> Any:
-                denied = self._authorize(op, fn.__name__, capability)
-                if denied is not None:
+                self._ensure_worker()
+                refused = self._authorize(op, fn.__name__, capability)
+                if refused is not None:
+                    denied, entry = refused
+                    await self._audit_quietly(entry)  # durable before the denial is answered
                     if raises:
                         raise denied
                     return failed(denied)
@@ -118,9 +150,10 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
             def method(
                 self: ContextActor, *args: Any, capability: Any = None, **kwargs: Any
             ) -> Any:
-                denied = self._authorize(op, fn.__name__, capability)
-                if denied is not None:
-                    raise denied
+                refused = self._authorize(op, fn.__name__, capability)
+                if refused is not None:
+                    self._audit_blocking(refused[1])
+                    raise refused[0]
                 return fn(self, *args, **kwargs)
 
         # Ray reads an actor method's signature from the innermost ``__wrapped__``:
@@ -174,6 +207,14 @@ class ContextActor:
     :class:`~protocol.errors.StoreLocked` …) instead of a dead actor. A locked
     store is retried for ``lock_wait`` seconds first: after a kill, the old
     process may still hold the lock for a moment.
+
+    Governance: *admission* is the :class:`~protocol.governance.AdmissionPolicy`
+    that ``admit``, ``pending`` and the background task use (default
+    :class:`~protocol.governance.DefaultPolicy`). With *governance_every*
+    (seconds) a background task runs :func:`~protocol.governance.run_pass`
+    (admission, then the quarantine scan; *governance_unused_ticks* enables the
+    ``unused`` rule) that often, on the store thread, from the first moment the
+    actor has an event loop; off by default.
     """
 
     def __init__(
@@ -188,6 +229,9 @@ class ContextActor:
         tenant: str | None = None,
         project: str | None = None,
         enforce: bool = False,
+        governance_every: float | None = None,
+        governance_unused_ticks: int | None = None,
+        admission: AdmissionPolicy | None = None,
     ) -> None:
         self._store_dir = store_dir
         self._name = name
@@ -196,8 +240,16 @@ class ContextActor:
         self._enforce = bool(enforce)
         self._key: bytes | None = None
         self._verified: dict[bytes, Capability] = {}
-        self._audit: deque[dict[str, Any]] = deque(maxlen=MAX_AUDIT)
         self._denials = 0
+        self._audit_queue: list[tuple[list[dict[str, Any]], asyncio.Future[None]]] = []
+        self._audit_flusher: asyncio.Task[None] | None = None
+        self._policy: AdmissionPolicy = admission if admission is not None else DefaultPolicy()
+        self._every: float | None = None
+        self._unused_ticks = governance_unused_ticks
+        self._worker: asyncio.Task[None] | None = None
+        self._passes = 0
+        self._pass_errors = 0
+        self._closing = False
         self._max_batch = max(1, min(int(max_batch), 4096))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
         self._pending: list[tuple[ContextTx, asyncio.Future[Any]]] = []
@@ -239,6 +291,23 @@ class ContextActor:
                     if isinstance(e, MorphzError)
                     else RequestError(f"cannot settle the scope: {e}", code="scope_error")
                 )
+        try:
+            if governance_every is not None:
+                self._every = check_every(governance_every)
+            check_scan(governance_unused_ticks, 3)
+            if not isinstance(getattr(self._policy, "name", None), str) or not callable(
+                getattr(self._policy, "review", None)
+            ):
+                raise RequestError(
+                    "admission must be a policy with a name and a review method",
+                    code="bad_argument",
+                )
+        except MorphzError as e:
+            if self._ctx is not None:
+                self._ctx.close()
+                self._ctx = None
+            self._open_error = self._open_error or e
+        self._ensure_worker()  # under Ray the constructor runs on the actor's event loop
 
     # -- permissions ---------------------------------------------------------
 
@@ -247,8 +316,11 @@ class ContextActor:
             self._key = grant_key(self._store_dir)
         return self._key
 
-    def _authorize(self, op: str, method: str, token: Any) -> PermissionDenied | None:
-        """None when the call may run; else the audited denial. Free when not enforcing."""
+    def _authorize(
+        self, op: str, method: str, token: Any
+    ) -> tuple[PermissionDenied, dict[str, Any]] | None:
+        """None when the call may run; else the denial and its audit entry (to write
+        before answering). Free when not enforcing."""
         if not self._enforce:
             return None
         try:
@@ -267,29 +339,149 @@ class ContextActor:
                 )
         except PermissionDenied as e:
             self._denials += 1
-            self._record(method, op, _holder_of(token), allowed=False, detail=e.message)
-            return e
+            return e, self._entry(method, op, _holder_of(token), allowed=False, why=e.message)
         except MorphzError as e:  # no usable key: deny, never allow
+            self._denials += 1
             denied = PermissionDenied(f"cannot check capabilities: {e.message}")
-            self._record(method, op, None, allowed=False, detail=denied.message)
-            return denied
+            return denied, self._entry(method, op, None, allowed=False, why=denied.message)
         return None
 
-    def _record(
-        self, method: str, op: str, holder: str | None, *, allowed: bool, detail: str
-    ) -> None:
-        self._audit.append(
-            {
-                "time": time.time(),
-                "context": self._name,
-                "tenant": self._tenant,
-                "method": method,
-                "op": op,
-                "holder": holder,
-                "allowed": allowed,
-                "detail": detail,
-            }
+    # -- the durable audit log ------------------------------------------------
+
+    def _entry(
+        self,
+        method: str,
+        op: str,
+        holder: str | None,
+        *,
+        allowed: bool,
+        why: str,
+        outcome: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        return audit_entry(
+            method,
+            op,
+            holder=holder,
+            allowed=allowed,
+            why=why,
+            outcome=outcome,
+            context=self._name,
+            tenant=self._tenant,
+            **extra,
         )
+
+    def _template(self, method: str, capability: Any) -> dict[str, Any]:
+        """The audit template of a governance call (its decisions fill the rest)."""
+        return {
+            "method": method,
+            "op": "admin",
+            "holder": _holder_of(capability),
+            "context": self._name,
+            "tenant": self._tenant,
+        }
+
+    def _write_audit(self, entries: list[dict[str, Any]]) -> None:
+        """On the store thread: one durable write of *entries*."""
+        record_audit(self._context().backend, entries)
+
+    async def _audit_now(self, entries: list[dict[str, Any]]) -> None:
+        """Append *entries* durably before returning; concurrent appends share one write."""
+        self._context()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._audit_queue.append((entries, future))
+        if self._audit_flusher is None or self._audit_flusher.done():
+            self._audit_flusher = loop.create_task(self._flush_audit())
+        await future
+
+    async def _flush_audit(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._audit_queue:
+            batch: list[tuple[list[dict[str, Any]], asyncio.Future[None]]] = []
+            size = 0
+            while self._audit_queue and (not batch or size < MAX_AUDIT_BATCH):
+                batch.append(self._audit_queue.pop(0))
+                size += len(batch[-1][0])
+            entries = [e for es, _ in batch for e in es]
+            error: BaseException | None = None
+            try:
+                await loop.run_in_executor(self._executor, self._write_audit, entries)
+            except Exception as e:
+                error = e
+            for _, future in batch:
+                if future.done():
+                    continue
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+
+    async def _audit_quietly(self, entry: dict[str, Any]) -> None:
+        """Audit *entry*; a store that cannot write is logged, never answered instead."""
+        if self._ctx is None:
+            return
+        try:
+            await self._audit_now([entry])
+        except Exception:
+            log.exception("cannot write the audit entry of %s", entry.get("method"))
+
+    def _audit_blocking(self, entry: dict[str, Any]) -> None:
+        """:meth:`_audit_quietly` for the synchronous methods (``close``)."""
+        if self._ctx is None:
+            return
+        try:
+            self._executor.submit(self._write_audit, [entry]).result()
+        except Exception:
+            log.exception("cannot write the audit entry of %s", entry.get("method"))
+
+    # -- the background governance task ----------------------------------------
+
+    def _ensure_worker(self) -> None:
+        """Start the periodic governance task if configured and not running (needs a loop)."""
+        if self._every is None or self._ctx is None or self._closing:
+            return
+        if self._worker is not None and not self._worker.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on an event loop yet: the first call starts it
+        self._worker = loop.create_task(self._governance_loop())
+
+    async def _governance_loop(self) -> None:
+        assert self._every is not None
+        while True:
+            await asyncio.sleep(self._every)
+            await self._governance_pass()
+
+    def _pass(self, ctx: Context) -> dict[str, Any]:
+        return run_pass(
+            ctx.backend,
+            policy=self._policy,
+            unused_ticks=self._unused_ticks,
+            audit={"method": "governance_pass", "op": "admin", "holder": WORKER}
+            | {"context": self._name, "tenant": self._tenant},
+        )
+
+    async def _governance_pass(self) -> dict[str, Any] | None:
+        """One unattended pass on the store thread; a failure is logged, audited, survived."""
+        try:
+            report = await self._run(self._pass)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._pass_errors += 1
+            log.exception("governance pass of context %r failed", self._name)
+            why = f"{type(e).__name__}: {e}"
+            await self._audit_quietly(
+                self._entry(
+                    "governance_pass", "admin", WORKER, allowed=False, why=why, outcome="error"
+                )
+            )
+            return None
+        self._passes += 1
+        return report
 
     # -- plumbing -----------------------------------------------------------
 
@@ -632,16 +824,117 @@ class ContextActor:
 
         return await self._reply(run)
 
-    # -- governance: audit, explicit export and import ------------------------
+    # -- governance: audit, admission, review, quarantine -------------------------
 
     @guarded("admin")
-    async def audit(self, after: int = 0) -> bytes:
-        """The audit entries kept in memory (denials, exports, imports), oldest first."""
+    async def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> bytes:
+        """Durable audit entries numbered above *after*, at most *limit* (1 to 1000).
+
+        Denials, exports, imports and governance decisions (of callers and of the
+        background task), oldest first, each with its ``seq``; see
+        :func:`protocol.governance.read_audit`. Survives restarts.
+        """
         try:
-            _count(after, "after")
+            check_page(after, limit)
         except MorphzError as e:
             return failed(e)
-        return ok(list(self._audit)[after:])
+        return await self._reply(
+            lambda ctx: read_audit(cast(AuditStore, ctx.backend), after, limit)
+        )
+
+    @guarded("admin")
+    async def admit(self, frame_id: str | None = None, capability: Any = None) -> bytes:
+        """Run the admission policy over the candidates (or *frame_id*); audited.
+
+        Answers ``{"decisions": [...], "version": V or None}``; holds change
+        nothing. NotFound / ``not_candidate`` for a bad *frame_id*.
+        """
+        try:
+            if frame_id is not None:
+                _text(frame_id, "frame id")
+        except MorphzError as e:
+            return failed(e)
+        audit = self._template("admit", capability)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            ds, version = run_admission(
+                ctx.backend, policy=self._policy, frame_id=frame_id, audit=audit
+            )
+            return {"decisions": [d.to_dict() for d in ds], "version": version}
+
+        return await self._reply(run)
+
+    @guarded("admin")
+    async def review(
+        self,
+        frame_id: str,
+        decision: str,
+        reviewer: str,
+        reason: str | None = None,
+        capability: Any = None,
+    ) -> bytes:
+        """A human decision (``accept`` | ``reject``) on a candidate or quarantined frame.
+
+        Answers ``{"decision", "version"}``; audited in the same write. Typed
+        errors change nothing: ``bad_decision``, ``bad_reviewer``, NotFound,
+        ``not_reviewable``.
+        """
+        try:
+            _text(frame_id, "frame id")
+            check_review(decision, reviewer, reason)
+        except MorphzError as e:
+            return failed(e)
+        audit = self._template("review", capability)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            d, version = run_review(
+                ctx.backend, frame_id, decision, reviewer, reason=reason, audit=audit
+            )
+            return {"decision": d.to_dict(), "version": version}
+
+        return await self._reply(run)
+
+    @guarded("admin")
+    async def pending(self) -> bytes:
+        """What awaits a human or admission, read-only: ``{"version", "items"}``.
+
+        See :func:`protocol.governance.pending` (a dry run of this actor's policy).
+        """
+
+        def run(ctx: Context) -> dict[str, Any]:
+            return ctx.backend.read(
+                lambda v: {"version": v.meta().version, "items": pending(v, self._policy)}
+            )
+
+        return await self._reply(run)
+
+    @guarded("admin")
+    async def quarantine_scan(
+        self, unused_ticks: int | None = None, failed_uses: int = 3, capability: Any = None
+    ) -> bytes:
+        """Find low-quality frames and quarantine them in one audited write (R43).
+
+        Answers ``{"findings", "quarantined", "version"}``.
+        """
+        try:
+            check_scan(unused_ticks, failed_uses)
+        except MorphzError as e:
+            return failed(e)
+        audit = self._template("quarantine_scan", capability)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            findings, quarantined, version = run_quarantine_scan(
+                ctx.backend, unused_ticks=unused_ticks, failed_uses=failed_uses, audit=audit
+            )
+            return {
+                "findings": [f.to_dict() for f in findings],
+                "quarantined": quarantined,
+                "version": version,
+            }
+
+        return await self._reply(run)
+
+    # -- governance: explicit export and import --------------------------------
 
     @guarded("read")
     async def export_frame(self, frame_id: str, capability: Any = None) -> bytes:
@@ -678,15 +971,20 @@ class ContextActor:
 
         try:
             doc = await self._run(run)
+            # No package leaves without its durable audit entry.
+            await self._audit_now(
+                [
+                    self._entry(
+                        "export_frame",
+                        "read",
+                        _holder_of(capability),
+                        allowed=True,
+                        why=f"exported {frame_id} at version {doc['version']}",
+                    )
+                ]
+            )
         except MorphzError as e:
             return failed(e)
-        self._record(
-            "export_frame",
-            "read",
-            _holder_of(capability),
-            allowed=True,
-            detail=f"exported {frame_id} at version {doc['version']}",
-        )
         return ok(capabilities.seal(doc, key))
 
     @guarded("admin")
@@ -718,8 +1016,15 @@ class ContextActor:
             digest = hashlib.sha256(bytes(package) + new_id.encode()).hexdigest()[:32]
         except (MorphzError, KeyError, TypeError, ValueError) as e:
             err = e if isinstance(e, MorphzError) else PermissionDenied(f"malformed package: {e}")
-            self._record(
-                "import_frame", "admin", _holder_of(capability), allowed=False, detail=str(err)
+            await self._audit_quietly(
+                self._entry(
+                    "import_frame",
+                    "admin",
+                    _holder_of(capability),
+                    allowed=False,
+                    why=str(err),
+                    outcome="refused",
+                )
             )
             return failed(err)
 
@@ -743,16 +1048,27 @@ class ContextActor:
             return failed(e)
         except ValueError as e:  # pydantic: a bad frame id or body
             return failed(RequestError(f"cannot import: {e}", code="bad_argument"))
-        self._record(
-            "import_frame",
-            "admin",
-            _holder_of(capability),
-            allowed=receipt.get("status") == "committed",
-            detail=(
-                f"imported {doc['context']}/{doc['frame']}@{doc['version']} as {new_id}:"
-                f" {receipt.get('status')}"
-            ),
-        )
+        committed = receipt.get("status") == "committed"
+        try:
+            # Durable before the answer; a retry after a failure here is a duplicate import.
+            await self._audit_now(
+                [
+                    self._entry(
+                        "import_frame",
+                        "admin",
+                        _holder_of(capability),
+                        allowed=committed,
+                        outcome=None if committed else "refused",
+                        why=(
+                            f"imported {doc['context']}/{doc['frame']}@{doc['version']}"
+                            f" as {new_id}: {receipt.get('status')}"
+                        ),
+                        version=receipt.get("version"),
+                    )
+                ]
+            )
+        except MorphzError as e:
+            return failed(e)
         return ok({"id": new_id, "receipt": receipt})
 
     # -- introspection (plain values, no store access) ------------------------
@@ -772,6 +1088,8 @@ class ContextActor:
             "largest_batch": self._largest,
             "pending": len(self._pending),
             "wire_rejections": self._wire_rejections,
+            "governance_passes": self._passes,
+            "governance_errors": self._pass_errors,
         }
 
     @guarded("admin", raises=True)
@@ -787,6 +1105,8 @@ class ContextActor:
             "project": self._project,
             "enforce": self._enforce,
             "denials": self._denials,
+            "governance_every": self._every,
+            "admission": self._policy.name,
         }
 
     async def handshake(self, capability: Any = None) -> dict[str, Any]:
@@ -794,6 +1114,7 @@ class ContextActor:
 
         Name, store directory, node, open error, tenant, project, enforcement.
         """
+        self._ensure_worker()
         return {
             "name": self._name,
             "store_dir": self._store_dir,
@@ -818,7 +1139,16 @@ class ContextActor:
 
     @guarded("admin")
     def close(self) -> None:
-        """Close the store (the actor is unusable afterwards); for tests and shutdown."""
+        """Close the store (the actor is unusable afterwards); for tests and shutdown.
+
+        The background governance task stops first; a pass in progress finishes.
+        """
+        self._closing = True
+        if self._worker is not None and not self._worker.done():
+            try:
+                self._worker.cancel()
+            except RuntimeError:  # its event loop is gone (plain-class tests)
+                pass
         self._executor.shutdown(wait=True)
         if self._ctx is not None:
             self._ctx.close()
