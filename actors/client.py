@@ -499,7 +499,8 @@ class ContextHandle:
     def quarantine_scan(
         self, *, unused_ticks: int | None = None, failed_uses: int = 3
     ) -> dict[str, Any]:
-        """Find and quarantine low-quality frames: ``{"findings", "quarantined", "version"}``."""
+        """Find and quarantine low-quality frames: ``{"findings", "quarantined", "spared",
+        "version"}``; frames a human accepted are spared. Needs ``admin``."""
         check_scan(unused_ticks, failed_uses)
         return dict(open_reply(self._call("quarantine_scan", unused_ticks, failed_uses)))
 

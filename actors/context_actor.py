@@ -914,7 +914,8 @@ class ContextActor:
     ) -> bytes:
         """Find low-quality frames and quarantine them in one audited write (R43).
 
-        Answers ``{"findings", "quarantined", "version"}``.
+        Answers ``{"findings", "quarantined", "spared", "version"}``; frames a
+        human accepted are spared.
         """
         try:
             check_scan(unused_ticks, failed_uses)
@@ -923,14 +924,9 @@ class ContextActor:
         audit = self._template("quarantine_scan", capability)
 
         def run(ctx: Context) -> dict[str, Any]:
-            findings, quarantined, version = run_quarantine_scan(
+            return run_quarantine_scan(
                 ctx.backend, unused_ticks=unused_ticks, failed_uses=failed_uses, audit=audit
-            )
-            return {
-                "findings": [f.to_dict() for f in findings],
-                "quarantined": quarantined,
-                "version": version,
-            }
+            ).to_dict()
 
         return await self._reply(run)
 

@@ -324,6 +324,7 @@ def fork(env: Env, new_context: str, at_version: int | None) -> None:
 from morphz.cli_demo import demo_cmd  # noqa: E402
 from morphz.cli_loadtest import loadtest_cmd  # noqa: E402
 from morphz.cli_recall import graph_cmd, recall_cmd  # noqa: E402
+from morphz.cli_review import audit_cmd, review_cmd  # noqa: E402
 from morphz.cli_search import import_cmd, reindex_cmd, search_cmd  # noqa: E402
 
 cli.add_command(recall_cmd)
@@ -333,6 +334,8 @@ cli.add_command(demo_cmd)
 cli.add_command(search_cmd)
 cli.add_command(reindex_cmd)
 cli.add_command(import_cmd)
+cli.add_command(review_cmd)
+cli.add_command(audit_cmd)
 
 
 def main() -> None:

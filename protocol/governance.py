@@ -856,16 +856,35 @@ def _all_traces(view: ReadView, page: int = 10_000) -> list[dict[str, Any]]:
         after = rows[-1][0]
 
 
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a quarantine scan found and did: every finding, the frames it quarantined,
+    the frames it spared (a human accepted them), and the version it committed at."""
+
+    findings: tuple[Finding, ...]
+    quarantined: tuple[str, ...]
+    spared: tuple[str, ...]
+    version: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "quarantined": list(self.quarantined),
+            "spared": list(self.spared),
+            "version": self.version,
+        }
+
+
 def _scan_in(
     w: WriteView,
     *,
     now: float,
     unused_ticks: int | None,
     failed_uses: int,
-    unattended: bool,
     reviewer: str,
     audit: Mapping[str, Any] | None,
-) -> tuple[list[Finding], list[str], int | None]:
+) -> ScanResult:
     findings = find_low_quality(
         w,
         now_tick=w.meta().tick,
@@ -873,16 +892,19 @@ def _scan_in(
         usage=_all_traces(w),
         failed_uses=failed_uses,
     )
-    if unattended:
-        # A human's accept stands against the unattended check (an explicit scan still
-        # reports and quarantines): the worker never undoes a human decision by itself.
-        findings = [f for f in findings if not _human_accepted(w, f.frame_id)]
     reasons: dict[str, list[str]] = {}
+    spared: list[str] = []
     for item in findings:
+        if item.frame_id in spared:
+            continue
+        if item.frame_id not in reasons and _human_accepted(w, item.frame_id):
+            # A human's accept stands: a scan never undoes a human decision by itself.
+            spared.append(item.frame_id)
+            continue
         reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
     ds = [Decision(fid, "quarantine", tuple(why), reviewer) for fid, why in reasons.items()]
     version = _decide_in(w, ds, now=now, reason="quarantine of low-quality memories", audit=audit)
-    return findings, [d.frame_id for d in ds], version
+    return ScanResult(tuple(findings), tuple(reasons), tuple(spared), version)
 
 
 def _human_accepted(view: ReadView, frame_id: str) -> bool:
@@ -895,15 +917,15 @@ def run_quarantine_scan(
     *,
     unused_ticks: int | None = None,
     failed_uses: int = 3,
-    unattended: bool = False,
     reviewer: str = "runtime:quarantine",
     now: float | None = None,
     audit: Mapping[str, Any] | None = None,
-) -> tuple[list[Finding], list[str], int | None]:
+) -> ScanResult:
     """:func:`find_low_quality` over every trace, then quarantine, in one audited write.
 
-    Returns the findings, the frames quarantined and the version (None if
-    nothing changed). With *unattended*, frames a human accepted are left alone.
+    Frames a human accepted (``reviewed_by`` ``human:…``) are reported but
+    spared: only a human undoes a human decision (``Context.quarantine([id])``
+    then a review). Nothing is written, nor audited, when nothing is quarantined.
     """
     check_scan(unused_ticks, failed_uses)
     when = time.time() if now is None else now
@@ -913,7 +935,6 @@ def run_quarantine_scan(
             now=when,
             unused_ticks=unused_ticks,
             failed_uses=failed_uses,
-            unattended=unattended,
             reviewer=reviewer,
             audit=audit,
         )
@@ -934,7 +955,8 @@ def run_pass(
     Admission commits its accepts and rejects (one governance transaction), then
     the scan runs against that state and quarantines what it finds, sparing
     frames a human accepted (a second transaction); each is audited when it
-    changed something. Answers ``{"decisions", "quarantined", "versions"}``.
+    changed something. Answers ``{"decisions", "held", "quarantined", "spared",
+    "versions"}``.
     """
     check_scan(unused_ticks, failed_uses)
     pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
@@ -942,20 +964,20 @@ def run_pass(
 
     def run(w: WriteView) -> dict[str, Any]:
         ds, admitted = _admit_in(w, pol, None, when, audit)
-        _, quarantined, scanned = _scan_in(
+        scan = _scan_in(
             w,
             now=when,
             unused_ticks=unused_ticks,
             failed_uses=failed_uses,
-            unattended=True,
             reviewer="runtime:governance-worker",
             audit=audit,
         )
         return {
             "decisions": [d.to_dict() for d in ds if d.verdict != "hold"],
             "held": [d.frame_id for d in ds if d.verdict == "hold"],
-            "quarantined": quarantined,
-            "versions": [v for v in (admitted, scanned) if v is not None],
+            "quarantined": list(scan.quarantined),
+            "spared": list(scan.spared),
+            "versions": [v for v in (admitted, scan.version) if v is not None],
         }
 
     return store.transact(run)

@@ -137,9 +137,9 @@ def test_bad_reviews_are_typed_and_change_nothing(
 
 def test_quarantine_scan_and_bad_options(ctx: Context) -> None:
     contradicted(ctx)
-    findings, quarantined, version = run_quarantine_scan(ctx.backend, audit=AUDIT)
-    assert [(f.frame_id, f.rule) for f in findings] == [("old-fact", "contradicted")]
-    assert quarantined == ["old-fact"] and version == ctx.version
+    scan = run_quarantine_scan(ctx.backend, audit=AUDIT)
+    assert [(f.frame_id, f.rule) for f in scan.findings] == [("old-fact", "contradicted")]
+    assert scan.quarantined == ("old-fact",) and scan.version == ctx.version
     assert ctx.frame("old-fact")["envelope"]["reviewed_by"] == "runtime:quarantine"
     assert audit(ctx)[-1]["decisions"][0]["verdict"] == "quarantine"
     with pytest.raises(OutOfRange):
@@ -158,9 +158,10 @@ def test_a_pass_admits_then_quarantines_and_spares_a_human_decision(ctx: Context
     assert ctx.frame("old-fact")["envelope"]["reviewed_by"] == "runtime:governance-worker"
     ctx.review("old-fact", "accept", "carol")  # a human keeps it despite the contradiction
     version = ctx.version
-    assert run_pass(ctx.backend)["quarantined"] == []
+    assert run_pass(ctx.backend)["spared"] == ["old-fact"]
+    scan = run_quarantine_scan(ctx.backend)  # reported, not acted on
+    assert (scan.spared, scan.quarantined, scan.version) == (("old-fact",), (), None)
     assert ctx.version == version
-    assert run_quarantine_scan(ctx.backend)[1] == ["old-fact"]  # an explicit scan still acts
 
 
 def wait_for(check: Any, timeout: float = 10.0) -> None:
