@@ -38,8 +38,12 @@ from typing import Any, Protocol
 from protocol.compiler import CompilerConfig
 from protocol.context import Context
 from protocol.errors import MorphzError, NotFound
+from protocol.ids import is_event_ref
 from protocol.receipts import Receipt
+from protocol.state import LEDGER
 from protocol.turns import CompiledInput, InputOverflow, Model, ModelTurn, Reply, ToolCall
+from protocol.txlang import parse_tx
+from protocol.usage import mentions, tx_citations, tx_writes
 
 RETRY_CODES = frozenset({"conflict", "too_old"})
 """Rejections after which re-reading and rebuilding can succeed (R24)."""
@@ -150,7 +154,12 @@ class EmbeddedPort:
     def recall_observation(self, request: dict[str, Any], session: str) -> dict[str, Any]:
         """Recall one page and record it as a ``recall_result`` observation."""
         page, e = self.ctx.recall_observation(request, session=session)
-        return {"ref": e.ref, "nodes": len(page.nodes), "edges": len(page.edges)}
+        return {
+            "ref": e.ref,
+            "nodes": len(page.nodes),
+            "edges": len(page.edges),
+            "recalled": list(e.extra.get("recalled") or ()),
+        }
 
 
 DEMO_TOOL_RESULTS: Mapping[str, str] = {
@@ -165,7 +174,7 @@ DEMO_TOOL_RESULTS: Mapping[str, str] = {
 INTENT = "intent:"
 RESULT = "result:"
 RECONCILE = "reconcile:"
-"""Prefixes of the ``external`` events that record an irreversible action (R43)."""
+"""Prefixes of the ``ledger`` events that record an irreversible action (R43)."""
 LEDGER_SESSION = "actions"
 """The session those events go to: out of the model's own session, so that an intent
 is never read as the action's result."""
@@ -181,6 +190,10 @@ def key_event_id(stage: str, key: str) -> str:
     return "ev:" + digest[:20]
 
 
+class ToolFailed(Exception):
+    """Raised by a tool handler whose action failed; the model reads the message."""
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     """What running one tool call came to.
@@ -194,6 +207,8 @@ class ToolOutcome:
     text: str
     status: str
     key: str | None = None
+    failed: bool = False
+    """True when the tool ran and reported a failure (it raised, or there is no such tool)."""
 
     @property
     def ran(self) -> bool:
@@ -241,22 +256,36 @@ class ToolRunner:
 
     def run(self, call: ToolCall) -> tuple[str, bool]:
         """The tool's report text, and whether it ran now (False: a repeated idempotency key)."""
+        outcome = self.call(call)
+        return outcome.text, outcome.ran
+
+    def call(self, call: ToolCall) -> ToolOutcome:
+        """Run *call* unless its idempotency key already ran in this runner.
+
+        A handler that raises :class:`ToolFailed` fails the call: the report
+        says so and the outcome's ``failed`` is set (a use that failed, for
+        R43's quarantine). Any other exception propagates: the thread died.
+        """
         key = call.idempotency_key
         if key is not None and key in self._keys:
-            return self._keys[key], False
+            return ToolOutcome(self._keys[key], "reused", key)
         if key is not None:
             self._keys[key] = f"{call.name}: started (idempotency key {key})"
         handler = self.handlers.get(call.name)
+        failed = False
         if handler is not None:
-            text = handler(call)
+            try:
+                text = handler(call)
+            except ToolFailed as e:
+                text, failed = f"{call.name}: failed: {e}", True
         elif call.name in self.results:
             text = self.results[call.name]
         else:
-            text = f"{call.name}: no such tool"
+            text, failed = f"{call.name}: no such tool", True
         if key is not None:
             self._keys[key] = text
         self.ran.append(call.name)
-        return text, True
+        return ToolOutcome(text, "ran", key, failed)
 
     def run_recorded(self, call: ToolCall, port: Any, session: str) -> ToolOutcome:
         """Run an irreversible *call* with its key recorded in the context first (R43).
@@ -273,14 +302,13 @@ class ToolRunner:
         """
         key = call.idempotency_key
         if not call.irreversible or key is None or not hasattr(port, "event"):
-            text, ran = self.run(call)
-            return ToolOutcome(text, "ran" if ran else "reused", key)
+            return self.call(call)
         found = _recorded_text(port, key_event_id("result", key))
         if found is not None:
             self._keys[key] = found
             return ToolOutcome(found, "reused", key)
         intent = port.observe(
-            "external",
+            LEDGER,
             f"{INTENT} {call.name} key={key}",
             session=self.ledger_session,
             event_id=key_event_id("intent", key),
@@ -292,7 +320,7 @@ class ToolRunner:
                 port.observe_many(
                     [
                         (
-                            "external",
+                            LEDGER,
                             f"{RESULT} {call.name} key={key}\n{known}",
                             self.ledger_session,
                             key_event_id("result", key),
@@ -308,17 +336,18 @@ class ToolRunner:
                 " recorded its intent but no result; not run again, needs reconciliation"
             )
             port.observe(
-                "external",
+                LEDGER,
                 f"{RECONCILE} {call.name} key={key} needs reconciliation",
                 session=self.ledger_session,
                 event_id=key_event_id("reconcile", key),
             )
             return ToolOutcome(text, "unknown", key)
-        text, _ = self.run(call)
+        outcome = self.call(call)
+        text = outcome.text
         port.observe_many(
             [
                 (
-                    "external",
+                    LEDGER,
                     f"{RESULT} {call.name} key={key}\n{text}",
                     self.ledger_session,
                     key_event_id("result", key),
@@ -326,7 +355,7 @@ class ToolRunner:
                 ("tool_result", text, session, None),
             ]
         )
-        return ToolOutcome(text, "ran", key)
+        return ToolOutcome(text, "ran", key, outcome.failed)
 
 
 def _recorded_text(port: Any, event_id: str) -> str | None:
@@ -379,6 +408,14 @@ class StepResult:
     observed: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     """Outcomes of irreversible tool calls: ran, reused, unknown, reconciled."""
+    outcome: str | None = None
+    """``ok`` or ``failed`` when a tool action ran (or its recorded result was reused)."""
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """One per committed transaction: ``{"version", "writes", "cited"}`` (R42)."""
+    recalls: list[dict[str, Any]] = field(default_factory=list)
+    """Recalls asked for: ``{"ref", "frames"}``; the frames reach the next input."""
+    action_cited: list[str] = field(default_factory=list)
+    """Frames and ``@eN`` refs the action named."""
     idle: bool = False
     error: str | None = None
     seconds: float = 0.0
@@ -413,10 +450,48 @@ class StepResult:
             "dropped": self.dropped,
             "observed": list(self.observed),
             "tools": list(self.tools),
+            "outcome": self.outcome,
+            "decisions": [dict(d) for d in self.decisions],
+            "recalls": [dict(r) for r in self.recalls],
+            "action_cited": list(self.action_cited),
             "idle": self.idle,
             "error": self.error,
             "seconds": self.seconds,
         }
+
+
+def usage_trace(result: StepResult, compiled: CompiledInput) -> dict[str, Any]:
+    """The usage trace of one model call (R42; fields in :mod:`protocol.usage`)."""
+    cited: dict[str, None] = {}
+    for d in result.decisions:
+        cited.update((r, None) for r in d["cited"])
+    cited.update((r, None) for r in result.action_cited)
+    return {
+        "session": result.session,
+        "thread": result.thread,
+        "step": result.step,
+        "version": compiled.version,
+        "tick": compiled.tick,
+        "frames_present": list(compiled.frames_present),
+        "events_present": list(compiled.events_present),
+        "retrieved": list(compiled.retrieved),
+        "recalls": [dict(r) for r in result.recalls],
+        "maintenance": compiled.capacity.maintenance,
+        "tokens": compiled.tokens,
+        "action": result.action,
+        "action_cited": list(result.action_cited),
+        "committed": list(result.committed),
+        "decisions": [dict(d) for d in result.decisions],
+        "cited": [r for r in cited if not is_event_ref(r)],
+        "outcome": result.outcome,
+    }
+
+
+def _action_text(action: ToolCall | Reply) -> Any:
+    """What an action names: a tool's arguments, or a reply's text and the request it answers."""
+    if isinstance(action, Reply):
+        return [action.text, action.request_ref or ""]
+    return action.arguments
 
 
 def describe_action(action: ToolCall | Reply | None) -> str | None:
@@ -498,6 +573,9 @@ class AgentLoop:
             result.dropped = True
         else:
             self._act(action, compiled, result)
+            if action is not None:
+                known = {*compiled.frames_present, *compiled.retrieved}
+                result.action_cited = mentions(_action_text(action), known)
         result.idle = not (turn.transactions or memory or action is not None or result.resumed)
         if turn.transactions and not result.committed:
             if all(code in RETRY_CODES for code in result.rejected):
@@ -510,21 +588,7 @@ class AgentLoop:
             result.error = "stuck: the model's transactions keep being rejected"
             result.idle = True
         if self.trace:
-            self.port.record_trace(
-                {
-                    "session": self.session,
-                    "thread": self.thread,
-                    "step": result.step,
-                    "version": compiled.version,
-                    "tick": compiled.tick,
-                    "frames_present": list(compiled.frames_present),
-                    "events_present": list(compiled.events_present),
-                    "maintenance": compiled.capacity.maintenance,
-                    "tokens": compiled.tokens,
-                    "action": result.action,
-                    "committed": list(result.committed),
-                }
-            )
+            self.port.record_trace(usage_trace(result, compiled))
         self.previous = compiled
         result.seconds = round(time.perf_counter() - started, 4)
         self.results.append(result)
@@ -564,6 +628,14 @@ class AgentLoop:
             return None
         if receipt.committed:
             result.committed.append(receipt.version)
+            parsed = parse_tx(tx)
+            result.decisions.append(
+                {
+                    "version": receipt.version,
+                    "writes": tx_writes(parsed),
+                    "cited": tx_citations(parsed),
+                }
+            )
             if receipt.rebased:
                 result.rebased += 1
         else:
@@ -584,6 +656,8 @@ class AgentLoop:
                 if fn is not None:
                     obs = fn(dict(args), self.session)
                     result.observed.append(str(obs["ref"]))
+                    frames = [str(f) for f in obs.get("recalled") or ()]
+                    result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
                     return
                 text = "recall: not available through this context"
             elif call.name == "read_event":
@@ -638,10 +712,12 @@ class AgentLoop:
             result.tools.append(outcome.status)
             if outcome.status == "unknown":
                 result.error = f"needs reconciliation: {call.name} key={outcome.key}"
-            return
-        text, _ = self.tools.run(call)
-        obs = self.port.observe("tool_result", text, session=self.session)
-        result.observed.append(str(obs["ref"]))
+                return
+        else:
+            outcome = self.tools.call(call)
+            obs = self.port.observe("tool_result", outcome.text, session=self.session)
+            result.observed.append(str(obs["ref"]))
+        result.outcome = "failed" if outcome.failed else "ok"
 
 
 POLICIES: Mapping[str, str] = {
@@ -745,6 +821,7 @@ __all__ = [
     "EmbeddedPort",
     "StepHooks",
     "StepResult",
+    "ToolFailed",
     "ToolOutcome",
     "ToolRunner",
     "describe_action",

@@ -279,26 +279,89 @@ def log_cmd(env: Env, version: int) -> None:
 
 
 @cli.command()
-@click.option("--frame", "frame_id", default=None, help="Only calls this frame took part in.")
+@click.option(
+    "--frame",
+    "frame_id",
+    default=None,
+    help="Only calls where this frame was present, retrieved or cited.",
+)
+@click.option(
+    "--decision",
+    "version",
+    type=int,
+    default=None,
+    help="Which memories influenced the transaction committed at this version.",
+)
+@click.option(
+    "--call", "call", type=int, default=None, help="Which memories influenced this traced call."
+)
 @click.option("--after", type=int, default=0, show_default=True)
 @click.option("--limit", type=int, default=1000, show_default=True)
 @click.pass_obj
 @run_command
-def trace(env: Env, frame_id: str | None, after: int, limit: int) -> None:
-    """Which frames took part in each model call (R39): the audit of learned memory."""
+def trace(
+    env: Env,
+    frame_id: str | None,
+    version: int | None,
+    call: int | None,
+    after: int,
+    limit: int,
+) -> None:
+    """Usage traces of model calls (R42): what each call saw, retrieved and cited.
+
+    With --decision or --call: which memories influenced that decision.
+    """
+    if version is not None or call is not None:
+        if frame_id is not None:
+            raise click.UsageError(
+                "--frame lists calls; it does not combine with --decision or --call"
+            )
+        with env.read() as ctx:
+            doc = ctx.influence(version=version, call=call)
+        emit(env, doc, _influence_text)
+        return
     with env.read() as ctx:
         calls = ctx.traces(frame=frame_id, after=after, limit=limit)
-    doc = {"calls": calls}
-    emit(
-        env,
-        doc,
-        lambda d: "\n".join(
-            f"call {c['call']} v{c.get('version')} {c.get('session', '')}: "
-            + " ".join(c.get("frames_present", []))
-            for c in d["calls"]
-        )
-        or "no traced calls",
-    )
+    emit(env, {"calls": calls}, _calls_text)
+
+
+def _calls_text(doc: dict[str, Any]) -> str:
+    lines = []
+    for c in doc["calls"]:
+        head = f"call {c['call']} v{c.get('version')} {c.get('session', '')}"
+        if c.get("roles"):
+            head += f" ({', '.join(c['roles'])})"
+        lines.append(head + ": " + " ".join(c.get("frames_present", [])))
+        cited = c.get("cited") or []
+        if cited:
+            lines.append("  cited: " + " ".join(cited))
+    return "\n".join(lines) or "no traced calls"
+
+
+def _influence_text(doc: dict[str, Any]) -> str:
+    if doc["traced"]:
+        who = doc.get("thread") or doc.get("session")
+        where = f"call {doc['call']} ({who}, input v{doc['version']})"
+    else:
+        where = "no traced model call (from the log alone)"
+    lines = [f"decision: {where}"]
+    for d in doc["decisions"]:
+        what = " ".join(d.get("writes") or []) or d.get("kind", "")
+        lines.append(f"  committed v{d['version']}: {what}")
+    if doc.get("action"):
+        outcome = f" -> {doc['outcome']}" if doc.get("outcome") else ""
+        lines.append(f"  action: {doc['action']}{outcome}")
+
+    def row(name: str, items: list[str]) -> None:
+        lines.append(f"{name:<22} {' '.join(items) if items else '-'}")
+
+    row("cited frames:", doc["cited_frames"])
+    row("cited observations:", doc["cited_events"])
+    if doc["traced"]:
+        row("retrieved, adopted:", doc["retrieved_adopted"])
+        row("retrieved, not adopted:", doc["retrieved_not_adopted"])
+        row("present, not cited:", doc["present_not_cited"])
+    return "\n".join(lines)
 
 
 @cli.command()

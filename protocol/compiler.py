@@ -46,6 +46,7 @@ from protocol.state import (
     ACTIVE,
     CANDIDATE,
     HIDDEN_TRUST,
+    LEDGER,
     RETIRED,
     RETIRING,
     Event,
@@ -148,6 +149,8 @@ NONE = "none"
 """The value of a runtime key that a delta removes."""
 
 LONG_KINDS = frozenset({"tool_result", "external"})
+HIDDEN_KINDS = frozenset({LEDGER})
+"""Event kinds never shown to a model: the action ledger (R43) is for the runtime."""
 """Observation kinds shown as a preview plus a reference when long (R36). User
 messages and recall results are never cut: the request is the work, and a recall
 is something the model asked to read."""
@@ -402,6 +405,8 @@ class Compiler:
         mirror.refresh(view, meta)
         sessions: dict[str, _Session] = {}
         for e in mirror.events.values():
+            if e.kind in HIDDEN_KINDS:
+                continue
             s = sessions.get(e.session)
             if s is None:
                 s = sessions[e.session] = _Session(e.session)
@@ -603,6 +608,7 @@ class Compiler:
             session=session,
             frames_present=tuple(f.id for f in snap.frames),
             events_present=tuple(e.ref for e in shown),
+            retrieved=_retrieved(shown),
         )
         if cfg.context_delta and previous is not None:
             # What a full render sends beyond the prefix it shares with the previous
@@ -781,6 +787,7 @@ class Compiler:
                 session=cur.name,
                 frames_present=tuple(f.id for f in snap.frames),
                 events_present=tuple(e.ref for e in shown),
+                retrieved=_retrieved(shown),
                 maintenance_batch=tuple(e.ref for e in batch),
             )
             return compiled, total
@@ -936,6 +943,7 @@ class Compiler:
                     session=cur.name,
                     frames_present=tuple(visible),
                     events_present=tuple(e.ref for e in shown),
+                    retrieved=_retrieved(shown),
                     encoding=previous.encoding,
                 )
         runtime_text, total, cap = self._settle(base, runtime)
@@ -952,6 +960,7 @@ class Compiler:
             session=cur.name,
             frames_present=tuple(visible),
             events_present=tuple(e.ref for e in shown),
+            retrieved=_retrieved(shown),
             encoding="delta",
         )
 
@@ -976,6 +985,16 @@ def compile_input(
 
 
 # -- text helpers -----------------------------------------------------------
+
+
+def _retrieved(shown: Iterable[Event]) -> tuple[str, ...]:
+    """Frames named by the recall results among *shown*, each once, in order (R42 traces)."""
+    out: dict[str, None] = {}
+    for e in shown:
+        if e.kind == "recall_result":
+            for fid in e.extra.get("recalled") or ():
+                out.setdefault(str(fid), None)
+    return tuple(out)
 
 
 def _shown_to(f: Frame, session: str) -> bool:

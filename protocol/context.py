@@ -32,6 +32,8 @@ from protocol.recall import RecallPage, RecallRequest, as_recall_observation, re
 from protocol.receipts import Receipt
 from protocol.state import ACCEPTED, REJECTED, RETIRED, RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx
+from protocol.usage import influence as usage_influence
+from protocol.usage import roles, tx_citations, tx_writes
 from protocol.view import BatchView, ReadView, WriteView
 
 T = TypeVar("T")
@@ -450,14 +452,56 @@ class Context:
     def traces(
         self, *, frame: str | None = None, after: int = 0, limit: int = 1000
     ) -> list[dict[str, Any]]:
-        """Model-call traces numbered above *after*; with *frame*, only calls it took part in."""
+        """Model-call traces numbered above *after*; with *frame*, only calls it took part in.
+
+        Taking part is being present in the input, retrieved or cited (see
+        :func:`protocol.usage.roles`); each such trace gets ``roles``.
+        """
         if not 1 <= limit <= 100_000:
             raise OutOfRange(f"limit must be between 1 and 100000, not {limit}")
         rows = self.backend.read(lambda v: v.traces(after, limit))
         out = [{"call": n, **t} for n, t in rows]
         if frame is not None:
-            out = [t for t in out if frame in t.get("frames_present", ())]
+            out = [{**t, "roles": r} for t in out if (r := roles(t, frame))]
         return out
+
+    def influence(self, *, version: int | None = None, call: int | None = None) -> dict[str, Any]:
+        """Which memories influenced a decision (R42): the one committed at *version*,
+        or everything traced call *call* decided and did.
+
+        From the usage trace (:func:`protocol.usage.influence`), with
+        ``"traced": True``. A version no traced call committed (a transaction
+        from the CLI or an API user, a runtime or governance record) answers
+        from the log alone: what it cited, with ``"traced": False``.
+        """
+        if (version is None) == (call is None):
+            raise RequestError("name exactly one of a version or a call", code="bad_argument")
+        if call is not None:
+            if call < 1:
+                raise OutOfRange(f"calls are numbered from 1, not {call}")
+            rows = self.traces(after=call - 1, limit=1)
+            if not rows or rows[0]["call"] != call:
+                raise NotFound(f"no traced call {call}")
+            return {**usage_influence(rows[0]), "traced": True}
+        assert version is not None
+        if not 1 <= version <= self.version:
+            raise OutOfRange(f"version must be between 1 and {self.version}, not {version}")
+        after = 0
+        while rows := self.traces(after=after, limit=1000):
+            for t in rows:
+                if any(d.get("version") == version for d in t.get("decisions") or ()):
+                    return {**usage_influence(t, version), "traced": True}
+            after = rows[-1]["call"]
+        record = self.txlog(version)
+        kind = str(record.get("kind", "model"))
+        tx = logged_tx(record) if kind == "model" else None
+        decision = {
+            "version": version,
+            "kind": kind,
+            "writes": tx_writes(tx) if tx is not None else [],
+            "cited": tx_citations(tx) if tx is not None else [],
+        }
+        return {**usage_influence({"decisions": [decision]}, version), "traced": False}
 
     # -- governance (R41-R43) -------------------------------------------------
 

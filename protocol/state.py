@@ -20,8 +20,11 @@ ACTIVE = "active"
 RETIRING = "retiring"
 RETIRED = "retired"
 
-EVENT_KINDS = ("user_message", "tool_result", "external", "recall_result")
-"""Kinds of observation. All but ``recall_result`` are external facts that advance the tick."""
+LEDGER = "ledger"
+EVENT_KINDS = ("user_message", "tool_result", "external", "recall_result", LEDGER)
+"""Kinds of observation. ``user_message``, ``tool_result`` and ``external`` are external
+facts that advance the tick; ``recall_result`` is retrieved memory; ``ledger`` records
+the intent and result of an irreversible action (R43) and is never in a model's input."""
 TICK_KINDS = frozenset({"user_message", "tool_result", "external"})
 
 DEFAULT_WINDOW = 8

@@ -86,6 +86,8 @@ class CompiledInput(_Model):
     session: str
     frames_present: tuple[str, ...]
     events_present: tuple[str, ...]
+    retrieved: tuple[str, ...] = ()
+    """Frames named by the recall results in the input (R42 usage traces)."""
     maintenance_batch: tuple[str, ...] = ()
     encoding: Literal["full", "delta"] = "full"
 

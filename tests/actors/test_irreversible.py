@@ -127,9 +127,9 @@ def test_a_killed_agent_thread_does_not_repeat_the_irreversible_action(
         steps = loop.run(12)
         assert count == [0] and Path(counter).read_text() == "1"  # never repeated
         events = kinds_and_texts(ctx)
-        intents = [t for k, t in events if k == "external" and t.startswith(INTENT)]
-        results = [t for k, t in events if k == "external" and t.startswith(RESULT)]
-        reconciles = [t for k, t in events if k == "external" and t.startswith(RECONCILE)]
+        intents = [t for k, t in events if k == "ledger" and t.startswith(INTENT)]
+        results = [t for k, t in events if k == "ledger" and t.startswith(RESULT)]
+        reconciles = [t for k, t in events if k == "ledger" and t.startswith(RECONCILE)]
         assert intents == [f"{INTENT} package key={KEY}"]
         if mode == "during":
             # outcome unknown: reported, recorded once, not rerun, not guessed
@@ -163,7 +163,7 @@ def test_recorded_result_is_reused_and_status_reconciles() -> None:
 
     # an intent left without a result, and a tool that knows its outcome by key
     port.observe(
-        "external",
+        "ledger",
         f"{INTENT} package key=k-2",
         session="actions",
         event_id=key_event_id("intent", "k-2"),
@@ -203,7 +203,7 @@ def test_irreversible_action_through_the_context_actor(
             ToolRunner(handlers={"package": dies}).run_recorded(call, handle, "main")
         out = counting_runner(count).run_recorded(call, handle, "main")
         assert out.status == "unknown" and count == [1]
-        assert handle.event(key_event_id("intent", "ray-1"))["kind"] == "external"
+        assert handle.event(key_event_id("intent", "ray-1"))["kind"] == "ledger"
         assert handle.read_event(key_event_id("reconcile", "ray-1"))["text"].startswith(RECONCILE)
     finally:
         handle.shutdown()
