@@ -29,9 +29,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.ids import SUPERSEDES
@@ -49,7 +49,9 @@ from protocol.state import (
 from protocol.tx import key_display
 from protocol.view import Changeset, ReadView, WriteView
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from protocol.context import Backend
+
 log = logging.getLogger("morphz.governance")
 
 Verdict = Literal["accept", "reject", "hold", "quarantine"]
@@ -663,13 +665,7 @@ def read_audit(store: AuditStore, after: int = 0, limit: int = 100) -> list[dict
     return [{"seq": n, **rec} for n, rec in store.audit_read(after, limit)]
 
 
-class _Store(Protocol):
-    def read(self, fn: Callable[[ReadView], T]) -> T: ...
-
-    def transact(self, fn: Callable[[WriteView], T]) -> T: ...
-
-
-def record_audit(store: _Store, records: Sequence[Mapping[str, Any]]) -> None:
+def record_audit(store: Backend, records: Sequence[Mapping[str, Any]]) -> None:
     """Append audit *records* in one durable write of *store*; version and state unchanged."""
     batch = [dict(r) for r in records]
     if batch:
@@ -784,7 +780,7 @@ def _admit_in(
 
 
 def run_admission(
-    store: _Store,
+    store: Backend,
     *,
     policy: AdmissionPolicy | None = None,
     frame_id: str | None = None,
@@ -805,7 +801,7 @@ def run_admission(
 
 
 def run_review(
-    store: _Store,
+    store: Backend,
     frame_id: str,
     decision: str,
     reviewer: str,
@@ -913,7 +909,7 @@ def _human_accepted(view: ReadView, frame_id: str) -> bool:
 
 
 def run_quarantine_scan(
-    store: _Store,
+    store: Backend,
     *,
     unused_ticks: int | None = None,
     failed_uses: int = 3,
@@ -942,7 +938,7 @@ def run_quarantine_scan(
 
 
 def run_pass(
-    store: _Store,
+    store: Backend,
     *,
     policy: AdmissionPolicy | None = None,
     unused_ticks: int | None = None,
@@ -1027,7 +1023,7 @@ class GovernanceWorker:
         store = getattr(context, "backend", context)
         if getattr(store, "readonly", False):
             raise RequestError("a governance worker needs a writable store", code="read_only")
-        self._store: _Store = store
+        self._store: Backend = store
         self._name = getattr(context, "name", None)
         self.policy: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
         self.unused_ticks = unused_ticks
