@@ -458,9 +458,23 @@ class ContextHandle:
         """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
         return list(open_reply(self._call("traces", frame, _check_int(after, "after"), limit)))
 
-    def recall_observation(self, request: dict[str, Any], session: str = "main") -> dict[str, Any]:
-        """Recall one page into a ``recall_result`` observation: ``{"ref", "nodes", "edges"}``."""
-        raw = self._call("recall_observation", request, _check_text(session, "session"))
+    def recall_observation(
+        self, request: dict[str, Any], session: str = "main", cursor: str | None = None
+    ) -> dict[str, Any]:
+        """Recall one page into a ``recall_result`` observation.
+
+        Answers ``{"ref", "nodes", "edges", "recalled", "next_cursor"}``.
+        """
+        raw = self._call("recall_observation", request, _check_text(session, "session"), cursor)
+        return dict(open_reply(raw))
+
+    def search(self, args: dict[str, Any], session: str = "main") -> dict[str, Any]:
+        """A model's search into a ``recall_result`` observation (needs ``recall``).
+
+        *args* are the ``search`` tool's (see :func:`storage.index.model_search`);
+        answers ``{"ref", "hits", "recalled", "lag"}``.
+        """
+        raw = self._call("search", args, _check_text(session, "session"))
         return dict(open_reply(raw))
 
     # -- governance ---------------------------------------------------------------

@@ -102,6 +102,8 @@ MAX_AUDIT_BATCH = 1024
 WORKER = "runtime:governance-worker"
 """The holder the background governance task audits as."""
 MAX_VERIFIED = 1024
+SEARCH_CATCH_UP = 2.0
+"""Seconds a search waits for the index to reflect what was committed before it."""
 """Most verified capability tokens one actor caches (expiry is still checked per call)."""
 
 OPERATION_OF: dict[str, str] = {}
@@ -247,6 +249,7 @@ class ContextActor:
         self._every: float | None = None
         self._unused_ticks = governance_unused_ticks
         self._worker: asyncio.Task[None] | None = None
+        self._search: Any = None  # the IndexWorker of search, started on first use
         self._passes = 0
         self._pass_errors = 0
         self._closing = False
@@ -808,21 +811,68 @@ class ContextActor:
         return await self._reply(lambda ctx: ctx.traces(frame=frame, after=after, limit=limit))
 
     @guarded("recall")
-    async def recall_observation(self, request: dict[str, Any], session: str = "main") -> bytes:
+    async def recall_observation(
+        self, request: dict[str, Any], session: str = "main", cursor: str | None = None
+    ) -> bytes:
         """Recall one page and record it as a ``recall_result`` observation (R26, R30).
 
-        Answers ``{"ref", "nodes", "edges"}``.
+        Answers ``{"ref", "nodes", "edges", "recalled", "next_cursor"}``
+        (``recalled``: the frame ids on the page).
         """
         try:
             _text(session, "session")
+            if cursor is not None:
+                _text(cursor, "cursor")
         except MorphzError as e:
             return failed(e)
 
         def run(ctx: Context) -> dict[str, Any]:
-            page, e = ctx.recall_observation(request, session=session)
-            return {"ref": e.ref, "nodes": len(page.nodes), "edges": len(page.edges)}
+            page, e = ctx.recall_observation(request, cursor, session=session)
+            return {
+                "ref": e.ref,
+                "nodes": len(page.nodes),
+                "edges": len(page.edges),
+                "recalled": list(e.extra.get("recalled") or ()),
+                "next_cursor": page.next_cursor,
+            }
 
         return await self._reply(run)
+
+    @guarded("recall")
+    async def search(self, args: dict[str, Any], session: str = "main") -> bytes:
+        """A model's search (:func:`storage.index.model_search`) as a ``recall_result``.
+
+        The context's lexical index is opened at the first search, with an
+        index worker thread in this process keeping it current from the outbox;
+        each search waits (up to :data:`SEARCH_CATCH_UP` seconds) for what was
+        committed before it. Answers ``{"ref", "hits", "recalled", "lag"}``.
+        """
+        try:
+            _text(session, "session")
+            worker = self._index_worker()
+        except MorphzError as e:
+            return failed(e)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, worker.wait_for, None, SEARCH_CATCH_UP)
+
+        def run(ctx: Context) -> dict[str, Any]:
+            from storage.index import model_search, search_text
+
+            result = model_search(worker.index, args)
+            frames = [h.id for h in result.hits if h.type == "frame"]
+            e = ctx.observe_retrieval(search_text(result), frames, session=session)
+            return {"ref": e.ref, "hits": len(result.hits), "recalled": frames, "lag": result.lag}
+
+        return await self._reply(run)
+
+    def _index_worker(self) -> Any:
+        """The index worker of this context, started on first use."""
+        if self._search is None:
+            from storage.index import IndexWorker, LexicalIndex
+
+            index = LexicalIndex.for_backend(self._context().backend)
+            self._search = IndexWorker(index)
+        return self._search
 
     # -- governance: audit, admission, review, quarantine -------------------------
 
@@ -1146,6 +1196,10 @@ class ContextActor:
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
         self._executor.shutdown(wait=True)
+        if self._search is not None:
+            self._search.stop()
+            self._search.index.close()
+            self._search = None
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None

@@ -86,12 +86,17 @@ class EmbeddedPort:
     """:class:`ContextPort` over an embedded :class:`~protocol.context.Context`.
 
     Keeps one :class:`~protocol.compiler.Compiler` per session (its cache).
+    Searches use *index* (a :class:`~storage.index.LexicalIndex`), else the
+    index beside the context's store, opened at the first search and brought
+    up to date before each one; :meth:`close` closes an index it opened.
     Not thread-safe, like the context.
     """
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, index: Any = None) -> None:
         self.ctx = ctx
         self._compilers: dict[str, tuple[CompilerConfig, Any]] = {}
+        self._index = index
+        self._owns_index = False
 
     def observe(
         self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
@@ -151,9 +156,30 @@ class EmbeddedPort:
         """Read an event's text."""
         return self.ctx.read_event(ref, offset, length)
 
-    def recall_observation(self, request: dict[str, Any], session: str) -> dict[str, Any]:
+    def search(self, args: dict[str, Any], session: str) -> dict[str, Any]:
+        """A model's search (:func:`storage.index.model_search`) as a ``recall_result``."""
+        from storage.index import LexicalIndex, model_search, search_text
+
+        if self._index is None:
+            self._index = LexicalIndex.for_backend(self.ctx.backend)
+            self._owns_index = True
+        self._index.catch_up(self.ctx.backend)
+        result = model_search(self._index, args)
+        frames = [h.id for h in result.hits if h.type == "frame"]
+        e = self.ctx.observe_retrieval(search_text(result), frames, session=session)
+        return {"ref": e.ref, "hits": len(result.hits), "recalled": frames}
+
+    def close(self) -> None:
+        """Close the search index if this port opened it."""
+        if self._owns_index and self._index is not None:
+            self._index.close()
+            self._index = None
+
+    def recall_observation(
+        self, request: dict[str, Any], session: str, cursor: str | None = None
+    ) -> dict[str, Any]:
         """Recall one page and record it as a ``recall_result`` observation."""
-        page, e = self.ctx.recall_observation(request, session=session)
+        page, e = self.ctx.recall_observation(request, cursor, session=session)
         return {
             "ref": e.ref,
             "nodes": len(page.nodes),
@@ -654,7 +680,10 @@ class AgentLoop:
             if call.name == "recall":
                 fn = getattr(self.port, "recall_observation", None)
                 if fn is not None:
-                    obs = fn(dict(args), self.session)
+                    # The tool's arguments are {"request": {...}, "cursor": ...}; a bare
+                    # request (the scripted models' shape) is accepted too.
+                    request = args["request"] if isinstance(args.get("request"), dict) else args
+                    obs = fn(dict(request), self.session, args.get("cursor"))
                     result.observed.append(str(obs["ref"]))
                     frames = [str(f) for f in obs.get("recalled") or ()]
                     result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
@@ -668,9 +697,12 @@ class AgentLoop:
             else:
                 fn = getattr(self.port, "search", None)
                 if fn is not None:
-                    text = f"search {args.get('query', '')!r}\n{fn(args)}"
-                else:
-                    text = "search: not available through this context"
+                    obs = fn(dict(args), self.session)
+                    result.observed.append(str(obs["ref"]))
+                    frames = [str(f) for f in obs.get("recalled") or ()]
+                    result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
+                    return
+                text = "search: not available through this context"
         except MorphzError as e:
             text = f"{call.name}: {e.code}: {e.message}"
         obs = self.port.observe("recall_result", text, session=self.session)

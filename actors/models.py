@@ -118,6 +118,15 @@ MEMORY_TOOL_SPECS: tuple[dict[str, Any], ...] = (
                         "include_bodies": {"type": "boolean"},
                         "include_events": {"type": "boolean"},
                         "max_nodes": {"type": "integer", "minimum": 1, "maximum": 128},
+                        "valid_at": {
+                            "type": "string",
+                            "description": "ISO date: only frames valid then",
+                        },
+                        "trust": {
+                            "type": "array",
+                            "items": {"type": "string", "enum": ["candidate", "accepted"]},
+                            "description": "only frames of these trust statuses (default both)",
+                        },
                     },
                     "required": ["frame_id"],
                 },
@@ -139,6 +148,12 @@ MEMORY_TOOL_SPECS: tuple[dict[str, Any], ...] = (
                 "kinds": {"type": "array", "items": {"type": "string"}},
                 "lifecycle": {"type": "array", "items": {"type": "string"}},
                 "id_prefix": {"type": "string"},
+                "valid_at": {"type": "string", "description": "ISO date: only frames valid then"},
+                "trust": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": ["candidate", "accepted"]},
+                    "description": "only frames of these trust statuses (default both)",
+                },
             },
             "required": ["query"],
         },

@@ -233,3 +233,33 @@ def test_concurrent_submissions_are_group_committed(ctx: ContextHandle) -> None:
     assert after["largest_batch"] > 1
     same = lookup(ctx.name, ctx.namespace)
     assert same.version() == n
+
+
+def test_model_search_and_recall_through_the_actor_record_what_they_retrieved(
+    ctx: ContextHandle,
+) -> None:
+    e = ctx.observe("tool_result", "production config: region=cn-shanghai")
+    ctx.claim()
+    base = ctx.version()
+    assert ctx.submit(
+        f"(context-tx (base-version {base}) (derive target (from {e['ref']}) (region cn-shanghai))"
+        " (derive release (from target) (goal ship)) (derive notes (from target) (region note)))"
+    ).committed
+    found = ctx.search({"query": "region", "kinds": ["frame"], "limit": 5}, "main")
+    assert sorted(found["recalled"]) == ["notes", "target"] and found["hits"] == 2
+    assert ctx.read_event(found["ref"])["text"].startswith("search 'region': 2 hits")
+    page = ctx.recall_observation(
+        {"frame_id": "target", "direction": "descendants", "max_nodes": 2}
+    )
+    assert page["recalled"] == ["target", "notes"] or page["recalled"] == ["target", "release"]
+    rest = ctx.recall_observation(
+        {"frame_id": "target", "direction": "descendants", "max_nodes": 2},
+        "main",
+        page["next_cursor"],
+    )
+    assert {*page["recalled"], *rest["recalled"]} == {"target", "notes", "release"}
+    with pytest.raises(RequestError) as err:
+        ctx.search({"query": "region", "trust": ["quarantined"]}, "main")
+    assert err.value.code == "not_permitted"
+    with pytest.raises(OutOfRange):
+        ctx.search({"query": "region", "limit": 10_000}, "main")

@@ -219,3 +219,66 @@ def test_cli_trace_decision_and_call(tmp_path: Path) -> None:
     ):
         r = runner.invoke(cli, [*base, *bad])
         assert r.exit_code == code, (bad, r.output)
+
+
+def test_a_model_search_is_retrieval_in_the_traces_and_hides_quarantined_frames(
+    tmp_path: Path,
+) -> None:
+    with open_context(tmp_path, "ctx", create=True) as ctx:
+        request = seeded(ctx)
+        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive old-region (region eu)))")
+        ctx.quarantine(["old-region"])
+        search = ToolCall(name="search", arguments={"query": "region", "limit": 5})
+        hostile = ToolCall(name="search", arguments={"query": "region", "trust": ["quarantined"]})
+        model = Script(
+            [
+                ModelTurn(memory_calls=(search, hostile)),
+                ModelTurn(action=Reply(text="deploy-target says cn-shanghai", request_ref=request)),
+            ]
+        )
+        port = EmbeddedPort(ctx)
+        try:
+            steps = AgentLoop(port, model).run(4)
+        finally:
+            port.close()
+        found, refused = steps[0].recalls[0], steps[0].observed[1]
+        assert found["frames"] == ["deploy-target"]  # old-region is quarantined: not returned
+        text = ctx.read_event(found["ref"])["text"]
+        assert "deploy-target frame" in text and "old-region" not in text
+        assert ctx.read_event(refused)["text"].startswith("search: not_permitted:")
+        second = ctx.traces()[1]
+        assert second["retrieved"] == ["deploy-target"]
+        assert second["action_cited"] == sorted(["deploy-target", request])
+
+
+def test_model_search_arguments_are_checked(tmp_path: Path) -> None:
+    from storage.index import LexicalIndex, model_search
+
+    with open_context(tmp_path, "ctx", create=True) as ctx:
+        seeded(ctx)
+        index = LexicalIndex.for_backend(ctx.backend)
+        try:
+            index.catch_up()
+            assert [h.id for h in model_search(index, {"query": "cn-shanghai"}).hits] == [
+                "deploy-target",
+                "@e1",
+            ]
+            for bad, error in (
+                ("region", RequestError),
+                ({"query": 7}, RequestError),
+                ({"query": "x", "limit": 0}, OutOfRange),
+                ({"query": "x", "limit": 51}, OutOfRange),
+                ({"query": "x", "limit": True}, OutOfRange),
+                ({"query": "x", "trust": ["rejected"]}, RequestError),
+                ({"query": "x", "trust": ["nonsense"]}, RequestError),
+                ({"query": "x", "kinds": ["nonsense"]}, RequestError),
+                ({"query": "x", "id_prefix": 3}, RequestError),
+                ({"query": "x", "valid_at": "soon"}, RequestError),
+                ({"query": "x", "drop": "tables"}, RequestError),
+            ):
+                with pytest.raises(error):
+                    model_search(index, bad)
+            ledger = model_search(index, {"query": "intent", "kinds": ["ledger"]})
+            assert ledger.hits == ()
+        finally:
+            index.close()
