@@ -101,7 +101,8 @@ stays readable with read_event) and starts the retirement window of frames.
 - (restore REF), (protect ID), (unprotect ID).
 - (envelope ID (kind procedural) (valid-from "2026-01-01") (keys release) \
 (risk medium)) describes a frame; a frame built on unreviewed material is shown \
-as [candidate] until admission accepts it.
+as [candidate] until admission accepts it. Mark your own reflections and session \
+summaries meant for other tasks (trust candidate): admission reviews them first.
 REF is a frame id (path-like: release, deployment/target-v2) or an observation \
 reference @eN. Strings are double-quoted; atoms may be any letters, Chinese \
 included.
