@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from protocol.engine import (
     ClaimResult,
@@ -26,11 +25,11 @@ from protocol.engine import (
 )
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.forms import to_plain
-from protocol.governance import AdmissionPolicy, Decision, Finding
+from protocol.governance import MAX_AUDIT_PAGE, AdmissionPolicy, Decision, Finding, ScanResult
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
-from protocol.state import ACCEPTED, REJECTED, RETIRED, RETIRING, Event, Frame, Meta
+from protocol.state import REJECTED, RETIRED, RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx
 from protocol.usage import influence as usage_influence
 from protocol.usage import roles, tx_citations, tx_writes
@@ -134,18 +133,25 @@ class Context:
         """
         if not risky:
             return self.observe_many([(kind, text, session)])[0]
+        return self._observe_one(kind, text, session, {"risky": True})
+
+    def observe_retrieval(
+        self, text: str, frames: Sequence[str], *, session: str = "main"
+    ) -> Event:
+        """Record retrieved memory (e.g. search hits) as a ``recall_result`` observation.
+
+        ``extra["recalled"]`` lists *frames*, the frames it names, for the usage
+        traces of the calls that see it (R42).
+        """
+        return self._observe_one("recall_result", text, session, {"recalled": list(frames)})
+
+    def _observe_one(self, kind: str, text: str, session: str, extra: dict[str, Any]) -> Event:
         now = time.time()
         eid = new_event_id()
 
         def run(w: WriteView) -> Event:
             e, cs = observe(
-                w,
-                kind=kind,
-                text=text,
-                session=session,
-                now=now,
-                event_id=eid,
-                extra={"risky": True},
+                w, kind=kind, text=text, session=session, now=now, event_id=eid, extra=extra
             )
             w.apply(cs)
             return e
@@ -505,83 +511,98 @@ class Context:
 
     # -- governance (R41-R43) -------------------------------------------------
 
+    def _governance_audit(self, method: str) -> dict[str, Any]:
+        """The audit template of an embedded governance call: holder ``embedded``."""
+        from protocol.governance import EMBEDDED, audit_template
+
+        return audit_template(method, holder=EMBEDDED, context=self.name, tenant=self._meta.tenant)
+
     def admit(
         self, frame_id: str | None = None, policy: AdmissionPolicy | None = None
     ) -> list[Decision]:
         """Run admission over the candidates (or just *frame_id*); see :mod:`protocol.governance`.
 
         Accepted and rejected ones change in one recorded runtime transaction
-        (``reviewed_by`` ``policy:<name>``); held ones stay candidates until
-        :meth:`review`. Returns every decision, oldest candidate first.
+        (``reviewed_by`` ``policy:<name>``) written with its audit entry (holder
+        ``embedded``, method ``admit``); held ones stay candidates until
+        :meth:`review`, and a pass of holds only writes nothing. Returns every
+        decision, oldest candidate first. NotFound for an unknown *frame_id*,
+        RequestError ``not_candidate`` for one that is not a candidate; nothing
+        changes then. See :func:`protocol.governance.run_admission`.
         """
-        from protocol.governance import DefaultPolicy, candidates, decide
+        from protocol.governance import run_admission
 
-        pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
-        now = time.time()
+        decisions, _ = run_admission(
+            self.backend, policy=policy, frame_id=frame_id, audit=self._governance_audit("admit")
+        )
+        return decisions
 
-        def run(w: WriteView) -> list[Decision]:
-            out = [pol.review(f, w) for f in candidates(w, frame_id)]
-            reviewer = "policy:" + pol.name
-            out = [d if d.reviewer else replace(d, reviewer=reviewer) for d in out]
-            _, cs = decide(w, out, now=now, reason=f"admission by {reviewer}")
-            if cs is not None:
-                w.apply(cs)
-            return out
-
-        return self.backend.transact(run)
-
-    def review(self, frame_id: str, decision: str, reviewer: str) -> Decision:
+    def review(
+        self, frame_id: str, decision: str, reviewer: str, *, reason: str | None = None
+    ) -> Decision:
         """A human decision (``accept`` or ``reject``) on a candidate or quarantined frame.
 
-        Recorded as a runtime transaction with ``reviewed_by`` ``human:<reviewer>``.
-        Raises NotFound for an unknown frame, RequestError ``not_reviewable`` if
-        the frame is neither a candidate nor quarantined, ``bad_decision`` else.
+        Recorded as a runtime transaction with ``reviewed_by`` ``human:<reviewer>``
+        (*reason* joins the review reasons) and its audit entry (holder
+        ``embedded``, method ``review``) in one write. Typed errors change
+        nothing: RequestError ``bad_decision``, ``bad_reviewer`` (1 to 128
+        printable characters), ``bad_argument`` (reason over 512 characters),
+        NotFound for an unknown frame, ``not_reviewable`` for a frame that is
+        neither a candidate nor quarantined, or is retired. See
+        :func:`protocol.governance.run_review`.
         """
-        from protocol.governance import REVIEWABLE, decide
+        from protocol.governance import run_review
 
-        if decision not in ("accept", "reject"):
-            raise RequestError(
-                f"a review decides accept or reject, not {decision!r}", code="bad_decision"
-            )
-        if not reviewer or len(reviewer) > 128:
-            raise RequestError("a reviewer is 1 to 128 characters", code="bad_reviewer")
-        now = time.time()
+        d, _ = run_review(
+            self.backend,
+            frame_id,
+            decision,
+            reviewer,
+            reason=reason,
+            audit=self._governance_audit("review"),
+        )
+        return d
 
-        def run(w: WriteView) -> Decision:
-            f = w.frame(frame_id)
-            if f is None:
-                raise NotFound(f"no frame {frame_id!r}")
-            if f.trust not in REVIEWABLE:
-                raise RequestError(
-                    f"{frame_id} is {f.trust}; only candidates and quarantined frames are reviewed",
-                    code="not_reviewable",
-                )
-            d = Decision(
-                frame_id,
-                "accept" if decision == "accept" else "reject",
-                (f"human review of a {f.trust} frame",),
-                "human:" + reviewer,
-            )
-            _, cs = decide(w, [d], now=now, reason=f"review by human:{reviewer}")
-            assert cs is not None
-            w.apply(cs)
-            return d
+    def pending(self, policy: AdmissionPolicy | None = None) -> dict[str, Any]:
+        """What awaits a human or admission, read-only: ``{"version", "items"}``.
 
-        return self.backend.transact(run)
+        One snapshot; see :func:`protocol.governance.pending` (a dry run of
+        *policy*, default ``DefaultPolicy``). Writes nothing, audits nothing.
+        """
+        from protocol.governance import pending
+
+        return self.backend.read(
+            lambda v: {"version": v.meta().version, "items": pending(v, policy)}
+        )
+
+    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> list[dict[str, Any]]:
+        """Durable audit entries numbered above *after*, at most *limit* (1 to 1000).
+
+        Denials, exports, imports and governance decisions, oldest first, each
+        with its ``seq``; page on with ``after=<last seq>``. OutOfRange or
+        ``bad_argument`` for a bad page. See :func:`protocol.governance.read_audit`.
+        """
+        from protocol.governance import AuditStore, read_audit
+
+        return read_audit(cast(AuditStore, self.backend), after, limit)
 
     def find_low_quality(
         self, *, unused_ticks: int | None = None, failed_uses: int = 3
     ) -> list[Finding]:
-        """:func:`protocol.governance.find_low_quality` over this context and its traces."""
-        from protocol.governance import find_low_quality
+        """:func:`protocol.governance.find_low_quality` over this context and all its traces.
 
-        usage = self.traces(limit=100_000)
+        One snapshot; writes nothing. OutOfRange for *unused_ticks* below 1 or
+        *failed_uses* outside 1 to 1000.
+        """
+        from protocol.governance import all_traces, check_scan, find_low_quality
+
+        check_scan(unused_ticks, failed_uses)
         return self.backend.read(
             lambda v: find_low_quality(
                 v,
                 now_tick=v.meta().tick,
                 unused_ticks=unused_ticks,
-                usage=usage,
+                usage=all_traces(v),
                 failed_uses=failed_uses,
             )
         )
@@ -589,31 +610,35 @@ class Context:
     def quarantine(self, findings: Iterable[Finding | str]) -> list[str]:
         """Move accepted frames to trust ``quarantined`` (R43): out of every input until reviewed.
 
-        One recorded runtime transaction; frames not accepted or retired are
-        skipped. Returns the ids quarantined.
+        One recorded runtime transaction with its audit entry (holder
+        ``embedded``, method ``quarantine``); frames not accepted, retired or
+        unknown are skipped (nothing is written when none is left). A frame a
+        human accepted is quarantined too: this is how a human decision is
+        reopened. Returns the ids quarantined. See
+        :func:`protocol.governance.run_quarantine`.
         """
-        from protocol.governance import decide
+        from protocol.governance import run_quarantine
 
-        reasons: dict[str, list[str]] = {}
-        for item in findings:
-            if isinstance(item, str):
-                reasons.setdefault(item, []).append("quarantined by request")
-            else:
-                reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
-        now = time.time()
+        ids, _ = run_quarantine(self.backend, findings, audit=self._governance_audit("quarantine"))
+        return ids
 
-        def run(w: WriteView) -> list[str]:
-            ds = []
-            for fid, why in reasons.items():
-                f = w.frame(fid)
-                if f is not None and f.trust == ACCEPTED and f.lifecycle != RETIRED:
-                    ds.append(Decision(fid, "quarantine", tuple(why), "runtime:quarantine"))
-            _, cs = decide(w, ds, now=now, reason="quarantine of low-quality memories")
-            if cs is not None:
-                w.apply(cs)
-            return [d.frame_id for d in ds]
+    def quarantine_scan(
+        self, *, unused_ticks: int | None = None, failed_uses: int = 3
+    ) -> ScanResult:
+        """Find low-quality frames and quarantine them in one audited write (R43).
 
-        return self.backend.transact(run)
+        Like the actor's ``quarantine_scan`` and ``morphz review scan``: frames a
+        human accepted are reported under ``spared``, not quarantined. See
+        :func:`protocol.governance.run_quarantine_scan`.
+        """
+        from protocol.governance import run_quarantine_scan
+
+        return run_quarantine_scan(
+            self.backend,
+            unused_ticks=unused_ticks,
+            failed_uses=failed_uses,
+            audit=self._governance_audit("quarantine_scan"),
+        )
 
     def frames_valid_at(
         self, t: float | str, *, include_retired: bool = False

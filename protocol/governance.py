@@ -16,9 +16,11 @@ Pure rules over a :class:`~protocol.view.ReadView`; nothing here does I/O.
   :func:`append_audit` is the one append rule both stores run inside a write
   (refusals coalesce and are capped), :func:`read_audit` pages it back.
 * :func:`run_admission`, :func:`run_review`, :func:`run_quarantine_scan` and
-  :func:`run_pass` decide through a store's ``transact`` and write their audit
-  entry in the same write; :class:`GovernanceWorker` runs :func:`run_pass`
-  periodically beside an embedded :class:`~protocol.context.Context`.
+  :func:`run_pass` (and :func:`run_quarantine`, a quarantine by request) decide
+  through a store's ``transact`` and write their audit entry in the same write
+  (:func:`audit_template` is the entry's shape); ``Context.admit``, ``review``
+  and ``quarantine`` are thin calls to them. :class:`GovernanceWorker` runs
+  :func:`run_pass` periodically beside an embedded :class:`~protocol.context.Context`.
 
 See ``docs/governance.md`` for the decisions behind these rules.
 """
@@ -676,6 +678,24 @@ def record_audit(store: Backend, records: Sequence[Mapping[str, Any]]) -> None:
 
 MAX_REVIEWER = 128
 MAX_REASON = 512
+EMBEDDED = "embedded"
+"""The holder the embedded API (``Context.admit``, ``review``, ``quarantine`` …) audits as."""
+WORKER = "runtime:governance-worker"
+"""The holder, and the quarantine reviewer, of unattended passes (worker thread or actor task)."""
+QUARANTINE_REVIEWER = "runtime:quarantine"
+"""``reviewed_by`` of a frame quarantined by a scan or by request."""
+
+
+def audit_template(
+    method: str, *, holder: str | None, context: str | None = None, tenant: str | None = None
+) -> dict[str, Any]:
+    """The audit template of a governance call (``op`` ``admin``); its decisions fill the rest.
+
+    The one shape every caller passes as ``audit=`` to :func:`run_admission`,
+    :func:`run_review`, :func:`run_quarantine`, :func:`run_quarantine_scan` and
+    :func:`run_pass`: the embedded API, the context actor, the CLI and the workers.
+    """
+    return {"method": method, "op": "admin", "holder": holder, "context": context, "tenant": tenant}
 
 
 def check_review(decision: object, reviewer: object, reason: object = None) -> None:
@@ -793,8 +813,11 @@ def run_admission(
     rejects committed at (None when nothing changed: no audit entry then).
     *audit* is the entry's template (``method``, ``op``, ``holder``, context …).
     Raises NotFound for an unknown *frame_id*, ``not_candidate`` for a frame that
-    is not a candidate; nothing changes then.
+    is not a candidate (or retired), ``bad_argument`` for a *frame_id* that is not
+    a string; nothing changes then.
     """
+    if frame_id is not None and not isinstance(frame_id, str):
+        raise RequestError("a frame id is a string", code="bad_argument")
     pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
     when = time.time() if now is None else now
     return store.transact(lambda w: _admit_in(w, pol, frame_id, when, audit))
@@ -841,7 +864,8 @@ def run_review(
     return store.transact(run)
 
 
-def _all_traces(view: ReadView, page: int = 10_000) -> list[dict[str, Any]]:
+def all_traces(view: ReadView, page: int = 10_000) -> list[dict[str, Any]]:
+    """Every model-call trace of *view*, oldest first, read in pages (one snapshot)."""
     out: list[dict[str, Any]] = []
     after = 0
     while True:
@@ -885,7 +909,7 @@ def _scan_in(
         w,
         now_tick=w.meta().tick,
         unused_ticks=unused_ticks,
-        usage=_all_traces(w),
+        usage=all_traces(w),
         failed_uses=failed_uses,
     )
     reasons: dict[str, list[str]] = {}
@@ -898,9 +922,60 @@ def _scan_in(
             spared.append(item.frame_id)
             continue
         reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
-    ds = [Decision(fid, "quarantine", tuple(why), reviewer) for fid, why in reasons.items()]
+    quarantined, version = _quarantine_in(w, reasons, now=now, reviewer=reviewer, audit=audit)
+    return ScanResult(tuple(findings), tuple(quarantined), tuple(spared), version)
+
+
+def _quarantine_in(
+    w: WriteView,
+    reasons: Mapping[str, Sequence[str]],
+    *,
+    now: float,
+    reviewer: str,
+    audit: Mapping[str, Any] | None,
+) -> tuple[list[str], int | None]:
+    """Quarantine the accepted, unretired frames of *reasons* (the others are skipped)."""
+    ds = []
+    for fid, why in reasons.items():
+        f = w.frame(fid)
+        if f is not None and f.trust == ACCEPTED and f.lifecycle != RETIRED:
+            ds.append(Decision(fid, "quarantine", tuple(why), reviewer))
     version = _decide_in(w, ds, now=now, reason="quarantine of low-quality memories", audit=audit)
-    return ScanResult(tuple(findings), tuple(reasons), tuple(spared), version)
+    return [d.frame_id for d in ds], version
+
+
+def run_quarantine(
+    store: Backend,
+    findings: Iterable[Finding | str],
+    *,
+    reviewer: str = QUARANTINE_REVIEWER,
+    now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> tuple[list[str], int | None]:
+    """Quarantine the frames named by *findings* (a :class:`Finding` or a frame id), audited.
+
+    Unlike a scan this is a request: a frame a human accepted is quarantined
+    too (how a human decision is reopened). Frames that are not accepted, or
+    are retired, or unknown, are skipped. One governance transaction and its
+    audit entry in one write; returns the ids quarantined and the version (None,
+    and no audit entry, when nothing changed). An item that is neither a
+    Finding nor a string is ``bad_argument``, before anything is read.
+    """
+    reasons: dict[str, list[str]] = {}
+    for item in findings:
+        if isinstance(item, Finding):
+            reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+        elif isinstance(item, str):
+            reasons.setdefault(item, []).append("quarantined by request")
+        else:
+            raise RequestError(
+                f"quarantine takes findings or frame ids, not {type(item).__name__}",
+                code="bad_argument",
+            )
+    when = time.time() if now is None else now
+    return store.transact(
+        lambda w: _quarantine_in(w, reasons, now=when, reviewer=reviewer, audit=audit)
+    )
 
 
 def _human_accepted(view: ReadView, frame_id: str) -> bool:
@@ -913,7 +988,7 @@ def run_quarantine_scan(
     *,
     unused_ticks: int | None = None,
     failed_uses: int = 3,
-    reviewer: str = "runtime:quarantine",
+    reviewer: str = QUARANTINE_REVIEWER,
     now: float | None = None,
     audit: Mapping[str, Any] | None = None,
 ) -> ScanResult:
@@ -965,7 +1040,7 @@ def run_pass(
             now=when,
             unused_ticks=unused_ticks,
             failed_uses=failed_uses,
-            reviewer="runtime:governance-worker",
+            reviewer=WORKER,
             audit=audit,
         )
         return {
@@ -1016,7 +1091,7 @@ class GovernanceWorker:
         policy: AdmissionPolicy | None = None,
         unused_ticks: int | None = None,
         failed_uses: int = 3,
-        holder: str = "runtime:governance-worker",
+        holder: str = WORKER,
     ) -> None:
         self.every = check_every(every)
         check_scan(unused_ticks, failed_uses)
@@ -1025,6 +1100,7 @@ class GovernanceWorker:
             raise RequestError("a governance worker needs a writable store", code="read_only")
         self._store: Backend = store
         self._name = getattr(context, "name", None)
+        self._tenant = store.read(lambda v: v.meta().tenant)
         self.policy: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
         self.unused_ticks = unused_ticks
         self.failed_uses = failed_uses
@@ -1037,12 +1113,9 @@ class GovernanceWorker:
         self._thread: threading.Thread | None = None
 
     def _audit(self) -> dict[str, Any]:
-        return {
-            "method": "governance_pass",
-            "op": "admin",
-            "holder": self.holder,
-            "context": self._name,
-        }
+        return audit_template(
+            "governance_pass", holder=self.holder, context=self._name, tenant=self._tenant
+        )
 
     def run_once(self) -> dict[str, Any]:
         """One pass now, on the calling thread (see :func:`run_pass`)."""
@@ -1074,6 +1147,7 @@ class GovernanceWorker:
                         outcome="error",
                         why=self.last_error,
                         context=self._name,
+                        tenant=self._tenant,
                     )
                     record_audit(self._store, [entry])
                 except Exception:

@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from morphz.cli import cli
 from morphz.store import Store
+from protocol.governance import run_quarantine_scan
 from storage import LmdbStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def store(tmp_path: Path) -> Path:
         tx(ctx, "(derive old-fact (region cn-beijing))")
         tx(ctx, "(derive new-fact (region cn-shanghai))")
         tx(ctx, "(relate new-fact contradicts old-fact)")
-        ctx.quarantine(ctx.find_low_quality())
+        run_quarantine_scan(ctx.backend)  # no audit template: the audit log starts empty
     return path
 
 
