@@ -39,6 +39,7 @@ from typing import Any
 from actors.loop import AgentLoop, StepHooks
 from protocol.receipts import Receipt
 from protocol.turns import CompiledInput, ModelTurn
+from protocol.usage import influence
 
 STORIES = ("release", "deployment", "consolidation", "pause")
 """The seed stories, in the order threads are assigned to them."""
@@ -306,6 +307,23 @@ def check_group(
     return checks
 
 
+def why_frame(
+    frames: dict[str, dict[str, Any]], traces: list[dict[str, Any]], frame_id: str
+) -> dict[str, Any] | None:
+    """Which memories influenced the last write of *frame_id* (R42), from the usage traces.
+
+    None when the frame is absent or no traced call committed its last write.
+    """
+    f = frames.get(frame_id)
+    if f is None:
+        return None
+    version = f["updated_version"]
+    for t in traces:
+        if any(d.get("version") == version for d in t.get("decisions") or ()):
+            return {"frame": frame_id, **influence(t, version)}
+    return None
+
+
 def run_demo(
     threads: int = 4,
     store_dir: str | None = None,
@@ -445,6 +463,11 @@ def run_demo(
                 "tick": state["tick"],
                 "traces": len(traces),
                 "steps": {s: len(v) for s, v in steps.items()},
+                "why": [
+                    w
+                    for fid in ("release", "deployment/target-v2")
+                    if (w := why_frame(frames, traces, fid)) is not None
+                ],
             }
         )
     all_checks["every thread finished in time"] = not timed_out
@@ -478,4 +501,5 @@ __all__ = [
     "run_demo",
     "seed_group",
     "start_ray",
+    "why_frame",
 ]

@@ -118,6 +118,12 @@ def _human(doc: Mapping[str, Any]) -> str:
         if rels:
             lines.append("  relations:")
             lines.extend(f"    {s} {lab} {o}" for _, s, lab, o in rels)
+        for w in g.get("why", ()):
+            lines.append(
+                f"  why {w['frame']} (v{w['decisions'][0]['version']}, call {w['call']},"
+                f" {w['thread']}): cited {' '.join(w['cited_frames'] + w['cited_events']) or '-'};"
+                f" present but not cited {' '.join(w['present_not_cited']) or '-'}"
+            )
     lines.append("checks:")
     lines.extend(f"  [{'ok' if v else 'FAILED'}] {k}" for k, v in doc["checks"].items())
     lines.append(f"graph (dot): {doc['dot']}")

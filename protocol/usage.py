@@ -109,7 +109,8 @@ def influence(trace: Mapping[str, Any], version: int | None = None) -> dict[str,
     committed transaction and the action. Returns ``{"call", "session",
     "version", "decision", "action", "cited_frames", "cited_events",
     "present_not_cited", "retrieved_adopted", "retrieved_not_adopted",
-    "outcome"}``; frame and event lists are sorted.
+    "outcome"}``; frame and event lists are sorted. A frame the decision
+    itself writes is not counted as "present, not cited".
     """
     decisions = list(trace.get("decisions") or ())
     if version is not None:
@@ -117,7 +118,8 @@ def influence(trace: Mapping[str, Any], version: int | None = None) -> dict[str,
         cited = {str(r) for d in decisions for r in d.get("cited") or ()}
     else:
         cited = set(_cited(trace))
-    present = set(trace.get("frames_present") or ())
+    written = {str(w) for d in decisions for w in d.get("writes") or ()}
+    present = set(trace.get("frames_present") or ()) - written
     retrieved = set(trace.get("retrieved") or ())
     return {
         "call": trace.get("call"),

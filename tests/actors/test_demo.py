@@ -32,6 +32,11 @@ def test_the_demo_runs_and_its_checks_hold(ray_cluster: RayCluster, tmp_path: Pa
         "relations"
     ]
     assert doc["groups"][0]["traces"] == sum(doc["groups"][0]["steps"].values())
+    why = {w["frame"]: w for w in doc["groups"][0]["why"]}
+    # The pause's resolution and the deployment successor were traced with what they cited.
+    assert why["release"]["thread"] == "pause", why
+    assert why["release"]["cited_frames"] or why["release"]["cited_events"], why
+    assert "deployment/target-v1" in why["deployment/target-v2"]["cited_frames"]
     assert snapshots and {t["thread"] for t in snapshots[-1]["threads"]} == {  # type: ignore[index, union-attr]
         "release",
         "deployment",
