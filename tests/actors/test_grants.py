@@ -273,6 +273,9 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
             "observe": lambda h: h.observe("user_message", "leak it"),
             "claim": lambda h: h.claim(),
             "recall": lambda h: h.recall_observation({"frame_id": "secret"}),
+            "search": lambda h: h.search({"query": "secret"}),
+            "pending": lambda h: h.pending(),
+            "review": lambda h: h.review("secret", "reject", "thief"),
             "export": lambda h: h.export(),
             "export_frame": lambda h: export_frame(h, "secret", h.capability),
             "audit": lambda h: h.audit(),
@@ -306,6 +309,10 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
             a.frame("secret")
         with pytest.raises(NotFound):
             a.recall_observation({"frame_id": "secret"})
+        # search reads only the caller's own context's index
+        found = a.search({"query": "secret"})
+        assert found["hits"] == 0 and found["recalled"] == []
+        assert "globex" not in a.read_event(found["ref"])["text"]
         assert a.version() == va
 
         # the scope is the context's: another tenant or project is refused at connect
