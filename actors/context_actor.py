@@ -40,9 +40,15 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from actors.governance import grant_key, settle_scope
+from actors.governance import (
+    DEFAULT_PROJECT,
+    DEFAULT_TENANT,
+    _scope_name,
+    grant_key,
+    settle_scope,
+)
 from actors.replies import error_doc, failed, ok
 from protocol import grants as capabilities
 from protocol.context import Context, new_event_id
@@ -58,16 +64,13 @@ from protocol.errors import (
 from protocol.forms import Symbol, from_plain
 from protocol.governance import (
     MAX_AUDIT_PAGE,
+    WORKER,
     AdmissionPolicy,
-    AuditStore,
     DefaultPolicy,
     audit_entry,
+    audit_template,
     check_every,
-    check_page,
-    check_review,
     check_scan,
-    pending,
-    read_audit,
     record_audit,
     run_admission,
     run_pass,
@@ -99,8 +102,6 @@ MAX_COMPILERS = 64
 """Most (session, configuration) compilers one actor keeps (oldest dropped first)."""
 MAX_AUDIT_BATCH = 1024
 """Most audit entries one durable audit write carries (denials are group-committed)."""
-WORKER = "runtime:governance-worker"
-"""The holder the background governance task audits as."""
 MAX_VERIFIED = 1024
 SEARCH_CATCH_UP = 2.0
 """Seconds a search waits for the index to reflect what was committed before it."""
@@ -203,12 +204,14 @@ class ContextActor:
     """Serves one context: group-committed submissions and serialized reads (R21, R44-R46).
 
     Construct with the store directory and the context name; the context is
-    created if missing unless ``create=False`` (``window`` and ``history_keep``
-    apply at creation only). A failure to open is kept and answered to every
-    call, so a client sees the typed error (:class:`NotFound`,
-    :class:`~protocol.errors.StoreLocked` …) instead of a dead actor. A locked
-    store is retried for ``lock_wait`` seconds first: after a kill, the old
-    process may still hold the lock for a moment.
+    created if missing unless ``create=False`` (``window``, ``history_keep`` and
+    the scope's tenant and project go into its meta at creation only; the scope
+    itself is ``scope.json``, see :func:`~actors.governance.settle_scope`). A
+    failure to open is kept and answered to every call, so a client sees the
+    typed error (:class:`NotFound`, :class:`~protocol.errors.StoreLocked` …)
+    instead of a dead actor. A locked store is retried for ``lock_wait``
+    seconds first: after a kill, the old process may still hold the lock for a
+    moment.
 
     Governance: *admission* is the :class:`~protocol.governance.AdmissionPolicy`
     that ``admit``, ``pending`` and the background task use (default
@@ -264,11 +267,25 @@ class ContextActor:
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
         self._compilers: dict[tuple[str, str], Any] = {}
+        try:  # refused before a context is created with them in its meta
+            for value, what in ((tenant, "tenant"), (project, "project")):
+                if value is not None:
+                    _scope_name(value, what)
+        except MorphzError as e:
+            self._open_error = e
         deadline = time.monotonic() + lock_wait
-        while True:
+        while self._open_error is None:
             try:
+                # A context created here records its scope in its meta too (the embedded
+                # API's audit entries and the frames' envelopes read it from there).
                 self._ctx = open_context(
-                    store_dir, name, window=window, history_keep=history_keep, create=create
+                    store_dir,
+                    name,
+                    window=window,
+                    history_keep=history_keep,
+                    create=create,
+                    tenant=tenant or DEFAULT_TENANT,
+                    project=project or DEFAULT_PROJECT,
                 )
             except StoreLocked as e:
                 # The previous incarnation of this actor may still be exiting.
@@ -376,13 +393,9 @@ class ContextActor:
 
     def _template(self, method: str, capability: Any) -> dict[str, Any]:
         """The audit template of a governance call (its decisions fill the rest)."""
-        return {
-            "method": method,
-            "op": "admin",
-            "holder": _holder_of(capability),
-            "context": self._name,
-            "tenant": self._tenant,
-        }
+        return audit_template(
+            method, holder=_holder_of(capability), context=self._name, tenant=self._tenant
+        )
 
     def _write_audit(self, entries: list[dict[str, Any]]) -> None:
         """On the store thread: one durable write of *entries*."""
@@ -463,8 +476,9 @@ class ContextActor:
             ctx.backend,
             policy=self._policy,
             unused_ticks=self._unused_ticks,
-            audit={"method": "governance_pass", "op": "admin", "holder": WORKER}
-            | {"context": self._name, "tenant": self._tenant},
+            audit=audit_template(
+                "governance_pass", holder=WORKER, context=self._name, tenant=self._tenant
+            ),
         )
 
     async def _governance_pass(self) -> dict[str, Any] | None:
@@ -884,13 +898,7 @@ class ContextActor:
         background task), oldest first, each with its ``seq``; see
         :func:`protocol.governance.read_audit`. Survives restarts.
         """
-        try:
-            check_page(after, limit)
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(
-            lambda ctx: read_audit(cast(AuditStore, ctx.backend), after, limit)
-        )
+        return await self._reply(lambda ctx: ctx.audit(after, limit))
 
     @guarded("admin")
     async def admit(self, frame_id: str | None = None, capability: Any = None) -> bytes:
@@ -899,11 +907,6 @@ class ContextActor:
         Answers ``{"decisions": [...], "version": V or None}``; holds change
         nothing. NotFound / ``not_candidate`` for a bad *frame_id*.
         """
-        try:
-            if frame_id is not None:
-                _text(frame_id, "frame id")
-        except MorphzError as e:
-            return failed(e)
         audit = self._template("admit", capability)
 
         def run(ctx: Context) -> dict[str, Any]:
@@ -929,11 +932,6 @@ class ContextActor:
         errors change nothing: ``bad_decision``, ``bad_reviewer``, NotFound,
         ``not_reviewable``.
         """
-        try:
-            _text(frame_id, "frame id")
-            check_review(decision, reviewer, reason)
-        except MorphzError as e:
-            return failed(e)
         audit = self._template("review", capability)
 
         def run(ctx: Context) -> dict[str, Any]:
@@ -950,13 +948,7 @@ class ContextActor:
 
         See :func:`protocol.governance.pending` (a dry run of this actor's policy).
         """
-
-        def run(ctx: Context) -> dict[str, Any]:
-            return ctx.backend.read(
-                lambda v: {"version": v.meta().version, "items": pending(v, self._policy)}
-            )
-
-        return await self._reply(run)
+        return await self._reply(lambda ctx: ctx.pending(self._policy))
 
     @guarded("admin")
     async def quarantine_scan(
@@ -967,10 +959,6 @@ class ContextActor:
         Answers ``{"findings", "quarantined", "spared", "version"}``; frames a
         human accepted are spared.
         """
-        try:
-            check_scan(unused_ticks, failed_uses)
-        except MorphzError as e:
-            return failed(e)
         audit = self._template("quarantine_scan", capability)
 
         def run(ctx: Context) -> dict[str, Any]:

@@ -72,8 +72,13 @@ def _holder() -> str:
         return "cli"
 
 
-def _template(env: Env, method: str) -> dict[str, Any]:
-    return {"method": method, "op": "admin", "holder": _holder(), "context": env.context}
+def _template(env: Env, ctx: Any, method: str) -> dict[str, Any]:
+    """The audit template of a decision on the store: holder ``cli:<login>``, the
+    tenant the context's meta names (None for a context made without one)."""
+    from protocol.governance import audit_template
+
+    tenant = ctx.meta().tenant
+    return audit_template(method, holder=_holder(), context=env.context, tenant=tenant)
 
 
 def _check_name(env: Env) -> None:
@@ -291,12 +296,8 @@ def list_cmd(
         doc = {"context": env.context, **_through_actor(env, opts, lambda h: h.pending())}
         doc["via"] = "actor"
     else:
-        from protocol.governance import pending
-
         with _open_for_reading(env) as ctx:
-            doc = ctx.backend.read(
-                lambda v: {"context": env.context, "version": v.meta().version, "items": pending(v)}
-            )
+            doc = {"context": env.context, **ctx.pending()}
         doc["via"] = "store"
     emit(env, doc, _human_pending)
 
@@ -327,7 +328,7 @@ def _review(
             decision,
             reviewer,
             reason=reason,
-            audit=_template(env, "review"),
+            audit=_template(env, ctx, "review"),
         )
         return {"decision": d.to_dict(), "version": version}
 
@@ -394,7 +395,9 @@ def admit_cmd(
     from protocol.governance import run_admission
 
     def direct(ctx: Any) -> dict[str, Any]:
-        ds, version = run_admission(ctx.backend, frame_id=frame_id, audit=_template(env, "admit"))
+        ds, version = run_admission(
+            ctx.backend, frame_id=frame_id, audit=_template(env, ctx, "admit")
+        )
         return {"decisions": [d.to_dict() for d in ds], "version": version}
 
     opts = ActorOptions(address, namespace, capability)
@@ -429,7 +432,7 @@ def scan_cmd(
             ctx.backend,
             unused_ticks=unused_ticks,
             failed_uses=failed_uses,
-            audit=_template(env, "quarantine_scan"),
+            audit=_template(env, ctx, "quarantine_scan"),
         ).to_dict()
 
     opts = ActorOptions(address, namespace, capability)
@@ -454,12 +457,12 @@ def audit_cmd(env: Env, context_name: str | None, after: int, limit: int) -> Non
     Denials, exports, imports and governance decisions, oldest first; works
     beside a running context actor. Page on with --after <last seq>.
     """
-    from protocol.governance import check_page, read_audit
+    from protocol.governance import check_page
 
-    check_page(after, limit)
+    check_page(after, limit)  # bad input exits 2 before the store is opened
     target = env if context_name is None else Env(env.store, context_name, env.as_json)
     with _open_for_reading(target) as ctx:
-        entries = read_audit(ctx.backend, after, limit)
+        entries = ctx.audit(after, limit)
     doc = {
         "context": target.context,
         "entries": entries,

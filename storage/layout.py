@@ -37,8 +37,13 @@ def open_context(
     create: bool = True,
     readonly: bool = False,
     sync: bool = True,
+    tenant: str | None = None,
+    project: str | None = None,
 ) -> Context:
     """Open context *name* of the store at *store_dir*; durable unless ``sync=False``.
+
+    *window*, *history_keep*, *tenant* and *project* apply when the context is
+    created here; an existing context keeps its own (see ``docs/permissions.md``).
 
     Raises :class:`NotFound` when ``create`` is false (or ``readonly``) and the
     context does not exist, :class:`~protocol.errors.StoreLocked` when another
@@ -50,7 +55,14 @@ def open_context(
         raise NotFound(f"no context {name!r} in {store_dir}")
     backend = LmdbStore.open(path, create=not readonly, readonly=readonly, sync=sync)
     try:
-        return Context(backend, window=window, history_keep=history_keep, name=name)
+        return Context(
+            backend,
+            window=window,
+            history_keep=history_keep,
+            name=name,
+            tenant=tenant,
+            project=project,
+        )
     except BaseException:
         backend.close()
         raise

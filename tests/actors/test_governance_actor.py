@@ -182,6 +182,52 @@ def test_the_background_task_quarantines_unattended_and_survives_a_failing_pass(
     asyncio.run(run())
 
 
+def test_a_context_the_actor_creates_carries_its_scope_for_the_embedded_api(
+    tmp_path: Path,
+) -> None:
+    from storage import open_context
+
+    actor = ContextActor(str(tmp_path), "scoped", tenant="acme", project="payroll")
+    try:
+
+        async def run() -> None:
+            await tx(actor, "(derive hint (x))")
+            await tx(actor, "(envelope hint (trust candidate))")
+            assert open_reply(await actor.meta())["tenant"] == "acme"
+            assert open_reply(await actor.admit())["decisions"][0]["verdict"] == "accept"
+
+        asyncio.run(run())
+    finally:
+        actor.close()
+    with open_context(tmp_path, "scoped", create=False) as ctx:
+        assert ctx.frame("hint")["envelope"]["project"] == "payroll"
+        ctx.quarantine(["hint"])
+        entries = ctx.audit()
+    assert [(e["holder"], e["method"], e["tenant"]) for e in entries] == [
+        (None, "admit", "acme"),
+        ("embedded", "quarantine", "acme"),
+    ]
+
+
+def test_an_existing_context_without_a_scope_in_its_meta_keeps_none(tmp_path: Path) -> None:
+    from storage import open_context
+
+    with open_context(tmp_path, "old") as ctx:
+        ctx.commit("(context-tx (base-version 0) (derive hint (x)))")
+    actor = ContextActor(str(tmp_path), "old", tenant="acme")
+    try:
+        assert open_reply(asyncio.run(actor.meta()))["tenant"] is None
+    finally:
+        actor.close()
+    bad = ContextActor(str(tmp_path), "never", tenant="")
+    try:
+        with pytest.raises(RequestError):
+            open_reply(asyncio.run(bad.version()))
+    finally:
+        bad.close()
+    assert not (tmp_path / "never").exists()  # a bad scope creates nothing
+
+
 def test_worker_options_are_checked(tmp_path: Path) -> None:
     actor = ContextActor(str(tmp_path), "opts", governance_every=-1)
     try:
