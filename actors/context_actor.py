@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from actors.governance import (
     DEFAULT_PROJECT,
     DEFAULT_TENANT,
-    _scope_name,
+    check_scope_name,
     grant_key,
     settle_scope,
 )
@@ -270,7 +270,7 @@ class ContextActor:
         try:  # refused before a context is created with them in its meta
             for value, what in ((tenant, "tenant"), (project, "project")):
                 if value is not None:
-                    _scope_name(value, what)
+                    check_scope_name(value, what)
         except MorphzError as e:
             self._open_error = e
         deadline = time.monotonic() + lock_wait

@@ -97,7 +97,8 @@ def issue_capability(
     )
 
 
-def _scope_name(value: object, what: str) -> str:
+def check_scope_name(value: object, what: str) -> str:
+    """*value* as a tenant or project name (*what*), or a ``bad_argument`` RequestError."""
     if not isinstance(value, str) or not 1 <= len(value) <= MAX_SCOPE_NAME:
         raise RequestError(
             f"{what} is a string of 1 to {MAX_SCOPE_NAME} characters", code="bad_argument"
@@ -117,9 +118,9 @@ def settle_scope(
     A stored scope wins; naming another tenant or project raises ``scope_mismatch``.
     """
     if tenant is not None:
-        _scope_name(tenant, "tenant")
+        check_scope_name(tenant, "tenant")
     if project is not None:
-        _scope_name(project, "project")
+        check_scope_name(project, "project")
     path = context_path(store_dir, name) / SCOPE_FILE
     stored: dict[str, Any] | None = None
     with contextlib.suppress(FileNotFoundError):
@@ -179,6 +180,7 @@ __all__ = [
     "DEFAULT_PROJECT",
     "DEFAULT_TENANT",
     "KEY_ENV",
+    "check_scope_name",
     "export_frame",
     "grant_key",
     "import_frame",
