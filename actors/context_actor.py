@@ -1273,6 +1273,8 @@ def _export(ctx: Context, after: int, limit: int) -> dict[str, Any]:
             "tick": meta.tick,
             "window": meta.window,
             "history_keep": meta.history_keep,
+            "tenant": meta.tenant,
+            "project": meta.project,
             "more": more,
             "events": [],
             "frames": [],

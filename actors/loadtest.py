@@ -645,6 +645,8 @@ def check_context(records: Sequence[Mapping[str, Any]], export: Mapping[str, Any
         final_relations=[tuple(r) for r in export["relations"]],
         window=int(export["window"]),
         history_keep=int(export["history_keep"]),
+        tenant=export.get("tenant"),
+        project=export.get("project"),
     )
 
 

@@ -69,6 +69,8 @@ def fork_into(
         history_keep=meta.history_keep,
         next_seq=max((e.seq for e in events), default=0) + 1,
         created=meta.created or 1.0,
+        tenant=meta.tenant,
+        project=meta.project,
     )
 
     def load(w: WriteView) -> None:

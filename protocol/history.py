@@ -249,12 +249,15 @@ def check_history(
     final_relations: Iterable[Sequence[str]],
     window: int,
     history_keep: int,
+    tenant: str | None = None,
+    project: str | None = None,
 ) -> Verdict:
     """Check a history of one context; see the module docstring for what is proved.
 
     *log* holds txlog records as the store returns them (any order);
     *events*, *final_frames* and *final_relations* are the context's state at
-    the end of the history; *window* and *history_keep* its settings.
+    the end of the history; *window*, *history_keep* and its scope (*tenant*,
+    *project*: new frames take them into their envelope) its settings.
     Never raises on a malformed history: whatever cannot be read is reported.
     """
     subs = list(submissions)
@@ -272,6 +275,8 @@ def check_history(
             window,
             history_keep,
             out,
+            tenant=tenant,
+            project=project,
         )
     changed_at = _changed_at(records)
     acked = _check_acks(subs, records, out)
@@ -423,6 +428,9 @@ def _replay(
     window: int,
     history_keep: int,
     out: list[Violation],
+    *,
+    tenant: str | None = None,
+    project: str | None = None,
 ) -> int:
     """Replay the log on a fresh store; return the number of records replayed."""
     store = MemoryBackend()
@@ -439,6 +447,8 @@ def _replay(
         history_keep=history_keep,
         next_seq=max((e.seq for e in events), default=0) + 1,
         created=1.0,
+        tenant=tenant,
+        project=project,
     )
     store.transact(lambda w: w.apply(Changeset(meta=meta, events=fresh)))
 

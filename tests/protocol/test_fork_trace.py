@@ -14,9 +14,11 @@ from protocol.memory import MemoryBackend
 def learned(ctx: Context) -> None:
     e = ctx.observe("tool_result", "npm test ok; npm run build ok; dist/")
     ctx.claim()
-    ctx.commit(f"(context-tx (base-version 0) (derive case-a (from {e.ref}) (test \"npm test\")))")
-    ctx.commit("(context-tx (base-version 1) (derive procedure (from case-a) (steps test build))"
-               " (relate procedure supersedes case-a) (retire case-a))")
+    ctx.commit(f'(context-tx (base-version 0) (derive case-a (from {e.ref}) (test "npm test")))')
+    ctx.commit(
+        "(context-tx (base-version 1) (derive procedure (from case-a) (steps test build))"
+        " (relate procedure supersedes case-a) (retire case-a))"
+    )
     ctx.commit("(context-tx (base-version 2) (revise procedure (steps test build verify)))")
 
 
@@ -61,3 +63,13 @@ def test_traces_answer_which_frames_took_part(ctx: Context) -> None:
     assert [c["call"] for c in ctx.traces(after=1)] == [2]
     with pytest.raises(OutOfRange):
         ctx.traces(limit=0)
+
+
+def test_a_fork_keeps_the_scope_of_its_source() -> None:
+    source = Context(MemoryBackend(), tenant="acme", project="payroll")
+    learned(source)
+    fork = source.fork(MemoryBackend())
+    assert (fork.meta().tenant, fork.meta().project) == ("acme", "payroll")
+    r = fork.commit(f"(context-tx (base-version {fork.version}) (derive later (x)))")
+    assert r.committed and fork.frame("later")["envelope"]["tenant"] == "acme"
+    assert fork.frame("procedure")["envelope"] == source.frame("procedure")["envelope"]
