@@ -18,11 +18,8 @@ reviewer, frame id or option values), nothing changed.
 
 from __future__ import annotations
 
-import functools
 import getpass
-import json
 import logging
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,8 +27,8 @@ from typing import Any
 
 import click
 
-from morphz.console import EXIT_REFUSED, EXIT_USAGE, Env, emit
-from protocol.errors import MorphzError, OutOfRange, ParseError, StoreError, StoreLocked, WireError
+from morphz.console import Env, emit, failing_as_usage
+from protocol.errors import OutOfRange, StoreError, StoreLocked
 
 BAD_INPUT = frozenset(
     {"bad_context_name", "bad_reviewer", "bad_decision", "bad_argument", "out_of_range"}
@@ -40,28 +37,8 @@ BAD_INPUT = frozenset(
 MAX_CAPABILITY_BYTES = 16 << 10
 
 
-def _exit_code(err: MorphzError) -> int:
-    if isinstance(err, (ParseError, WireError, OutOfRange)) or err.code in BAD_INPUT:
-        return EXIT_USAGE
-    return EXIT_REFUSED
-
-
-def _run(fn: Callable[..., None]) -> Callable[..., None]:
-    """Typed errors become a clear message and an exit code: 2 bad input, 1 the rest."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        env = click.get_current_context().find_object(Env)
-        try:
-            fn(*args, **kwargs)
-        except MorphzError as e:
-            if env is not None and env.as_json:
-                click.echo(json.dumps(e.to_dict(), ensure_ascii=False))
-            else:
-                click.echo(f"morphz: {e.code}: {e.message}", err=True)
-            sys.exit(_exit_code(e))
-
-    return wrapper
+_run = failing_as_usage(lambda err: isinstance(err, OutOfRange) or err.code in BAD_INPUT)
+"""Typed errors become a clear message and an exit code: 2 bad input, 1 the rest."""
 
 
 def _holder() -> str:

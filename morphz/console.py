@@ -52,9 +52,13 @@ def emit(env: Env, doc: Any, human: Callable[[Any], str]) -> None:
         click.echo(human(doc))
 
 
-def fail(env: Env | None, err: MorphzError) -> NoReturn:
-    """Report a typed error and exit: 2 for parse/wire errors, 1 for refusals."""
-    code = EXIT_USAGE if isinstance(err, (ParseError, WireError)) else EXIT_REFUSED
+def fail(
+    env: Env | None, err: MorphzError, usage: Callable[[MorphzError], bool] | None = None
+) -> NoReturn:
+    """Report a typed error and exit: 2 for parse/wire errors (and what *usage* says is a
+    wrong command line), 1 for refusals."""
+    bad_input = isinstance(err, (ParseError, WireError)) or (usage is not None and usage(err))
+    code = EXIT_USAGE if bad_input else EXIT_REFUSED
     if env is not None and env.as_json:
         click.echo(json.dumps(err.to_dict(), ensure_ascii=False))
     else:
@@ -72,13 +76,24 @@ def decode(data: bytes, what: str) -> str:
 
 def run_command(fn: Callable[..., None]) -> Callable[..., None]:
     """Translate the library's typed errors into the documented exit codes."""
+    return failing_as_usage(None)(fn)
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        env = click.get_current_context().find_object(Env)
-        try:
-            fn(*args, **kwargs)
-        except MorphzError as e:
-            fail(env, e)
 
-    return wrapper
+def failing_as_usage(
+    usage: Callable[[MorphzError], bool] | None,
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """:func:`run_command` for commands where *usage* marks more errors as a wrong command
+    line (exit 2), e.g. a bad argument value named on it."""
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            env = click.get_current_context().find_object(Env)
+            try:
+                fn(*args, **kwargs)
+            except MorphzError as e:
+                fail(env, e, usage)
+
+        return wrapper
+
+    return decorate
