@@ -324,22 +324,29 @@ def _conflicts(view: ReadView, tx: ContextTx, base: int) -> tuple[Conflict, ...]
     return tuple(found)
 
 
-def _resolve_sources(ov: _Overlay, refs: tuple[str, ...], self_id: str) -> list[str]:
-    out: list[str] = []
+def _resolve_sources(ov: _Overlay, refs: tuple[str, ...], self_id: str) -> dict[str, Event | Frame]:
+    """The sources named by *refs*, by stable id in first-mention order, with their records.
+
+    The records are what the governance check reads (:func:`_unreviewed_session`),
+    so an event source costs no second lookup by its stable id.
+    """
+    out: dict[str, Event | Frame] = {}
     for ref in refs:
-        if is_event_ref(ref):
-            e = ov.event(ref_seq(ref))
-            if e is None:
+        record: Event | Frame | None
+        if ref[:1] == "@" and is_event_ref(ref):
+            record = ov.event(ref_seq(ref))
+            if record is None:
                 raise _OpFailure("unknown_ref", f"no event {ref}")
-            stable = e.id
+            stable = record.id
         else:
             if ref == self_id:
                 raise _OpFailure("self_source", f"{ref} cannot list itself as a source")
-            if ov.frame(ref) is None:
+            record = ov.frame(ref)
+            if record is None:
                 raise _OpFailure("unknown_ref", f"no frame {ref}")
             stable = ref
         if stable not in out:
-            out.append(stable)
+            out[stable] = record
     return out
 
 
@@ -349,9 +356,10 @@ MODEL_TRUST = frozenset({CANDIDATE})
 """The only trust status a model transaction may set (R42): the rest is the runtime's."""
 
 
-def _unreviewed_session(ov: _Overlay, sources: Iterable[str]) -> tuple[bool, str | None]:
+def _unreviewed_session(sources: Iterable[Event | Frame]) -> tuple[bool, str | None]:
     """Whether any source is unreviewed (R42), and the session it came from.
 
+    *sources* are the source records as :func:`_resolve_sources` found them.
     Unreviewed: a frame that is not ``accepted`` (a candidate, or quarantined or
     rejected), a ``recall_result`` observation, or one recorded with
     ``extra["risky"]`` set. The session is that of the first event source, or
@@ -361,21 +369,15 @@ def _unreviewed_session(ov: _Overlay, sources: Iterable[str]) -> tuple[bool, str
     event_session: str | None = None
     frame_session: str | None = None
     for src in sources:
-        if src.startswith("ev:"):
-            seq = ov.view.event_seq(src)
-            e = ov.event(seq) if seq is not None else None
-            if e is None:
-                continue
+        if isinstance(src, Event):
             if event_session is None:
-                event_session = e.session
-            if e.kind in UNREVIEWED_EVENT_KINDS or e.extra.get("risky"):
+                event_session = src.session
+            if src.kind in UNREVIEWED_EVENT_KINDS or src.extra.get("risky"):
                 unreviewed = True
-        else:
-            f = ov.frame(src)
-            if f is not None and f.trust != ACCEPTED:
-                unreviewed = True
-                if frame_session is None:
-                    frame_session = f.envelope.get("session")
+        elif src.trust != ACCEPTED:
+            unreviewed = True
+            if frame_session is None:
+                frame_session = src.envelope.get("session")
     return unreviewed, event_session or frame_session
 
 
@@ -428,18 +430,19 @@ def _apply(
     if isinstance(op, Derive):
         if ov.frame(op.id) is not None:
             raise _OpFailure("frame_exists", f"frame {op.id} already exists")
-        sources = _resolve_sources(ov, op.sources, op.id)
+        resolved = _resolve_sources(ov, op.sources, op.id)
+        sources = tuple(resolved)
         f = Frame(
             id=op.id,
             revision=1,
             body=op.body,
-            sources=tuple(sources),
+            sources=sources,
             created_version=version,
             updated_version=version,
         )
         # The runtime fills what it owns (R41): scope from the context, the tick,
         # the session the content came from, and candidacy for unreviewed sources (R42).
-        unreviewed, session = _unreviewed_session(ov, sources)
+        unreviewed, session = _unreviewed_session(resolved.values())
         env = f.envelope
         env["tenant"], env["project"] = meta.tenant, meta.project
         env["created_tick"] = meta.tick
@@ -462,7 +465,7 @@ def _apply(
         f.body = op.body
         new = [s for s in added if s not in f.sources]
         f.sources = f.sources + tuple(new)
-        unreviewed, session = _unreviewed_session(ov, new)
+        unreviewed, session = _unreviewed_session(added[s] for s in new)
         if unreviewed and f.trust == ACCEPTED:
             f.envelope["trust"] = CANDIDATE
             if f.envelope.get("session") is None:
