@@ -34,7 +34,7 @@ import msgpack
 from pydantic import ValidationError
 
 from protocol.errors import WireError
-from protocol.forms import MAX_INT_DIGITS, from_plain, is_int_text, to_plain
+from protocol.forms import MAX_INT_DIGITS, Symbol, from_plain, is_int_text, to_plain
 from protocol.tx import (
     ENVELOPE_FIELDS,
     MAX_OPS,
@@ -218,29 +218,84 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
 # --- transactions -------------------------------------------------------------
 
 
+def _plain_body(forms: tuple[Any, ...]) -> list[Any]:
+    """``[to_plain(f) for f in forms]``, with the common form types handled inline."""
+    out: list[Any] = []
+    for form in forms:
+        cls = type(form)
+        if cls is Symbol:
+            out.append(str(form))
+        elif cls is tuple:
+            out.append(_plain_body(form))
+        elif cls is int:
+            out.append(form)
+        else:
+            out.append(to_plain(form))
+    return out
+
+
+def _frame_op_to_dict(op: Derive | Revise) -> dict[str, Any]:
+    return {
+        "op": op.op,
+        "id": op.id,
+        "sources": list(op.sources),
+        "body": _plain_body(op.body),
+    }
+
+
+def _relate_to_dict(op: Relate) -> dict[str, Any]:  # Unrelate too
+    return {"op": op.op, "subject": op.subject, "label": op.label, "object": op.object}
+
+
+def _retire_to_dict(op: Retire) -> dict[str, Any]:
+    return {"op": "retire", "refs": list(op.refs)}
+
+
+def _restore_to_dict(op: Restore) -> dict[str, Any]:
+    return {"op": "restore", "ref": op.ref}
+
+
+def _protect_to_dict(op: Protect | Unprotect) -> dict[str, Any]:
+    return {"op": op.op, "id": op.id}
+
+
+def _envelope_to_dict(op: Envelope) -> dict[str, Any]:
+    out: dict[str, Any] = {"op": "envelope", "id": op.id}
+    for key in ENVELOPE_FIELDS:
+        value = getattr(op, key)
+        if value is not None:
+            out[key] = list(value) if key == "keys" else value
+    return out
+
+
+_OP_TO_DICT: dict[type, Any] = {
+    Derive: _frame_op_to_dict,
+    Revise: _frame_op_to_dict,
+    Relate: _relate_to_dict,
+    Unrelate: _relate_to_dict,
+    Retire: _retire_to_dict,
+    Restore: _restore_to_dict,
+    Protect: _protect_to_dict,
+    Unprotect: _protect_to_dict,
+    Envelope: _envelope_to_dict,
+}
+"""The dict form of each operation class, looked up by exact type (the commit log
+builds one per logged operation); a subclass goes through :func:`_op_to_dict`."""
+
+
 def _op_to_dict(op: _AnyOp) -> dict[str, Any]:
     if isinstance(op, (Derive, Revise)):
-        return {
-            "op": op.op,
-            "id": op.id,
-            "sources": list(op.sources),
-            "body": [to_plain(form) for form in op.body],
-        }
+        return _frame_op_to_dict(op)
     if isinstance(op, Relate):  # Unrelate too
-        return {"op": op.op, "subject": op.subject, "label": op.label, "object": op.object}
+        return _relate_to_dict(op)
     if isinstance(op, Retire):
-        return {"op": "retire", "refs": list(op.refs)}
+        return _retire_to_dict(op)
     if isinstance(op, Restore):
-        return {"op": "restore", "ref": op.ref}
+        return _restore_to_dict(op)
     if isinstance(op, (Protect, Unprotect)):
-        return {"op": op.op, "id": op.id}
+        return _protect_to_dict(op)
     if isinstance(op, Envelope):
-        out: dict[str, Any] = {"op": "envelope", "id": op.id}
-        for key in ENVELOPE_FIELDS:
-            value = getattr(op, key)
-            if value is not None:
-                out[key] = list(value) if key == "keys" else value
-        return out
+        return _envelope_to_dict(op)
     raise WireError(f"not an operation: {type(op).__name__}")
 
 
@@ -254,7 +309,11 @@ def tx_to_dict(tx: ContextTx) -> dict[str, Any]:
         out["reason"] = tx.reason
     if tx.client_id is not None:
         out["client_id"] = tx.client_id
-    out["ops"] = [_op_to_dict(op) for op in tx.ops]
+    ops = []
+    for op in tx.ops:
+        to_dict = _OP_TO_DICT.get(type(op))
+        ops.append(to_dict(op) if to_dict is not None else _op_to_dict(op))
+    out["ops"] = ops
     return out
 
 
