@@ -199,7 +199,18 @@ class Context:
         *tx* is a model or S-expression text (a :class:`~protocol.errors.ParseError`
         is raised for bad text: that is not a transaction, so there is no receipt).
         """
-        return self.commit_many([(tx, client_id)])[0]
+        item, text = _prepare((tx, client_id))
+        now = time.time()
+
+        # One transaction per write: no batch view, the changeset (meta included)
+        # goes straight to the store, as commit_many's batch of one would write it.
+        def run(w: WriteView) -> Receipt:
+            outcome = evaluate(w, item, now=now, text=text)
+            if outcome.changes is not None:
+                w.apply(outcome.changes)
+            return outcome.receipt
+
+        return self.backend.transact(run)
 
     def commit_many(
         self, txs: Sequence[ContextTx | str | tuple[ContextTx | str, str | None]]
