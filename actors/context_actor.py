@@ -67,13 +67,16 @@ from protocol.governance import (
     WORKER,
     AdmissionPolicy,
     DefaultPolicy,
+    PassCursor,
+    PassPlan,
+    apply_pass,
     audit_entry,
     audit_template,
     check_every,
     check_scan,
+    plan_pass,
     record_audit,
     run_admission,
-    run_pass,
     run_quarantine_scan,
     run_review,
 )
@@ -216,10 +219,12 @@ class ContextActor:
     Governance: *admission* is the :class:`~protocol.governance.AdmissionPolicy`
     that ``admit``, ``pending`` and the background task use (default
     :class:`~protocol.governance.DefaultPolicy`). With *governance_every*
-    (seconds) a background task runs :func:`~protocol.governance.run_pass`
-    (admission, then the quarantine scan; *governance_unused_ticks* enables the
-    ``unused`` rule) that often, on the store thread, from the first moment the
-    actor has an event loop; off by default.
+    (seconds) a background task runs an unattended pass (admission, then the
+    quarantine scan; *governance_unused_ticks* enables the ``unused`` rule) that
+    often, on the store thread, from the first moment the actor has an event
+    loop; off by default. The first pass of an actor looks at everything, later
+    ones only at what changed since (:func:`~protocol.governance.plan_pass`
+    with the last pass's cursor), and write only when they decided something.
     """
 
     def __init__(
@@ -252,6 +257,7 @@ class ContextActor:
         self._every: float | None = None
         self._unused_ticks = governance_unused_ticks
         self._worker: asyncio.Task[None] | None = None
+        self._cursor: PassCursor | None = None  # where the last good pass left off
         self._search: Any = None  # the IndexWorker of search, started on first use
         self._passes = 0
         self._pass_errors = 0
@@ -471,20 +477,37 @@ class ContextActor:
             await asyncio.sleep(self._every)
             await self._governance_pass()
 
-    def _pass(self, ctx: Context) -> dict[str, Any]:
-        return run_pass(
+    def _plan(self, ctx: Context) -> PassPlan:
+        cursor, policy, unused = self._cursor, self._policy, self._unused_ticks
+        return ctx.backend.read(
+            lambda v: plan_pass(v, policy=policy, unused_ticks=unused, cursor=cursor)
+        )
+
+    def _pass(self, ctx: Context, plan: PassPlan) -> dict[str, Any]:
+        return apply_pass(
             ctx.backend,
-            policy=self._policy,
-            unused_ticks=self._unused_ticks,
+            plan,
             audit=audit_template(
                 "governance_pass", holder=WORKER, context=self._name, tenant=self._tenant
             ),
         )
 
     async def _governance_pass(self) -> dict[str, Any] | None:
-        """One unattended pass on the store thread; a failure is logged, audited, survived."""
+        """One unattended pass; a failure is logged, audited, survived.
+
+        Decided on a read (on the store thread, where no write can interleave
+        with it) from the last pass's cursor, so it looks only at what changed;
+        then, only if there is something to write, a separate write job on the
+        store thread re-checks each decision and applies it. Commits queued
+        meanwhile go between the two jobs.
+        """
         try:
-            report = await self._run(self._pass)
+            plan = await self._run(self._plan)
+            if plan.writes:
+                report = await self._run(self._pass, plan)
+            else:  # nothing to write: no store access, no second job
+                report = self._pass(self._context(), plan)
+            self._cursor = report["cursor"]
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -19,8 +19,13 @@ Pure rules over a :class:`~protocol.view.ReadView`; nothing here does I/O.
   :func:`run_pass` (and :func:`run_quarantine`, a quarantine by request) decide
   through a store's ``transact`` and write their audit entry in the same write
   (:func:`audit_template` is the entry's shape); ``Context.admit``, ``review``
-  and ``quarantine`` are thin calls to them. :class:`GovernanceWorker` runs
-  :func:`run_pass` periodically beside an embedded :class:`~protocol.context.Context`.
+  and ``quarantine`` are thin calls to them.
+* The unattended pass is decided on a read (:func:`plan_pass`) and written
+  only when it decided something, each decision re-checked against the current
+  frame (:func:`apply_pass`); from a :class:`PassCursor` it looks only at what
+  changed since the last pass. :class:`GovernanceWorker` runs it periodically
+  beside an embedded :class:`~protocol.context.Context`, the context actor on
+  its store thread.
 
 See ``docs/governance.md`` for the decisions behind these rules.
 """
@@ -33,7 +38,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.ids import SUPERSEDES
@@ -49,7 +54,7 @@ from protocol.state import (
     Frame,
 )
 from protocol.tx import key_display
-from protocol.view import Changeset, ReadView, WriteView
+from protocol.view import BatchView, Changeset, ReadView, WriteView
 
 if TYPE_CHECKING:
     from protocol.context import Backend
@@ -359,7 +364,38 @@ def find_low_quality(
     *usage* is the traces, oldest first (``Context.traces()``). Pure; the caller
     decides whether to quarantine what it finds.
     """
-    traces = list(usage)
+    last_seen, outcomes = _usage(usage)
+    out: list[Finding] = []
+    for f in sorted(view.iter_frames(), key=_age):
+        if _scanned(f):
+            out.extend(
+                _findings(
+                    view,
+                    f,
+                    now_tick=now_tick,
+                    unused_ticks=unused_ticks,
+                    last_seen=last_seen,
+                    outcomes=outcomes,
+                    failed_uses=failed_uses,
+                )
+            )
+    return out
+
+
+def _age(f: Frame) -> tuple[int, str]:
+    return (f.created_version, f.id)
+
+
+def _scanned(f: Frame) -> bool:
+    """Whether the quarantine rules look at *f*: accepted, active, unprotected."""
+    return f.trust == ACCEPTED and f.lifecycle == ACTIVE and not f.protected
+
+
+def _usage(
+    traces: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """From traces, oldest first: the last tick each frame was present in an input,
+    and the outcomes of each frame's cited uses, in order."""
     last_seen: dict[str, int] = {}
     outcomes: dict[str, list[str]] = {}
     for t in traces:
@@ -371,37 +407,48 @@ def find_low_quality(
         if outcome in ("ok", "failed"):
             for fid in t.get("cited") or ():
                 outcomes.setdefault(fid, []).append(outcome)
+    return last_seen, outcomes
+
+
+def _findings(
+    view: ReadView,
+    f: Frame,
+    *,
+    now_tick: int,
+    unused_ticks: int | None,
+    last_seen: Mapping[str, int],
+    outcomes: Mapping[str, Sequence[str]],
+    failed_uses: int,
+) -> list[Finding]:
+    """The findings of :func:`find_low_quality` on one frame that :func:`_scanned` admits."""
     out: list[Finding] = []
-    for f in sorted(view.iter_frames(), key=lambda f: (f.created_version, f.id)):
-        if f.trust != ACCEPTED or f.lifecycle != ACTIVE or f.protected:
+    for s, label in view.relations_to(f.id):
+        if label not in (CONTRADICTS, SUPERSEDES):
             continue
-        for s, label in view.relations_to(f.id):
-            if label not in (CONTRADICTS, SUPERSEDES):
-                continue
-            later = view.frame(s)
-            if (
-                later is not None
-                and later.trust == ACCEPTED
-                and later.lifecycle != RETIRED
-                and later.created_version > f.created_version
-            ):
-                out.append(Finding(f.id, "contradicted", f"{s} {label} {f.id}"))
-                break
-        uses = outcomes.get(f.id, [])
+        later = view.frame(s)
         if (
-            f.kind == "procedural"
-            and failed_uses > 0
-            and len(uses) >= failed_uses
-            and all(u == "failed" for u in uses[-failed_uses:])
+            later is not None
+            and later.trust == ACCEPTED
+            and later.lifecycle != RETIRED
+            and later.created_version > f.created_version
         ):
-            out.append(Finding(f.id, "failing_procedure", f"its last {failed_uses} uses failed"))
-        if unused_ticks is not None:
-            born = f.envelope.get("created_tick") or 0
-            seen = last_seen.get(f.id, born)
-            if now_tick - seen >= unused_ticks and now_tick - born >= unused_ticks:
-                out.append(
-                    Finding(f.id, "unused", f"not in any traced input for {now_tick - seen} ticks")
-                )
+            out.append(Finding(f.id, "contradicted", f"{s} {label} {f.id}"))
+            break
+    uses = outcomes.get(f.id, ())
+    if (
+        f.kind == "procedural"
+        and failed_uses > 0
+        and len(uses) >= failed_uses
+        and all(u == "failed" for u in uses[-failed_uses:])
+    ):
+        out.append(Finding(f.id, "failing_procedure", f"its last {failed_uses} uses failed"))
+    if unused_ticks is not None:
+        born = f.envelope.get("created_tick") or 0
+        seen = last_seen.get(f.id, born)
+        if now_tick - seen >= unused_ticks and now_tick - born >= unused_ticks:
+            out.append(
+                Finding(f.id, "unused", f"not in any traced input for {now_tick - seen} ticks")
+            )
     return out
 
 
@@ -912,16 +959,7 @@ def _scan_in(
         usage=all_traces(w),
         failed_uses=failed_uses,
     )
-    reasons: dict[str, list[str]] = {}
-    spared: list[str] = []
-    for item in findings:
-        if item.frame_id in spared:
-            continue
-        if item.frame_id not in reasons and _human_accepted(w, item.frame_id):
-            # A human's accept stands: a scan never undoes a human decision by itself.
-            spared.append(item.frame_id)
-            continue
-        reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+    reasons, spared = _triage(w, findings)
     quarantined, version = _quarantine_in(w, reasons, now=now, reviewer=reviewer, audit=audit)
     return ScanResult(tuple(findings), tuple(quarantined), tuple(spared), version)
 
@@ -1012,6 +1050,385 @@ def run_quarantine_scan(
     )
 
 
+# -- the unattended pass: decided on a read, written only when it changes something --
+
+
+@dataclass(frozen=True, slots=True)
+class PassCursor:
+    """Where an unattended pass left off, so that the next one looks only at what changed.
+
+    ``version``: the changes of every version up to it were taken into account;
+    ``trace``: the last model-call trace read; ``held``: frames to look at
+    again (the candidates admission held, and decisions left for the next pass
+    because their frame changed between the read and the write); ``swept``: the
+    tick of the last scan over every frame (the ``unused`` rule); ``options``:
+    the policy name, ``unused_ticks`` and ``failed_uses`` it was made with (a
+    pass with other options starts over with a full pass).
+    """
+
+    version: int
+    trace: int
+    held: frozenset[str]
+    swept: int
+    options: tuple[str, int | None, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PassPlan:
+    """What one pass decided on a read view (:func:`plan_pass`); :func:`apply_pass` writes it.
+
+    ``decisions`` are admission's, holds included, oldest candidate first;
+    ``quarantine`` pairs a frame with the reasons of its findings; ``seen`` is
+    the ``updated_version`` each decided frame had when it was read (the write
+    re-checks it); ``version``, ``tick`` and ``trace`` are what was read.
+    """
+
+    version: int
+    tick: int
+    trace: int
+    swept: int
+    options: tuple[str, int | None, int]
+    full: bool
+    decisions: tuple[Decision, ...]
+    quarantine: tuple[tuple[str, tuple[str, ...]], ...]
+    spared: tuple[str, ...]
+    seen: Mapping[str, int]
+
+    @property
+    def writes(self) -> bool:
+        """Whether applying the plan may change something (an accept, a reject, a quarantine)."""
+        return bool(self.quarantine) or any(d.verdict != "hold" for d in self.decisions)
+
+
+class _Cached:
+    """A read view that decodes each frame it is asked for once (records are shared, read-only)."""
+
+    def __init__(self, view: ReadView) -> None:
+        self._view = view
+        self._frames: dict[str, Frame | None] = {}
+
+    def frame(self, frame_id: str) -> Frame | None:
+        try:
+            return self._frames[frame_id]
+        except KeyError:
+            f = self._frames[frame_id] = self._view.frame(frame_id)
+            return f
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+
+class _Decided:
+    """A read view in which some frames read as a pending governance decision left them."""
+
+    def __init__(self, view: ReadView, frames: Mapping[str, Frame]) -> None:
+        self._view = view
+        self._frames = frames
+
+    def frame(self, frame_id: str) -> Frame | None:
+        f = self._frames.get(frame_id)
+        return f if f is not None else self._view.frame(frame_id)
+
+    def iter_frames(self) -> Iterator[Frame]:
+        for f in self._view.iter_frames():
+            yield self._frames.get(f.id, f)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+
+def _traces_after(
+    view: ReadView, after: int, page: int = 10_000
+) -> list[tuple[int, dict[str, Any]]]:
+    """The traces numbered above *after*, with their numbers, oldest first (one snapshot)."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    while True:
+        rows = view.traces(after, page)
+        out.extend(rows)
+        if len(rows) < page:
+            return out
+        after = rows[-1][0]
+
+
+def _contradicted_by(view: ReadView, frame_ids: Iterable[str]) -> set[str]:
+    """The frames that frames of *frame_ids* contradict or supersede."""
+    out: set[str] = set()
+    for fid in frame_ids:
+        out.update(o for label, o in view.relations_from(fid) if label in (CONTRADICTS, SUPERSEDES))
+    return out
+
+
+def _changed_since(view: ReadView, after: int, upto: int) -> set[str] | None:
+    """Ids the log names as changed in versions ``(after, upto]``: frames written, and both
+    ends of every relation added or removed. None when the log lacks one of those versions."""
+    out: set[str] = set()
+    for version in range(after + 1, upto + 1):
+        record = view.txlog(version)
+        if record is None:
+            return None
+        for item in record.get("changes") or ():
+            # A frame id, an ``@eN`` ref, or an edge as ``subject label object``
+            # (ids and labels hold no spaces).
+            if not isinstance(item, str) or item.startswith("@"):
+                continue
+            parts = item.split(" ")
+            if len(parts) == 3:
+                out.update(p for p in (parts[0], parts[2]) if not p.startswith("@"))
+            elif len(parts) == 1:
+                out.add(item)
+        for write in record.get("writes") or ():
+            fid = write.get("frame") if isinstance(write, Mapping) else None
+            if isinstance(fid, str):
+                out.add(fid)
+    return out
+
+
+def _triage(view: ReadView, findings: Iterable[Finding]) -> tuple[dict[str, list[str]], list[str]]:
+    """The reasons to quarantine each finding's frame, and the frames spared (human-accepted)."""
+    reasons: dict[str, list[str]] = {}
+    spared: list[str] = []
+    for item in findings:
+        if item.frame_id in spared:
+            continue
+        if item.frame_id not in reasons and _human_accepted(view, item.frame_id):
+            # A human's accept stands: a scan never undoes a human decision by itself.
+            spared.append(item.frame_id)
+            continue
+        reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+    return reasons, spared
+
+
+def _settled(uses: Sequence[str], failed_uses: int) -> bool:
+    """Whether these latest uses of a procedure settle the ``failing_procedure`` rule alone."""
+    return len(uses) >= failed_uses or "ok" in uses
+
+
+def plan_pass(
+    view: ReadView,
+    *,
+    policy: AdmissionPolicy | None = None,
+    unused_ticks: int | None = None,
+    failed_uses: int = 3,
+    cursor: PassCursor | None = None,
+) -> PassPlan:
+    """Decide one unattended pass on *view*, writing nothing: admission, then the quarantine scan.
+
+    The scan judges the state admission's decisions leave. Without *cursor*
+    (or with one made with other options, or when the log no longer holds a
+    version since it) this is the full pass: every candidate, every frame,
+    every trace. With it, only what may have changed since: frames the log
+    names as changed in versions after ``cursor.version`` (and both ends of the
+    relations changed), the frames the cursor holds, the frames that changed
+    frames (and frames admitted now) contradict or supersede, and the frames
+    cited in traces after ``cursor.trace``; every trace is read only when a
+    procedure's latest uses do not settle the ``failing_procedure`` rule. The
+    ``unused`` rule needs every frame: with *unused_ticks*, a scan of every
+    frame and trace runs when ``max(1, unused_ticks // 4)`` ticks have passed
+    since the last one. The decisions equal a full pass's on the same state,
+    but for the ``unused`` rule, which may find a frame up to that many ticks late.
+    """
+    check_scan(unused_ticks, failed_uses)
+    pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
+    options = (pol.name, unused_ticks, failed_uses)
+    meta = view.meta()
+    changed: set[str] | None = None
+    if cursor is not None and cursor.options == options and cursor.version <= meta.version:
+        changed = _changed_since(view, cursor.version, meta.version)
+    # One snapshot: each frame is decoded once, for the policy, the scan and the decisions.
+    view = cast(ReadView, _Cached(view))
+    frame = view.frame
+    if cursor is None or changed is None:  # the full pass
+        ds = admission_decisions(view, pol)
+        rows = _traces_after(view, 0)
+        trace = rows[-1][0] if rows else 0
+    else:
+        rows = _traces_after(view, cursor.trace)
+        trace = rows[-1][0] if rows else cursor.trace
+        for _, t in rows:
+            changed.update(fid for fid in t.get("cited") or () if isinstance(fid, str))
+        changed |= cursor.held
+        changed |= _contradicted_by(view, list(changed))
+        # Every candidate is here: the cursor holds those left undecided, the log names new ones.
+        waiting = [
+            f
+            for f in map(frame, changed)
+            if f is not None and f.trust == CANDIDATE and f.lifecycle != RETIRED
+        ]
+        reviewer = "policy:" + pol.name
+        ds = [pol.review(f, view) for f in sorted(waiting, key=_age)]
+        ds = [d if d.reviewer else replace(d, reviewer=reviewer) for d in ds]
+    decided = [d for d in ds if d.verdict != "hold"]
+    seen: dict[str, int] = {}
+    for d in decided:
+        f = frame(d.frame_id)
+        if f is not None:
+            seen[d.frame_id] = f.updated_version
+    _, cs = decide(view, decided, now=0.0, reason="")
+    now_frames = {f.id: f for f in cs.frames} if cs is not None else {}
+    after = cast(ReadView, _Decided(view, now_frames)) if now_frames else view
+    tick = meta.tick
+    swept = cursor.swept if cursor is not None and changed is not None else tick
+    if changed is None or (unused_ticks is not None and tick - swept >= max(1, unused_ticks // 4)):
+        if changed is not None:  # a sweep: every trace, not only the new ones
+            rows = _traces_after(view, 0)
+        swept = tick
+        findings = find_low_quality(
+            after,
+            now_tick=tick,
+            unused_ticks=unused_ticks,
+            usage=(t for _, t in rows),
+            failed_uses=failed_uses,
+        )
+    else:
+        # Frames admitted now were candidates, so they and what they contradict are in changed.
+        scanned = [
+            f
+            for f in (now_frames.get(fid) or frame(fid) for fid in changed)
+            if f is not None and _scanned(f)
+        ]
+        scanned.sort(key=_age)
+        _, outcomes = _usage(t for _, t in rows)
+        if any(
+            f.kind == "procedural" and not _settled(outcomes.get(f.id, []), failed_uses)
+            for f in scanned
+        ):  # the new traces do not settle a procedure: read its earlier uses too
+            _, outcomes = _usage(t for _, t in _traces_after(view, 0))
+        findings = [
+            item
+            for f in scanned
+            for item in _findings(
+                after,
+                f,
+                now_tick=tick,
+                unused_ticks=None,
+                last_seen={},
+                outcomes=outcomes,
+                failed_uses=failed_uses,
+            )
+        ]
+    reasons, spared = _triage(after, findings)
+    for fid in reasons:
+        if fid not in seen:
+            f = frame(fid)
+            if f is not None:
+                seen[fid] = f.updated_version
+    return PassPlan(
+        version=meta.version,
+        tick=tick,
+        trace=trace,
+        swept=swept,
+        options=options,
+        full=changed is None,
+        decisions=tuple(ds),
+        quarantine=tuple((fid, tuple(why)) for fid, why in reasons.items()),
+        spared=tuple(spared),
+        seen=seen,
+    )
+
+
+def _apply_in(
+    w: WriteView, plan: PassPlan, *, now: float, audit: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    unmoved = w.meta().version == plan.version
+    later: set[str] = set()
+    admit: list[Decision] = []
+    for d in plan.decisions:
+        if d.verdict == "hold":
+            continue
+        f = w.frame(d.frame_id)
+        if (
+            f is not None
+            and f.trust == CANDIDATE
+            and f.lifecycle != RETIRED
+            and f.updated_version == plan.seen.get(d.frame_id)
+        ):
+            admit.append(d)
+        else:  # decided on a state that has changed since: the next pass decides again
+            later.add(d.frame_id)
+    name = plan.options[0]
+    admitted = _decide_in(w, admit, now=now, reason=f"admission by policy:{name}", audit=audit)
+    written = {d.frame_id for d in admit}
+    reasons: dict[str, Sequence[str]] = {}
+    for fid, why in plan.quarantine:
+        f = w.frame(fid)
+        if (
+            not later  # the scan judged the state admission was to leave
+            and f is not None
+            and f.trust == ACCEPTED
+            and f.lifecycle != RETIRED
+            and (fid in written or f.updated_version == plan.seen.get(fid))
+        ):
+            reasons[fid] = why
+        else:
+            later.add(fid)
+    quarantined, scanned = _quarantine_in(w, reasons, now=now, reviewer=WORKER, audit=audit)
+    versions = [v for v in (admitted, scanned) if v is not None]
+    # Nothing else was written since the read: what this write changed was judged already.
+    version = w.meta().version if unmoved else plan.version
+    return _pass_report(plan, admit, quarantined, versions, later, version)
+
+
+def _pass_report(
+    plan: PassPlan,
+    applied: Sequence[Decision],
+    quarantined: Sequence[str],
+    versions: Sequence[int],
+    later: set[str],
+    version: int,
+) -> dict[str, Any]:
+    held = [d.frame_id for d in plan.decisions if d.verdict == "hold"]
+    cursor = PassCursor(
+        version=version,
+        trace=plan.trace,
+        held=frozenset(held) | later,
+        swept=plan.swept,
+        options=plan.options,
+    )
+    return {
+        "decisions": [d.to_dict() for d in applied],
+        "held": held,
+        "quarantined": list(quarantined),
+        "spared": list(plan.spared),
+        "versions": list(versions),
+        "deferred": sorted(later),
+        "full": plan.full,
+        "cursor": cursor,
+    }
+
+
+def apply_pass(
+    store: Backend,
+    plan: PassPlan,
+    *,
+    now: float | None = None,
+    audit: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write what *plan* decided, each decision re-checked against the current frame.
+
+    A write transaction is opened only when the plan accepts, rejects or
+    quarantines something. Inside it, a decision applies only if its frame is
+    still what was read (still a candidate, or still accepted, with the same
+    ``updated_version``); the others are left for the next pass (``deferred``,
+    and held by the cursor), and so are the quarantines when an admission
+    decision was left (the scan judged the state admission was to leave).
+    Accepts and rejects are one governance transaction, quarantines a second,
+    each audited when it changed something. Answers ``{"decisions" (applied),
+    "held", "quarantined", "spared", "versions", "deferred", "full",
+    "cursor"}``; ``cursor`` is the :class:`PassCursor` for the next pass.
+    """
+    when = time.time() if now is None else now
+    if not plan.writes:
+        return _pass_report(plan, [], [], [], set(), plan.version)
+
+    def run(inner: WriteView) -> dict[str, Any]:
+        w = BatchView(inner)  # the re-checks and the decisions read each frame once
+        report = _apply_in(cast(WriteView, w), plan, now=when, audit=audit)
+        w.flush()
+        return report
+
+    return store.transact(run)
+
+
 def run_pass(
     store: Backend,
     *,
@@ -1020,38 +1437,27 @@ def run_pass(
     failed_uses: int = 3,
     now: float | None = None,
     audit: Mapping[str, Any] | None = None,
+    cursor: PassCursor | None = None,
 ) -> dict[str, Any]:
-    """One unattended governance pass in one durable write: admission, then the quarantine scan.
+    """One unattended governance pass: :func:`plan_pass` on a read, then :func:`apply_pass`.
 
-    Admission commits its accepts and rejects (one governance transaction), then
-    the scan runs against that state and quarantines what it finds, sparing
-    frames a human accepted (a second transaction); each is audited when it
-    changed something. Answers ``{"decisions", "held", "quarantined", "spared",
-    "versions"}``.
+    Admission's accepts and rejects (one governance transaction), then the
+    quarantine of what the scan finds in the state they leave, sparing frames a
+    human accepted (a second transaction), both in one write that is opened
+    only when there is something to write; each is audited when it changed
+    something. Without *cursor* the pass looks at everything; pass the
+    report's ``cursor`` to the next call to look only at what changed since.
+    Answers ``{"decisions", "held", "quarantined", "spared", "versions",
+    "deferred", "full", "cursor"}`` (see :func:`apply_pass`).
     """
     check_scan(unused_ticks, failed_uses)
     pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
-    when = time.time() if now is None else now
-
-    def run(w: WriteView) -> dict[str, Any]:
-        ds, admitted = _admit_in(w, pol, None, when, audit)
-        scan = _scan_in(
-            w,
-            now=when,
-            unused_ticks=unused_ticks,
-            failed_uses=failed_uses,
-            reviewer=WORKER,
-            audit=audit,
+    plan = store.read(
+        lambda v: plan_pass(
+            v, policy=pol, unused_ticks=unused_ticks, failed_uses=failed_uses, cursor=cursor
         )
-        return {
-            "decisions": [d.to_dict() for d in ds if d.verdict != "hold"],
-            "held": [d.frame_id for d in ds if d.verdict == "hold"],
-            "quarantined": list(scan.quarantined),
-            "spared": list(scan.spared),
-            "versions": [v for v in (admitted, scan.version) if v is not None],
-        }
-
-    return store.transact(run)
+    )
+    return apply_pass(store, plan, now=now, audit=audit)
 
 
 # -- the embedded background worker ------------------------------------------------
@@ -1073,13 +1479,16 @@ class GovernanceWorker:
     """Runs :func:`run_pass` every *every* seconds on a daemon thread, unattended (R43).
 
     For a :class:`~protocol.context.Context` used without Ray (pass the context or
-    its backend). Safe beside the application's own calls because each pass is
-    one ``transact`` and both stores serialize write transactions (the LMDB
-    store with its write lock, the memory store with its lock); a pass is
-    decided against the state it reads inside that write, like any commit. A
-    failing pass is logged, counted in :attr:`errors`, audited (outcome
-    ``error``) when the store still writes, and the next pass runs as usual.
-    Call :meth:`stop` before closing the context; a pass in progress finishes
+    its backend). The first pass looks at everything; each later one carries
+    the previous pass's :class:`PassCursor` and looks only at what changed
+    since. A pass decides on a read snapshot and opens a write only when it
+    has something to write; inside it, each decision is re-checked against
+    the current frame (both stores serialize write transactions), so it is
+    safe beside the application's own calls: a decision made on a frame that
+    changed meanwhile is left for the next pass. A failing pass is logged,
+    counted in :attr:`errors`, audited (outcome ``error``) when the store still
+    writes, and the next pass runs as usual from the last good cursor. Call
+    :meth:`stop` before closing the context; a pass in progress finishes
     first. ``with GovernanceWorker(ctx, every=60):`` starts and stops it.
     """
 
@@ -1109,6 +1518,8 @@ class GovernanceWorker:
         self.errors = 0
         self.last_error: str | None = None
         self.last_report: dict[str, Any] | None = None
+        self.cursor: PassCursor | None = None
+        """Where the last successful pass left off (None: the next pass is a full one)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -1118,14 +1529,16 @@ class GovernanceWorker:
         )
 
     def run_once(self) -> dict[str, Any]:
-        """One pass now, on the calling thread (see :func:`run_pass`)."""
+        """One pass now, on the calling thread, from :attr:`cursor` (see :func:`run_pass`)."""
         report = run_pass(
             self._store,
             policy=self.policy,
             unused_ticks=self.unused_ticks,
             failed_uses=self.failed_uses,
             audit=self._audit(),
+            cursor=self.cursor,
         )
+        self.cursor = report["cursor"]
         self.passes += 1
         self.last_report = report
         return report
