@@ -149,18 +149,42 @@ class BatchView:
         return self._meta
 
     def frame(self, frame_id: str) -> Frame | None:
-        try:
-            return self._frames[frame_id]
-        except KeyError:
-            f = self._frames[frame_id] = self._w.frame(frame_id)
-            return f
+        frames = self._frames
+        if frame_id in frames:
+            return frames[frame_id]
+        f = frames[frame_id] = self._w.frame(frame_id)
+        return f
 
     def event(self, seq: int) -> Event | None:
-        try:
-            return self._events[seq]
-        except KeyError:
-            e = self._events[seq] = self._w.event(seq)
-            return e
+        events = self._events
+        if seq in events:
+            return events[seq]
+        e = events[seq] = self._w.event(seq)
+        return e
+
+    # The other reads the engine makes while deciding a transaction pass straight
+    # through (named here rather than found by __getattr__ on every call).
+
+    def event_seq(self, event_id: str) -> int | None:
+        return self._w.event_seq(event_id)
+
+    def has_relation(self, subject: str, label: str, obj: str) -> bool:
+        return self._w.has_relation(subject, label, obj)
+
+    def relations_from(self, subject: str) -> list[tuple[str, str]]:
+        return self._w.relations_from(subject)
+
+    def relations_to(self, obj: str) -> list[tuple[str, str]]:
+        return self._w.relations_to(obj)
+
+    def lastmod(self, key: str) -> int:
+        return self._w.lastmod(key)
+
+    def client(self, client_id: str) -> tuple[int, bytes] | None:
+        return self._w.client(client_id)
+
+    def txlog(self, version: int) -> dict[str, Any] | None:
+        return self._w.txlog(version)
 
     def apply(self, changes: Changeset) -> None:
         """Apply *changes*; the meta record is written once, by :meth:`flush`."""

@@ -192,7 +192,8 @@ def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, 
 
     @functools.wraps(method)
     def guarded(self: _V, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        self._check()
+        if self._closed:  # self._check(), inline: this runs on every store read and write
+            raise StoreError("a store view was used outside its read()/transact() callback")
         try:
             return method(self, *args, **kwargs)
         except lmdb.MapFullError as e:
