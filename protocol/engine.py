@@ -18,7 +18,7 @@ writes nothing at all (R8): validation happens entirely on an overlay.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,6 +162,39 @@ class _Overlay:
         return sorted(subs)
 
 
+class _Decision:
+    """One transaction being decided: its overlay and what its operations did so far."""
+
+    __slots__ = (
+        "ov",
+        "meta",
+        "tx",
+        "version",
+        "marked",
+        "sourced",
+        "supersede_objects",
+        "restored_subjects",
+        "edges_changed",
+        "writes",
+    )
+
+    def __init__(self, ov: _Overlay, meta: Meta, tx: ContextTx, version: int) -> None:
+        self.ov = ov
+        self.meta = meta
+        self.tx = tx
+        self.version = version
+        """The version the transaction commits at if it commits."""
+        self.marked: set[str] = set()
+        """Frames named by a retire (candidates of the successor rule)."""
+        self.sourced: set[str] = set()
+        """Frames cited as sources by a derive or revise."""
+        self.supersede_objects: set[str] = set()
+        self.restored_subjects: set[str] = set()
+        self.edges_changed: set[tuple[str, str, str]] = set()
+        self.writes: list[dict[str, Any]] = []
+        """The log's ``writes``: which frame each derive, revise or envelope wrote."""
+
+
 def tx_digest(tx: ContextTx) -> bytes:
     """A digest of a transaction's content, to tell a retry from a reused client id."""
     return hashlib.blake2b(repr(tx.model_dump()).encode(), digest_size=16).digest()
@@ -264,32 +297,10 @@ def evaluate(view: ReadView, tx: ContextTx, *, now: float, text: str | None = No
                 conflicts=found,
             )
 
-    new_version = meta.version + 1
-    ov = _Overlay(view)
-    marked: set[str] = set()
-    touched: set[str] = set()
-    sourced: set[str] = set()
-    supersede_objects: set[str] = set()
-    restored_subjects: set[str] = set()
-    edges_changed: set[tuple[str, str, str]] = set()
-    writes: list[dict[str, Any]] = []
+    d = _Decision(_Overlay(view), meta, tx, meta.version + 1)
     for index, op in enumerate(tx.ops):
         try:
-            _apply(
-                ov,
-                op,
-                index,
-                meta,
-                tx,
-                new_version,
-                marked,
-                touched,
-                sourced,
-                supersede_objects,
-                restored_subjects,
-                edges_changed,
-                writes,
-            )
+            _HANDLERS.get(type(op), _apply)(d, op, index)
         except _OpFailure as failure:
             return _reject(
                 meta,
@@ -299,16 +310,14 @@ def evaluate(view: ReadView, tx: ContextTx, *, now: float, text: str | None = No
                 ),
             )
 
-    candidates = marked | sourced | supersede_objects
-    for s in restored_subjects:
+    candidates = d.marked | d.sourced | d.supersede_objects
+    for s in d.restored_subjects:
         for label, o in view.relations_from(s):
             if label == SUPERSEDES:
                 candidates.add(o)
-    _successor_rule(ov, candidates, new_version)
+    _successor_rule(d.ov, candidates, d.version)
 
-    return _commit(
-        view, ov, tx, meta, new_version, rebased, digest, edges_changed, writes, now, text
-    )
+    return _commit(d, rebased, digest, now, text)
 
 
 def _conflicts(view: ReadView, tx: ContextTx, base: int) -> tuple[Conflict, ...]:
@@ -333,8 +342,9 @@ def _resolve_sources(ov: _Overlay, refs: tuple[str, ...], self_id: str) -> dict[
     out: dict[str, Event | Frame] = {}
     for ref in refs:
         record: Event | Frame | None
-        if ref[:1] == "@" and is_event_ref(ref):
-            record = ov.event(ref_seq(ref))
+        seq = _event_seq(ref)
+        if seq is not None:
+            record = ov.event(seq)
             if record is None:
                 raise _OpFailure("unknown_ref", f"no event {ref}")
             stable = record.id
@@ -412,164 +422,219 @@ def _cancel(f: Frame) -> None:
     f.retire_reason = None
 
 
-def _apply(
-    ov: _Overlay,
-    op: Any,
-    index: int,
-    meta: Meta,
-    tx: ContextTx,
-    version: int,
-    marked: set[str],
-    touched: set[str],
-    sourced: set[str],
-    supersede_objects: set[str],
-    restored_subjects: set[str],
-    edges_changed: set[tuple[str, str, str]],
-    writes: list[dict[str, Any]],
-) -> None:
-    if isinstance(op, Derive):
-        if ov.frame(op.id) is not None:
-            raise _OpFailure("frame_exists", f"frame {op.id} already exists")
-        resolved = _resolve_sources(ov, op.sources, op.id)
-        sources = tuple(resolved)
-        f = Frame(
-            id=op.id,
-            revision=1,
-            body=op.body,
-            sources=sources,
-            created_version=version,
-            updated_version=version,
-        )
-        # The runtime fills what it owns (R41): scope from the context, the tick,
-        # the session the content came from, and candidacy for unreviewed sources (R42).
-        unreviewed, session = _unreviewed_session(resolved.values())
-        env = f.envelope
-        env["tenant"], env["project"] = meta.tenant, meta.project
-        env["created_tick"] = meta.tick
-        env["session"] = session
-        if unreviewed:
-            env["trust"] = CANDIDATE
-        ov.put_new_frame(f)
-        touched.add(op.id)
-        sourced.update(s for s in sources if not s.startswith("ev:"))
-        writes.append({"frame": op.id, "op": "derive", "revision": 1, "index": index})
-    elif isinstance(op, Revise):
-        current = ov.frame(op.id)
-        if current is None:
-            raise _OpFailure("unknown_ref", f"no frame {op.id}")
-        if current.lifecycle == RETIRED:
-            raise _OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
-        added = _resolve_sources(ov, op.sources, op.id)
-        f = ov.writable_frame(op.id)
-        f.revision += 1
-        f.body = op.body
-        new = [s for s in added if s not in f.sources]
-        f.sources = f.sources + tuple(new)
-        unreviewed, session = _unreviewed_session(added[s] for s in new)
-        if unreviewed and f.trust == ACCEPTED:
-            f.envelope["trust"] = CANDIDATE
-            if f.envelope.get("session") is None:
-                f.envelope["session"] = session
-        if f.lifecycle == RETIRING:
-            _cancel(f)
-        touched.add(op.id)
-        sourced.update(s for s in f.sources if not s.startswith("ev:"))
-        writes.append({"frame": op.id, "op": "revise", "revision": f.revision, "index": index})
-    elif isinstance(op, Relate):
-        for end in (op.subject, op.object):
-            if ov.frame(end) is None:
-                raise _OpFailure("unknown_ref", f"no frame {end}")
-        t = (op.subject, op.label, op.object)
-        if isinstance(op, Unrelate):
-            if not ov.has_relation(*t):
-                raise _OpFailure(
-                    "unknown_relation", f"no relation {op.subject} {op.label} {op.object}"
-                )
-            ov.rel_add.discard(t)
-            ov.rel_del.add(t)
-            edges_changed.add(t)
-        else:
-            if not ov.has_relation(*t):  # relating an existing edge changes nothing
-                ov.rel_del.discard(t)
-                ov.rel_add.add(t)
-                edges_changed.add(t)
-            if op.label == SUPERSEDES:
-                supersede_objects.add(op.object)
-    elif isinstance(op, Retire):
-        for ref in op.refs:
-            if is_event_ref(ref):
-                e = ov.event(ref_seq(ref))
-                if e is None:
-                    raise _OpFailure("unknown_ref", f"no event {ref}")
-                if e.causally_protected:
-                    raise _OpFailure(
-                        "causally_protected",
-                        f"{ref} is a user request not yet delivered; deliver it first",
-                    )
-                if e.lifecycle != RETIRED:
-                    w = ov.writable_event(e.seq)
-                    w.lifecycle = RETIRED
-                    w.retired_version = version
-                continue
-            f0 = ov.frame(ref)
-            if f0 is None:
-                raise _OpFailure("unknown_ref", f"no frame {ref}")
-            if f0.protected:
-                raise _OpFailure("protected", f"frame {ref} is protected; unprotect it first")
-            marked.add(ref)
-            if f0.lifecycle == ACTIVE:
-                f = ov.writable_frame(ref)
-                f.lifecycle = RETIRING
-                f.retire_gen += 1
-                f.marked_tick = meta.tick
-                f.due_tick = meta.tick + meta.window
-                f.retire_reason = tx.reason
-                touched.add(ref)
-    elif isinstance(op, Restore):
-        if is_event_ref(op.ref):
-            e = ov.event(ref_seq(op.ref))
+def _event_seq(ref: str) -> int | None:
+    """The sequence number of the event reference *ref* (``@e42`` → 42); None for a frame id."""
+    if ref[:2] != "@e":
+        return None
+    try:
+        return ref_seq(ref)
+    except ValueError:
+        return None
+
+
+# One function per operation: evaluate() looks the function up by the operation's
+# exact class (_HANDLERS); _apply is the isinstance dispatch for anything else.
+
+
+def _derive(d: _Decision, op: Derive, index: int) -> None:
+    ov = d.ov
+    if ov.frame(op.id) is not None:
+        raise _OpFailure("frame_exists", f"frame {op.id} already exists")
+    resolved = _resolve_sources(ov, op.sources, op.id)
+    sources = tuple(resolved)
+    version, meta = d.version, d.meta
+    f = Frame(
+        id=op.id,
+        revision=1,
+        body=op.body,
+        sources=sources,
+        created_version=version,
+        updated_version=version,
+    )
+    # The runtime fills what it owns (R41): scope from the context, the tick,
+    # the session the content came from, and candidacy for unreviewed sources (R42).
+    unreviewed, session = _unreviewed_session(resolved.values())
+    env = f.envelope
+    env["tenant"], env["project"] = meta.tenant, meta.project
+    env["created_tick"] = meta.tick
+    env["session"] = session
+    if unreviewed:
+        env["trust"] = CANDIDATE
+    ov.put_new_frame(f)
+    sourced = d.sourced
+    for src in sources:
+        if not src.startswith("ev:"):
+            sourced.add(src)
+    d.writes.append({"frame": op.id, "op": "derive", "revision": 1, "index": index})
+
+
+def _revise(d: _Decision, op: Revise, index: int) -> None:
+    ov = d.ov
+    current = ov.frame(op.id)
+    if current is None:
+        raise _OpFailure("unknown_ref", f"no frame {op.id}")
+    if current.lifecycle == RETIRED:
+        raise _OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
+    added = _resolve_sources(ov, op.sources, op.id)
+    f = ov.writable_frame(op.id)
+    f.revision += 1
+    f.body = op.body
+    new = [s for s in added if s not in f.sources]
+    f.sources = f.sources + tuple(new)
+    unreviewed, session = _unreviewed_session(added[s] for s in new)
+    if unreviewed and f.trust == ACCEPTED:
+        f.envelope["trust"] = CANDIDATE
+        if f.envelope.get("session") is None:
+            f.envelope["session"] = session
+    if f.lifecycle == RETIRING:
+        _cancel(f)
+    sourced = d.sourced
+    for src in f.sources:
+        if not src.startswith("ev:"):
+            sourced.add(src)
+    d.writes.append({"frame": op.id, "op": "revise", "revision": f.revision, "index": index})
+
+
+def _relate(d: _Decision, op: Relate, index: int) -> None:  # Unrelate too
+    ov = d.ov
+    t = (op.subject, op.label, op.object)
+    for end in (t[0], t[2]):
+        if ov.frame(end) is None:
+            raise _OpFailure("unknown_ref", f"no frame {end}")
+    if isinstance(op, Unrelate):
+        if not ov.has_relation(*t):
+            raise _OpFailure("unknown_relation", f"no relation {op.subject} {op.label} {op.object}")
+        ov.rel_add.discard(t)
+        ov.rel_del.add(t)
+        d.edges_changed.add(t)
+    else:
+        if not ov.has_relation(*t):  # relating an existing edge changes nothing
+            ov.rel_del.discard(t)
+            ov.rel_add.add(t)
+            d.edges_changed.add(t)
+        if t[1] == SUPERSEDES:
+            d.supersede_objects.add(t[2])
+
+
+def _retire(d: _Decision, op: Retire, index: int) -> None:
+    ov = d.ov
+    for ref in op.refs:
+        seq = _event_seq(ref)
+        if seq is not None:
+            e = ov.event(seq)
             if e is None:
-                raise _OpFailure("unknown_ref", f"no event {op.ref}")
-            if e.lifecycle == RETIRED:
+                raise _OpFailure("unknown_ref", f"no event {ref}")
+            if e.causally_protected:
+                raise _OpFailure(
+                    "causally_protected",
+                    f"{ref} is a user request not yet delivered; deliver it first",
+                )
+            if e.lifecycle != RETIRED:
                 w = ov.writable_event(e.seq)
-                w.lifecycle = ACTIVE
-                w.retired_version = None
-            return
-        f0 = ov.frame(op.ref)
+                w.lifecycle = RETIRED
+                w.retired_version = d.version
+            continue
+        f0 = ov.frame(ref)
         if f0 is None:
-            raise _OpFailure("unknown_ref", f"no frame {op.ref}")
-        if f0.lifecycle != ACTIVE:
-            f = ov.writable_frame(op.ref)
-            _cancel(f)
-            f.retired_version = None
-            touched.add(op.ref)
-            restored_subjects.add(op.ref)
-    elif isinstance(op, Protect):
-        f0 = ov.frame(op.id)
-        if f0 is None:
-            raise _OpFailure("unknown_ref", f"no frame {op.id}")
-        if f0.lifecycle == RETIRED:
-            raise _OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
-        if not f0.protected or f0.lifecycle == RETIRING:
-            f = ov.writable_frame(op.id)
-            _cancel(f)
-            f.protected = True
-            touched.add(op.id)
-    elif isinstance(op, Unprotect):
-        f0 = ov.frame(op.id)
-        if f0 is None:
-            raise _OpFailure("unknown_ref", f"no frame {op.id}")
+            raise _OpFailure("unknown_ref", f"no frame {ref}")
         if f0.protected:
-            ov.writable_frame(op.id).protected = False
-            touched.add(op.id)
-    elif isinstance(op, Envelope):
-        if ov.frame(op.id) is None:
-            raise _OpFailure("unknown_ref", f"no frame {op.id}")
+            raise _OpFailure("protected", f"frame {ref} is protected; unprotect it first")
+        d.marked.add(ref)
+        if f0.lifecycle == ACTIVE:
+            meta = d.meta
+            f = ov.writable_frame(ref)
+            f.lifecycle = RETIRING
+            f.retire_gen += 1
+            f.marked_tick = meta.tick
+            f.due_tick = meta.tick + meta.window
+            f.retire_reason = d.tx.reason
+
+
+def _restore(d: _Decision, op: Restore, index: int) -> None:
+    ov = d.ov
+    seq = _event_seq(op.ref)
+    if seq is not None:
+        e = ov.event(seq)
+        if e is None:
+            raise _OpFailure("unknown_ref", f"no event {op.ref}")
+        if e.lifecycle == RETIRED:
+            w = ov.writable_event(e.seq)
+            w.lifecycle = ACTIVE
+            w.retired_version = None
+        return
+    f0 = ov.frame(op.ref)
+    if f0 is None:
+        raise _OpFailure("unknown_ref", f"no frame {op.ref}")
+    if f0.lifecycle != ACTIVE:
+        f = ov.writable_frame(op.ref)
+        _cancel(f)
+        f.retired_version = None
+        d.restored_subjects.add(op.ref)
+
+
+def _protect(d: _Decision, op: Protect, index: int) -> None:
+    ov = d.ov
+    f0 = ov.frame(op.id)
+    if f0 is None:
+        raise _OpFailure("unknown_ref", f"no frame {op.id}")
+    if f0.lifecycle == RETIRED:
+        raise _OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
+    if not f0.protected or f0.lifecycle == RETIRING:
         f = ov.writable_frame(op.id)
-        _set_envelope(f, op)
-        touched.add(op.id)
-        # No "index": the history shows no body for an envelope change.
-        writes.append({"frame": op.id, "op": "envelope", "revision": f.revision})
+        _cancel(f)
+        f.protected = True
+
+
+def _unprotect(d: _Decision, op: Unprotect, index: int) -> None:
+    ov = d.ov
+    f0 = ov.frame(op.id)
+    if f0 is None:
+        raise _OpFailure("unknown_ref", f"no frame {op.id}")
+    if f0.protected:
+        ov.writable_frame(op.id).protected = False
+
+
+def _envelope(d: _Decision, op: Envelope, index: int) -> None:
+    ov = d.ov
+    if ov.frame(op.id) is None:
+        raise _OpFailure("unknown_ref", f"no frame {op.id}")
+    f = ov.writable_frame(op.id)
+    _set_envelope(f, op)
+    # No "index": the history shows no body for an envelope change.
+    d.writes.append({"frame": op.id, "op": "envelope", "revision": f.revision})
+
+
+_HANDLERS: dict[type, Callable[[_Decision, Any, int], None]] = {
+    Derive: _derive,
+    Revise: _revise,
+    Relate: _relate,
+    Unrelate: _relate,
+    Retire: _retire,
+    Restore: _restore,
+    Protect: _protect,
+    Unprotect: _unprotect,
+    Envelope: _envelope,
+}
+
+
+def _apply(d: _Decision, op: Any, index: int) -> None:
+    """Apply *op*, an instance of a subclass of an operation class, to the decision."""
+    if isinstance(op, Derive):
+        _derive(d, op, index)
+    elif isinstance(op, Revise):
+        _revise(d, op, index)
+    elif isinstance(op, Relate):
+        _relate(d, op, index)
+    elif isinstance(op, Retire):
+        _retire(d, op, index)
+    elif isinstance(op, Restore):
+        _restore(d, op, index)
+    elif isinstance(op, Protect):
+        _protect(d, op, index)
+    elif isinstance(op, Unprotect):
+        _unprotect(d, op, index)
+    elif isinstance(op, Envelope):
+        _envelope(d, op, index)
     else:  # pragma: no cover - the op union is closed
         raise _OpFailure("unknown_op", f"unknown operation {op!r}")
 
@@ -580,10 +645,11 @@ def _successor_rule(ov: _Overlay, candidates: set[str], version: int) -> None:
     Successors are judged by their lifecycle after the operations and before this
     rule runs, so the outcome does not depend on the order candidates are visited.
     """
-    before = {fid: ov.frame(fid) for fid in candidates}
     to_retire: list[str] = []
-    for fid in sorted(candidates):
-        f = before[fid]
+    # Nothing changes until the loop ends, so every frame read in it is as the
+    # operations left it.
+    for fid in sorted(candidates) if len(candidates) > 1 else candidates:
+        f = ov.frame(fid)
         if f is None or f.lifecycle != RETIRING:
             continue
         for s in ov.successors(fid):
@@ -598,21 +664,15 @@ def _successor_rule(ov: _Overlay, candidates: set[str], version: int) -> None:
         f.retired_version = version
 
 
-def _commit(
-    view: ReadView,
-    ov: _Overlay,
-    tx: ContextTx,
-    meta: Meta,
-    version: int,
-    rebased: bool,
-    digest: bytes,
-    edges_changed: set[tuple[str, str, str]],
-    writes: list[dict[str, Any]],
-    now: float,
-    text: str | None,
-) -> Outcome:
-    cs = Changeset()
-    changed: list[str] = []
+def _commit(d: _Decision, rebased: bool, digest: bytes, now: float, text: str | None) -> Outcome:
+    ov, tx, meta, version = d.ov, d.tx, d.meta, d.version
+    frames_out: list[Frame] = []
+    history: list[tuple[str, int]] = []
+    due_add: list[tuple[int, str, int, int]] = []
+    due_del: list[tuple[int, str]] = []
+    changed: list[str] = []  # footprint keys of what changed (lastmod) ...
+    shown: list[str] = []  # ... and the same as the log shows them (key_display)
+    frame_ids: list[str] = []
     retired_now: list[str] = []
     retiring: list[tuple[str, int]] = []
     cancelled: list[str] = []
@@ -637,9 +697,11 @@ def _commit(
                     retiring.append((fid, f.due_tick or 0))
             continue
         f.updated_version = version
-        cs.frames.append(f)
-        cs.history.append((fid, version))
+        frames_out.append(f)
+        frame_ids.append(f.id)
+        history.append((fid, version))
         changed.append("f:" + fid)
+        shown.append(fid)
         was = initial.lifecycle if initial is not None else None
         life = f.lifecycle
         if life == RETIRED:
@@ -653,7 +715,7 @@ def _commit(
             if was != RETIRING or (initial is not None and initial.retire_gen != f.retire_gen):
                 pending_frames.append(fid)
                 pending_tokens += f.tokens
-                cs.due_add.append((f.due_tick, fid, f.retire_gen, f.revision))
+                due_add.append((f.due_tick, fid, f.retire_gen, f.revision))
         elif was == RETIRING:
             cancelled.append(fid)
         elif was == RETIRED:
@@ -664,16 +726,21 @@ def _commit(
             and (life != RETIRING or f.retire_gen != initial.retire_gen)
         ):
             assert initial.due_tick is not None
-            cs.due_del.append((initial.due_tick, fid))
+            due_del.append((initial.due_tick, fid))
 
+    events_out: list[Event] = []
+    event_seqs: list[int] = []
     events = ov.events
+    initial_events = ov.initial_events
     for seq in sorted(events) if len(events) > 1 else events:
         e = events[seq]
-        if e is ov.initial_events[seq]:
+        if e is initial_events[seq]:
             continue
-        cs.events.append(e)
-        ref = e.ref
+        events_out.append(e)
+        event_seqs.append(e.seq)
+        ref = event_ref(e.seq)
         changed.append("e:" + ref)
+        shown.append(ref)
         if e.lifecycle == RETIRED:
             retired_now.append(ref)
             now_events.append(ref)
@@ -681,21 +748,22 @@ def _commit(
         else:
             restored.append(ref)
 
-    for s, label, o in sorted(edges_changed) if len(edges_changed) > 1 else edges_changed:
-        changed.append(edge_key(s, label, o))
-    for f in cs.frames:
+    edges = d.edges_changed
+    for s, label, o in sorted(edges) if len(edges) > 1 else edges:
+        key = edge_key(s, label, o)
+        changed.append(key)
+        shown.append(key_display(key))
+    cites_add: list[tuple[str, str]] = []
+    for f in frames_out:
         initial = initials.get(f.id)
         if initial is None:
-            cs.cites_add.extend((src, f.id) for src in f.sources)
+            for src in f.sources:
+                cites_add.append((src, f.id))
         elif f.sources is not initial.sources:
-            cs.cites_add.extend((src, f.id) for src in f.sources if src not in initial.sources)
-    cs.rel_add = sorted(ov.rel_add) if len(ov.rel_add) > 1 else list(ov.rel_add)
-    cs.rel_del = sorted(ov.rel_del) if len(ov.rel_del) > 1 else list(ov.rel_del)
+            cites_add.extend((src, f.id) for src in f.sources if src not in initial.sources)
 
     new_meta = meta.copy()
     new_meta.version = version
-    cs.meta = new_meta
-    cs.lastmod = dict.fromkeys(changed, version)
 
     receipt, receipt_doc = committed_receipt(
         version=version,
@@ -713,29 +781,36 @@ def _commit(
         pending_frames=pending_frames,
         pending_tokens=pending_tokens,
     )
-    cs.txlog = {
-        "version": version,
-        "kind": "model",
-        "base_version": tx.base_version,
-        "client_id": tx.client_id,
-        "reason": tx.reason,
-        # The text as submitted, or, for a transaction submitted as a model or
-        # wire payload, its dict form (printing it is left to whoever reads the log).
-        "text": text,
-        "tx": None if text is not None else tx_to_dict(tx),
-        "time": now,
-        "tick": meta.tick,
-        "changes": [key_display(k) for k in changed],
-        "writes": writes,
-        "receipt": receipt_doc,
-    }
-    if tx.client_id is not None:
-        cs.client = (tx.client_id, version, digest)
-    cs.outbox = {
-        "version": version,
-        "frames": [f.id for f in cs.frames],
-        "events": [e.seq for e in cs.events],
-    }
+    cs = Changeset(
+        meta=new_meta,
+        frames=frames_out,
+        events=events_out,
+        rel_add=sorted(ov.rel_add) if len(ov.rel_add) > 1 else list(ov.rel_add),
+        rel_del=sorted(ov.rel_del) if len(ov.rel_del) > 1 else list(ov.rel_del),
+        cites_add=cites_add,
+        lastmod=dict.fromkeys(changed, version),
+        due_add=due_add,
+        due_del=due_del,
+        client=None if tx.client_id is None else (tx.client_id, version, digest),
+        txlog={
+            "version": version,
+            "kind": "model",
+            "base_version": tx.base_version,
+            "client_id": tx.client_id,
+            "reason": tx.reason,
+            # The text as submitted, or, for a transaction submitted as a model or
+            # wire payload, its dict form (printing it is left to whoever reads the log).
+            "text": text,
+            "tx": None if text is not None else tx_to_dict(tx),
+            "time": now,
+            "tick": meta.tick,
+            "changes": shown,
+            "writes": d.writes,
+            "receipt": receipt_doc,
+        },
+        history=history,
+        outbox={"version": version, "frames": frame_ids, "events": event_seqs},
+    )
     return Outcome(receipt, cs)
 
 
