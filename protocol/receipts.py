@@ -101,15 +101,28 @@ class Receipt(_Model):
         return cls.model_validate(data)
 
 
+_set = object.__setattr__
+
+
 def _trusted(cls: type[_M], values: dict[str, Any]) -> _M:
     # pydantic's model_construct without its per-field bookkeeping: the engine
     # builds these values itself, every field present and of the right type.
     obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    _set(obj, "__dict__", values)
+    _set(obj, "__pydantic_fields_set__", set(values))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
     return obj
+
+
+_NO_RELIEF = _trusted(Relief, {"events": (), "frames": (), "tokens": 0})
+"""The relief of a receipt that releases nothing: frozen, so one instance serves them all."""
+
+
+def _relief(events: list[str], frames: list[str], tokens: int) -> Relief:
+    if not events and not frames and not tokens:
+        return _NO_RELIEF
+    return _trusted(Relief, {"events": tuple(events), "frames": tuple(frames), "tokens": tokens})
 
 
 def committed_receipt(
@@ -139,7 +152,7 @@ def committed_receipt(
         "duplicate": False,
         "tick": tick,
         "retired_now": retired_now,
-        "retiring": [{"id": i, "due_tick": d} for i, d in retiring],
+        "retiring": [{"id": i, "due_tick": d} for i, d in retiring] if retiring else [],
         "retirement_cancelled": cancelled,
         "restored": restored,
         "relief_now": {"events": now_events, "frames": now_frames, "tokens": now_tokens},
@@ -158,18 +171,13 @@ def committed_receipt(
             "duplicate": False,
             "tick": tick,
             "retired_now": tuple(retired_now),
-            "retiring": tuple(
-                _trusted(Retiring, {"id": i, "due_tick": d}) for i, d in retiring
-            ),
+            "retiring": tuple(_trusted(Retiring, {"id": i, "due_tick": d}) for i, d in retiring)
+            if retiring
+            else (),
             "retirement_cancelled": tuple(cancelled),
             "restored": tuple(restored),
-            "relief_now": _trusted(
-                Relief,
-                {"events": tuple(now_events), "frames": tuple(now_frames), "tokens": now_tokens},
-            ),
-            "relief_pending": _trusted(
-                Relief, {"events": (), "frames": tuple(pending_frames), "tokens": pending_tokens}
-            ),
+            "relief_now": _relief(now_events, now_frames, now_tokens),
+            "relief_pending": _relief([], pending_frames, pending_tokens),
             "errors": (),
             "conflicts": (),
         },
