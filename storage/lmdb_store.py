@@ -205,16 +205,57 @@ def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, 
     return guarded
 
 
+_MEMO_FRAMES = 1024
+"""Most frames :class:`_Decoded` remembers; it forgets them all when it would hold more."""
+_MEMO_BYTES = 16384
+"""Largest frame record :class:`_Decoded` remembers (so it holds a few MiB at most)."""
+
+
+class _Decoded:
+    """Records of one environment this process decoded (or wrote) lately, with their bytes.
+
+    msgpack decoding dominates reading a record. A read whose stored bytes equal
+    the bytes remembered for that key is answered with a copy of the record
+    decoded from them, which is what decoding would give: the check is on the
+    bytes, so what an aborted write or another process left behind is never
+    served. Copies, so no caller can change what is remembered.
+    """
+
+    __slots__ = ("meta", "frames")
+
+    def __init__(self) -> None:
+        self.meta: tuple[bytes, Meta] | None = None
+        self.frames: dict[bytes, tuple[bytes, Frame]] = {}
+
+    def remember_frame(self, key: bytes, data: bytes, frame: Frame) -> None:
+        """Remember *frame*, just decoded from *data*, unless its copy would differ from it."""
+        env = frame.envelope
+        # Frame.copy() turns a missing or None key list into []: only lists copy as is.
+        if type(env.get("keys")) is not list or type(env.get("review_reasons")) is not list:
+            return
+        if len(data) > _MEMO_BYTES:
+            return
+        if len(self.frames) >= _MEMO_FRAMES:
+            self.frames.clear()
+        self.frames[key] = (data, frame.copy())
+
+
 class _LmdbReadView:
     """A :class:`~protocol.view.ReadView` over one LMDB transaction, valid inside its callback."""
 
-    __slots__ = ("_txn", "_db", "_closed", "_map_full")
+    __slots__ = ("_txn", "_db", "_closed", "_map_full", "_decoded")
 
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> None:
+    def __init__(
+        self,
+        txn: lmdb.Transaction[bytes],
+        dbs: dict[str, lmdb._Database],
+        decoded: _Decoded | None = None,
+    ) -> None:
         self._txn = txn
         self._db = dbs
         self._closed = False
         self._map_full = False
+        self._decoded = _Decoded() if decoded is None else decoded
 
     def _check(self) -> None:
         if self._closed:
@@ -245,12 +286,27 @@ class _LmdbReadView:
     @_guard
     def meta(self) -> Meta:
         data = self._txn.get(_META, db=self._db["meta"])
-        return Meta() if data is None else Meta.from_record(_unpack(data))
+        if data is None:
+            return Meta()
+        known = self._decoded.meta
+        if known is not None and known[0] == data:
+            return known[1].copy()
+        meta = Meta.from_record(_unpack(data))
+        self._decoded.meta = (data, meta.copy())
+        return meta
 
     @_guard
     def frame(self, frame_id: str) -> Frame | None:
-        data = self._txn.get(_enc(frame_id, 400), db=self._db["frames"])
-        return None if data is None else Frame.from_record(_unpack(data))
+        key = _enc(frame_id, 400)
+        data = self._txn.get(key, db=self._db["frames"])
+        if data is None:
+            return None
+        known = self._decoded.frames.get(key)
+        if known is not None and known[0] == data:
+            return known[1].copy()
+        frame = Frame.from_record(_unpack(data))
+        self._decoded.remember_frame(key, data, frame)
+        return frame
 
     @_guard
     def event(self, seq: int) -> Event | None:
@@ -414,8 +470,13 @@ class _LmdbWriteView(_LmdbReadView):
 
     __slots__ = ("_outbox_seq", "_pk")
 
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> None:
-        super().__init__(txn, dbs)
+    def __init__(
+        self,
+        txn: lmdb.Transaction[bytes],
+        dbs: dict[str, lmdb._Database],
+        decoded: _Decoded | None = None,
+    ) -> None:
+        super().__init__(txn, dbs, decoded)
         self._outbox_seq: int | None = None
         # One Packer per write: cheaper than packb's fresh Packer per record.
         self._pk = msgpack.Packer(use_bin_type=True)
@@ -425,7 +486,11 @@ class _LmdbWriteView(_LmdbReadView):
         """Write *changes*; deletions of relations, due entries and inbox rows come first."""
         txn, db, pack = self._txn, self._db, self._pk.pack
         if changes.meta is not None:
-            txn.put(_META, pack(changes.meta.to_record()), db=db["meta"])
+            record = pack(changes.meta.to_record())
+            txn.put(_META, record, db=db["meta"])
+            # Every write reads the meta record first: remember it as written (its
+            # fields are plain numbers and strings, so decoding gives it back as is).
+            self._decoded.meta = (record, changes.meta.copy())
         frames_db = db["frames"]
         packed: dict[str, bytes] = {}
         for frame in changes.frames:
@@ -619,6 +684,7 @@ class _Env:
         self.gate = _Gate()
         self.write_lock = threading.Lock()
         self.write_thread: int | None = None
+        self.decoded = _Decoded()
 
 
 _OPEN: dict[str, _Env] = {}
@@ -815,7 +881,7 @@ class LmdbStore:
                 except lmdb.Error as e:
                     raise _store_error(e) from e
                 else:
-                    view = _LmdbReadView(txn, shared.dbs)
+                    view = _LmdbReadView(txn, shared.dbs, shared.decoded)
                     try:
                         return fn(view)
                     finally:
@@ -866,7 +932,7 @@ class LmdbStore:
                 return _Retry.ADOPT
             except lmdb.Error as e:
                 raise _store_error(e) from e
-            view = _LmdbWriteView(txn, shared.dbs)
+            view = _LmdbWriteView(txn, shared.dbs, shared.decoded)
             try:
                 result = fn(view)
                 if view._map_full:  # fn swallowed the error; the transaction is unusable
