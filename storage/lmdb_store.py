@@ -643,7 +643,7 @@ class _Gate:
         self._local.depth = self._depth() - 1
         with self._cond:
             self._active -= 1
-            if not self._active:
+            if not self._active and self._resizing:  # only a resize waits for none open
                 self._cond.notify_all()
 
     def resize(self, env: lmdb.Environment, size: int) -> None:
