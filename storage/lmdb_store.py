@@ -468,7 +468,7 @@ class _LmdbReadView:
 class _LmdbWriteView(_LmdbReadView):
     """A :class:`~protocol.view.WriteView` over one LMDB write transaction."""
 
-    __slots__ = ("_outbox_seq", "_pk")
+    __slots__ = ("_outbox_seq", "_pk", "_indexed")
 
     def __init__(
         self,
@@ -478,6 +478,9 @@ class _LmdbWriteView(_LmdbReadView):
     ) -> None:
         super().__init__(txn, dbs, decoded)
         self._outbox_seq: int | None = None
+        # Sequence number -> stable id of the events this write read or wrote: their
+        # id is in event_ids already (every event is written with its index row).
+        self._indexed: dict[int, str] = {}
         # One Packer per write: cheaper than packb's fresh Packer per record.
         self._pk = msgpack.Packer(use_bin_type=True)
 
@@ -496,10 +499,15 @@ class _LmdbWriteView(_LmdbReadView):
         for frame in changes.frames:
             record = packed[frame.id] = pack(frame.to_record())
             txn.put(_enc(frame.id, 400), record, db=frames_db)
+        indexed = self._indexed
         for event in changes.events:
-            txn.put(_u64(event.seq), pack(event.to_record()), db=db["events"])
-            # An event's id never changes: an update of a known event writes no index page.
-            txn.put(_enc(event.id, 400), _u64(event.seq), db=db["event_ids"], overwrite=False)
+            seq = event.seq
+            txn.put(_u64(seq), pack(event.to_record()), db=db["events"])
+            # An event's id never changes: an update of a known event writes no index
+            # page (overwrite=False), and one this write has seen needs no lookup at all.
+            if indexed.get(seq) != event.id:
+                txn.put(_enc(event.id, 400), _u64(seq), db=db["event_ids"], overwrite=False)
+                indexed[seq] = event.id
         for seq, text in changes.contents:
             self._put_content(seq, text)
         for s, label, o in changes.rel_del:
@@ -553,6 +561,12 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
         if changes.audit:
             append_audit(_AuditRows(txn, db), changes.audit)
+
+    def event(self, seq: int) -> Event | None:
+        e = super().event(seq)
+        if e is not None:
+            self._indexed[e.seq] = e.id
+        return e
 
     def _finish(self) -> None:
         """Write what is kept per write rather than per changeset (the outbox counter)."""
