@@ -30,7 +30,6 @@ from typing import Any
 from actors.context_actor import MAX_EXPORT_PAGE, ContextActor
 from actors.placement import actor_name, check_node, current_node_id, ensure_ray, pinned
 from actors.replies import open_reply, raise_error
-from protocol.context import MAX_WINDOW, new_event_id
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, WireError
 from protocol.governance import (
     MAX_AUDIT_PAGE,
@@ -44,6 +43,7 @@ from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
 from protocol.wire import tx_to_msgpack, unpack
+from service.context import MAX_WINDOW, new_event_id
 from storage import check_context_name
 
 DEFAULT_NAMESPACE = "morphz"
@@ -160,7 +160,7 @@ class ContextHandle:
         self.capability = capability
 
     def with_capability(self, capability: bytes | None) -> ContextHandle:
-        """The same actor, calls carrying *capability* (token bytes from ``protocol.grants``)."""
+        """The same actor, calls carrying *capability* (token bytes, see protocol.capabilities)."""
         return ContextHandle(
             self._actor,
             self.name,
@@ -471,7 +471,7 @@ class ContextHandle:
     def search(self, args: dict[str, Any], session: str = "main") -> dict[str, Any]:
         """A model's search into a ``recall_result`` observation (needs ``recall``).
 
-        *args* are the ``search`` tool's (see :func:`storage.index.model_search`);
+        *args* are the ``search`` tool's (see :func:`storage.search.index.model_search`);
         answers ``{"ref", "hits", "recalled", "lag"}``.
         """
         raw = self._call("search", args, _check_text(session, "session"))
@@ -519,11 +519,11 @@ class ContextHandle:
         return dict(open_reply(self._call("quarantine_scan", unused_ticks, failed_uses)))
 
     def export_frame(self, frame_id: str) -> bytes:
-        """A sealed package of one frame (see :func:`actors.governance.export_frame`)."""
+        """A sealed package of one frame (see :func:`actors.guard.export_frame`)."""
         return bytes(open_reply(self._call("export_frame", _check_text(frame_id, "frame id"))))
 
     def import_frame(self, package: bytes, as_id: str | None = None) -> dict[str, Any]:
-        """Derive a frame from a package (see :func:`actors.governance.import_frame`)."""
+        """Derive a frame from a package (see :func:`actors.guard.import_frame`)."""
         if not isinstance(package, bytes):
             raise RequestError("a package is bytes", code="bad_argument")
         if as_id is not None:

@@ -10,7 +10,7 @@ dedicated thread (a ``ThreadPoolExecutor(1)``), so accesses are serialized and
 the loop keeps accepting submissions while a write is being fsynced.
 Submissions queue up, and one flusher task commits everything queued (at most
 :data:`MAX_BATCH`) in a single durable LMDB write with
-:meth:`protocol.context.Context.commit_many`. A submission is answered only
+:meth:`service.context.Context.commit_many`. A submission is answered only
 after that write returned: an acknowledged commit is durable (R44).
 
 Payloads: ``submit`` takes the msgpack wire form of one transaction
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from actors.governance import (
+from actors.guard import (
     DEFAULT_PROJECT,
     DEFAULT_TENANT,
     check_scope_name,
@@ -50,8 +50,8 @@ from actors.governance import (
     settle_scope,
 )
 from actors.replies import error_doc, failed, ok
-from protocol import grants as capabilities
-from protocol.context import Context, new_event_id
+from protocol import capabilities
+from protocol.capabilities import Capability, PermissionDenied
 from protocol.engine import observe
 from protocol.errors import (
     MorphzError,
@@ -80,13 +80,13 @@ from protocol.governance import (
     run_quarantine_scan,
     run_review,
 )
-from protocol.grants import Capability, PermissionDenied
 from protocol.ids import is_event_id
 from protocol.receipts import OpError, Receipt
 from protocol.tx import ContextTx, Derive
 from protocol.view import ReadView, WriteView
 from protocol.wire import pack, tx_from_msgpack
-from storage import open_context
+from service.context import Context, new_event_id
+from service.store import open_context
 
 T = TypeVar("T")
 log = logging.getLogger("morphz.context_actor")
@@ -209,7 +209,7 @@ class ContextActor:
     Construct with the store directory and the context name; the context is
     created if missing unless ``create=False`` (``window``, ``history_keep`` and
     the scope's tenant and project go into its meta at creation only; the scope
-    itself is ``scope.json``, see :func:`~actors.governance.settle_scope`). A
+    itself is ``scope.json``, see :func:`~actors.guard.settle_scope`). A
     failure to open is kept and answered to every call, so a client sees the
     typed error (:class:`NotFound`, :class:`~protocol.errors.StoreLocked` …)
     instead of a dead actor. A locked store is retried for ``lock_wait``
@@ -830,7 +830,7 @@ class ContextActor:
 
     @guarded("commit")
     async def record_trace(self, trace: dict[str, Any]) -> bytes:
-        """Append a model-call trace (R39); see :meth:`protocol.context.Context.record_trace`."""
+        """Append a model-call trace (R39); see :meth:`service.context.Context.record_trace`."""
         if not isinstance(trace, dict):
             return failed(RequestError("a trace is a dict", code="bad_argument"))
         return await self._reply(Context.record_trace, trace)
@@ -877,7 +877,7 @@ class ContextActor:
 
     @guarded("recall")
     async def search(self, args: dict[str, Any], session: str = "main") -> bytes:
-        """A model's search (:func:`storage.index.model_search`) as a ``recall_result``.
+        """A model's search (:func:`storage.search.index.model_search`) as a ``recall_result``.
 
         The context's lexical index is opened at the first search, with an
         index worker thread in this process keeping it current from the outbox;
@@ -893,7 +893,7 @@ class ContextActor:
         await loop.run_in_executor(None, worker.wait_for, None, SEARCH_CATCH_UP)
 
         def run(ctx: Context) -> dict[str, Any]:
-            from storage.index import model_search, search_text
+            from storage.search.index import model_search, search_text
 
             result = model_search(worker.index, args)
             frames = [h.id for h in result.hits if h.type == "frame"]
@@ -905,7 +905,7 @@ class ContextActor:
     def _index_worker(self) -> Any:
         """The index worker of this context, started on first use."""
         if self._search is None:
-            from storage.index import IndexWorker, LexicalIndex
+            from storage.search.index import IndexWorker, LexicalIndex
 
             index = LexicalIndex.for_backend(self._context().backend)
             self._search = IndexWorker(index)

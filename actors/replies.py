@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from protocol.capabilities import PermissionDenied
 from protocol.errors import (
     MorphzError,
     NotFound,
@@ -26,7 +27,6 @@ from protocol.errors import (
     StoreLocked,
     WireError,
 )
-from protocol.grants import PermissionDenied
 from protocol.wire import pack, unpack
 
 ERROR_TYPES: dict[str, type[MorphzError]] = {

@@ -16,7 +16,7 @@ Measured in one run, on one Ray cluster (a new local one unless ``--address``):
     (b), each submission deriving a new frame; latency from its scheduled time;
 (d) **1, 2, 4 contexts** sharing the same total number of threads;
 (e) **conflict rate** 0, 10, 25, 50 %: ``morphz loadtest`` runs
-    (:func:`actors.loadtest.run_loadtest`, 8 threads, one shared frame; each
+    (:func:`harness.loadtest.run_loadtest`, 8 threads, one shared frame; each
     step reads before it writes, so rates are below (b)); every history is
     checked;
 (f) **memory** (``--memory N``): N commits through one context actor by 16
@@ -41,10 +41,9 @@ import uuid
 from typing import Any
 
 import harness  # first: puts this checkout on sys.path
-
 from actors.client import ContextHandle, connect, lookup
-from actors.loadtest import percentile, run_loadtest
 from actors.placement import current_node_id, pinned
+from harness.loadtest import percentile, run_loadtest
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Revise
 from protocol.wire import tx_to_msgpack

@@ -42,16 +42,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
 import lmdb
 import msgpack
 
-from protocol.context import Context
+import harness  # first: puts this checkout on sys.path
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
 from protocol.txlang import parse_tx
 from protocol.view import WriteView
 from protocol.wire import tx_from_json, tx_to_json
+from service.context import Context
 from storage import LmdbStore
 
 TX = (

@@ -53,16 +53,15 @@ from pathlib import Path
 from typing import Any
 
 import harness  # first: puts this checkout on sys.path
-
 from protocol.compiler import PROTOCOL_TEXT, Compiler, CompilerConfig, compile_input
-from protocol.context import Context
 from protocol.engine import source_ref
-from protocol.memory import MemoryBackend
 from protocol.state import RETIRED, estimate_tokens
 from protocol.turns import CompiledInput
 from protocol.txlang import print_form
 from protocol.view import ReadView
+from service.context import Context
 from storage import LmdbStore
+from storage.memory import MemoryBackend
 
 DEFAULT_DATA = harness.ROOT.parent / "shared" / "data" / "state-bench" / "train_task_trajectories"
 TX_EVERY = 3
@@ -248,7 +247,7 @@ def prefix_stability(data: Path, per_domain: int | None) -> dict[str, Any]:
 def tool_schema_tokens() -> int:
     """Tokens of the memory tools' JSON schemas the OpenAI-compatible client sends; 0 if absent."""
     try:
-        from actors.models import MEMORY_TOOL_SPECS
+        from agents.models import MEMORY_TOOL_SPECS
     except ImportError:
         return 0
     return estimate_tokens(json.dumps(MEMORY_TOOL_SPECS))
@@ -495,7 +494,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "  ceiling: the share if only each call's new observation were uncached; with the tool "
         f"schemas: {prefix['tool_schema_tokens']} more tokens of memory-tool JSON schemas "
-        "(actors.models) counted as the shared start of every request"
+        "(agents.models) counted as the shared start of every request"
     )
     verdict = "met" if doc["aim_with_met"] else "missed"
     print(f"  aim: with ContextDelta >= {AIM_WITH} %: {verdict} ({with_pct} %)")

@@ -44,10 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import harness  # first: puts this checkout on sys.path
-
 from actors.client import ContextHandle, connect
-from actors.governance import issue_capability
-from actors.loadtest import percentile
+from actors.guard import issue_capability
+from harness.loadtest import percentile
 
 NAMESPACE = "morphz-bench-governance"
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -11,7 +11,7 @@ never count twice. Children, interleaved and repeated (medians reported):
 * ``python``  — the interpreter alone;
 * ``lmdb``    — baseline: ``import lmdb``, ``lmdb.open`` of the context's
   environment, ``open_db`` of the frames table and one ``get``;
-* ``imports`` — baseline: ``from morphz.store import Store`` and nothing else;
+* ``imports`` — baseline: ``from service.store import Store`` and nothing else;
 * ``open``    — the imports, then ``Store(dir).open(name)``, ``ctx.version``,
   ``ctx.frame(id)`` and ``ctx.read_event(ref)`` (one chunk).
 
@@ -40,7 +40,6 @@ import time
 from typing import Any
 
 import harness  # first: puts this checkout on sys.path
-
 from protocol.forms import Symbol, to_plain
 from protocol.receipts import Receipt
 from protocol.state import Event, Frame, Meta, estimate_tokens, preview_of
@@ -77,7 +76,7 @@ elif mode == "lmdb":
     t2 = time.perf_counter()
     check = str(len(value))
 elif mode in ("imports", "open"):
-    from morphz.store import Store
+    from service.store import Store
     t1 = t2 = time.perf_counter()
     if mode == "open":
         ctx = Store(store).open(name)
@@ -102,7 +101,7 @@ print(t1 - t0, t2 - t1, maxrss, hwm, check)
 MODES = (
     ("python", False, "python -c (no imports)"),
     ("lmdb", False, "baseline: lmdb.open + one get"),
-    ("imports", False, "baseline: import morphz.store"),
+    ("imports", False, "baseline: import service.store"),
     ("open", False, "Store.open + version/frame/event"),
     ("lmdb", True, "baseline: lmdb.open + get, cold"),
     ("open", True, "Store.open + reads, cold"),
@@ -365,7 +364,7 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     opened = rows["Store.open + version/frame/event"]
     cold = rows["Store.open + reads, cold"]
     bare = rows["baseline: lmdb.open + one get"]
-    imports = rows["baseline: import morphz.store"]
+    imports = rows["baseline: import service.store"]
     size = os.path.getsize(os.path.join(root, NAME, "data.mdb"))
     return {
         "benchmark": "bench_open",

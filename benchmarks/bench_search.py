@@ -18,7 +18,7 @@ Two corpora, the same documents and queries for every engine, in one run:
   common Chinese word), mixed (both markers), and *common* queries of frequent
   words only (latency; they hit the scan cap on the large corpus).
 
-Engines: Morphz's :class:`storage.index.LexicalIndex` (search includes the
+Engines: Morphz's :class:`storage.search.index.LexicalIndex` (search includes the
 snippet and the context read that feeds it); SQLite FTS5 with the
 ``unicode61`` tokenizer and with the ``trigram`` tokenizer, queried with the
 query's words OR-ed (``"w1" OR "w2"``), ranked by ``bm25`` with
@@ -45,9 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import harness  # first: puts this checkout on sys.path
-
-from morphz.store import Store
-from storage.index import LexicalIndex
+from service.store import Store
+from storage.search.index import LexicalIndex
 
 STATE_BENCH = harness.ROOT.parent / "shared" / "data" / "state-bench"
 SYLLABLES = "ka lo mi ra te su no vi de po zu xa qi be ho fy ne ta ri mo".split()

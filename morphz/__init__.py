@@ -11,8 +11,6 @@
 Ray is never imported here; the actor layer lives in :mod:`actors`.
 """
 
-from morphz.store import Store
-from protocol.context import Context
 from protocol.engine import ClaimResult
 from protocol.errors import (
     MorphzError,
@@ -38,7 +36,8 @@ from protocol.tx import (
     Unrelate,
 )
 from protocol.txlang import parse_tx, print_tx
-from storage.layout import open_context
+from service.context import Context
+from service.store import Store, open_context
 
 __all__ = [
     "ClaimResult",

@@ -5,7 +5,6 @@ Nothing in this package does I/O or imports ``storage``, ``actors`` or ``ray``.
 """
 
 from protocol.compiler import Compiler, CompilerConfig, compile_input
-from protocol.context import Backend, Context
 from protocol.engine import ClaimResult, Outcome, claim, deliver, evaluate, observe
 from protocol.errors import (
     MorphzError,
@@ -22,7 +21,6 @@ from protocol.governance import (
     AdmissionPolicy,
     Decision,
     DefaultPolicy,
-    GovernanceWorker,
     PassCursor,
     apply_pass,
     audit_template,
@@ -35,8 +33,6 @@ from protocol.governance import (
     run_quarantine_scan,
     run_review,
 )
-from protocol.history import Submission, Verdict, Violation, check_history
-from protocol.memory import MemoryBackend
 from protocol.recall import RecallPage, RecallRequest, recall
 from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
 from protocol.state import Event, Frame, Meta
@@ -66,21 +62,17 @@ from protocol.wire import (
 
 __all__ = [
     "AdmissionPolicy",
-    "Backend",
     "Changeset",
     "ClaimResult",
     "Compiler",
     "CompilerConfig",
     "Conflict",
-    "Context",
     "ContextTx",
     "Decision",
     "DefaultPolicy",
     "Derive",
     "Event",
     "Frame",
-    "GovernanceWorker",
-    "MemoryBackend",
     "Meta",
     "MorphzError",
     "NotFound",
@@ -103,17 +95,13 @@ __all__ = [
     "Revise",
     "StoreError",
     "StoreLocked",
-    "Submission",
     "Symbol",
     "Unprotect",
     "Unrelate",
-    "Verdict",
-    "Violation",
     "WireError",
     "WriteView",
     "apply_pass",
     "audit_template",
-    "check_history",
     "claim",
     "compile_input",
     "deliver",

@@ -24,7 +24,7 @@ Pure rules over a :class:`~protocol.view.ReadView`; nothing here does I/O.
   only when it decided something, each decision re-checked against the current
   frame (:func:`apply_pass`); from a :class:`PassCursor` it looks only at what
   changed since the last pass. :class:`GovernanceWorker` runs it periodically
-  beside an embedded :class:`~protocol.context.Context`, the context actor on
+  beside an embedded :class:`~service.context.Context`, the context actor on
   its store thread.
 
 See ``docs/governance.md`` for the decisions behind these rules.
@@ -57,7 +57,7 @@ from protocol.tx import key_display
 from protocol.view import BatchView, Changeset, ReadView, WriteView
 
 if TYPE_CHECKING:
-    from protocol.context import Backend
+    from service.context import Backend
 
 log = logging.getLogger("morphz.governance")
 
@@ -1478,7 +1478,7 @@ def check_every(every: object) -> float:
 class GovernanceWorker:
     """Runs :func:`run_pass` every *every* seconds on a daemon thread, unattended (R43).
 
-    For a :class:`~protocol.context.Context` used without Ray (pass the context or
+    For a :class:`~service.context.Context` used without Ray (pass the context or
     its backend). The first pass looks at everything; each later one carries
     the previous pass's :class:`PassCursor` and looks only at what changed
     since. A pass decides on a read snapshot and opens a write only when it

@@ -3,7 +3,7 @@
 The engine reads a context through a :class:`ReadView` and describes what a
 commit writes as a :class:`Changeset`. A store applies a changeset inside one
 write transaction through a :class:`WriteView`; whether that is an LMDB write
-(:mod:`storage`) or dictionaries (:class:`protocol.memory.MemoryBackend`), the
+(:mod:`storage`) or dictionaries (:class:`storage.memory.MemoryBackend`), the
 engine cannot tell, and the same contract tests run against both.
 
 A store's write transaction must be all-or-nothing and must let reads inside

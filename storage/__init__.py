@@ -1,13 +1,19 @@
-"""LMDB persistence of one context (see :mod:`storage.lmdb_store`) and the store layout."""
+"""Persistence of contexts: one LMDB environment per context (:mod:`storage.lmdb_store`),
+the in-memory backend the same contract suite runs against (:mod:`storage.memory`), the
+store layout, and the search index built from the outbox (:mod:`storage.search`).
 
-from storage.layout import check_context_name, context_path, open_context
+Nothing here builds the application object: that is :mod:`service`.
+"""
+
+from storage.layout import check_context_name, context_path
 from storage.lmdb_store import CHUNK_CHARS, DEFAULT_MAP_SIZE, LmdbStore
+from storage.memory import MemoryBackend
 
 __all__ = [
     "CHUNK_CHARS",
     "DEFAULT_MAP_SIZE",
     "LmdbStore",
+    "MemoryBackend",
     "check_context_name",
     "context_path",
-    "open_context",
 ]

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
     "protocol": {"protocol", "pydantic", "pydantic_core", "msgpack"},
     "storage": {"protocol", "storage", "lmdb", "msgpack", "icu4py"},
-    "actors": {"protocol", "storage", "actors", "ray", "msgpack", "pydantic"},
+    "service": {"protocol", "storage", "service", "msgpack", "pydantic"},
+    "actors": {"protocol", "storage", "service", "actors", "ray", "msgpack", "pydantic"},
 }
 
 

@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from actors.context_actor import ContextActor
-from actors.governance import grant_key
+from actors.guard import grant_key
 from actors.replies import open_reply
-from protocol import grants
+from protocol import capabilities as grants
+from protocol.capabilities import PermissionDenied
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.governance import Decision
-from protocol.grants import PermissionDenied
 from protocol.state import Frame
 from protocol.view import ReadView
 from tests.actors.cluster import RayCluster
@@ -185,7 +185,7 @@ def test_the_background_task_quarantines_unattended_and_survives_a_failing_pass(
 def test_a_context_the_actor_creates_carries_its_scope_for_the_embedded_api(
     tmp_path: Path,
 ) -> None:
-    from storage import open_context
+    from service.store import open_context
 
     actor = ContextActor(str(tmp_path), "scoped", tenant="acme", project="payroll")
     try:
@@ -210,7 +210,7 @@ def test_a_context_the_actor_creates_carries_its_scope_for_the_embedded_api(
 
 
 def test_an_existing_context_without_a_scope_in_its_meta_keeps_none(tmp_path: Path) -> None:
-    from storage import open_context
+    from service.store import open_context
 
     with open_context(tmp_path, "old") as ctx:
         ctx.commit("(context-tx (base-version 0) (derive hint (x)))")

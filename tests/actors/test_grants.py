@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from actors.context_actor import OPERATION_OF, ContextActor
-from actors.governance import export_frame, grant_key, import_frame, settle_scope
+from actors.guard import export_frame, grant_key, import_frame, settle_scope
 from actors.replies import open_reply
-from protocol import grants
+from protocol import capabilities as grants
+from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import NotFound, RequestError
-from protocol.grants import Capability, PermissionDenied
 from protocol.wire import pack, unpack
 from tests.actors.cluster import RayCluster
 

@@ -450,7 +450,7 @@ def test_human_output_carries_the_key_facts(cli: Cli, tmp_path: Path) -> None:
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from morphz.store import Store
+    from service.store import Store
     ctx = Store(sys.argv[1]).open("default")
     print("READY", flush=True)
     time.sleep(120)

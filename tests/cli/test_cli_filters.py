@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from morphz.cli import cli
-from morphz.store import Store
+from service.store import Store
 
 MID_2025 = "1748736000"  # 2025-06-01T00:00:00Z
 

@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from morphz.cli import cli
-from morphz.cli_recall import graph_cmd, graph_dot, recall_cmd
-from morphz.store import Store
+from morphz.cli.recall import graph_cmd, graph_dot, recall_cmd
+from service.store import Store
 
 SEED_REQUEST = """{
   "frame_id": "release-procedure",
@@ -234,7 +234,7 @@ def test_graph_json_without_output_carries_the_text(store: Path) -> None:
 def test_svg_without_graphviz_is_a_clear_refusal(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("morphz.cli_recall.shutil.which", lambda name: None)
+    monkeypatch.setattr("morphz.cli.recall.shutil.which", lambda name: None)
     result = run(store, "graph", "release-procedure", "--format", "svg")
     assert result.exit_code == 1
     assert "graphviz_missing" in result.stderr and "Graphviz" in result.stderr
@@ -248,7 +248,7 @@ def test_svg_pipes_dot_text_to_graphviz(
     seen = tmp_path / "seen.dot"
     fake.write_text(f'#!/bin/sh\ncat > "{seen}"\necho "<svg>$1</svg>"\n', encoding="utf-8")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr("morphz.cli_recall.shutil.which", lambda name: str(fake))
+    monkeypatch.setattr("morphz.cli.recall.shutil.which", lambda name: str(fake))
 
     result = run(store, "graph", "release-procedure", "--format", "svg")
 
@@ -263,7 +263,7 @@ def test_failing_graphviz_is_reported(
     fake = tmp_path / "dot"
     fake.write_text("#!/bin/sh\necho 'syntax error' >&2\nexit 3\n", encoding="utf-8")
     os.chmod(fake, 0o755)
-    monkeypatch.setattr("morphz.cli_recall.shutil.which", lambda name: str(fake))
+    monkeypatch.setattr("morphz.cli.recall.shutil.which", lambda name: str(fake))
     result = run(store, "--json", "graph", "release-procedure", "--format", "svg")
     assert result.exit_code == 1
     assert doc(result)["error"] == "graphviz_failed"

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from morphz.cli import cli
-from morphz.store import Store
 from protocol.governance import run_quarantine_scan
+from service.store import Store
 from storage import LmdbStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The CLI contract of ``morphz search``, ``morphz reindex`` and ``morphz import``.
 
-The commands live in :mod:`morphz.cli_search`; a fixture registers them on
+The commands live in :mod:`morphz.cli.search`; a fixture registers them on
 :data:`morphz.cli.cli` when the CLI module does not do it yet, and the tests
 drive the group in-process with click's runner.
 """
@@ -17,9 +17,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from morphz import cli_search
 from morphz.cli import cli
-from morphz.store import Store
+from morphz.cli import search as cli_search
+from service.store import Store
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -24,9 +24,7 @@ from protocol.compiler import (
     compile_input,
     input_facts,
 )
-from protocol.context import Context
 from protocol.errors import RequestError
-from protocol.memory import MemoryBackend
 from protocol.state import estimate_tokens
 from protocol.tokens import (
     DEFAULT_TOKENIZER,
@@ -37,6 +35,8 @@ from protocol.tokens import (
     as_tokenizer,
 )
 from protocol.turns import CompiledInput
+from service.context import Context
+from storage.memory import MemoryBackend
 
 SEED_TX = """(context-tx
   (base-version {v})

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from protocol import Context
 from protocol.compiler import Compiler, compile_input
 from protocol.errors import ParseError, RequestError
 from protocol.governance import Decision, DefaultPolicy, find_low_quality, sensitive_findings
@@ -19,6 +18,7 @@ from protocol.tx import ContextTx, Envelope
 from protocol.txlang import parse_tx, print_tx
 from protocol.view import ReadView
 from protocol.wire import tx_from_json, tx_from_msgpack, tx_to_dict, tx_to_json, tx_to_msgpack
+from service.context import Context
 from tests.protocol.strategies import transactions
 
 ENVELOPE_TX = """(context-tx (base-version 3)

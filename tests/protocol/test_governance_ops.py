@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from protocol import Context
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.governance import (
     Decision,
@@ -22,6 +21,7 @@ from protocol.governance import (
 )
 from protocol.state import Frame
 from protocol.view import ReadView
+from service.context import Context
 
 AUDIT = {"method": "admit", "op": "admin", "holder": "tester", "context": "c"}
 

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from protocol import Context
 from protocol.errors import MorphzError
 from protocol.governance import (
     GovernanceWorker,
@@ -20,9 +19,10 @@ from protocol.governance import (
     plan_pass,
     run_pass,
 )
-from protocol.memory import MemoryBackend
 from protocol.view import ReadView
+from service.context import Context
 from storage import LmdbStore
+from storage.memory import MemoryBackend
 
 IDS = [f"f{i}" for i in range(6)]
 LABELS = st.sampled_from(["contradicts", "supersedes"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from protocol.context import Context
+from service.context import Context
 
 
 def tx(ctx: Context, *ops: str, reason: str | None = None) -> dict[str, object]:

@@ -15,9 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.context import Context
 from protocol.errors import NotFound, OutOfRange, ParseError, RequestError
-from protocol.memory import MemoryBackend
 from protocol.recall import (
     MAX_BYTES,
     MAX_NODES,
@@ -28,6 +26,8 @@ from protocol.recall import (
     read_recall,
     recall,
 )
+from service.context import Context
+from storage.memory import MemoryBackend
 from tests.seed_texts import CONSOLIDATE_TX
 
 SEED_REQUEST = """{

@@ -18,9 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.context import Context
 from protocol.errors import OutOfRange, RequestError
-from protocol.memory import MemoryBackend
 from protocol.recall import (
     MODEL_TRUST,
     RecallPage,
@@ -31,6 +29,8 @@ from protocol.recall import (
     valid_at_seconds,
 )
 from protocol.state import Event
+from service.context import Context
+from storage.memory import MemoryBackend
 
 Y2025 = 1735689600.0  # 2025-01-01T00:00:00Z
 Y2026 = 1767225600.0

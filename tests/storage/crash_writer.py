@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 
-from morphz.store import Store
+from service.store import Store
 
 ITEM = "item/"
 

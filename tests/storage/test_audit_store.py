@@ -12,13 +12,13 @@ from typing import Any
 import lmdb
 import pytest
 
-from protocol.context import Context
 from protocol.errors import OutOfRange, StoreError
 from protocol.governance import audit_entry, read_audit, record_audit
-from protocol.memory import MemoryBackend
 from protocol.view import Changeset
+from service.context import Context
 from storage import LmdbStore
 from storage.lmdb_store import _DB_NAMES, _FORMAT, STORE_FORMAT
+from storage.memory import MemoryBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 

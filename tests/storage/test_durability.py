@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from morphz.store import Store
 from protocol.errors import NotFound
+from service.store import Store
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 CONTEXT = "ctx"

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import storage.index as index_module
+import storage.search.index as index_module
 from protocol.errors import OutOfRange, RequestError
-from tests.storage.test_index import Setup, dump
+from tests.storage.test_search_index import Setup, dump
 
 Y2026 = 1767225600.0
 

@@ -15,11 +15,11 @@ import pytest
 from protocol.errors import OutOfRange, StoreError
 from protocol.forms import Symbol
 from protocol.ids import is_frame_id, is_label
-from protocol.memory import MemoryBackend
 from protocol.state import RETIRED, Event, Frame, Meta
 from protocol.tx import edge_key
 from protocol.view import Changeset, ReadView, WriteView
 from storage import CHUNK_CHARS, LmdbStore
+from storage.memory import MemoryBackend
 
 T = TypeVar("T")
 

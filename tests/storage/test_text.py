@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.text import (
+from storage.search.text import (
     MAX_ANALYZED_CHARS,
     MAX_TERM_CHARS,
     analyze,

@@ -1,0 +1,1 @@
+"""The agent runtime: the agent loop, its memory tools, model clients and the scripted model."""

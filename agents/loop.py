@@ -1,0 +1,862 @@
+"""The agent loop (R10, R19, R20, R31–R38): claim a batch, compile, ask the model, act.
+
+:class:`AgentLoop` is a plain class; it works against a :class:`ContextPort`,
+which both an embedded :class:`~service.context.Context` (through
+:class:`EmbeddedPort`) and a Ray :class:`~actors.client.ContextHandle`
+satisfy. One :meth:`AgentLoop.step` is one model call:
+
+1. **claim** the waiting inputs as one batch (one cognitive tick, R20);
+2. **compile** the model input for the loop's session (R35–R37); when the
+   model reports :class:`~protocol.turns.InputOverflow`, compile again with
+   ``overflow=True`` (a maintenance input, R32/R33) and ask once more;
+3. **commit** every ``context_tx`` of the turn through the context (receipts:
+   committed, rebased or rejected; after a conflict the next step re-reads);
+4. answer the **memory calls** (``recall``, ``search``, ``read_event``) as
+   ``recall_result`` observations — the same path as any tool result;
+5. run the **action** on its own path (R10): an external tool through a
+   :class:`ToolRunner`, its result observed as a ``tool_result``; a
+   :class:`~protocol.turns.Reply` delivers its request (lifting R19). If a
+   transaction of the turn was rejected, the action is dropped instead: it
+   was decided on a state that no longer holds, and the next step re-reads. In
+   maintenance mode an external tool action is *deferred* — recorded, not
+   run — and runs once an input is out of maintenance (R32);
+6. **trace** the call: frames and observations present, version, tick, the
+   action and the committed versions (R39).
+
+Nothing here imports Ray; :class:`AgentLoopActor` is the undecorated class
+that :mod:`harness.demo` runs as a Ray actor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from protocol.compiler import CompilerConfig
+from protocol.errors import MorphzError, NotFound
+from protocol.ids import is_event_ref
+from protocol.receipts import Receipt
+from protocol.state import LEDGER
+from protocol.turns import CompiledInput, InputOverflow, Model, ModelTurn, Reply, ToolCall
+from protocol.txlang import parse_tx
+from protocol.usage import mentions, tx_citations, tx_writes
+from service.context import Context
+
+RETRY_CODES = frozenset({"conflict", "too_old"})
+"""Rejections after which re-reading and rebuilding can succeed (R24)."""
+MAX_STUCK = 3
+"""Consecutive steps whose transactions were all rejected (for other reasons) before stopping."""
+
+
+class ContextPort(Protocol):
+    """What the loop needs of a context; an embedded adapter and ``ContextHandle`` both offer it."""
+
+    def observe(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
+        """Record an observation; ``{"ref", "id", …}``."""
+
+    def claim(self) -> dict[str, Any]:
+        """Claim the waiting inputs as one batch: ``{"tick", "advanced", "claimed", …}``."""
+
+    def submit(self, tx: str) -> Receipt:
+        """Decide one transaction (S-expression text) and return its receipt."""
+
+    def deliver(self, ref: str) -> dict[str, Any]:
+        """Mark the user request *ref* delivered (R19)."""
+
+    def compile(
+        self,
+        session: str,
+        config: CompilerConfig,
+        previous: CompiledInput | None = None,
+        overflow: bool = False,
+    ) -> CompiledInput:
+        """The model input for *session* (see :mod:`protocol.compiler`)."""
+
+    def record_trace(self, trace: dict[str, Any]) -> None:
+        """Append a model-call trace (R39)."""
+
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+        """A chunk of an observation's original text (R28)."""
+
+
+class EmbeddedPort:
+    """:class:`ContextPort` over an embedded :class:`~service.context.Context`.
+
+    Keeps one :class:`~protocol.compiler.Compiler` per session (its cache).
+    Searches use *index* (a :class:`~storage.search.index.LexicalIndex`), else the
+    index beside the context's store, opened at the first search and brought
+    up to date before each one; :meth:`close` closes an index it opened.
+    Not thread-safe, like the context.
+    """
+
+    def __init__(self, ctx: Context, index: Any = None) -> None:
+        self.ctx = ctx
+        self._compilers: dict[str, tuple[CompilerConfig, Any]] = {}
+        self._index = index
+        self._owns_index = False
+
+    def observe(
+        self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
+    ) -> dict[str, Any]:
+        """Record an observation (under *event_id* when given: idempotent)."""
+        if event_id is None:
+            e = self.ctx.observe(kind, text, session=session)
+            return {"ref": e.ref, "id": e.id, "duplicate": False}
+        return self.observe_many([(kind, text, session, event_id)])[0]
+
+    def observe_many(self, items: list[tuple[str, str, str, str | None]]) -> list[dict[str, Any]]:
+        """Record ``(kind, text, session, event_id|None)`` items in one durable write."""
+        from actors.context_actor import ContextActor, _observe_many
+
+        return _observe_many(self.ctx, ContextActor._check_observations([list(i) for i in items]))
+
+    def event(self, ref: str) -> dict[str, Any]:
+        """An event's metadata by ``@eN`` or stable id; NotFound."""
+        return self.ctx.event(ref)
+
+    def claim(self) -> dict[str, Any]:
+        """Claim the waiting inputs as one batch."""
+        return self.ctx.claim().to_dict()
+
+    def submit(self, tx: str) -> Receipt:
+        """Commit one transaction."""
+        return self.ctx.commit(tx)
+
+    def deliver(self, ref: str) -> dict[str, Any]:
+        """Mark a request delivered."""
+        return self.ctx.deliver(ref)
+
+    def compile(
+        self,
+        session: str,
+        config: CompilerConfig,
+        previous: CompiledInput | None = None,
+        overflow: bool = False,
+    ) -> CompiledInput:
+        """Compile through this session's cached compiler."""
+        from protocol.compiler import Compiler
+
+        known = self._compilers.get(session)
+        if known is None or known[0] != config:
+            known = (config, Compiler(config))
+            self._compilers[session] = known
+        compiler = known[1]
+        return self.ctx.backend.read(
+            lambda v: compiler.compile(v, session=session, previous=previous, overflow=overflow)
+        )
+
+    def record_trace(self, trace: dict[str, Any]) -> None:
+        """Append a trace."""
+        self.ctx.record_trace(trace)
+
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+        """Read an event's text."""
+        return self.ctx.read_event(ref, offset, length)
+
+    def search(self, args: dict[str, Any], session: str) -> dict[str, Any]:
+        """A model's search (:func:`storage.search.index.model_search`) as a ``recall_result``."""
+        from storage.search.index import LexicalIndex, model_search, search_text
+
+        if self._index is None:
+            self._index = LexicalIndex.for_backend(self.ctx.backend)
+            self._owns_index = True
+        self._index.catch_up(self.ctx.backend)
+        result = model_search(self._index, args)
+        frames = [h.id for h in result.hits if h.type == "frame"]
+        e = self.ctx.observe_retrieval(search_text(result), frames, session=session)
+        return {"ref": e.ref, "hits": len(result.hits), "recalled": frames}
+
+    def close(self) -> None:
+        """Close the search index if this port opened it."""
+        if self._owns_index and self._index is not None:
+            self._index.close()
+            self._index = None
+
+    def recall_observation(
+        self, request: dict[str, Any], session: str, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """Recall one page and record it as a ``recall_result`` observation."""
+        page, e = self.ctx.recall_observation(request, cursor, session=session)
+        return {
+            "ref": e.ref,
+            "nodes": len(page.nodes),
+            "edges": len(page.edges),
+            "recalled": list(e.extra.get("recalled") or ()),
+        }
+
+
+DEMO_TOOL_RESULTS: Mapping[str, str] = {
+    "run_tests": "regression suite: 412 passed, 0 failed",
+    "package": "package: dist/app-1.0.0.tgz",
+    "read_config": "production config: region=cn-shanghai",
+    "deploy": "deployment: rolled out to the configured region",
+}
+"""The scripted tools of the demo and the tests: name → the text they report."""
+
+
+INTENT = "intent:"
+RESULT = "result:"
+RECONCILE = "reconcile:"
+"""Prefixes of the ``ledger`` events that record an irreversible action (R43)."""
+LEDGER_SESSION = "actions"
+"""The session those events go to: out of the model's own session, so that an intent
+is never read as the action's result."""
+
+
+def key_event_id(stage: str, key: str) -> str:
+    """The stable event id of *stage* (intent, result, reconcile) of idempotency key *key*.
+
+    Derived from the key, so recording the same stage twice is one event, and
+    a restarted loop finds the records of a key without scanning the history.
+    """
+    digest = hashlib.sha256(f"morphz-action\0{stage}\0{key}".encode()).hexdigest()
+    return "ev:" + digest[:20]
+
+
+class ToolFailed(Exception):
+    """Raised by a tool handler whose action failed; the model reads the message."""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What running one tool call came to.
+
+    ``status``: ``ran`` (ran now), ``reused`` (a result recorded under its key
+    was found: not run again), ``unknown`` (an intent without a result: it may
+    have run before a crash; not run again, it needs reconciliation) or
+    ``reconciled`` (the tool's ``status(key)`` answered the outcome).
+    """
+
+    text: str
+    status: str
+    key: str | None = None
+    failed: bool = False
+    """True when the tool ran and reported a failure (it raised, or there is no such tool)."""
+
+    @property
+    def ran(self) -> bool:
+        """True when the tool ran now."""
+        return self.status == "ran"
+
+
+class ToolRunner:
+    """Runs external tools; the scripted default answers from :data:`DEMO_TOOL_RESULTS`.
+
+    An irreversible call's idempotency key is recorded before it runs; a second
+    call with the same key returns the first result without running again.
+    Through :meth:`run_recorded` the key lives in the context's event history
+    (R43), so a restarted loop does not repeat the action either. *statuses*
+    maps a tool name to ``status(key) -> str | None``: the outcome of an
+    earlier run under *key*, if the tool can tell (None: it cannot).
+    """
+
+    def __init__(
+        self,
+        results: Mapping[str, str] | None = None,
+        handlers: Mapping[str, Callable[[ToolCall], str]] | None = None,
+        statuses: Mapping[str, Callable[[str], str | None]] | None = None,
+        ledger_session: str = LEDGER_SESSION,
+    ) -> None:
+        self.results = dict(DEMO_TOOL_RESULTS if results is None else results)
+        self.handlers = dict(handlers or {})
+        self.statuses = dict(statuses or {})
+        self.ledger_session = ledger_session
+        self.ran: list[str] = []
+        self.unreconciled: list[str] = []
+        """Idempotency keys whose outcome is unknown (intent recorded, no result)."""
+        self._keys: dict[str, str] = {}
+
+    def specs(self) -> tuple[dict[str, Any], ...]:
+        """The external tools in OpenAI's function-tool form."""
+        names = sorted({*self.results, *self.handlers})
+        return tuple(
+            {
+                "type": "function",
+                "function": {"name": n, "parameters": {"type": "object", "properties": {}}},
+            }
+            for n in names
+        )
+
+    def run(self, call: ToolCall) -> tuple[str, bool]:
+        """The tool's report text, and whether it ran now (False: a repeated idempotency key)."""
+        outcome = self.call(call)
+        return outcome.text, outcome.ran
+
+    def call(self, call: ToolCall) -> ToolOutcome:
+        """Run *call* unless its idempotency key already ran in this runner.
+
+        A handler that raises :class:`ToolFailed` fails the call: the report
+        says so and the outcome's ``failed`` is set (a use that failed, for
+        R43's quarantine). Any other exception propagates: the thread died.
+        """
+        key = call.idempotency_key
+        if key is not None and key in self._keys:
+            return ToolOutcome(self._keys[key], "reused", key)
+        if key is not None:
+            self._keys[key] = f"{call.name}: started (idempotency key {key})"
+        handler = self.handlers.get(call.name)
+        failed = False
+        if handler is not None:
+            try:
+                text = handler(call)
+            except ToolFailed as e:
+                text, failed = f"{call.name}: failed: {e}", True
+        elif call.name in self.results:
+            text = self.results[call.name]
+        else:
+            text, failed = f"{call.name}: no such tool", True
+        if key is not None:
+            self._keys[key] = text
+        self.ran.append(call.name)
+        return ToolOutcome(text, "ran", key, failed)
+
+    def run_recorded(self, call: ToolCall, port: Any, session: str) -> ToolOutcome:
+        """Run an irreversible *call* with its key recorded in the context first (R43).
+
+        1. a ``result:`` event under the key exists: reuse its text, do not run;
+        2. record the ``intent:`` event (stable id from the key). If it was
+           already there, an earlier run died between intent and result: do not
+           run; ask ``statuses[tool](key)`` when there is one, else record a
+           ``reconcile:`` event and answer ``unknown``;
+        3. run, then record the ``result:`` event and the ``tool_result`` in
+           one durable write.
+        Calls without ``irreversible`` and a key, or ports without ``event``,
+        fall back to :meth:`run`.
+        """
+        key = call.idempotency_key
+        if not call.irreversible or key is None or not hasattr(port, "event"):
+            return self.call(call)
+        found = _recorded_text(port, key_event_id("result", key))
+        if found is not None:
+            self._keys[key] = found
+            return ToolOutcome(found, "reused", key)
+        intent = port.observe(
+            LEDGER,
+            f"{INTENT} {call.name} key={key}",
+            session=self.ledger_session,
+            event_id=key_event_id("intent", key),
+        )
+        if intent.get("duplicate"):
+            status = self.statuses.get(call.name)
+            known = status(key) if status is not None else None
+            if known is not None:
+                port.observe_many(
+                    [
+                        (
+                            LEDGER,
+                            f"{RESULT} {call.name} key={key}\n{known}",
+                            self.ledger_session,
+                            key_event_id("result", key),
+                        ),
+                        ("tool_result", known, session, None),
+                    ]
+                )
+                return ToolOutcome(known, "reconciled", key)
+            if key not in self.unreconciled:
+                self.unreconciled.append(key)
+            text = (
+                f"{call.name}: outcome unknown (idempotency key {key}): an earlier run"
+                " recorded its intent but no result; not run again, needs reconciliation"
+            )
+            port.observe(
+                LEDGER,
+                f"{RECONCILE} {call.name} key={key} needs reconciliation",
+                session=self.ledger_session,
+                event_id=key_event_id("reconcile", key),
+            )
+            return ToolOutcome(text, "unknown", key)
+        outcome = self.call(call)
+        text = outcome.text
+        port.observe_many(
+            [
+                (
+                    LEDGER,
+                    f"{RESULT} {call.name} key={key}\n{text}",
+                    self.ledger_session,
+                    key_event_id("result", key),
+                ),
+                ("tool_result", text, session, None),
+            ]
+        )
+        return ToolOutcome(text, "ran", key, outcome.failed)
+
+
+def _recorded_text(port: Any, event_id: str) -> str | None:
+    """The report recorded in a ``result:`` event (after its first line), or None."""
+    try:
+        port.event(event_id)
+    except NotFound:
+        return None
+    doc = port.read_event(event_id)
+    text = str(doc["text"])
+    return text.split("\n", 1)[1] if "\n" in text else text
+
+
+class StepHooks(Protocol):
+    """Optional callbacks around the commits of a step (the demo uses them to stage a race)."""
+
+    def before_commit(self, loop: AgentLoop, turn: ModelTurn, compiled: CompiledInput) -> None:
+        """Called after the model answered, before its transactions are submitted."""
+
+    def after_commit(self, loop: AgentLoop, turn: ModelTurn, receipts: list[Receipt]) -> None:
+        """Called after the transactions were decided."""
+
+
+@dataclass
+class StepResult:
+    """What one step did; :meth:`to_dict` is its JSON form."""
+
+    thread: str
+    session: str
+    step: int
+    claimed: tuple[str, ...] = ()
+    version: int = 0
+    tick: int = 0
+    tokens: int = 0
+    pressure: float = 0.0
+    maintenance: bool = False
+    overflow: bool = False
+    committed: list[int] = field(default_factory=list)
+    rebased: int = 0
+    rejected: list[str] = field(default_factory=list)
+    """Error codes of the rejected transactions (the first error of each)."""
+    conflicts: list[str] = field(default_factory=list)
+    memory: list[str] = field(default_factory=list)
+    action: str | None = None
+    deferred: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    delivered: str | None = None
+    dropped: bool = False
+    """True when the action was not taken because a transaction of the turn was rejected."""
+    observed: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    """Outcomes of irreversible tool calls: ran, reused, unknown, reconciled."""
+    outcome: str | None = None
+    """``ok`` or ``failed`` when a tool action ran (or its recorded result was reused)."""
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """One per committed transaction: ``{"version", "writes", "cited"}`` (R42)."""
+    recalls: list[dict[str, Any]] = field(default_factory=list)
+    """Recalls asked for: ``{"ref", "frames"}``; the frames reach the next input."""
+    action_cited: list[str] = field(default_factory=list)
+    """Frames and ``@eN`` refs the action named."""
+    idle: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        """True when the step did nothing: the model has no more work for now."""
+        return self.idle
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "thread": self.thread,
+            "session": self.session,
+            "step": self.step,
+            "claimed": list(self.claimed),
+            "version": self.version,
+            "tick": self.tick,
+            "tokens": self.tokens,
+            "pressure": self.pressure,
+            "maintenance": self.maintenance,
+            "overflow": self.overflow,
+            "committed": list(self.committed),
+            "rebased": self.rebased,
+            "rejected": list(self.rejected),
+            "conflicts": list(self.conflicts),
+            "memory": list(self.memory),
+            "action": self.action,
+            "deferred": list(self.deferred),
+            "resumed": list(self.resumed),
+            "delivered": self.delivered,
+            "dropped": self.dropped,
+            "observed": list(self.observed),
+            "tools": list(self.tools),
+            "outcome": self.outcome,
+            "decisions": [dict(d) for d in self.decisions],
+            "recalls": [dict(r) for r in self.recalls],
+            "action_cited": list(self.action_cited),
+            "idle": self.idle,
+            "error": self.error,
+            "seconds": self.seconds,
+        }
+
+
+def usage_trace(result: StepResult, compiled: CompiledInput) -> dict[str, Any]:
+    """The usage trace of one model call (R42; fields in :mod:`protocol.usage`)."""
+    cited: dict[str, None] = {}
+    for d in result.decisions:
+        cited.update((r, None) for r in d["cited"])
+    cited.update((r, None) for r in result.action_cited)
+    return {
+        "session": result.session,
+        "thread": result.thread,
+        "step": result.step,
+        "version": compiled.version,
+        "tick": compiled.tick,
+        "frames_present": list(compiled.frames_present),
+        "events_present": list(compiled.events_present),
+        "retrieved": list(compiled.retrieved),
+        "recalls": [dict(r) for r in result.recalls],
+        "maintenance": compiled.capacity.maintenance,
+        "tokens": compiled.tokens,
+        "action": result.action,
+        "action_cited": list(result.action_cited),
+        "committed": list(result.committed),
+        "decisions": [dict(d) for d in result.decisions],
+        "cited": [r for r in cited if not is_event_ref(r)],
+        "outcome": result.outcome,
+    }
+
+
+def _action_text(action: ToolCall | Reply) -> Any:
+    """What an action names: a tool's arguments, or a reply's text and the request it answers."""
+    if isinstance(action, Reply):
+        return [action.text, action.request_ref or ""]
+    return action.arguments
+
+
+def describe_action(action: ToolCall | Reply | None) -> str | None:
+    """A short text for an action: ``tool run_tests`` or ``reply @e3``."""
+    if action is None:
+        return None
+    if isinstance(action, Reply):
+        return f"reply {action.request_ref or ''}".rstrip()
+    return f"tool {action.name}"
+
+
+def _key(call: ToolCall) -> str:
+    return call.idempotency_key or f"{call.name}:{sorted(call.arguments.items())!r}"
+
+
+class AgentLoop:
+    """One agent thread's loop over one session of a context (see the module docstring).
+
+    ``deferred`` holds the external tool calls put off in maintenance mode, in
+    order; ``results`` every :class:`StepResult`.
+    """
+
+    def __init__(
+        self,
+        port: ContextPort,
+        model: Model,
+        *,
+        session: str = "main",
+        thread: str | None = None,
+        config: CompilerConfig | None = None,
+        tools: ToolRunner | None = None,
+        hooks: StepHooks | None = None,
+        trace: bool = True,
+    ) -> None:
+        self.port = port
+        self.model = model
+        self.session = session
+        self.thread = thread or session
+        self.config = config or CompilerConfig()
+        self.tools = tools or ToolRunner()
+        self.hooks = hooks
+        self.trace = trace
+        self.deferred: list[ToolCall] = []
+        self.results: list[StepResult] = []
+        self.previous: CompiledInput | None = None
+        self._stuck = 0
+
+    # -- one step -------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """Claim, compile, ask the model, commit, answer memory calls, act, trace."""
+        started = time.perf_counter()
+        result = StepResult(thread=self.thread, session=self.session, step=len(self.results) + 1)
+        claim = self.port.claim()
+        result.claimed = tuple(claim.get("claimed", ()))
+        compiled, turn = self._ask(result)
+        result.version = compiled.version
+        result.tick = compiled.tick
+        result.tokens = compiled.tokens
+        result.pressure = round(compiled.capacity.pressure, 4)
+        result.maintenance = compiled.capacity.maintenance
+        if self.hooks is not None:
+            self.hooks.before_commit(self, turn, compiled)
+        receipts = [self._submit(tx, result) for tx in turn.transactions]
+        if self.hooks is not None:
+            self.hooks.after_commit(self, turn, [r for r in receipts if r is not None])
+        memory = list(turn.memory_calls)
+        action = turn.action
+        if isinstance(action, ToolCall) and action.is_memory_tool:
+            memory.append(action)
+            action = None
+        for call in memory:
+            self._memory(call, result)
+        if action is not None and result.rejected:
+            # The turn was decided on a state its own transaction could not commit
+            # against (a conflict, most often): acting on it could package a release
+            # that was just paused. Drop the action; the next step re-reads.
+            result.action = f"dropped {describe_action(action)}"
+            result.dropped = True
+        else:
+            self._act(action, compiled, result)
+            if action is not None:
+                known = {*compiled.frames_present, *compiled.retrieved}
+                result.action_cited = mentions(_action_text(action), known)
+        result.idle = not (turn.transactions or memory or action is not None or result.resumed)
+        if turn.transactions and not result.committed:
+            if all(code in RETRY_CODES for code in result.rejected):
+                self._stuck = 0
+            else:
+                self._stuck += 1
+        else:
+            self._stuck = 0
+        if self._stuck >= MAX_STUCK:
+            result.error = "stuck: the model's transactions keep being rejected"
+            result.idle = True
+        if self.trace:
+            self.port.record_trace(usage_trace(result, compiled))
+        self.previous = compiled
+        result.seconds = round(time.perf_counter() - started, 4)
+        self.results.append(result)
+        return result
+
+    def run(self, max_steps: int = 32) -> list[StepResult]:
+        """Step until a step does nothing (or *max_steps*); the steps of this run."""
+        out: list[StepResult] = []
+        for _ in range(max_steps):
+            r = self.step()
+            out.append(r)
+            if r.done:
+                break
+        return out
+
+    # -- pieces ------------------------------------------------------------------
+
+    def _compile(self, overflow: bool) -> CompiledInput:
+        return self.port.compile(self.session, self.config, self.previous, overflow)
+
+    def _ask(self, result: StepResult) -> tuple[CompiledInput, ModelTurn]:
+        compiled = self._compile(False)
+        tools = () if compiled.capacity.maintenance else self.tools.specs()
+        try:
+            return compiled, self.model.respond(compiled, tools)
+        except InputOverflow:
+            # R32: the model API refused the input; ask again with a maintenance input.
+            result.overflow = True
+            compiled = self._compile(True)
+            return compiled, self.model.respond(compiled, ())
+
+    def _submit(self, tx: str, result: StepResult) -> Receipt | None:
+        try:
+            receipt = self.port.submit(tx)
+        except MorphzError as e:  # not a transaction (bad text): no receipt
+            result.rejected.append(e.code)
+            return None
+        if receipt.committed:
+            result.committed.append(receipt.version)
+            parsed = parse_tx(tx)
+            result.decisions.append(
+                {
+                    "version": receipt.version,
+                    "writes": tx_writes(parsed),
+                    "cited": tx_citations(parsed),
+                }
+            )
+            if receipt.rebased:
+                result.rebased += 1
+        else:
+            result.rejected.append(receipt.errors[0].code if receipt.errors else "rejected")
+            result.conflicts.extend(c.id for c in receipt.conflicts)
+        return receipt
+
+    def _memory(self, call: ToolCall, result: StepResult) -> None:
+        """Answer a memory tool call; results arrive as ``recall_result`` observations."""
+        args = call.arguments
+        result.memory.append(call.name)
+        try:
+            if call.name == "context_tx":
+                self._submit(str(args.get("tx", "")), result)
+                return
+            if call.name == "recall":
+                fn = getattr(self.port, "recall_observation", None)
+                if fn is not None:
+                    # The tool's arguments are {"request": {...}, "cursor": ...}; a bare
+                    # request (the scripted models' shape) is accepted too.
+                    request = args["request"] if isinstance(args.get("request"), dict) else args
+                    obs = fn(dict(request), self.session, args.get("cursor"))
+                    result.observed.append(str(obs["ref"]))
+                    frames = [str(f) for f in obs.get("recalled") or ()]
+                    result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
+                    return
+                text = "recall: not available through this context"
+            elif call.name == "read_event":
+                doc = self.port.read_event(
+                    str(args.get("ref", "")), int(args.get("offset", 0)), args.get("length")
+                )
+                text = f"read_event {doc['ref']} [{doc['offset']}:+{doc['length']}]\n{doc['text']}"
+            else:
+                fn = getattr(self.port, "search", None)
+                if fn is not None:
+                    obs = fn(dict(args), self.session)
+                    result.observed.append(str(obs["ref"]))
+                    frames = [str(f) for f in obs.get("recalled") or ()]
+                    result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
+                    return
+                text = "search: not available through this context"
+        except MorphzError as e:
+            text = f"{call.name}: {e.code}: {e.message}"
+        obs = self.port.observe("recall_result", text, session=self.session)
+        result.observed.append(str(obs["ref"]))
+
+    def _act(
+        self, action: ToolCall | Reply | None, compiled: CompiledInput, result: StepResult
+    ) -> None:
+        result.action = describe_action(action)
+        if isinstance(action, Reply):
+            if action.request_ref is not None:
+                try:
+                    self.port.deliver(action.request_ref)
+                    result.delivered = action.request_ref
+                except MorphzError as e:
+                    result.error = f"deliver {action.request_ref}: {e.code}"
+            return
+        maintenance = compiled.capacity.maintenance
+        if isinstance(action, ToolCall):
+            if maintenance:
+                if all(_key(d) != _key(action) for d in self.deferred):
+                    self.deferred.append(action)
+                result.deferred.append(action.name)
+                result.action = f"deferred {action.name}"
+                return
+            # A re-offered call replaces its deferred copy.
+            self.deferred = [d for d in self.deferred if _key(d) != _key(action)]
+            self._run_tool(action, result)
+            return
+        if not maintenance and self.deferred:
+            call = self.deferred.pop(0)
+            result.resumed.append(call.name)
+            result.action = f"resumed {call.name}"
+            self._run_tool(call, result)
+
+    def _run_tool(self, call: ToolCall, result: StepResult) -> None:
+        if call.irreversible and call.idempotency_key is not None and hasattr(self.port, "event"):
+            outcome = self.tools.run_recorded(call, self.port, self.session)
+            result.tools.append(outcome.status)
+            if outcome.status == "unknown":
+                result.error = f"needs reconciliation: {call.name} key={outcome.key}"
+                return
+        else:
+            outcome = self.tools.call(call)
+            obs = self.port.observe("tool_result", outcome.text, session=self.session)
+            result.observed.append(str(obs["ref"]))
+        result.outcome = "failed" if outcome.failed else "ok"
+
+
+POLICIES: Mapping[str, str] = {
+    "release": "release_policy",
+    "deployment": "deployment_policy",
+    "consolidation": "consolidation_policy",
+    "pause": "pause_policy",
+}
+"""Scripted models by name: the seed story → its policy in :mod:`agents.scripted`."""
+
+
+def scripted_model(story: str) -> Model:
+    """The :class:`~agents.scripted.ScriptedModel` of a seed story (a key of :data:`POLICIES`)."""
+    from agents import scripted
+    from protocol.errors import RequestError
+
+    name = POLICIES.get(story)
+    if name is None:
+        raise RequestError(f"no scripted story {story!r}", code="bad_argument")
+    policy = getattr(scripted, name)()
+    return scripted.ScriptedModel(policy)
+
+
+class AgentLoopActor:
+    """An agent thread as an actor: an :class:`AgentLoop` with a scripted model, over Ray.
+
+    Plain class; :mod:`harness.demo` runs it with ``ray.remote``. It finds the
+    context actor by name, so it can run anywhere in the cluster. *gates* stage
+    races through a :class:`~harness.demo.DemoBoard` actor (see there); every
+    step is reported to the board when one is named.
+    """
+
+    def __init__(
+        self,
+        context: str,
+        namespace: str,
+        story: str,
+        session: str,
+        thread: str,
+        config: dict[str, Any] | None = None,
+        board: str | None = None,
+        gates: list[dict[str, Any]] | None = None,
+    ) -> None:
+        from actors.client import lookup
+
+        self.handle = lookup(context, namespace)
+        self.board = board
+        self.namespace = namespace
+        self.gates = list(gates or [])
+        hooks: StepHooks | None = None
+        if board is not None and self.gates:
+            from harness.demo import BoardGates
+
+            hooks = BoardGates(board, namespace, self.gates)
+        self.loop = AgentLoop(
+            self.handle,
+            scripted_model(story),
+            session=session,
+            thread=thread,
+            config=CompilerConfig.model_validate(config or {}),
+            hooks=hooks,
+        )
+
+    def run(self, max_steps: int = 32) -> list[dict[str, Any]]:
+        """Run the loop; every step's JSON form (also reported to the board as it happens)."""
+        board = None
+        if self.board is not None:
+            import ray
+
+            board = ray.get_actor(self.board, namespace=self.namespace)
+        out = []
+        for _ in range(max_steps):
+            try:
+                r = self.loop.step()
+            except MorphzError as e:
+                r = StepResult(
+                    thread=self.loop.thread, session=self.loop.session, step=-1, idle=True
+                )
+                r.error = f"{e.code}: {e.message}"
+            doc = r.to_dict()
+            out.append(doc)
+            if board is not None:
+                board.report.remote(doc)
+            if r.done:
+                break
+        if board is not None:
+            board.report.remote({"thread": self.loop.thread, "finished": True})
+        return out
+
+    def deferred(self) -> list[str]:
+        """Names of the tool calls still deferred."""
+        return [c.name for c in self.loop.deferred]
+
+
+__all__ = [
+    "DEMO_TOOL_RESULTS",
+    "POLICIES",
+    "AgentLoop",
+    "AgentLoopActor",
+    "ContextPort",
+    "EmbeddedPort",
+    "StepHooks",
+    "StepResult",
+    "ToolFailed",
+    "ToolOutcome",
+    "ToolRunner",
+    "describe_action",
+    "key_event_id",
+    "scripted_model",
+]

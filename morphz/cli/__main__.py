@@ -1,0 +1,3 @@
+from morphz.cli.main import main
+
+main()

@@ -1,0 +1,241 @@
+"""The ``morphz loadtest`` command: many agent threads on context actors, every history checked.
+
+It runs :func:`harness.loadtest.run_loadtest` (see docs/loadtest.md) and prints
+a table, or with ``--json`` one JSON document on stdout. Exit 0 when the
+history checker found no violation, 1 otherwise (or when the run could not be
+made), 2 on a usage error. Register it on the ``morphz`` group with
+``cli.add_command(loadtest_cmd)``. Ray is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import click
+
+from morphz.cli.console import EXIT_REFUSED, Env, run_command
+
+
+class _Bar:
+    """A rich progress bar on stderr fed by run_loadtest's progress callback."""
+
+    def __init__(self, duration: float | None, transactions: int | None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.duration = duration
+        self.progress = Progress(
+            TextColumn("[bold]loadtest[/bold]"),
+            BarColumn(),
+            TextColumn("{task.fields[what]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        total = duration if duration is not None else float(transactions or 1)
+        self.task = self.progress.add_task("load", total=total, what="starting")
+
+    def update(self, p: Mapping[str, Any]) -> None:
+        done = p["elapsed_s"] if self.duration is not None else p["committed"]
+        what = f"{p['committed']} committed, {p['kills']} kills"
+        if p["done"]:
+            what += ", checking histories"
+            total = self.progress.tasks[0].total
+            self.progress.update(self.task, completed=total, what=what)
+        else:
+            self.progress.update(self.task, completed=done, what=what)
+
+    @contextlib.contextmanager
+    def shown(self) -> Iterator[_Bar]:
+        with self.progress:
+            yield self
+
+
+def _human(doc: Mapping[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # a file or a pipe: wide enough for the per-context table
+        console = Console(width=120)
+    lat = doc["latency_ms"]
+    bound = doc["requested"]
+    summary = Table(title=f"morphz loadtest {doc['run_id']} ({doc['workload']})", show_header=False)
+    summary.add_column("figure", style="bold")
+    summary.add_column("value", justify="right")
+    rows = [
+        ("threads / contexts / agents", f"{doc['threads']} / {doc['contexts']} / {doc['agents']}"),
+        ("conflict rate", f"{doc['conflict_rate']:.0%} ({doc['shared_frames']} shared frame(s))"),
+        ("asked", ", ".join(f"{k} {v}" for k, v in bound.items())),
+        ("duration", f"{doc['duration_s']:.2f} s"),
+        ("steps", str(doc["steps"])),
+        ("committed", f"{doc['committed']} ({doc['rebased']} rebased)"),
+        ("rejected", f"{doc['rejected']} ({doc['retried']} retried, {doc['gave_up']} gave up)"),
+        ("unknown outcome", str(doc["unknown"])),
+        ("throughput", f"{doc['throughput_tx_s']:.1f} commits/s"),
+        ("latency p50 / p99", f"{lat['p50']:.1f} / {lat['p99']:.1f} ms"),
+        ("kills", str(doc["kills"])),
+        (
+            "history",
+            "[green]ok[/green]"
+            if doc["history_ok"]
+            else f"[red]{doc['violation_count']} violation(s)[/red]",
+        ),
+    ]
+    for name, value in rows:
+        summary.add_row(name, value)
+    console.print(summary)
+
+    table = Table(title="per context")
+    for col in ("context", "version", "committed", "rejected", "tx/s", "p50 ms", "p99", "kills"):
+        table.add_column(col, justify="left" if col == "context" else "right")
+    table.add_column("history")
+    for c in doc["per_context"]:
+        table.add_row(
+            c["name"],
+            str(c["version"]),
+            str(c["committed"]),
+            str(c["rejected"]),
+            f"{c['throughput_tx_s']:.1f}",
+            f"{c['latency_ms']['p50']:.1f}",
+            f"{c['latency_ms']['p99']:.1f}",
+            str(c["kills"]),
+            "ok" if c["history_ok"] else f"{c['violations']} violation(s)",
+        )
+    console.print(table)
+    for v in doc["violations"][:20]:
+        console.print(f"[red]{v['kind']}[/red] {escape(v['context'])}: {escape(v['detail'])}")
+    if doc["violation_count"] > 20:
+        console.print(f"… and {doc['violation_count'] - 20} more (see --json)")
+
+
+@click.command("loadtest")
+@click.option("--threads", type=click.IntRange(1, 4096), required=True, help="Agent threads.")
+@click.option(
+    "--contexts", type=click.IntRange(1, 256), default=1, show_default=True, help="Context actors."
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Run for this many seconds.",
+)
+@click.option(
+    "--transactions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Or run this many transactions (steps) over all threads.",
+)
+@click.option(
+    "--conflict-rate",
+    type=click.FloatRange(0, 1),
+    default=0.1,
+    show_default=True,
+    help="Share of transactions that write frames other threads also write.",
+)
+@click.option(
+    "--shared-frames",
+    type=click.IntRange(1, 65),
+    default=1,
+    show_default=True,
+    help="How many frames the synthetic threads share.",
+)
+@click.option(
+    "--workload",
+    type=click.Choice(["synthetic", "trajectories"]),
+    default="synthetic",
+    show_default=True,
+)
+@click.option(
+    "--trajectories",
+    "trajectories_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="STATE-Bench trajectory directory (default: ../shared/data/state-bench/"
+    "train_task_trajectories beside the checkout).",
+)
+@click.option(
+    "--conversations",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay only the first N conversations.",
+)
+@click.option(
+    "--kill-context-every",
+    "kill_every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="SIGKILL a context actor's process every S seconds (actors on this machine).",
+)
+@click.option(
+    "--address", default=None, help="Ray cluster to join (default: RAY_ADDRESS, else a new one)."
+)
+@click.option("--agents", type=click.IntRange(1, 256), default=None, help="Agent actors.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--keep", is_flag=True, help="Leave the context actors running afterwards.")
+@click.pass_obj
+@run_command
+def loadtest_cmd(
+    env: Env,
+    threads: int,
+    contexts: int,
+    duration: float | None,
+    transactions: int | None,
+    conflict_rate: float,
+    shared_frames: int,
+    workload: str,
+    trajectories_dir: str | None,
+    conversations: int | None,
+    kill_every: float | None,
+    address: str | None,
+    agents: int | None,
+    seed: int,
+    keep: bool,
+) -> None:
+    """Load-test context actors with agent threads; check every history (exit 1 if not ok).
+
+    Example: morphz --json loadtest --threads 8 --contexts 2 --duration 10 --conflict-rate 0.2
+    """
+    if (duration is None) == (transactions is None):
+        raise click.UsageError("give exactly one of --duration and --transactions")
+    from harness.loadtest import run_loadtest
+
+    options = {
+        "threads": threads,
+        "contexts": contexts,
+        "duration_s": duration,
+        "transactions": transactions,
+        "conflict_rate": conflict_rate,
+        "shared_frames": shared_frames,
+        "workload": workload,
+        "trajectories_dir": trajectories_dir,
+        "conversations": conversations,
+        "kill_every_s": kill_every,
+        "address": address,
+        "store_dir": env.store,
+        "seed": seed,
+        "agents": agents,
+        "keep": keep,
+    }
+    bar = None
+    if not env.as_json and sys.stderr.isatty():
+        bar = _Bar(duration, transactions)
+    # Ray's driver prints worker and raylet messages (a killed actor …) on stdout:
+    # send them to stderr so that stdout carries only the report.
+    with contextlib.redirect_stdout(sys.stderr):
+        if bar is not None:
+            with bar.shown():
+                doc = run_loadtest(options, progress=bar.update)
+        else:
+            doc = run_loadtest(options)
+    if env.as_json:
+        click.echo(json.dumps(doc, ensure_ascii=False))
+    else:
+        _human(doc)
+    if not doc["history_ok"]:
+        sys.exit(EXIT_REFUSED)

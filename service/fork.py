@@ -1,0 +1,117 @@
+"""Forking a context at a version (R39): new tasks start from learned structured context.
+
+A fork replays the source's transaction log up to the chosen version into an
+empty store, so the fork holds exactly the frames, relations and lifecycles
+the source had at that version, with the same versions and ticks, and its own
+log. Observations recorded up to that version's commit time come along
+(immutable history; lifecycles as of the version); later ones do not.
+Delivery of user requests is not logged, so copied requests keep the
+source's current delivery flag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.engine import evaluate, finalize_due
+from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.state import ACTIVE, Meta
+from protocol.view import Changeset, ReadView, WriteView
+from service.context import Backend, logged_tx
+
+
+def fork_into(
+    source: Backend, target: Backend, *, at_version: int | None = None, origin: str = ""
+) -> dict[str, Any]:
+    """Replay *source* up to *at_version* (default: its current version) into *target*.
+
+    *target* must be empty. Returns ``{"version", "tick", "events", "origin"}``.
+    Raises OutOfRange for a version the source does not have.
+    """
+
+    def gather(v: ReadView) -> tuple[Meta, list[dict[str, Any]], list[Any], dict[int, str]]:
+        meta = v.meta()
+        version = meta.version if at_version is None else at_version
+        if not 0 <= version <= meta.version:
+            raise OutOfRange(f"version {version} is not between 0 and {meta.version}")
+        records = []
+        for n in range(1, version + 1):
+            rec = v.txlog(n)
+            if rec is None:
+                raise NotFound(f"the log has no record for version {n}")
+            records.append(rec)
+        cutoff = records[-1]["time"] if records else None
+        events = [e for e in v.iter_events() if cutoff is None or e.time <= cutoff]
+        if version == 0:
+            events = []
+        contents = {e.seq: v.event_content(e.seq) or "" for e in events}
+        return meta, records, events, contents
+
+    meta, records, events, contents = source.read(gather)
+
+    def is_empty(v: ReadView) -> bool:
+        m = v.meta()
+        return m.version == 0 and not list(v.iter_events(1))
+
+    if not target.read(is_empty):
+        raise RequestError("a fork needs an empty target store", code="fork_target_not_empty")
+
+    fresh = []
+    for e in events:
+        w = e.copy()
+        w.lifecycle = ACTIVE
+        w.retired_version = None
+        fresh.append(w)
+    version = len(records)
+    last_tick = records[-1]["tick"] if records else 0
+    start = Meta(
+        window=meta.window,
+        history_keep=meta.history_keep,
+        next_seq=max((e.seq for e in events), default=0) + 1,
+        created=meta.created or 1.0,
+        tenant=meta.tenant,
+        project=meta.project,
+    )
+
+    def load(w: WriteView) -> None:
+        w.apply(
+            Changeset(
+                meta=start,
+                events=fresh,
+                contents=[(seq, text) for seq, text in contents.items()],
+            )
+        )
+        for rec in records:
+            m = w.meta().copy()
+            m.tick = rec["tick"]
+            w.apply(Changeset(meta=m))
+            if rec["kind"] == "model":
+                tx = logged_tx(rec)
+                if rec.get("client_id") and tx.client_id is None:
+                    tx = tx.model_copy(update={"client_id": rec["client_id"]})
+                outcome = evaluate(w, tx, now=rec["time"], text=rec.get("text"))
+                if outcome.changes is None or outcome.receipt.version != rec["version"]:
+                    raise RequestError(
+                        f"the log does not replay at version {rec['version']}",
+                        code="fork_replay_failed",
+                    )
+                changes = outcome.changes
+            elif rec["kind"] == "governance":
+                from protocol.governance import replay_decisions
+
+                _, decided = replay_decisions(w, rec)
+                if decided is None:
+                    raise RequestError(
+                        f"the log does not replay at version {rec['version']}",
+                        code="fork_replay_failed",
+                    )
+                changes = decided
+            else:
+                _, changes = finalize_due(w, tick=rec["tick"], now=rec["time"])
+            w.apply(changes)
+        m = w.meta().copy()
+        m.tick = last_tick
+        w.apply(Changeset(meta=m))
+
+    target.transact(load)
+    return {"version": version, "tick": last_tick, "events": len(events), "origin": origin}

@@ -1,0 +1,429 @@
+"""``morphz loadtest``: the plan, the history check, and runs on the session's Ray cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.agent import AgentThread
+from actors.context_actor import ContextActor
+from actors.replies import open_reply
+from harness.loadtest import (
+    DEFAULT_TRAJECTORIES,
+    REPORT_KEYS,
+    LoadAgent,
+    TrajectorySpec,
+    TrajectoryThread,
+    check_context,
+    check_on_disk,
+    check_options,
+    default_agents,
+    load_conversations,
+    percentile,
+    run_loadtest,
+    spread,
+)
+from protocol.errors import NotFound, RequestError
+from protocol.wire import unpack
+from tests.actors.cluster import RayCluster
+from tests.actors.local import LocalHandle
+
+_SCRIPT = Path(sys.executable).with_name("morphz")
+MORPHZ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "morphz.cli"]
+HAVE_TRAJECTORIES = DEFAULT_TRAJECTORIES.is_dir()
+
+
+# -- without Ray ----------------------------------------------------------------
+
+
+def test_options_need_exactly_one_bound_and_name_the_bad_field() -> None:
+    assert check_options({"threads": 2, "duration_s": 1}).contexts == 1
+    for bad in ({"threads": 2}, {"threads": 2, "duration_s": 1, "transactions": 5}):
+        with pytest.raises(RequestError) as info:
+            check_options(bad)
+        assert info.value.code == "bad_option"
+    with pytest.raises(RequestError, match="conflict_rate"):
+        check_options({"threads": 2, "transactions": 5, "conflict_rate": 1.5})
+    with pytest.raises(RequestError, match="surprise"):
+        check_options({"threads": 2, "transactions": 5, "surprise": True})
+
+
+def test_threads_spread_in_contiguous_ranges_over_contexts_and_agents() -> None:
+    plan = spread(threads=7, contexts=2, agents=3)
+    ranges = [[n for _, numbers in groups for n in numbers] for groups in plan]
+    assert ranges == [[0, 1, 2, 3], [4, 5, 6]]
+    assert {a for groups in plan for a, _ in groups} == {0, 1, 2}
+    assert spread(threads=1, contexts=3, agents=2) == [[(0, [0])], [], []]
+    assert [default_agents(n) for n in (1, 4, 32, 33, 1000)] == [1, 2, 2, 3, 8]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 50) == 0.0
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+
+
+def _local_agent(actor: ContextActor, agent: AgentThread) -> None:
+    agent._handles[("ctx", "morphz")] = _Handle(actor)  # type: ignore[assignment]
+
+
+class _Handle(LocalHandle):
+    """LocalHandle plus the blocking ``deliver`` a replay calls from a worker thread."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+    async def snapshot_async(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+        self.loop = asyncio.get_running_loop()
+        return await super().snapshot_async(frame_ids)
+
+    def deliver(self, ref: str) -> dict[str, Any]:
+        assert self.loop is not None
+        future = asyncio.run_coroutine_threadsafe(self.actor.deliver(ref), self.loop)
+        return dict(open_reply(future.result()))
+
+
+def _export(actor: ContextActor) -> dict[str, Any]:
+    doc = unpack(asyncio.run(actor.export(0, 5000)))
+    assert isinstance(doc, dict) and not doc["more"]
+    return doc
+
+
+def test_the_check_passes_a_real_history_and_fails_a_doctored_one(tmp_path: Path) -> None:
+    actor = ContextActor(str(tmp_path), "ctx")
+    agent = AgentThread()
+    _local_agent(actor, agent)
+    try:
+        spec = {"context": "ctx", "threads": 4, "transactions": 10, "conflict_rate": 0.5}
+        records = unpack(asyncio.run(agent.run(spec)))
+        export = _export(actor)
+    finally:
+        actor.close()
+    verdict = check_context(records, export)
+    assert verdict.ok, verdict.summary()
+    assert verdict.counts.replayed == export["version"] == len(export["log"])
+    assert not check_on_disk(tmp_path / "ctx", records)
+
+    committed = next(r for r in records if r["outcome"] == "committed")
+    wrong = {**committed, "version": committed["version"] + 1000}
+    assert check_context([*records, wrong], export).kinds() == {"lost_ack"}
+    assert [v.kind for v in check_on_disk(tmp_path / "ctx", [wrong])] == ["not_on_disk"]
+    # a "rejected" submission whose conflict is not in the log is unjustified
+    bogus = {
+        **committed,
+        "client_id": "c-bogus",
+        "outcome": "rejected",
+        "error_code": "conflict",
+        "conflicts": [["nowhere", 1]],
+    }
+    assert "unjustified_conflict" in check_context([*records, bogus], export).kinds()
+
+
+@pytest.mark.skipif(not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories beside the repo")
+def test_conversations_load_domains_interleaved() -> None:
+    convs = load_conversations(limit=6)
+    assert len(convs) == 6
+    assert len({c.domain for c in convs[:3]}) == 3
+    assert all(c.turns and c.turns[0].role == "user" for c in convs)
+    assert any(t.tools for c in convs for t in c.turns)
+
+
+def test_conversations_are_read_from_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(NotFound):
+        load_conversations(tmp_path / "absent")
+    (tmp_path / "travel").mkdir()
+    doc = {
+        "conversation": [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "Book me a flight to Lisbon."},
+            {
+                "role": "assistant",
+                "content": "Booked: TP 123.",
+                "tool_calls": [
+                    {"name": "book_flight", "arguments": {"to": "LIS"}, "result": {"ok": True}}
+                ],
+            },
+        ]
+    }
+    (tmp_path / "travel" / "7-book.json").write_text(json.dumps(doc), encoding="utf-8")
+    (conv,) = load_conversations(tmp_path)
+    assert conv.key == "travel-7" and [t.role for t in conv.turns] == ["user", "assistant"]
+    assert json.loads(conv.turns[1].tools[0].text)["result"] == {"ok": True}
+    (tmp_path / "travel" / "8-broken.json").write_text("{", encoding="utf-8")
+    with pytest.raises(RequestError) as info:
+        load_conversations(tmp_path)
+    assert info.value.code == "bad_trajectory"
+
+
+def test_a_replay_records_observes_summarizes_and_retires(tmp_path: Path) -> None:
+    (tmp_path / "shop").mkdir()
+    turns = [
+        {"role": "user", "content": "Add the blue mug."},
+        {
+            "role": "assistant",
+            "content": "Added.",
+            "tool_calls": [
+                {"name": "search", "arguments": {"q": "mug"}, "result": ["M-1"]},
+                {"name": "add_to_cart", "arguments": {"id": "M-1"}, "result": "ok"},
+            ],
+        },
+        {"role": "user", "content": "Thanks!"},
+        {"role": "assistant", "content": "You're welcome."},
+    ]
+    (tmp_path / "shop" / "1-mug.json").write_text(json.dumps({"conversation": turns}))
+    convs = load_conversations(tmp_path)
+    actor = ContextActor(str(tmp_path / "store"), "ctx")
+    agent = LoadAgent()
+    _local_agent(actor, agent)
+    spec = TrajectorySpec(
+        context="ctx",
+        conversations=tuple(convs),
+        threads=(
+            TrajectoryThread(number=0, conversations=(0,), steps=12),
+            TrajectoryThread(number=1, conversations=(0,), steps=12),
+        ),
+        conflict_rate=1.0,
+    )
+    try:
+        records = unpack(asyncio.run(agent.replay(spec.model_dump())))
+        export = _export(actor)
+    finally:
+        actor.close()
+    assert check_context(records, export).ok
+    final = {(r["thread"], r["step"]): r for r in records}
+    assert len(final) == 24 and all(r["outcome"] == "committed" for r in final.values())
+    kinds = Counter(r["kind"] for r in final.values())
+    assert kinds == {"request": 8, "tool": 8, "reply": 8}  # two passes per thread
+    frames = {f["id"]: f for f in export["frames"]}
+    assert {"t0/shop-1/request", "t0/shop-1/tool/add_to_cart", "t1/shop-1/reply"} <= set(frames)
+    assert frames["shared/shop"]["revision"] >= 2  # both threads wrote it
+    events = Counter((e["kind"], e["lifecycle"]) for e in export["events"])
+    # every tool result is retired once summarized; every request once delivered
+    assert events == {("tool_result", "retired"): 8, ("user_message", "retired"): 8}
+    assert all(r["source_events"] for r in records if r["kind"] == "request")
+
+
+# -- on the session's Ray cluster ------------------------------------------------
+
+
+def _options(ray_cluster: RayCluster, tmp_path: Path, namespace: str, **extra: Any) -> Any:
+    return {
+        "address": ray_cluster.cluster.address,
+        "store_dir": str(tmp_path),
+        "namespace": namespace,
+        "seed": 3,
+        **extra,
+    }
+
+
+@pytest.mark.ray
+def test_synthetic_load_commits_rejects_and_checks_out(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    from actors import lookup
+
+    seen: list[dict[str, Any]] = []
+    doc = run_loadtest(
+        _options(
+            ray_cluster,
+            tmp_path,
+            namespace,
+            threads=4,
+            contexts=2,
+            transactions=150,
+            conflict_rate=0.3,
+        ),
+        progress=lambda p: seen.append(dict(p)),
+    )
+    assert tuple(doc) == REPORT_KEYS
+    assert doc["history_ok"], doc["violations"]
+    assert doc["violations"] == [] and doc["kills"] == 0
+    assert doc["steps"] == 150 and doc["committed"] > 0
+    # 45 steps on one shared frame between two threads per context: some collide
+    assert doc["rejected"] > 0 and doc["retried"] > 0
+    assert doc["committed"] + doc["gave_up"] + doc["unknown"] == doc["steps"]
+    assert doc["checked"]["replayed"] == doc["checked"]["log_records"] == doc["committed"]
+    assert doc["checked"]["acknowledged_on_disk"] == doc["committed"]
+    assert sum(c["committed"] for c in doc["per_context"]) == doc["committed"]
+    assert {c["node_id"] for c in doc["per_context"]} == {
+        ray_cluster.head_node_id,
+        ray_cluster.node2_id,
+    }
+    assert doc["latency_ms"]["p50"] > 0 and doc["throughput_tx_s"] > 0
+    assert seen and seen[-1]["done"]
+    for c in doc["per_context"]:  # the contexts were stopped; their stores stay
+        with pytest.raises(NotFound):
+            lookup(c["name"], namespace)
+        assert (tmp_path / c["name"]).is_dir()
+
+
+@pytest.mark.ray
+def test_killed_contexts_lose_no_acknowledged_commit(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    doc = run_loadtest(
+        _options(
+            ray_cluster,
+            tmp_path,
+            namespace,
+            threads=4,
+            contexts=2,
+            duration_s=3.0,
+            conflict_rate=0.3,
+            kill_every_s=0.7,
+        )
+    )
+    assert doc["kills"] >= 1, doc["kill_misses"]
+    assert doc["history_ok"], doc["violations"]
+    assert doc["committed"] > 0
+    assert doc["checked"]["acknowledged_on_disk"] == doc["committed"]
+    assert sum(c["kills"] for c in doc["per_context"]) == doc["kills"]
+    assert len({k["pid"] for k in doc["kill_log"]}) == doc["kills"]  # a new process each time
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories beside the repo")
+def test_trajectories_replay_three_conversations(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    doc = run_loadtest(
+        _options(
+            ray_cluster,
+            tmp_path,
+            namespace,
+            threads=3,
+            contexts=1,
+            transactions=45,
+            conflict_rate=0.3,
+            workload="trajectories",
+            conversations=3,
+        )
+    )
+    assert doc["history_ok"], doc["violations"]
+    assert doc["workload"] == "trajectories" and doc["steps"] == 45
+    assert doc["committed"] + doc["gave_up"] + doc["unknown"] == 45
+
+
+@pytest.mark.ray
+def test_a_doctored_record_fails_the_check(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    def tamper(context: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        fake = next(r for r in records if r["outcome"] == "committed")
+        return [*records, {**fake, "version": fake["version"] + 7}]
+
+    doc = run_loadtest(
+        _options(ray_cluster, tmp_path, namespace, threads=2, transactions=10),
+        tamper=tamper,
+    )
+    assert doc["history_ok"] is False
+    kinds = {v["kind"] for v in doc["violations"]}
+    assert kinds == {"lost_ack", "not_on_disk"}
+    assert doc["per_context"][0]["history_ok"] is False
+
+
+def test_the_command_needs_exactly_one_bound(tmp_path: Path) -> None:
+    p = subprocess.run(
+        [*MORPHZ, "--store", str(tmp_path), "loadtest", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and "exactly one of --duration and --transactions" in p.stderr
+
+
+@pytest.mark.ray
+def test_the_command_prints_one_json_document(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MORPHZ_STORE"}
+    env["RAY_ADDRESS"] = ray_cluster.cluster.address
+    p = subprocess.run(
+        [
+            *MORPHZ,
+            "--store",
+            str(tmp_path),
+            "--json",
+            "loadtest",
+            "--threads",
+            "2",
+            "--contexts",
+            "2",
+            "--transactions",
+            "40",
+            "--conflict-rate",
+            "0.2",
+            "--kill-context-every",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 1, p.stdout
+    doc = json.loads(lines[0])
+    for key in ("committed", "rebased", "rejected", "retried", "throughput_tx_s", "kills"):
+        assert isinstance(doc[key], (int, float)), key
+    assert set(doc["latency_ms"]) >= {"p50", "p99"}
+    assert doc["history_ok"] is True and doc["violations"] == []
+    assert (doc["threads"], doc["contexts"], doc["workload"]) == (2, 2, "synthetic")
+    assert doc["conflict_rate"] == 0.2 and doc["duration_s"] > 0
+    assert [c["name"] for c in doc["per_context"]] == [
+        f"lt-{doc['run_id']}-0",
+        f"lt-{doc['run_id']}-1",
+    ]
+
+
+def test_the_human_report_shows_figures_and_violations(capsys: pytest.CaptureFixture[str]) -> None:
+    from morphz.cli.loadtest import _human
+
+    lat = {"p50": 1.5, "p99": 9.0, "max": 12.0}
+    context = {
+        "name": "lt-abc-0",
+        "version": 12,
+        "committed": 10,
+        "rejected": 2,
+        "throughput_tx_s": 5.0,
+        "latency_ms": lat,
+        "kills": 1,
+        "history_ok": False,
+        "violations": 1,
+    }
+    doc = {
+        "run_id": "abc",
+        "workload": "synthetic",
+        "threads": 2,
+        "contexts": 1,
+        "agents": 1,
+        "conflict_rate": 0.3,
+        "shared_frames": 1,
+        "requested": {"transactions": 12},
+        "duration_s": 2.0,
+        "steps": 12,
+        "committed": 10,
+        "rebased": 3,
+        "rejected": 2,
+        "retried": 2,
+        "gave_up": 0,
+        "unknown": 0,
+        "throughput_tx_s": 5.0,
+        "latency_ms": lat,
+        "kills": 1,
+        "history_ok": False,
+        "violation_count": 1,
+        "violations": [{"context": "lt-abc-0", "kind": "lost_ack", "detail": "v9 [/odd] gone"}],
+        "per_context": [context],
+    }
+    _human(doc)
+    out = capsys.readouterr().out
+    assert "lt-abc-0" in out and "1 violation(s)" in out and "lost_ack" in out
+    assert "[/odd]" in out  # details are printed as text, never as markup
