@@ -2,9 +2,13 @@
 
 Like ``ray.util.queue``: a small wrapper creates (or finds) the named actor,
 validates arguments before any remote call, offers blocking and ``async``
-forms, and translates Ray's errors into the library's own
-(:class:`~protocol.errors.StoreError` with code ``actor_unavailable`` when the
-actor cannot be reached after the retries, ``actor_error`` when it failed).
+forms, and translates Ray's errors into the library's own. The remote call
+itself — timeout, retries, re-lookup after a restart, error translation — is
+:mod:`actors.transport`'s; here each method is written once, as a *call spec*
+(argument checks, actor method, reply decoder) from which
+:class:`~actors.transport.Remote` makes the blocking method and its ``async``
+form. Replies of a fixed shape are typed models (:mod:`protocol.replies`) that
+also read like the dicts they used to be (docs/actors.md).
 
 Idempotency (R25): :meth:`ContextHandle.submit` gives every transaction a
 client id (a fresh ``c-<uuid4>`` unless one is given) and sends the same id on
@@ -14,44 +18,64 @@ may re-run a call after a restart (``max_task_retries=-1``); the client id
 makes that safe too. Observations get a caller-chosen event id for the same
 reason. ``claim`` is at-least-once: a repeated claim claims whatever waits at
 that moment (often nothing, which does not advance the tick).
+
+A transaction given as text is parsed here, once: the payload carries the
+parsed form and the text (:func:`protocol.wire.tx_to_msgpack`), so the actor
+logs the text as an embedded commit would, without parsing it again.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import random
-import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from actors.context_actor import MAX_EXPORT_PAGE, ContextActor
-from actors.placement import actor_name, check_node, current_node_id, ensure_ray, pinned
+from actors.placement import actor_name
 from actors.replies import open_reply, raise_error
-from protocol.errors import MorphzError, NotFound, RequestError, StoreError, WireError
+from actors.transport import (
+    DEFAULT_NAMESPACE,
+    Call,
+    Remote,
+    RetryPolicy,
+    Transport,
+    check_int,
+    check_text,
+)
+from protocol.errors import RequestError, WireError
 from protocol.governance import (
     MAX_AUDIT_PAGE,
-    AdmissionPolicy,
-    check_every,
     check_page,
     check_review,
     check_scan,
 )
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
+from protocol.replies import (
+    ClaimReply,
+    EventPage,
+    EventReply,
+    FrameReply,
+    MetaReply,
+    ObserveReply,
+    Reply,
+    SnapshotReply,
+    StateReply,
+)
 from protocol.tx import ContextTx
 from protocol.wire import tx_to_msgpack, unpack
-from service.context import MAX_WINDOW, new_event_id
-from storage import check_context_name
+from service.observations import new_event_id
+from service.reads import MAX_EXPORT_PAGE
 
-DEFAULT_NAMESPACE = "morphz"
-"""The Ray namespace context actors live in unless told otherwise."""
-MAX_CONCURRENCY = 1000
-"""Calls one context actor's event loop accepts at once."""
-UNGUARDED = frozenset({"handshake", "pid", "node_id"})
-"""Actor methods that take no capability (no content: what ``connect`` checks)."""
+if TYPE_CHECKING:
+    from protocol.turns import CompiledInput
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "ContextHandle",
+    "RetryPolicy",
+    "new_client_id",
+]
 
 
 def new_client_id() -> str:
@@ -59,68 +83,11 @@ def new_client_id() -> str:
     return "c-" + uuid.uuid4().hex
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter for calls that could not reach the actor.
-
-    Delays are ``initial * multiplier**n`` capped at ``max_delay``, each scaled
-    by a random factor in [0.5, 1]; at most ``attempts`` retries. The default
-    waits 1.8 to 3.6 s in all before giving up.
-    """
-
-    attempts: int = 7
-    initial: float = 0.05
-    multiplier: float = 2.0
-    max_delay: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 0 or self.initial < 0 or self.multiplier < 1 or self.max_delay < 0:
-            raise RequestError("a retry policy needs attempts, delays >= 0 and multiplier >= 1")
-
-    def delay(self, retry: int, rng: random.Random | None = None) -> float | None:
-        """Seconds to wait before retry number *retry* (0-based), or None: give up."""
-        if retry >= self.attempts:
-            return None
-        base = min(self.max_delay, self.initial * self.multiplier**retry)
-        return base * (0.5 + 0.5 * (rng or random).random())
-
-
-_ACTOR_CLASS: Any = None
-
-
-def _actor_class() -> Any:
-    global _ACTOR_CLASS
-    if _ACTOR_CLASS is None:
-        import ray
-
-        _ACTOR_CLASS = ray.remote(ContextActor)
-    return _ACTOR_CLASS
-
-
-def _check_text(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise RequestError(
-            f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
-        )
-    return value
-
-
-def _check_int(value: object, what: str, low: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise RequestError(
-            f"{what} must be an integer >= {low}, not {value!r}", code="bad_argument"
-        )
-    return value
-
-
-def _task_failure(name: str, e: BaseException) -> MorphzError:
-    cause = getattr(e, "cause", None)
-    if isinstance(cause, MorphzError):
-        return cause
-    return StoreError(f"context actor {name!r} failed: {cause or e}", code="actor_error")
+# -- argument checks (before any remote call) and reply decoders ----------------
 
 
 def _receipt(raw: Any) -> Receipt:
+    """The receipt a ``submit`` reply holds; the typed error of a refused request."""
     doc = unpack(raw)
     if isinstance(doc, dict) and "error" in doc and "status" not in doc:
         raise_error(doc["error"])
@@ -130,6 +97,56 @@ def _receipt(raw: Any) -> Receipt:
         raise WireError(f"malformed receipt from the context actor: {e}") from e
 
 
+def _value(raw: Any) -> Any:
+    return open_reply(raw)
+
+
+def _map(raw: Any) -> dict[str, Any]:
+    value = open_reply(raw)
+    if not isinstance(value, dict):
+        raise WireError(f"malformed reply: expected a map, got {type(value).__name__}")
+    return value
+
+
+def _list(raw: Any) -> list[Any]:
+    value = open_reply(raw)
+    if not isinstance(value, list):
+        raise WireError(f"malformed reply: expected an array, got {type(value).__name__}")
+    return value
+
+
+@cache
+def _typed(model: type[Reply]) -> Any:
+    """The decoder of an enveloped reply of *model*'s shape (one per model)."""
+    return lambda raw: model.decode(open_reply(raw))
+
+
+def _observed(raw: Any) -> list[ObserveReply]:
+    return [ObserveReply.decode(item) for item in _list(raw)]
+
+
+def _observed_one(raw: Any) -> ObserveReply:
+    items = _observed(raw)
+    if len(items) != 1:
+        raise WireError(f"malformed reply: expected one observation, got {len(items)}")
+    return items[0]
+
+
+def _compiled(raw: Any) -> CompiledInput:
+    from protocol.turns import CompiledInput
+
+    return CompiledInput.model_validate(open_reply(raw))
+
+
+def _nothing(raw: Any) -> None:
+    open_reply(raw)
+
+
+def _plain(kind: type) -> Any:
+    """A decoder of a raw (unenveloped) answer, converted to *kind*."""
+    return lambda raw: kind(raw)
+
+
 class ContextHandle:
     """A picklable handle of one context actor; pass it to other actors freely.
 
@@ -137,7 +154,8 @@ class ContextHandle:
     threads). Errors are the library's own: a refused request raises the same
     class it would raise embedded (``NotFound`` for an unknown frame …), a
     rejected transaction is a receipt, and an unreachable actor raises
-    :class:`StoreError` (code ``actor_unavailable``) after the retry policy.
+    :class:`~protocol.errors.TransportError` (a ``StoreError``, code
+    ``actor_unavailable``) after the retry policy.
     """
 
     def __init__(
@@ -150,25 +168,39 @@ class ContextHandle:
         timeout: float | None = None,
         capability: bytes | None = None,
     ) -> None:
-        self._actor = actor
+        self.transport = Transport(
+            actor,
+            actor_name(name),
+            label=name,
+            namespace=namespace,
+            retry=retry,
+            timeout=timeout,
+            capability=capability,
+        )
         self.name = name
         self.namespace = namespace
-        self.retry = retry or RetryPolicy()
-        self.timeout = timeout
-        if capability is not None and not isinstance(capability, bytes):
-            raise RequestError("a capability is token bytes", code="bad_argument")
-        self.capability = capability
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy of calls that could not reach the actor."""
+        return self.transport.retry
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds each attempt of a call may take (None: no limit)."""
+        return self.transport.timeout
+
+    @property
+    def capability(self) -> bytes | None:
+        """The capability token every guarded call carries, if any."""
+        return self.transport.capability
 
     def with_capability(self, capability: bytes | None) -> ContextHandle:
         """The same actor, calls carrying *capability* (token bytes, see protocol.capabilities)."""
-        return ContextHandle(
-            self._actor,
-            self.name,
-            namespace=self.namespace,
-            retry=self.retry,
-            timeout=self.timeout,
-            capability=capability,
-        )
+        other = ContextHandle.__new__(ContextHandle)
+        other.transport = self.transport.with_capability(capability)
+        other.name, other.namespace = self.name, self.namespace
+        return other
 
     def __repr__(self) -> str:
         return f"ContextHandle({self.name!r}, namespace={self.namespace!r})"
@@ -176,77 +208,15 @@ class ContextHandle:
     @property
     def actor(self) -> Any:
         """The underlying Ray actor handle (its methods answer msgpack; see the docs)."""
-        return self._actor
+        return self.transport.actor
 
-    # -- transport ------------------------------------------------------------
-
-    def _refresh(self, e: BaseException) -> None:
-        """After the actor died for good, pick up a context actor recreated under its name."""
-        import ray
-        from ray.exceptions import ActorDiedError
-
-        if not isinstance(e, ActorDiedError):
-            return
-        try:
-            self._actor = ray.get_actor(actor_name(self.name), namespace=self.namespace)
-        except ValueError:
-            pass
-
-    def _unavailable(self, e: BaseException) -> StoreError:
-        return StoreError(
-            f"context actor {self.name!r} unavailable after {self.retry.attempts} retries: {e}",
-            code="actor_unavailable",
-        )
-
-    def _kwargs(self, method: str) -> dict[str, Any]:
-        if self.capability is None or method in UNGUARDED:
-            return {}
-        return {"capability": self.capability}
-
-    def _call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
-
-        wait = self.timeout if timeout is None else timeout
-        kwargs = self._kwargs(method)
-        retry = 0
-        while True:
-            try:
-                ref = getattr(self._actor, method).remote(*args, **kwargs)
-                return ray.get(ref, timeout=wait)
-            except RayTaskError as e:
-                raise _task_failure(self.name, e) from e
-            except (RayActorError, GetTimeoutError) as e:
-                delay = self.retry.delay(retry)
-                retry += 1
-                if delay is None:
-                    raise self._unavailable(e) from e
-                time.sleep(delay)
-                self._refresh(e)
-            except RayError as e:
-                raise StoreError(f"context actor {self.name!r}: {e}", code="actor_error") from e
-
-    async def _call_async(self, method: str, *args: Any, timeout: float | None = None) -> Any:
-        from ray.exceptions import RayActorError, RayError, RayTaskError
-
-        wait = self.timeout if timeout is None else timeout
-        kwargs = self._kwargs(method)
-        retry = 0
-        while True:
-            try:
-                ref = getattr(self._actor, method).remote(*args, **kwargs)
-                return await asyncio.wait_for(ref, wait)
-            except RayTaskError as e:
-                raise _task_failure(self.name, e) from e
-            except (RayActorError, TimeoutError) as e:  # GetTimeoutError is a TimeoutError
-                delay = self.retry.delay(retry)
-                retry += 1
-                if delay is None:
-                    raise self._unavailable(e) from e
-                await asyncio.sleep(delay)
-                self._refresh(e)
-            except RayError as e:
-                raise StoreError(f"context actor {self.name!r}: {e}", code="actor_error") from e
+    @staticmethod
+    def _observation(kind: str, text: str, session: str, event_id: str | None = None) -> list[Any]:
+        """The wire item of one observation, its arguments checked; a fresh event id if none."""
+        check_text(kind, "kind")
+        check_text(text, "text")
+        check_text(session, "session")
+        return [kind, text, session, event_id if event_id is not None else new_event_id()]
 
     # -- transactions ---------------------------------------------------------
 
@@ -254,14 +224,16 @@ class ContextHandle:
     def prepare(tx: ContextTx | str, client_id: str | None = None) -> tuple[ContextTx, bytes]:
         """The transaction with its client id settled, and its wire payload.
 
-        Text is parsed here (a :class:`~protocol.errors.ParseError` never
-        reaches the actor). The client id is *client_id*, else the one inside
-        *tx*, else a fresh one.
+        Text is parsed here, once (a :class:`~protocol.errors.ParseError` never
+        reaches the actor), and the payload carries the text beside the parsed
+        form. The client id is *client_id*, else the one inside *tx*, else a
+        fresh one.
         """
+        text: str | None = None
         if isinstance(tx, str):
             from protocol.txlang import parse_tx
 
-            tx = parse_tx(tx)
+            text, tx = tx, parse_tx(tx)
         if not isinstance(tx, ContextTx):
             raise RequestError(
                 f"a transaction is a ContextTx or its text, not {type(tx).__name__}",
@@ -276,134 +248,141 @@ class ContextHandle:
             )
         if cid != tx.client_id:
             tx = tx.model_copy(update={"client_id": cid})
-        return tx, tx_to_msgpack(tx)
+        return tx, tx_to_msgpack(tx, text)
 
+    @Remote
     def submit(
         self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
-    ) -> Receipt:
+    ) -> Call[Receipt]:
         """Submit one transaction and wait for its durable receipt (committed or rejected).
 
         Retries (lost replies, a restarting actor, *timeout* per attempt) reuse
         the client id, so the transaction is applied at most once.
         """
         _, payload = self.prepare(tx, client_id)
-        return _receipt(self._call("submit", payload, timeout=timeout))
+        return Call("submit", (payload,), _receipt, timeout=timeout)
 
-    async def submit_async(
-        self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
-    ) -> Receipt:
-        """:meth:`submit` for event loops."""
-        _, payload = self.prepare(tx, client_id)
-        return _receipt(await self._call_async("submit", payload, timeout=timeout))
+    submit_async = submit.aio
 
-    def submit_payload(self, payload: bytes, *, timeout: float | None = None) -> Receipt:
+    @Remote
+    def submit_payload(self, payload: bytes, *, timeout: float | None = None) -> Call[Receipt]:
         """Send raw wire bytes as they are (for tests of hostile input and for other clients)."""
-        return _receipt(self._call("submit", payload, timeout=timeout))
+        return Call("submit", (payload,), _receipt, timeout=timeout)
+
+    submit_payload_async = submit_payload.aio
 
     # -- other writes -----------------------------------------------------------
 
-    @staticmethod
-    def _observation(kind: str, text: str, session: str, event_id: str | None = None) -> list[Any]:
-        _check_text(kind, "kind")
-        _check_text(text, "text")
-        _check_text(session, "session")
-        return [kind, text, session, event_id if event_id is not None else new_event_id()]
-
+    @Remote
     def observe(
         self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
-    ) -> dict[str, Any]:
-        """Record an observation; ``{"ref", "id", "duplicate"}``. Retries are idempotent.
+    ) -> Call[ObserveReply]:
+        """Record an observation: ``{"ref", "id", "duplicate"}``. Retries are idempotent.
 
         With *event_id* (``ev:`` + 20 hex digits) the caller names the event: a
         second observation under the same id answers the first (``duplicate``).
         """
-        item = self._observation(kind, text, session, event_id)
-        return dict(open_reply(self._call("observe_many", [item]))[0])
+        return Call(
+            "observe_many", ([self._observation(kind, text, session, event_id)],), _observed_one
+        )
 
-    async def observe_async(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
-        """:meth:`observe` for event loops."""
-        item = self._observation(kind, text, session)
-        return dict(open_reply(await self._call_async("observe_many", [item]))[0])
+    observe_async = observe.aio
 
+    @Remote
     def observe_many(
         self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, str | None]]
-    ) -> list[dict[str, Any]]:
+    ) -> Call[list[ObserveReply]]:
         """Record ``(kind, text, session[, event_id])`` observations in one durable write."""
-        batch = [self._observation(*item) for item in items]
-        return list(open_reply(self._call("observe_many", batch)))
+        return Call("observe_many", ([self._observation(*item) for item in items],), _observed)
 
-    def claim(self) -> dict[str, Any]:
+    observe_many_async = observe_many.aio
+
+    @Remote
+    def claim(self) -> Call[ClaimReply]:
         """Claim the waiting inputs as one batch (R20): tick, advanced, claimed, finalized."""
-        return dict(open_reply(self._call("claim")))
+        return Call("claim", (), _typed(ClaimReply))
 
-    async def claim_async(self) -> dict[str, Any]:
-        """:meth:`claim` for event loops."""
-        return dict(open_reply(await self._call_async("claim")))
+    claim_async = claim.aio
 
-    def deliver(self, ref: str) -> dict[str, Any]:
-        """Mark the user request *ref* delivered (R19)."""
-        return dict(open_reply(self._call("deliver", _check_text(ref, "ref"))))
+    @Remote
+    def deliver(self, ref: str) -> Call[dict[str, Any]]:
+        """Mark the user request *ref* delivered (R19): ``{"ref", "id", "delivered"}``."""
+        return Call("deliver", (check_text(ref, "ref"),), _map)
+
+    deliver_async = deliver.aio
 
     # -- reads ------------------------------------------------------------------
 
-    def frame(self, frame_id: str) -> dict[str, Any]:
-        """The frame as a dict (body, revision, sources, lifecycle, relations); NotFound."""
-        return dict(open_reply(self._call("frame", _check_text(frame_id, "frame id"))))
+    @Remote
+    def frame(self, frame_id: str) -> Call[FrameReply]:
+        """The frame (body, revision, sources, lifecycle, relations); NotFound."""
+        return Call("frame", (check_text(frame_id, "frame id"),), _typed(FrameReply))
 
-    async def frame_async(self, frame_id: str) -> dict[str, Any]:
-        """:meth:`frame` for event loops."""
-        raw = await self._call_async("frame", _check_text(frame_id, "frame id"))
-        return dict(open_reply(raw))
+    frame_async = frame.aio
 
-    def snapshot(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+    @Remote
+    def snapshot(self, frame_ids: Iterable[str]) -> Call[SnapshotReply]:
         """One consistent read of the version and some frames; see ContextActor.snapshot."""
-        ids = [_check_text(f, "frame id") for f in frame_ids]
-        return dict(open_reply(self._call("snapshot", ids)))
+        ids = [check_text(f, "frame id") for f in frame_ids]
+        return Call("snapshot", (ids,), _typed(SnapshotReply))
 
-    async def snapshot_async(self, frame_ids: Iterable[str]) -> dict[str, Any]:
-        """:meth:`snapshot` for event loops."""
-        ids = [_check_text(f, "frame id") for f in frame_ids]
-        return dict(open_reply(await self._call_async("snapshot", ids)))
+    snapshot_async = snapshot.aio
 
-    def state(self) -> dict[str, Any]:
+    @Remote
+    def state(self) -> Call[StateReply]:
         """Version, tick, every frame, event and relation, and the sessions."""
-        return dict(open_reply(self._call("state")))
+        return Call("state", (), _typed(StateReply))
 
-    async def state_async(self) -> dict[str, Any]:
-        """:meth:`state` for event loops."""
-        return dict(open_reply(await self._call_async("state")))
+    state_async = state.aio
 
-    def event(self, ref: str) -> dict[str, Any]:
+    @Remote
+    def event(self, ref: str) -> Call[EventReply]:
         """An event's metadata; NotFound if unknown."""
-        return dict(open_reply(self._call("event", _check_text(ref, "ref"))))
+        return Call("event", (check_text(ref, "ref"),), _typed(EventReply))
 
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+    event_async = event.aio
+
+    @Remote
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> Call[EventPage]:
         """Characters ``[offset, offset+length)`` of an event's original text (R28)."""
-        _check_text(ref, "ref")
-        _check_int(offset, "offset")
+        check_text(ref, "ref")
+        check_int(offset, "offset")
         if length is not None:
-            _check_int(length, "length")
-        return dict(open_reply(self._call("read_event", ref, offset, length)))
+            check_int(length, "length")
+        return Call("read_event", (ref, offset, length), _typed(EventPage))
 
-    def history(self, frame_id: str) -> list[dict[str, Any]]:
+    read_event_async = read_event.aio
+
+    @Remote
+    def history(self, frame_id: str) -> Call[list[dict[str, Any]]]:
         """Every committed write of *frame_id* (R29)."""
-        return list(open_reply(self._call("history", _check_text(frame_id, "frame id"))))
+        return Call("history", (check_text(frame_id, "frame id"),), _list)
 
-    def version(self) -> int:
+    history_async = history.aio
+
+    @Remote
+    def version(self) -> Call[int]:
         """The current version."""
-        return int(open_reply(self._call("version")))
+        return Call("version", (), lambda raw: int(open_reply(raw)))
 
-    async def version_async(self) -> int:
-        """:meth:`version` for event loops."""
-        return int(open_reply(await self._call_async("version")))
+    version_async = version.aio
 
-    def meta(self) -> dict[str, Any]:
-        """The counters: version, tick, window, next_seq, history_keep, created."""
-        return dict(open_reply(self._call("meta")))
+    @Remote
+    def meta(self) -> Call[MetaReply]:
+        """The counters: version, tick, window, next_seq, history_keep, created, tenant, project."""
+        return Call("meta", (), _typed(MetaReply))
 
-    def txlog(self, version: int) -> dict[str, Any]:
-        """The log record of the transaction committed at *version*; NotFound."""
-        return dict(open_reply(self._call("txlog", _check_int(version, "version"))))
+    meta_async = meta.aio
+
+    @Remote
+    def txlog(self, version: int) -> Call[dict[str, Any]]:
+        """The log record of the transaction committed at *version*; NotFound.
+
+        A transaction submitted as text is logged with that text, as embedded.
+        """
+        return Call("txlog", (check_int(version, "version"),), _map)
+
+    txlog_async = txlog.aio
 
     def export(self, after_version: int = 0, *, page: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
         """The whole history after *after_version*, paged under the hood; see ContextActor.export.
@@ -411,306 +390,206 @@ class ContextHandle:
         ``log`` holds every record after *after_version*; ``frames``, ``events``
         and ``relations`` come from the same snapshot as the last record.
         """
-        after = _check_int(after_version, "after_version")
+        after = check_int(after_version, "after_version")
         log: list[Any] = []
         while True:
-            doc = unpack(self._call("export", after, page))
-            if isinstance(doc, dict) and "error" in doc and "log" not in doc:
-                raise_error(doc["error"])
+            doc = self.transport.call(Call("export", (after, page), _export_page))
             log.extend(doc["log"])
             if not doc["more"]:
                 doc["log"] = log
-                return dict(doc)
+                return doc
             after = doc["log"][-1]["version"] if doc["log"] else after + page
 
     # -- the agent loop -----------------------------------------------------------
 
+    @Remote
     def compile(
         self,
         session: str,
         config: Any = None,
         previous: Any = None,
         overflow: bool = False,
-    ) -> Any:
+    ) -> Call[CompiledInput]:
         """The model input for *session*, compiled by the context actor (a ``CompiledInput``).
 
         *config* is a :class:`~protocol.compiler.CompilerConfig` (or its dict),
         *previous* the ``CompiledInput`` of the call before.
         """
-        from protocol.turns import CompiledInput
-
         cfg = config.model_dump(mode="json") if hasattr(config, "model_dump") else config
         prev = previous.model_dump(mode="json") if previous is not None else None
-        raw = self._call(
-            "compile_input", _check_text(session, "session"), cfg, prev, bool(overflow)
-        )
-        return CompiledInput.model_validate(open_reply(raw))
+        args = (check_text(session, "session"), cfg, prev, bool(overflow))
+        return Call("compile_input", args, _compiled)
 
-    def record_trace(self, trace: dict[str, Any]) -> None:
+    compile_async = compile.aio
+
+    @Remote
+    def record_trace(self, trace: dict[str, Any]) -> Call[None]:
         """Append a model-call trace (R39)."""
         if not isinstance(trace, dict):
             raise RequestError("a trace is a dict", code="bad_argument")
-        open_reply(self._call("record_trace", trace))
+        return Call("record_trace", (trace,), _nothing)
 
+    record_trace_async = record_trace.aio
+
+    @Remote
     def traces(
         self, *, frame: str | None = None, after: int = 0, limit: int = 1000
-    ) -> list[dict[str, Any]]:
+    ) -> Call[list[dict[str, Any]]]:
         """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
-        return list(open_reply(self._call("traces", frame, _check_int(after, "after"), limit)))
+        return Call("traces", (frame, check_int(after, "after"), limit), _list)
 
+    traces_async = traces.aio
+
+    @Remote
     def recall_observation(
         self, request: dict[str, Any], session: str = "main", cursor: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Call[dict[str, Any]]:
         """Recall one page into a ``recall_result`` observation.
 
         Answers ``{"ref", "nodes", "edges", "recalled", "next_cursor"}``.
         """
-        raw = self._call("recall_observation", request, _check_text(session, "session"), cursor)
-        return dict(open_reply(raw))
+        args = (request, check_text(session, "session"), cursor)
+        return Call("recall_observation", args, _map)
 
-    def search(self, args: dict[str, Any], session: str = "main") -> dict[str, Any]:
+    recall_observation_async = recall_observation.aio
+
+    @Remote
+    def search(self, args: dict[str, Any], session: str = "main") -> Call[dict[str, Any]]:
         """A model's search into a ``recall_result`` observation (needs ``recall``).
 
-        *args* are the ``search`` tool's (see :func:`storage.search.index.model_search`);
+        *args* are the ``search`` tool's (see :func:`storage.search.tool.model_search`);
         answers ``{"ref", "hits", "recalled", "lag"}``.
         """
-        raw = self._call("search", args, _check_text(session, "session"))
-        return dict(open_reply(raw))
+        return Call("search", (args, check_text(session, "session")), _map)
+
+    search_async = search.aio
 
     # -- governance ---------------------------------------------------------------
 
-    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> list[dict[str, Any]]:
+    @Remote
+    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> Call[list[dict[str, Any]]]:
         """Durable audit entries numbered above *after* (at most *limit*, 1 to 1000).
 
         Denials, exports, imports and governance decisions, each with its
         ``seq``; page on with ``after=entries[-1]["seq"]``. Needs ``admin``.
         """
         check_page(after, limit)
-        return list(open_reply(self._call("audit", after, limit)))
+        return Call("audit", (after, limit), _list)
 
-    def admit(self, frame_id: str | None = None) -> dict[str, Any]:
+    audit_async = audit.aio
+
+    @Remote
+    def admit(self, frame_id: str | None = None) -> Call[dict[str, Any]]:
         """Run the actor's admission policy: ``{"decisions", "version"}``; needs ``admin``."""
         if frame_id is not None:
-            _check_text(frame_id, "frame id")
-        return dict(open_reply(self._call("admit", frame_id)))
+            check_text(frame_id, "frame id")
+        return Call("admit", (frame_id,), _map)
 
+    admit_async = admit.aio
+
+    @Remote
     def review(
         self, frame_id: str, decision: str, reviewer: str, *, reason: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Call[dict[str, Any]]:
         """A human ``accept`` or ``reject`` of a candidate or quarantined frame.
 
         ``{"decision", "version"}``; a bad decision word or reviewer is refused
         here, before any remote call. Needs ``admin``.
         """
-        _check_text(frame_id, "frame id")
+        check_text(frame_id, "frame id")
         check_review(decision, reviewer, reason)
-        return dict(open_reply(self._call("review", frame_id, decision, reviewer, reason)))
+        return Call("review", (frame_id, decision, reviewer, reason), _map)
 
-    def pending(self) -> dict[str, Any]:
+    review_async = review.aio
+
+    @Remote
+    def pending(self) -> Call[dict[str, Any]]:
         """What awaits a human or admission: ``{"version", "items"}``; needs ``admin``."""
-        return dict(open_reply(self._call("pending")))
+        return Call("pending", (), _map)
 
+    pending_async = pending.aio
+
+    @Remote
     def quarantine_scan(
         self, *, unused_ticks: int | None = None, failed_uses: int = 3
-    ) -> dict[str, Any]:
+    ) -> Call[dict[str, Any]]:
         """Find and quarantine low-quality frames: ``{"findings", "quarantined", "spared",
         "version"}``; frames a human accepted are spared. Needs ``admin``."""
         check_scan(unused_ticks, failed_uses)
-        return dict(open_reply(self._call("quarantine_scan", unused_ticks, failed_uses)))
+        return Call("quarantine_scan", (unused_ticks, failed_uses), _map)
 
-    def export_frame(self, frame_id: str) -> bytes:
+    quarantine_scan_async = quarantine_scan.aio
+
+    @Remote
+    def export_frame(self, frame_id: str) -> Call[bytes]:
         """A sealed package of one frame (see :func:`actors.guard.export_frame`)."""
-        return bytes(open_reply(self._call("export_frame", _check_text(frame_id, "frame id"))))
+        return Call(
+            "export_frame", (check_text(frame_id, "frame id"),), lambda raw: bytes(_value(raw))
+        )
 
-    def import_frame(self, package: bytes, as_id: str | None = None) -> dict[str, Any]:
+    export_frame_async = export_frame.aio
+
+    @Remote
+    def import_frame(self, package: bytes, as_id: str | None = None) -> Call[dict[str, Any]]:
         """Derive a frame from a package (see :func:`actors.guard.import_frame`)."""
         if not isinstance(package, bytes):
             raise RequestError("a package is bytes", code="bad_argument")
         if as_id is not None:
-            _check_text(as_id, "frame id")
-        return dict(open_reply(self._call("import_frame", package, as_id)))
+            check_text(as_id, "frame id")
+        return Call("import_frame", (package, as_id), _map)
 
-    def handshake(self) -> dict[str, Any]:
+    import_frame_async = import_frame.aio
+
+    # -- introspection (answers are not enveloped; no capability) ---------------
+
+    @Remote
+    def handshake(self) -> Call[dict[str, Any]]:
         """Name, store directory, node, open error, tenant, project and enforcement."""
-        return dict(self._call("handshake"))
+        return Call("handshake", (), _plain(dict), guarded=False)
 
-    # -- introspection ----------------------------------------------------------
+    handshake_async = handshake.aio
 
-    def stats(self) -> dict[str, int]:
+    @Remote
+    def stats(self) -> Call[dict[str, int]]:
         """Group-commit counters of the actor process: batches, transactions, …"""
-        return dict(self._call("stats"))
+        return Call("stats", (), _plain(dict))
 
-    def describe(self) -> dict[str, Any]:
+    stats_async = stats.aio
+
+    @Remote
+    def describe(self) -> Call[dict[str, Any]]:
         """Name, store directory, node id, pid and open error of the actor."""
-        return dict(self._call("describe"))
+        return Call("describe", (), _plain(dict))
 
-    def pid(self) -> int:
+    describe_async = describe.aio
+
+    @Remote
+    def pid(self) -> Call[int]:
         """The actor's process id."""
-        return int(self._call("pid"))
+        return Call("pid", (), _plain(int), guarded=False)
 
-    def node_id(self) -> str:
+    pid_async = pid.aio
+
+    @Remote
+    def node_id(self) -> Call[str]:
         """The node the actor runs on."""
-        return str(self._call("node_id"))
+        return Call("node_id", (), _plain(str), guarded=False)
+
+    node_id_async = node_id.aio
 
     def shutdown(self, *, wait: float = 10.0) -> None:
         """Stop the actor for good (no restart); its store closes with the process.
 
         ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds) until
         the name is gone from the cluster: a call made after ``shutdown`` fails.
-        It polls the name registry, never the dying actor (a call to it would be
-        retried and logged by Ray).
         """
-        import ray
-
-        ray.kill(self._actor, no_restart=True)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(actor_name(self.name), namespace=self.namespace)
-            except ValueError:
-                return
-            time.sleep(0.05)
+        self.transport.kill(wait=wait)
 
 
-def connect(
-    name: str,
-    *,
-    store_dir: str | os.PathLike[str],
-    node_id: str | None = None,
-    create: bool = True,
-    namespace: str = DEFAULT_NAMESPACE,
-    window: int | None = None,
-    history_keep: int | None = None,
-    lifetime: str | None = None,
-    retry: RetryPolicy | None = None,
-    timeout: float | None = None,
-    tenant: str | None = None,
-    project: str | None = None,
-    enforce: bool = False,
-    capability: bytes | None = None,
-    governance_every: float | None = None,
-    governance_unused_ticks: int | None = None,
-    admission: AdmissionPolicy | None = None,
-) -> ContextHandle:
-    """Get or create the actor of context *name* and return its handle.
-
-    The actor (``ctx:<name>`` in *namespace*) serves ``<store_dir>/<name>``,
-    the same layout as ``morphz --store``. It is pinned to *node_id* (default:
-    this node), the node whose disk holds the store; *store_dir* is a path on
-    that node (made absolute here). ``lifetime="detached"`` lets the actor
-    outlive the process that created it; otherwise it dies with its creator.
-    If the actor already exists it is returned as it is, after checking it
-    serves the same store directory (and the same node, when *node_id* is
-    given). Raises the typed error of a failed open (``NotFound`` when
-    ``create=False`` and the context does not exist, ``StoreLocked`` …).
-
-    Governance (docs/permissions.md): the context belongs to *tenant* and
-    *project* (stored on creation; naming others later raises ``RequestError``
-    code ``scope_mismatch``). With ``enforce=True`` (sticky) every call must
-    carry a capability: the handle sends *capability* with each call.
-    *admission* is the actor's admission policy (default ``DefaultPolicy``);
-    with *governance_every* seconds the actor runs admission and the quarantine
-    scan unattended that often (*governance_unused_ticks* enables the
-    ``unused`` rule). These three apply when the actor is created.
-    """
-    check_context_name(name)
-    if not isinstance(store_dir, (str, os.PathLike)):
-        raise RequestError("store_dir must be a path", code="bad_argument")
-    where = os.path.abspath(os.fspath(store_dir))
-    _check_text(namespace, "namespace")
-    if not namespace:
-        raise RequestError("namespace must not be empty", code="bad_argument")
-    if window is not None and not (
-        isinstance(window, int) and not isinstance(window, bool) and 0 <= window <= MAX_WINDOW
-    ):
-        raise RequestError(f"window must be between 0 and {MAX_WINDOW} ticks", code="bad_argument")
-    if history_keep is not None:
-        _check_int(history_keep, "history_keep", 1)
-    if lifetime not in (None, "detached"):
-        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
-    if governance_every is not None:
-        check_every(governance_every)
-    check_scan(governance_unused_ticks, 3)
-    ensure_ray()
-    node = check_node(node_id) if node_id is not None else current_node_id()
-    actor = (
-        _actor_class()
-        .options(
-            name=actor_name(name),
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime=lifetime,
-            max_restarts=-1,
-            max_task_retries=-1,
-            max_concurrency=MAX_CONCURRENCY,
-            num_cpus=0,
-            scheduling_strategy=pinned(node),
-        )
-        .remote(
-            where,
-            name,
-            window,
-            history_keep,
-            create,
-            tenant=tenant,
-            project=project,
-            enforce=bool(enforce),
-            governance_every=governance_every,
-            governance_unused_ticks=governance_unused_ticks,
-            admission=admission,
-        )
-    )
-    handle = ContextHandle(
-        actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability
-    )
-    info = handle.handshake()
-    if info["open_error"] is not None:
-        handle.shutdown()
-        raise_error(info["open_error"])
-    if info["store_dir"] != where:
-        raise RequestError(
-            f"context {name!r} is already served from {info['store_dir']}, not {where}",
-            code="context_elsewhere",
-        )
-    if node_id is not None and info["node_id"] != node_id:
-        raise RequestError(
-            f"context {name!r} is already served on node {info['node_id']}, not {node_id}",
-            code="context_elsewhere",
-        )
-    for field, want in (("tenant", tenant), ("project", project)):
-        if want is not None and info[field] != want:
-            raise RequestError(
-                f"context {name!r} belongs to {field} {info[field]!r}, not {want!r}",
-                code="scope_mismatch",
-            )
-    if enforce and not info["enforce"]:
-        raise RequestError(
-            f"context {name!r} is already served without enforcement", code="scope_mismatch"
-        )
-    return handle
-
-
-def lookup(
-    name: str,
-    namespace: str = DEFAULT_NAMESPACE,
-    *,
-    retry: RetryPolicy | None = None,
-    timeout: float | None = None,
-    capability: bytes | None = None,
-) -> ContextHandle:
-    """The handle of the running context actor *name*, from anywhere in the cluster.
-
-    Raises :class:`NotFound` if no such actor exists in *namespace*.
-    """
-    check_context_name(name)
-    _check_text(namespace, "namespace")
-    ensure_ray()
-    import ray
-
-    try:
-        actor = ray.get_actor(actor_name(name), namespace=namespace)
-    except ValueError as e:
-        raise NotFound(f"no context actor {name!r} in namespace {namespace!r}") from e
-    return ContextHandle(
-        actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability
-    )
+def _export_page(raw: Any) -> dict[str, Any]:
+    doc = unpack(raw)
+    if isinstance(doc, dict) and "error" in doc and "log" not in doc:
+        raise_error(doc["error"])
+    if not isinstance(doc, dict) or not isinstance(doc.get("log"), list):
+        raise WireError("malformed export page from the context actor")
+    return doc

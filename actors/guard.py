@@ -14,6 +14,10 @@
   from a context to another explicitly: read on the source, admin on the
   destination, a sealed package in between, an audit entry in both actors,
   and a provenance envelope in the new frame's body.
+- **Guard.** :class:`Guard` checks the capability of each call to a context actor
+  (when the context enforces them) and makes the audit entries of denials;
+  :func:`guarded` wraps an actor method with that check, writing a denial to
+  the durable audit log before it is answered.
 
 No Ray import here; the handle functions only call :class:`~actors.client.ContextHandle`.
 """
@@ -21,15 +25,20 @@ No Ray import here; the handle functions only call :class:`~actors.client.Contex
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
 import secrets
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protocol import capabilities
-from protocol.errors import RequestError
+from protocol.capabilities import Capability, PermissionDenied
+from protocol.errors import MorphzError, RequestError
+from protocol.governance import audit_entry
 from storage import context_path
 
 if TYPE_CHECKING:
@@ -42,6 +51,8 @@ SCOPE_FILE = "scope.json"
 DEFAULT_TENANT = "default"
 DEFAULT_PROJECT = "default"
 MAX_SCOPE_NAME = 128
+MAX_VERIFIED = 1024
+"""Most verified capability tokens one guard caches (expiry is still checked per call)."""
 
 
 def grant_key(store_dir: str | os.PathLike[str]) -> bytes:
@@ -94,6 +105,7 @@ def issue_capability(
         grants=grants,
         issued_by=issued_by,
         expires=expires,
+        now=time.time(),
     )
 
 
@@ -176,13 +188,172 @@ def import_frame(
     return dst.with_capability(cap).import_frame(package, as_id)
 
 
+def holder_of(token: Any) -> str | None:
+    """The holder a token claims (unverified: for the audit log only)."""
+    try:
+        return capabilities.decode(token).holder
+    except MorphzError:
+        return None
+
+
+class Guard:
+    """The capability check of one served context (tenant *tenant*, name *context*).
+
+    Free when *enforce* is off. Otherwise a call needs a token signed with the
+    grant key of *store_dir* (:func:`grant_key`), not expired, granting the
+    call's operation on this context; verified tokens are cached (at most
+    :data:`MAX_VERIFIED`), their expiry checked on every call.
+    """
+
+    def __init__(
+        self, store_dir: str, context: str, *, tenant: str, project: str, enforce: bool
+    ) -> None:
+        self.store_dir = store_dir
+        self.context = context
+        self.tenant = tenant
+        self.project = project
+        self.enforce = enforce
+        self.denials = 0
+        """Calls refused since this guard was made."""
+        self._key: bytes | None = None
+        self._verified: dict[bytes, Capability] = {}
+
+    def key(self) -> bytes:
+        """The grant key (read or made once)."""
+        if self._key is None:
+            self._key = grant_key(self.store_dir)
+        return self._key
+
+    def check(
+        self, op: str, method: str, token: Any
+    ) -> tuple[PermissionDenied, dict[str, Any]] | None:
+        """None when the call may run; else the denial and its audit entry (to write
+        before answering). Without a usable key every call is denied, never allowed."""
+        if not self.enforce:
+            return None
+        now = time.time()
+        try:
+            cap = self._verified.get(token) if isinstance(token, bytes) else None
+            if cap is None:
+                cap = capabilities.verify(token, self.key(), now=now)
+                if len(self._verified) >= MAX_VERIFIED:
+                    self._verified.pop(next(iter(self._verified)))
+                self._verified[token] = cap
+            elif cap.expires is not None and now >= cap.expires:
+                raise PermissionDenied("capability expired")
+            if not capabilities.allows(cap, self.tenant, self.context, op):
+                raise PermissionDenied(
+                    f"{cap.holder!r} holds no {op} grant on context {self.context!r}"
+                    f" of tenant {self.tenant!r}"
+                )
+        except PermissionDenied as e:
+            self.denials += 1
+            return e, self.entry(method, op, holder_of(token), allowed=False, why=e.message)
+        except MorphzError as e:
+            self.denials += 1
+            denied = PermissionDenied(f"cannot check capabilities: {e.message}")
+            return denied, self.entry(method, op, None, allowed=False, why=denied.message)
+        return None
+
+    def entry(
+        self,
+        method: str,
+        op: str,
+        holder: str | None,
+        *,
+        allowed: bool,
+        why: str,
+        outcome: str | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """An audit entry of this context, made now (:func:`protocol.governance.audit_entry`)."""
+        return audit_entry(
+            method,
+            op,
+            holder=holder,
+            allowed=allowed,
+            why=why,
+            at=time.time(),
+            outcome=outcome,
+            context=self.context,
+            tenant=self.tenant,
+            **extra,
+        )
+
+
+OPERATION_OF: dict[str, str] = {}
+"""Each guarded method's operation (read, commit, recall, admin); filled by :func:`guarded`."""
+
+
+def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], Any]:
+    """Check the call's capability for *op* before running the actor method.
+
+    The method gains a keyword argument ``capability`` (token bytes). A denial
+    is written to the durable audit table, then answered as
+    ``failed(PermissionDenied)``, or raised when *raises* (methods that answer
+    plain values); nothing else runs. The actor offers ``guard`` (a
+    :class:`Guard`), ``audit_buffer`` (an :class:`~actors.inbox.AuditBuffer`)
+    and ``_ensure_worker()``.
+    """
+    from actors.replies import failed
+
+    def wrap(fn: Callable[..., Any]) -> Any:
+        OPERATION_OF[fn.__name__] = op
+        sig = inspect.signature(fn)
+        wants = "capability" in sig.parameters  # the method reads the token itself
+        params = list(sig.parameters.values())
+        if not wants:
+            params.append(
+                inspect.Parameter("capability", inspect.Parameter.KEYWORD_ONLY, default=None)
+            )
+        method: Any
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def method(self: Any, *args: Any, capability: Any = None, **kwargs: Any) -> Any:
+                self._ensure_worker()
+                refused = self.guard.check(op, fn.__name__, capability)
+                if refused is not None:
+                    denied, entry = refused
+                    # durable before the denial is answered
+                    await self.audit_buffer.append_quietly(entry)
+                    if raises:
+                        raise denied
+                    return failed(denied)
+                if wants:
+                    kwargs["capability"] = capability
+                return await fn(self, *args, **kwargs)
+        else:
+
+            @functools.wraps(fn)
+            def method(self: Any, *args: Any, capability: Any = None, **kwargs: Any) -> Any:
+                refused = self.guard.check(op, fn.__name__, capability)
+                if refused is not None:
+                    self.audit_buffer.append_blocking(refused[1])
+                    raise refused[0]
+                return fn(self, *args, **kwargs)
+
+        # Ray reads an actor method's signature from the innermost ``__wrapped__``:
+        # drop it, so that the ``capability`` parameter stays visible.
+        del method.__wrapped__
+        method.__signature__ = sig.replace(parameters=params)
+        return method
+
+    return wrap
+
+
 __all__ = [
     "DEFAULT_PROJECT",
     "DEFAULT_TENANT",
     "KEY_ENV",
+    "MAX_VERIFIED",
+    "OPERATION_OF",
+    "Guard",
     "check_scope_name",
     "export_frame",
     "grant_key",
+    "guarded",
+    "holder_of",
     "import_frame",
     "issue_capability",
     "settle_scope",

@@ -2,13 +2,15 @@
 
 A context's store is a local LMDB directory, so its actor is pinned, with a
 hard node affinity, to the node that holds the directory. Everything here
-imports Ray when called, never at module import.
+imports Ray when called (through :func:`actors.transport.ray_module`), never at
+module import.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from actors.transport import ray_module
 from protocol.errors import NotFound, RequestError
 
 ACTOR_PREFIX = "ctx:"
@@ -26,27 +28,24 @@ def ensure_ray() -> None:
     ``ray.init()`` with no arguments joins the cluster named by ``RAY_ADDRESS``
     (or a running local one) and starts a local one otherwise.
     """
-    import ray
-
+    ray = ray_module()
     if not ray.is_initialized():
         ray.init()
 
 
 def current_node_id() -> str:
     """The id of the node this process runs on."""
-    import ray
-
+    ray = ray_module()
     ensure_ray()
     return str(ray.get_runtime_context().get_node_id())
 
 
 def alive_nodes() -> list[dict[str, Any]]:
     """The live nodes of the cluster: ``{"node_id", "address", "resources"}``, by id."""
-    import ray
-
+    ray = ray_module()
     ensure_ray()
     out = []
-    for node in ray.nodes():  # type: ignore[no-untyped-call]
+    for node in ray.nodes():
         if node.get("Alive"):
             out.append(
                 {

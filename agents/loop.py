@@ -12,9 +12,10 @@ satisfy. One :meth:`AgentLoop.step` is one model call:
 3. **commit** every ``context_tx`` of the turn through the context (receipts:
    committed, rebased or rejected; after a conflict the next step re-reads);
 4. answer the **memory calls** (``recall``, ``search``, ``read_event``) as
-   ``recall_result`` observations — the same path as any tool result;
+   ``recall_result`` observations — the same path as any tool result
+   (:func:`agents.tools.answer_memory_call`);
 5. run the **action** on its own path (R10): an external tool through a
-   :class:`ToolRunner`, its result observed as a ``tool_result``; a
+   :class:`~agents.actions.ToolRunner`, its result observed as a ``tool_result``; a
    :class:`~protocol.turns.Reply` delivers its request (lifting R19). If a
    transaction of the turn was rejected, the action is dropped instead: it
    was decided on a state that no longer holds, and the next step re-reads. In
@@ -23,24 +24,24 @@ satisfy. One :meth:`AgentLoop.step` is one model call:
 6. **trace** the call: frames and observations present, version, tick, the
    action and the committed versions (R39).
 
-Nothing here imports Ray; :class:`AgentLoopActor` is the undecorated class
-that :mod:`harness.demo` runs as a Ray actor.
+Nothing here imports Ray, the harness or a model client: the model is passed
+in (:mod:`agents.models`, :mod:`agents.scripted`), and
+:class:`~agents.actor.AgentLoopActor` runs a loop as a Ray actor.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agents.port import ContextPort, EmbeddedPort
+from agents.actions import ToolRunner
+from agents.port import ContextPort
+from agents.tools import answer_memory_call, transaction_text
 from protocol.compiler import CompilerConfig
-from protocol.errors import MorphzError, NotFound
+from protocol.errors import MorphzError
 from protocol.ids import is_event_ref
 from protocol.receipts import Receipt
-from protocol.state import LEDGER
 from protocol.turns import CompiledInput, InputOverflow, Model, ModelTurn, Reply, ToolCall
 from protocol.txlang import parse_tx
 from protocol.usage import mentions, tx_citations, tx_writes
@@ -49,213 +50,6 @@ RETRY_CODES = frozenset({"conflict", "too_old"})
 """Rejections after which re-reading and rebuilding can succeed (R24)."""
 MAX_STUCK = 3
 """Consecutive steps whose transactions were all rejected (for other reasons) before stopping."""
-
-
-DEMO_TOOL_RESULTS: Mapping[str, str] = {
-    "run_tests": "regression suite: 412 passed, 0 failed",
-    "package": "package: dist/app-1.0.0.tgz",
-    "read_config": "production config: region=cn-shanghai",
-    "deploy": "deployment: rolled out to the configured region",
-}
-"""The scripted tools of the demo and the tests: name → the text they report."""
-
-
-INTENT = "intent:"
-RESULT = "result:"
-RECONCILE = "reconcile:"
-"""Prefixes of the ``ledger`` events that record an irreversible action (R43)."""
-LEDGER_SESSION = "actions"
-"""The session those events go to: out of the model's own session, so that an intent
-is never read as the action's result."""
-
-
-def key_event_id(stage: str, key: str) -> str:
-    """The stable event id of *stage* (intent, result, reconcile) of idempotency key *key*.
-
-    Derived from the key, so recording the same stage twice is one event, and
-    a restarted loop finds the records of a key without scanning the history.
-    """
-    digest = hashlib.sha256(f"morphz-action\0{stage}\0{key}".encode()).hexdigest()
-    return "ev:" + digest[:20]
-
-
-class ToolFailed(Exception):
-    """Raised by a tool handler whose action failed; the model reads the message."""
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    """What running one tool call came to.
-
-    ``status``: ``ran`` (ran now), ``reused`` (a result recorded under its key
-    was found: not run again), ``unknown`` (an intent without a result: it may
-    have run before a crash; not run again, it needs reconciliation) or
-    ``reconciled`` (the tool's ``status(key)`` answered the outcome).
-    """
-
-    text: str
-    status: str
-    key: str | None = None
-    failed: bool = False
-    """True when the tool ran and reported a failure (it raised, or there is no such tool)."""
-
-    @property
-    def ran(self) -> bool:
-        """True when the tool ran now."""
-        return self.status == "ran"
-
-
-class ToolRunner:
-    """Runs external tools; the scripted default answers from :data:`DEMO_TOOL_RESULTS`.
-
-    An irreversible call's idempotency key is recorded before it runs; a second
-    call with the same key returns the first result without running again.
-    Through :meth:`run_recorded` the key lives in the context's event history
-    (R43), so a restarted loop does not repeat the action either. *statuses*
-    maps a tool name to ``status(key) -> str | None``: the outcome of an
-    earlier run under *key*, if the tool can tell (None: it cannot).
-    """
-
-    def __init__(
-        self,
-        results: Mapping[str, str] | None = None,
-        handlers: Mapping[str, Callable[[ToolCall], str]] | None = None,
-        statuses: Mapping[str, Callable[[str], str | None]] | None = None,
-        ledger_session: str = LEDGER_SESSION,
-    ) -> None:
-        self.results = dict(DEMO_TOOL_RESULTS if results is None else results)
-        self.handlers = dict(handlers or {})
-        self.statuses = dict(statuses or {})
-        self.ledger_session = ledger_session
-        self.ran: list[str] = []
-        self.unreconciled: list[str] = []
-        """Idempotency keys whose outcome is unknown (intent recorded, no result)."""
-        self._keys: dict[str, str] = {}
-
-    def specs(self) -> tuple[dict[str, Any], ...]:
-        """The external tools in OpenAI's function-tool form."""
-        names = sorted({*self.results, *self.handlers})
-        return tuple(
-            {
-                "type": "function",
-                "function": {"name": n, "parameters": {"type": "object", "properties": {}}},
-            }
-            for n in names
-        )
-
-    def run(self, call: ToolCall) -> tuple[str, bool]:
-        """The tool's report text, and whether it ran now (False: a repeated idempotency key)."""
-        outcome = self.call(call)
-        return outcome.text, outcome.ran
-
-    def call(self, call: ToolCall) -> ToolOutcome:
-        """Run *call* unless its idempotency key already ran in this runner.
-
-        A handler that raises :class:`ToolFailed` fails the call: the report
-        says so and the outcome's ``failed`` is set (a use that failed, for
-        R43's quarantine). Any other exception propagates: the thread died.
-        """
-        key = call.idempotency_key
-        if key is not None and key in self._keys:
-            return ToolOutcome(self._keys[key], "reused", key)
-        if key is not None:
-            self._keys[key] = f"{call.name}: started (idempotency key {key})"
-        handler = self.handlers.get(call.name)
-        failed = False
-        if handler is not None:
-            try:
-                text = handler(call)
-            except ToolFailed as e:
-                text, failed = f"{call.name}: failed: {e}", True
-        elif call.name in self.results:
-            text = self.results[call.name]
-        else:
-            text, failed = f"{call.name}: no such tool", True
-        if key is not None:
-            self._keys[key] = text
-        self.ran.append(call.name)
-        return ToolOutcome(text, "ran", key, failed)
-
-    def run_recorded(self, call: ToolCall, port: Any, session: str) -> ToolOutcome:
-        """Run an irreversible *call* with its key recorded in the context first (R43).
-
-        1. a ``result:`` event under the key exists: reuse its text, do not run;
-        2. record the ``intent:`` event (stable id from the key). If it was
-           already there, an earlier run died between intent and result: do not
-           run; ask ``statuses[tool](key)`` when there is one, else record a
-           ``reconcile:`` event and answer ``unknown``;
-        3. run, then record the ``result:`` event and the ``tool_result`` in
-           one durable write.
-        Calls without ``irreversible`` and a key, or ports without ``event``,
-        fall back to :meth:`run`.
-        """
-        key = call.idempotency_key
-        if not call.irreversible or key is None or not hasattr(port, "event"):
-            return self.call(call)
-        found = _recorded_text(port, key_event_id("result", key))
-        if found is not None:
-            self._keys[key] = found
-            return ToolOutcome(found, "reused", key)
-        intent = port.observe(
-            LEDGER,
-            f"{INTENT} {call.name} key={key}",
-            session=self.ledger_session,
-            event_id=key_event_id("intent", key),
-        )
-        if intent.get("duplicate"):
-            status = self.statuses.get(call.name)
-            known = status(key) if status is not None else None
-            if known is not None:
-                port.observe_many(
-                    [
-                        (
-                            LEDGER,
-                            f"{RESULT} {call.name} key={key}\n{known}",
-                            self.ledger_session,
-                            key_event_id("result", key),
-                        ),
-                        ("tool_result", known, session, None),
-                    ]
-                )
-                return ToolOutcome(known, "reconciled", key)
-            if key not in self.unreconciled:
-                self.unreconciled.append(key)
-            text = (
-                f"{call.name}: outcome unknown (idempotency key {key}): an earlier run"
-                " recorded its intent but no result; not run again, needs reconciliation"
-            )
-            port.observe(
-                LEDGER,
-                f"{RECONCILE} {call.name} key={key} needs reconciliation",
-                session=self.ledger_session,
-                event_id=key_event_id("reconcile", key),
-            )
-            return ToolOutcome(text, "unknown", key)
-        outcome = self.call(call)
-        text = outcome.text
-        port.observe_many(
-            [
-                (
-                    LEDGER,
-                    f"{RESULT} {call.name} key={key}\n{text}",
-                    self.ledger_session,
-                    key_event_id("result", key),
-                ),
-                ("tool_result", text, session, None),
-            ]
-        )
-        return ToolOutcome(text, "ran", key, outcome.failed)
-
-
-def _recorded_text(port: Any, event_id: str) -> str | None:
-    """The report recorded in a ``result:`` event (after its first line), or None."""
-    try:
-        port.event(event_id)
-    except NotFound:
-        return None
-    doc = port.read_event(event_id)
-    text = str(doc["text"])
-    return text.split("\n", 1)[1] if "\n" in text else text
 
 
 class StepHooks(Protocol):
@@ -533,43 +327,15 @@ class AgentLoop:
         return receipt
 
     def _memory(self, call: ToolCall, result: StepResult) -> None:
-        """Answer a memory tool call; results arrive as ``recall_result`` observations."""
-        args = call.arguments
+        """Submit a ``context_tx`` call; answer any other memory call (see :mod:`agents.tools`)."""
         result.memory.append(call.name)
-        try:
-            if call.name == "context_tx":
-                self._submit(str(args.get("tx", "")), result)
-                return
-            if call.name == "recall":
-                fn = getattr(self.port, "recall_observation", None)
-                if fn is not None:
-                    # The tool's arguments are {"request": {...}, "cursor": ...}; a bare
-                    # request (the scripted models' shape) is accepted too.
-                    request = args["request"] if isinstance(args.get("request"), dict) else args
-                    obs = fn(dict(request), self.session, args.get("cursor"))
-                    result.observed.append(str(obs["ref"]))
-                    frames = [str(f) for f in obs.get("recalled") or ()]
-                    result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
-                    return
-                text = "recall: not available through this context"
-            elif call.name == "read_event":
-                doc = self.port.read_event(
-                    str(args.get("ref", "")), int(args.get("offset", 0)), args.get("length")
-                )
-                text = f"read_event {doc['ref']} [{doc['offset']}:+{doc['length']}]\n{doc['text']}"
-            else:
-                fn = getattr(self.port, "search", None)
-                if fn is not None:
-                    obs = fn(dict(args), self.session)
-                    result.observed.append(str(obs["ref"]))
-                    frames = [str(f) for f in obs.get("recalled") or ()]
-                    result.recalls.append({"ref": str(obs["ref"]), "frames": frames})
-                    return
-                text = "search: not available through this context"
-        except MorphzError as e:
-            text = f"{call.name}: {e.code}: {e.message}"
-        obs = self.port.observe("recall_result", text, session=self.session)
-        result.observed.append(str(obs["ref"]))
+        if call.name == "context_tx":
+            self._submit(transaction_text(call.arguments), result)
+            return
+        answer = answer_memory_call(self.port, call, self.session)
+        result.observed.append(answer.ref)
+        if answer.frames is not None:
+            result.recalls.append({"ref": answer.ref, "frames": list(answer.frames)})
 
     def _act(
         self, action: ToolCall | Reply | None, compiled: CompiledInput, result: StepResult
@@ -615,111 +381,12 @@ class AgentLoop:
         result.outcome = "failed" if outcome.failed else "ok"
 
 
-POLICIES: Mapping[str, str] = {
-    "release": "release_policy",
-    "deployment": "deployment_policy",
-    "consolidation": "consolidation_policy",
-    "pause": "pause_policy",
-}
-"""Scripted models by name: the seed story → its policy in :mod:`agents.scripted`."""
-
-
-def scripted_model(story: str) -> Model:
-    """The :class:`~agents.scripted.ScriptedModel` of a seed story (a key of :data:`POLICIES`)."""
-    from agents import scripted
-    from protocol.errors import RequestError
-
-    name = POLICIES.get(story)
-    if name is None:
-        raise RequestError(f"no scripted story {story!r}", code="bad_argument")
-    policy = getattr(scripted, name)()
-    return scripted.ScriptedModel(policy)
-
-
-class AgentLoopActor:
-    """An agent thread as an actor: an :class:`AgentLoop` with a scripted model, over Ray.
-
-    Plain class; :mod:`harness.demo` runs it with ``ray.remote``. It finds the
-    context actor by name, so it can run anywhere in the cluster. *gates* stage
-    races through a :class:`~harness.demo.DemoBoard` actor (see there); every
-    step is reported to the board when one is named.
-    """
-
-    def __init__(
-        self,
-        context: str,
-        namespace: str,
-        story: str,
-        session: str,
-        thread: str,
-        config: dict[str, Any] | None = None,
-        board: str | None = None,
-        gates: list[dict[str, Any]] | None = None,
-    ) -> None:
-        from actors.client import lookup
-
-        self.handle = lookup(context, namespace)
-        self.board = board
-        self.namespace = namespace
-        self.gates = list(gates or [])
-        hooks: StepHooks | None = None
-        if board is not None and self.gates:
-            from harness.demo import BoardGates
-
-            hooks = BoardGates(board, namespace, self.gates)
-        self.loop = AgentLoop(
-            self.handle,
-            scripted_model(story),
-            session=session,
-            thread=thread,
-            config=CompilerConfig.model_validate(config or {}),
-            hooks=hooks,
-        )
-
-    def run(self, max_steps: int = 32) -> list[dict[str, Any]]:
-        """Run the loop; every step's JSON form (also reported to the board as it happens)."""
-        board = None
-        if self.board is not None:
-            import ray
-
-            board = ray.get_actor(self.board, namespace=self.namespace)
-        out = []
-        for _ in range(max_steps):
-            try:
-                r = self.loop.step()
-            except MorphzError as e:
-                r = StepResult(
-                    thread=self.loop.thread, session=self.loop.session, step=-1, idle=True
-                )
-                r.error = f"{e.code}: {e.message}"
-            doc = r.to_dict()
-            out.append(doc)
-            if board is not None:
-                board.report.remote(doc)
-            if r.done:
-                break
-        if board is not None:
-            board.report.remote({"thread": self.loop.thread, "finished": True})
-        return out
-
-    def deferred(self) -> list[str]:
-        """Names of the tool calls still deferred."""
-        return [c.name for c in self.loop.deferred]
-
-
 __all__ = [
-    "DEMO_TOOL_RESULTS",
-    "POLICIES",
+    "MAX_STUCK",
+    "RETRY_CODES",
     "AgentLoop",
-    "AgentLoopActor",
-    "ContextPort",
-    "EmbeddedPort",
     "StepHooks",
     "StepResult",
-    "ToolFailed",
-    "ToolOutcome",
-    "ToolRunner",
     "describe_action",
-    "key_event_id",
-    "scripted_model",
+    "usage_trace",
 ]

@@ -8,7 +8,7 @@ llama.cpp's server and hosted gateways. It uses the standard library only
 use it too.
 
 One call sends ``compiled.messages`` and the tools: the four memory tools of
-:data:`MEMORY_TOOL_SPECS` plus the external tools passed in (left out in
+:data:`agents.tools.MEMORY_TOOL_SPECS` plus the external tools passed in (left out in
 maintenance mode, R32). The answer becomes one :class:`~protocol.turns.ModelTurn`:
 
 * ``context_tx`` calls → ``transactions`` (their ``tx`` argument, in order);
@@ -41,6 +41,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from agents.tools import MEMORY_TOOL_SPECS, external_tool_specs, transaction_text
 from protocol.errors import RequestError
 from protocol.turns import MEMORY_TOOLS, CompiledInput, InputOverflow, ModelTurn, Reply, ToolCall
 
@@ -75,104 +76,6 @@ _OVERFLOW_TEXT = re.compile(
     r"|too many (?:input |prompt )?tokens",
     re.I,
 )
-
-
-def _function_tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
-MEMORY_TOOL_SPECS: tuple[dict[str, Any], ...] = (
-    _function_tool(
-        "context_tx",
-        "Commit one context transaction to memory: S-expression text "
-        '(context-tx (base-version N) (reason "...") OPERATION...). Operations: '
-        "derive, revise, relate, unrelate, retire, restore, protect, unprotect.",
-        {
-            "type": "object",
-            "properties": {
-                "tx": {"type": "string", "description": "the (context-tx ...) text"},
-            },
-            "required": ["tx"],
-            "additionalProperties": False,
-        },
-    ),
-    _function_tool(
-        "recall",
-        "Walk the cognitive graph from a frame: its sources, relations and the "
-        "events behind them. Retired frames and events are reachable.",
-        {
-            "type": "object",
-            "properties": {
-                "request": {
-                    "type": "object",
-                    "properties": {
-                        "frame_id": {"type": "string"},
-                        "depth": {"type": "integer", "minimum": 0, "maximum": 4},
-                        "direction": {
-                            "type": "string",
-                            "enum": ["ancestors", "descendants", "both"],
-                        },
-                        "include_bodies": {"type": "boolean"},
-                        "include_events": {"type": "boolean"},
-                        "max_nodes": {"type": "integer", "minimum": 1, "maximum": 128},
-                        "valid_at": {
-                            "type": "string",
-                            "description": "ISO date: only frames valid then",
-                        },
-                        "trust": {
-                            "type": "array",
-                            "items": {"type": "string", "enum": ["candidate", "accepted"]},
-                            "description": "only frames of these trust statuses (default both)",
-                        },
-                    },
-                    "required": ["frame_id"],
-                },
-                "cursor": {"type": "string", "description": "next_cursor of the previous page"},
-            },
-            "required": ["request"],
-        },
-    ),
-    _function_tool(
-        "search",
-        "Keyword search over frames and events, retired content included.",
-        {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1},
-                "since": {"type": "number", "description": "seconds since the epoch"},
-                "until": {"type": "number", "description": "seconds since the epoch"},
-                "kinds": {"type": "array", "items": {"type": "string"}},
-                "lifecycle": {"type": "array", "items": {"type": "string"}},
-                "id_prefix": {"type": "string"},
-                "valid_at": {"type": "string", "description": "ISO date: only frames valid then"},
-                "trust": {
-                    "type": "array",
-                    "items": {"type": "string", "enum": ["candidate", "accepted"]},
-                    "description": "only frames of these trust statuses (default both)",
-                },
-            },
-            "required": ["query"],
-        },
-    ),
-    _function_tool(
-        "read_event",
-        "Read a chunk of an observation's original text by reference (@eN), retired too.",
-        {
-            "type": "object",
-            "properties": {
-                "ref": {"type": "string", "description": "an event reference such as @e42"},
-                "offset": {"type": "integer", "minimum": 0},
-                "length": {"type": "integer", "minimum": 0},
-            },
-            "required": ["ref"],
-        },
-    ),
-)
-"""The function tools of :data:`protocol.turns.MEMORY_TOOLS`, in OpenAI's tool format."""
 
 
 class ModelConfig(BaseModel):
@@ -428,31 +331,6 @@ def is_overflow(status: int, code: str | None, message: str) -> bool:
     return status >= 500 and _OVERFLOW_TEXT_5XX.search(message) is not None
 
 
-def external_tool_specs(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """External tools in OpenAI's ``{"type": "function", "function": {…}}`` form.
-
-    Accepts that form or the bare ``{"name", "description", "parameters"}``.
-    A tool named like a memory tool, without a name, or named twice raises
-    :class:`RequestError` (code ``bad_tool``).
-    """
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for tool in tools:
-        fn = tool.get("function") if tool.get("type") == "function" else tool
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise RequestError("an external tool needs a name", code="bad_tool")
-        name = fn["name"]
-        if name in MEMORY_TOOLS or name in seen:
-            raise RequestError(f"tool name {name!r} is taken", code="bad_tool")
-        seen.add(name)
-        spec: dict[str, Any] = {"name": name}
-        if fn.get("description"):
-            spec["description"] = fn["description"]
-        spec["parameters"] = fn.get("parameters") or {"type": "object", "properties": {}}
-        out.append({"type": "function", "function": spec})
-    return out
-
-
 def parse_answer(answer: Mapping[str, Any], *, maintenance: bool = False) -> ModelTurn:
     """The :class:`ModelTurn` of one chat-completions answer.
 
@@ -482,10 +360,9 @@ def parse_answer(answer: Mapping[str, Any], *, maintenance: bool = False) -> Mod
         arguments = _arguments(raw)
         call_id = call.get("id") if isinstance(call.get("id"), str) else None
         if name == "context_tx":
-            tx = arguments.get("tx")
             # Arguments that are not {"tx": text} are passed through as text, so the
             # runtime's parse error reaches the model as feedback instead of vanishing.
-            transactions.append(tx if isinstance(tx, str) else _raw_text(raw))
+            transactions.append(transaction_text(arguments, "" if raw is None else raw))
         elif name in MEMORY_TOOLS:
             memory_calls.append(ToolCall(name=name, arguments=arguments, call_id=call_id))
         elif action is None and not maintenance:
@@ -519,12 +396,6 @@ def _arguments(raw: Any) -> dict[str, Any]:
             return {"_raw": raw}
         return dict(value) if isinstance(value, dict) else {"_raw": raw}
     return {}
-
-
-def _raw_text(raw: Any) -> str:
-    if isinstance(raw, str):
-        return raw
-    return json.dumps(raw, ensure_ascii=False) if raw is not None else ""
 
 
 def _content_text(content: Any) -> str:
@@ -571,10 +442,8 @@ def _retry_after(value: str | None) -> float | None:
 
 
 __all__ = [
-    "MEMORY_TOOL_SPECS",
     "ModelConfig",
     "OpenAIChatModel",
-    "external_tool_specs",
     "is_overflow",
     "parse_answer",
 ]

@@ -4,6 +4,7 @@ on an embedded :class:`~service.context.Context`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from protocol.compiler import CompilerConfig
@@ -15,10 +16,10 @@ from service.context import Context
 class ContextPort(Protocol):
     """What the loop needs of a context; an embedded adapter and ``ContextHandle`` both offer it."""
 
-    def observe(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
+    def observe(self, kind: str, text: str, *, session: str = "main") -> Mapping[str, Any]:
         """Record an observation; ``{"ref", "id", …}``."""
 
-    def claim(self) -> dict[str, Any]:
+    def claim(self) -> Mapping[str, Any]:
         """Claim the waiting inputs as one batch: ``{"tick", "advanced", "claimed", …}``."""
 
     def submit(self, tx: str) -> Receipt:
@@ -39,25 +40,25 @@ class ContextPort(Protocol):
     def record_trace(self, trace: dict[str, Any]) -> None:
         """Append a model-call trace (R39)."""
 
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> Mapping[str, Any]:
         """A chunk of an observation's original text (R28)."""
 
 
 class EmbeddedPort:
-    """:class:`ContextPort` over an embedded :class:`~service.context.Context`.
+    """:class:`ContextPort` over an embedded :class:`~service.context.Context`: each call is
+    the service method of the same name, answered in the shape a
+    :class:`~actors.client.ContextHandle` answers.
 
-    Keeps one :class:`~protocol.compiler.Compiler` per session (its cache).
-    Searches use *index* (a :class:`~storage.search.index.LexicalIndex`), else the
-    index beside the context's store, opened at the first search and brought
-    up to date before each one; :meth:`close` closes an index it opened.
-    Not thread-safe, like the context.
+    The compile cache and the search index are the context's own
+    (:meth:`~service.context.Context.compile`, :meth:`~service.context.Context.search`);
+    *index* is a :class:`~storage.search.LexicalIndex` to search instead of the
+    one beside the context's store. Not thread-safe, like the context.
     """
 
     def __init__(self, ctx: Context, index: Any = None) -> None:
         self.ctx = ctx
-        self._compilers: dict[str, tuple[CompilerConfig, Any]] = {}
-        self._index = index
-        self._owns_index = False
+        if index is not None:
+            ctx.use_index(index)
 
     def observe(
         self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
@@ -70,9 +71,7 @@ class EmbeddedPort:
 
     def observe_many(self, items: list[tuple[str, str, str, str | None]]) -> list[dict[str, Any]]:
         """Record ``(kind, text, session, event_id|None)`` items in one durable write."""
-        from actors.context_actor import ContextActor, _observe_many
-
-        return _observe_many(self.ctx, ContextActor._check_observations([list(i) for i in items]))
+        return self.ctx.observe_batch(items)
 
     def event(self, ref: str) -> dict[str, Any]:
         """An event's metadata by ``@eN`` or stable id; NotFound."""
@@ -97,17 +96,8 @@ class EmbeddedPort:
         previous: CompiledInput | None = None,
         overflow: bool = False,
     ) -> CompiledInput:
-        """Compile through this session's cached compiler."""
-        from protocol.compiler import Compiler
-
-        known = self._compilers.get(session)
-        if known is None or known[0] != config:
-            known = (config, Compiler(config))
-            self._compilers[session] = known
-        compiler = known[1]
-        return self.ctx.backend.read(
-            lambda v: compiler.compile(v, session=session, previous=previous, overflow=overflow)
-        )
+        """The model input for *session*, through the context's compiler of that session."""
+        return self.ctx.compile(session, config, previous, overflow)
 
     def record_trace(self, trace: dict[str, Any]) -> None:
         """Append a trace."""
@@ -118,23 +108,12 @@ class EmbeddedPort:
         return self.ctx.read_event(ref, offset, length)
 
     def search(self, args: dict[str, Any], session: str) -> dict[str, Any]:
-        """A model's search (:func:`storage.search.index.model_search`) as a ``recall_result``."""
-        from storage.search.index import LexicalIndex, model_search, search_text
-
-        if self._index is None:
-            self._index = LexicalIndex.for_backend(self.ctx.backend)
-            self._owns_index = True
-        self._index.catch_up(self.ctx.backend)
-        result = model_search(self._index, args)
-        frames = [h.id for h in result.hits if h.type == "frame"]
-        e = self.ctx.observe_retrieval(search_text(result), frames, session=session)
-        return {"ref": e.ref, "hits": len(result.hits), "recalled": frames}
+        """A model's search as a ``recall_result``: ``{"ref", "hits", "recalled", "lag"}``."""
+        return self.ctx.search(args, session)
 
     def close(self) -> None:
-        """Close the search index if this port opened it."""
-        if self._owns_index and self._index is not None:
-            self._index.close()
-            self._index = None
+        """Close the context's search index (it reopens at the next search)."""
+        self.ctx.searcher.close()
 
     def recall_observation(
         self, request: dict[str, Any], session: str, cursor: str | None = None

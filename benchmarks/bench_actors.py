@@ -40,8 +40,10 @@ import time
 import uuid
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
-from actors.client import ContextHandle, connect, lookup
+import testbed  # first: puts this checkout on sys.path
+
+from actors.client import ContextHandle
+from actors.connection import connect, lookup
 from actors.placement import current_node_id, pinned
 from harness.loadtest import percentile, run_loadtest
 from protocol.forms import Symbol
@@ -224,7 +226,7 @@ class Bench:
         self.contexts: list[ContextHandle] = []
         probe = _tx("t/frame-of-a-typical-size", True, 123456, 7)
         self.payload = tx_to_msgpack(probe.model_copy(update={"client_id": "c-" + "0" * 32}))
-        self.report: dict[str, Any] = {"machine": harness.machine(self.dir)}
+        self.report: dict[str, Any] = {"machine": testbed.machine(self.dir)}
 
     def context(self) -> ContextHandle:
         name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -283,8 +285,8 @@ class Bench:
             got["mean_batch"] = round(txs / batches, 2) if batches else 0.0
             got["threads"] = n
             got["noop_closed_rate"] = noop["rate"]
-            got["ratio_noop_closed"] = harness.ratio(got["rate"], noop["rate"])
-            got["ratio_pipelined"] = harness.ratio(got["rate"], before["rate"])
+            got["ratio_noop_closed"] = testbed.ratio(got["rate"], noop["rate"])
+            got["ratio_pipelined"] = testbed.ratio(got["rate"], before["rate"])
             rows.append(got)
             self.say(
                 f"{n:>7} {got['rate']:>10,.0f} {got['p50_ms']:>7.2f} {got['p99_ms']:>7.2f}"
@@ -429,7 +431,7 @@ def main() -> None:
         "--only", choices=["levels", "contexts", "conflicts", "memory"], action="append"
     )
     args = parser.parse_args()
-    args.dir = args.dir or harness.scratch_parent()
+    args.dir = args.dir or testbed.scratch_parent()
     memory = args.memory if args.memory is not None else (20_000 if args.quick else 200_000)
 
     # Ray's driver prints raylet messages on stdout; with --json, stdout is the report's.
@@ -453,7 +455,7 @@ def run(args: argparse.Namespace, memory: int) -> dict[str, Any]:
         **({} if args.address else {"include_dashboard": False}),
     )
     bench = Bench(args)
-    bench.say(f"bench_actors: {harness.describe(bench.report['machine'])}")
+    bench.say(f"bench_actors: {testbed.describe(bench.report['machine'])}")
     bench.say(f"Ray {ray.__version__}, {bench.seconds} s per measurement")
     bench.say()
     only = set(args.only or ["levels", "contexts", "conflicts", "memory"])

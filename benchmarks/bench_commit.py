@@ -44,8 +44,8 @@ from typing import Any
 
 import lmdb
 import msgpack
+import testbed  # first: puts this checkout on sys.path
 
-import harness  # first: puts this checkout on sys.path
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
 from protocol.txlang import parse_tx
@@ -354,7 +354,7 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
     group_us = 1e6 / tally["group"].rate
     figures: dict[str, Any] = {
         "benchmark": "bench_commit",
-        "machine": harness.machine(where),
+        "machine": testbed.machine(where),
         "transaction": TX,
         "write": sizes,
         "baseline_value_bytes": sizes["bytes"],
@@ -363,8 +363,8 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
             "commit_parsed": tally["parsed"].figures(),
             "commit_text": tally["text"].figures(),
             "raw_put": tally["raw"].figures(),
-            "parsed_ratio": harness.ratio(tally["parsed"].rate, tally["raw"].rate),
-            "text_ratio": harness.ratio(tally["text"].rate, tally["raw"].rate),
+            "parsed_ratio": testbed.ratio(tally["parsed"].rate, tally["raw"].rate),
+            "text_ratio": testbed.ratio(tally["text"].rate, tally["raw"].rate),
             "parsed_ratio_median_round": tally["parsed"].round_ratio(tally["raw"]),
             "text_ratio_median_round": tally["text"].round_ratio(tally["raw"]),
             "aim_ratio": AIM_SINGLE_RATIO,
@@ -373,15 +373,15 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
             "batch": args.batch,
             "commit_many": tally["group"].figures(),
             "raw_puts": tally["raw_group"].figures(),
-            "ratio": harness.ratio(tally["group"].rate, tally["raw_group"].rate),
+            "ratio": testbed.ratio(tally["group"].rate, tally["raw_group"].rate),
             "ratio_median_round": tally["group"].round_ratio(tally["raw_group"]),
             "aim_tx_per_s": AIM_GROUP_TPS,
         },
         "parse": {
             **parse,
-            "ratio_to_json_loads": harness.ratio(parse["parse_tx_us"], parse["json_loads_us"]),
-            "share_of_single_commit": harness.ratio(parse["parse_tx_us"], single_us),
-            "share_of_group_tx": harness.ratio(parse["parse_tx_us"], group_us),
+            "ratio_to_json_loads": testbed.ratio(parse["parse_tx_us"], parse["json_loads_us"]),
+            "share_of_single_commit": testbed.ratio(parse["parse_tx_us"], single_us),
+            "share_of_group_tx": testbed.ratio(parse["parse_tx_us"], group_us),
         },
         "final_version": final_version,
     }
@@ -402,7 +402,7 @@ def report(f: dict[str, Any]) -> str:
     s, g, p, w = f["single"], f["group"], f["parse"], f["write"]
     lines = [
         "bench_commit: durable commits (sync=True) of one typical transaction",
-        "  " + harness.describe(f["machine"]),
+        "  " + testbed.describe(f["machine"]),
         f"  one commit writes {w['puts']} puts + {w['deletes']} deletes, "
         f"{w['bytes']:,} bytes of keys and values; its txlog record alone is "
         f"{w['txlog_record_bytes']:,} bytes (msgpack)",
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> None:
     if min(args.single, args.groups, args.batch, args.rounds, args.parse) < 1:
         parser.error("--single, --groups, --batch, --rounds and --parse must be positive")
 
-    parent = args.dir or harness.scratch_parent()
+    parent = args.dir or testbed.scratch_parent()
     os.makedirs(parent, exist_ok=True)
     where = tempfile.mkdtemp(prefix="morphz-bench-commit-", dir=parent)
     try:

@@ -52,18 +52,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
-from protocol.compiler import PROTOCOL_TEXT, Compiler, CompilerConfig, compile_input
+import testbed  # first: puts this checkout on sys.path
+
+from protocol.compiler import Compiler, CompilerConfig, compile_input
 from protocol.engine import source_ref
+from protocol.sexpr import print_form
 from protocol.state import RETIRED, estimate_tokens
 from protocol.turns import CompiledInput
-from protocol.txlang import print_form
 from protocol.view import ReadView
 from service.context import Context
+from service.protocol_text import PROTOCOL_TEXT
 from storage import LmdbStore
 from storage.memory import MemoryBackend
 
-DEFAULT_DATA = harness.ROOT.parent / "shared" / "data" / "state-bench" / "train_task_trajectories"
+DEFAULT_DATA = testbed.ROOT.parent / "shared" / "data" / "state-bench" / "train_task_trajectories"
 TX_EVERY = 3
 SEED_WITHOUT = {"Kimi K3": 85.67, "GLM 5.3": 86.46}
 SEED_WITH = {"GPT-5.6 Sol": 93.37}
@@ -136,7 +138,7 @@ def replay_task(
     """Replay one trajectory; per config: calls, input tokens, prefix tokens (after call 1)."""
     ctx = Context(MemoryBackend())
     session = "task"
-    compilers = {k: Compiler(c) for k, c in configs.items()}
+    compilers = {k: Compiler(c, protocol_text=PROTOCOL_TEXT) for k, c in configs.items()}
     previous: dict[str, CompiledInput | None] = dict.fromkeys(configs)
     serial: dict[str, str | None] = dict.fromkeys(configs)
     stats = {k: dict.fromkeys(COUNTERS, 0) for k in configs}
@@ -247,7 +249,7 @@ def prefix_stability(data: Path, per_domain: int | None) -> dict[str, Any]:
 def tool_schema_tokens() -> int:
     """Tokens of the memory tools' JSON schemas the OpenAI-compatible client sends; 0 if absent."""
     try:
-        from agents.models import MEMORY_TOOL_SPECS
+        from agents.tools import MEMORY_TOOL_SPECS
     except ImportError:
         return 0
     return estimate_tokens(json.dumps(MEMORY_TOOL_SPECS))
@@ -334,9 +336,9 @@ def latency(rounds: int, warmup: int, base_dir: str, seed: int) -> dict[str, Any
     path = tempfile.mkdtemp(prefix="compile-", dir=base_dir)
     ctx = build_large(os.path.join(path, "ctx"), rng)
     config = CompilerConfig()
-    compiler = Compiler(config)
+    compiler = Compiler(config, protocol_text=PROTOCOL_TEXT)
     delta_config = CompilerConfig(context_delta=True)
-    delta_compiler = Compiler(delta_config)
+    delta_compiler = Compiler(delta_config, protocol_text=PROTOCOL_TEXT)
     delta_previous: CompiledInput | None = None
     times: dict[str, list[float]] = {k: [] for k in KINDS}
     sizes: list[int] = []
@@ -368,7 +370,9 @@ def latency(rounds: int, warmup: int, base_dir: str, seed: int) -> dict[str, Any
                 return delta_compiler.compile(v, session="main", previous=p)
 
             def run_fresh(v: ReadView, p: CompiledInput | None = previous) -> CompiledInput:
-                return compile_input(v, session="main", config=config, previous=p)
+                return compile_input(
+                    v, session="main", config=config, previous=p, protocol_text=PROTOCOL_TEXT
+                )
 
             def run_naive(v: ReadView) -> tuple[str, int]:
                 return naive_compile(v, "main")
@@ -401,7 +405,7 @@ def latency(rounds: int, warmup: int, base_dir: str, seed: int) -> dict[str, Any
     figures = {kind: summary(ts) for kind, ts in times.items()}
     base = figures["baseline: naive"]["p50_ms"]
     for kind in KINDS:
-        figures[kind]["x_naive"] = harness.ratio(figures[kind]["p50_ms"], base)
+        figures[kind]["x_naive"] = testbed.ratio(figures[kind]["p50_ms"], base)
     assert previous is not None
     return {
         "figures": figures,
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     if not data.is_dir():
         parser.error(f"no trajectory folder at {data}")
     rounds = args.rounds or (40 if args.quick else 200)
-    base = args.dir or harness.scratch_parent()
+    base = args.dir or testbed.scratch_parent()
     os.makedirs(base, exist_ok=True)
 
     prefix = prefix_stability(data, 10 if args.quick else None)
@@ -452,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     with_pct = prefix["with"]["prefix_share_pct"]
     p50 = lat["figures"]["Compiler.compile (cached)"]["p50_ms"]
     doc = {
-        "machine": harness.machine(base),
+        "machine": testbed.machine(base),
         "prefix": prefix,
         "seed_without_pct": SEED_WITHOUT,
         "seed_with_pct": SEED_WITH,
@@ -466,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(doc))
         return
-    print(f"machine: {harness.describe(doc['machine'])}")
+    print(f"machine: {testbed.describe(doc['machine'])}")
     print(
         f"(a) prefix stability: {prefix['tasks']} STATE-Bench trajectories, "
         f"{prefix['steps']} steps, a transaction every {TX_EVERY} steps"
@@ -494,7 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "  ceiling: the share if only each call's new observation were uncached; with the tool "
         f"schemas: {prefix['tool_schema_tokens']} more tokens of memory-tool JSON schemas "
-        "(agents.models) counted as the shared start of every request"
+        "(agents.tools) counted as the shared start of every request"
     )
     verdict = "met" if doc["aim_with_met"] else "missed"
     print(f"  aim: with ContextDelta >= {AIM_WITH} %: {verdict} ({with_pct} %)")

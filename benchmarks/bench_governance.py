@@ -43,8 +43,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
-from actors.client import ContextHandle, connect
+import testbed  # first: puts this checkout on sys.path
+
+from actors.client import ContextHandle
+from actors.connection import connect
 from actors.guard import issue_capability
 from harness.loadtest import percentile
 
@@ -210,9 +212,9 @@ def main() -> None:
         logging_level=logging.WARNING,
         **local,
     )
-    store = tempfile.mkdtemp(prefix="morphz-bench-gov-", dir=harness.scratch_parent())
+    store = tempfile.mkdtemp(prefix="morphz-bench-gov-", dir=testbed.scratch_parent())
     try:
-        machine = harness.machine(store)
+        machine = testbed.machine(store)
         cap = issue_capability(
             store, holder="bench", tenant="acme", grants=[("bench-*", ["read", "commit", "admin"])]
         )
@@ -243,7 +245,7 @@ def main() -> None:
         denials = h_on.describe()["denials"]
         h_off.shutdown()
         h_on.shutdown()
-        machine_end = harness.machine(store)
+        machine_end = testbed.machine(store)
     finally:
         ray.shutdown()
         shutil.rmtree(store, ignore_errors=True)
@@ -298,7 +300,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(report))
         return
-    print(harness.describe(machine) + f"; load at the end {report['load_avg_1m_end']}")
+    print(testbed.describe(machine) + f"; load at the end {report['load_avg_1m_end']}")
     print(
         f"{args.threads} threads, {pairs} off/on pairs of {seconds:g} s rounds, one context actor"
         f" per mode; on = enforce + capability + governance pass every {args.every:g} s;"

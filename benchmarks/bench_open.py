@@ -39,13 +39,14 @@ import sys
 import time
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
+import testbed  # first: puts this checkout on sys.path
+
 from protocol.forms import Symbol, to_plain
 from protocol.receipts import Receipt
 from protocol.state import Event, Frame, Meta, estimate_tokens, preview_of
 from protocol.view import Changeset
 from storage import LmdbStore
-from storage.lmdb_store import STORE_FORMAT
+from storage.lmdb import STORE_FORMAT
 
 NAME = "bench"
 BUILD_FORMAT = 2
@@ -312,7 +313,7 @@ def child(mode: str, cold: bool, root: str, frame: str, event: str) -> dict[str,
     """Run one measuring child; its figures in ms and MB."""
     if cold:
         drop_cache(os.path.join(root, NAME, "data.mdb"))
-    argv = [sys.executable, "-c", CHILD, mode, str(harness.ROOT), root, NAME, frame, event]
+    argv = [sys.executable, "-c", CHILD, mode, str(testbed.ROOT), root, NAME, frame, event]
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
@@ -355,7 +356,7 @@ def measure(root: str, frames: int, events: int, repeat: int) -> dict[str, dict[
 
 
 def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
-    base = args.dir or os.path.join(harness.scratch_parent(), "morphz-bench-open")
+    base = args.dir or os.path.join(testbed.scratch_parent(), "morphz-bench-open")
     os.makedirs(base, exist_ok=True)
     frames, events = (10_000, 100_000) if args.quick else (args.frames, args.events)
     info = ensure_store(base, frames, events, log)
@@ -368,7 +369,7 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     size = os.path.getsize(os.path.join(root, NAME, "data.mdb"))
     return {
         "benchmark": "bench_open",
-        "machine": harness.machine(root),
+        "machine": testbed.machine(root),
         "frames": frames,
         "events": events,
         "store_bytes": size,
@@ -380,7 +381,7 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
             "open_ms": opened["op_ms"],
             "open_cold_ms": cold["op_ms"],
             "bare_lmdb_ms": bare["op_ms"],
-            "open_vs_bare_lmdb": harness.ratio(opened["op_ms"], bare["op_ms"]),
+            "open_vs_bare_lmdb": testbed.ratio(opened["op_ms"], bare["op_ms"]),
             "process_wall_ms": opened["wall_ms"],
             "imports_wall_ms": imports["wall_ms"],
             "rss_mb": opened["rss_mb"],
@@ -401,7 +402,7 @@ def report(f: dict[str, Any]) -> str:
     lines = [
         f"bench_open: open a context of {f['frames']:,} frames and {f['events']:,} events "
         f"in a fresh process (median of {f['repeat']})",
-        "  " + harness.describe(f["machine"]),
+        "  " + testbed.describe(f["machine"]),
         f"  store: data.mdb {f['store_bytes'] / 2**20:,.0f} MiB ({built})",
         "",
         f"  {'child':<36}{'process':>10}{'imports':>10}{'open+reads':>12}{'peak RSS':>11}",

@@ -34,14 +34,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
+import testbed  # first: puts this checkout on sys.path
 
 from protocol.forms import Symbol
 from protocol.recall import RecallPage, RecallRequest, recall
 from protocol.state import Event, Frame, Meta, estimate_tokens, preview_of
 from protocol.view import Changeset, ReadView
 from storage import LmdbStore
-from storage.lmdb_store import STORE_FORMAT, _enc, _u64
+from storage.lmdb.records import STORE_FORMAT, _enc, _u64
 
 BUILD_FORMAT = 1
 """Bump when the generated graph changes, so cached stores are rebuilt."""
@@ -218,8 +218,8 @@ def measure(path: str, frames: int, samples: int, warmup: int, seed: int) -> dic
     base = figures["baseline: view reads"]["p50_ms"]
     raw = figures["baseline: raw gets"]["p50_ms"]
     for kind in KINDS:
-        figures[kind]["x_view_reads"] = harness.ratio(figures[kind]["p50_ms"], base)
-        figures[kind]["x_raw_gets"] = harness.ratio(figures[kind]["p50_ms"], raw)
+        figures[kind]["x_view_reads"] = testbed.ratio(figures[kind]["p50_ms"], base)
+        figures[kind]["x_raw_gets"] = testbed.ratio(figures[kind]["p50_ms"], raw)
     return {
         "figures": figures,
         "pages_short_of_128": short,
@@ -241,12 +241,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     frames = args.frames or (20_000 if args.quick else 100_000)
     samples = args.samples or (300 if args.quick else 2_000)
-    base = args.dir or os.path.join(harness.scratch_parent(), "morphz-bench-recall")
+    base = args.dir or os.path.join(testbed.scratch_parent(), "morphz-bench-recall")
     os.makedirs(base, exist_ok=True)
     log = sys.stderr if args.json else sys.stdout
 
     store = ensure_store(base, frames, log)
-    facts = harness.machine(base)
+    facts = testbed.machine(base)
     result = measure(store["path"], frames, samples, warmup=max(20, samples // 20), seed=args.seed)
     doc = {
         "machine": facts,
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(doc))
         return
-    print(f"machine: {harness.describe(facts)}")
+    print(f"machine: {testbed.describe(facts)}")
     cached = " (cached)" if store["cached"] else ""
     print(
         f"graph: {frames:,} frames, {frames:,} events; built in "

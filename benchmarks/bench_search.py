@@ -44,11 +44,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import harness  # first: puts this checkout on sys.path
+import testbed  # first: puts this checkout on sys.path
+
 from service.store import Store
 from storage.search.index import LexicalIndex
 
-STATE_BENCH = harness.ROOT.parent / "shared" / "data" / "state-bench"
+STATE_BENCH = testbed.ROOT.parent / "shared" / "data" / "state-bench"
 SYLLABLES = "ka lo mi ra te su no vi de po zu xa qi be ho fy ne ta ri mo".split()
 COMMON_ZH = (
     "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能"
@@ -437,15 +438,15 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         probe.close()
 
-    parent = args.dir or harness.scratch_parent()
+    parent = args.dir or testbed.scratch_parent()
     root = Path(tempfile.mkdtemp(prefix="morphz-bench-search-", dir=parent))
     report: dict[str, Any] = {
-        "machine": harness.machine(str(root)),
+        "machine": testbed.machine(str(root)),
         "sqlite": sqlite3.sqlite_version,
         "events": events,
     }
     if not args.json:
-        print(harness.describe(report["machine"]) + f", SQLite {sqlite3.sqlite_version}")
+        print(testbed.describe(report["machine"]) + f", SQLite {sqlite3.sqlite_version}")
     try:
         sb = Path(args.state_bench)
         if (sb / "train_task_trajectories").is_dir():

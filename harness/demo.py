@@ -3,7 +3,7 @@
 :func:`run_demo` expects Ray to be initialized (:func:`start_ray` does it for
 the command line; tests use their session cluster). Per *group* of four
 threads it creates one context actor and seeds the stories' inputs, then runs
-one :class:`~agents.loop.AgentLoopActor` per story, each with its scripted
+one :class:`~agents.actor.AgentLoopActor` per story, each with its scripted
 model and its own session:
 
 * **release** — "Ship v1 once the regression tests pass": plan, ``run_tests``,
@@ -36,9 +36,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agents.loop import AgentLoop, StepHooks
-from protocol.receipts import Receipt
-from protocol.turns import CompiledInput, ModelTurn
+from agents.actor import GATE_TIMEOUT, BoardGates
 from protocol.usage import influence
 
 STORIES = ("release", "deployment", "consolidation", "pause")
@@ -56,8 +54,6 @@ CASES = (
         "Release case B (split repos): one build per service.",
     ),
 )
-GATE_TIMEOUT = 10.0
-"""Seconds a gated thread waits for the other side of the staged race."""
 MAX_STEPS = 24
 
 
@@ -133,48 +129,6 @@ class DemoBoard:
         """Per-thread counters and the notable events so far."""
         return {"threads": [dict(t) for t in self.threads.values()], "events": list(self.events)}
 
-
-class BoardGates:
-    """:class:`~agents.loop.StepHooks` that wait and signal on a :class:`DemoBoard`.
-
-    A gate is ``{"phase": "before"|"after", "match": TEXT, "signal": NAME,
-    "wait": NAME}``: when a transaction of the turn contains *match* (before
-    the commit; after it, only if committed), set *signal* then wait for
-    *wait*. Each gate fires once.
-    """
-
-    def __init__(self, board: str, namespace: str, gates: list[dict[str, Any]]) -> None:
-        self.board = board
-        self.namespace = namespace
-        self.gates = [dict(g) for g in gates]
-        self.fired: set[int] = set()
-
-    def _fire(self, phase: str, texts: list[str]) -> None:
-        import ray
-
-        for i, gate in enumerate(self.gates):
-            if i in self.fired or gate.get("phase") != phase:
-                continue
-            if not any(str(gate.get("match", "")) in t for t in texts):
-                continue
-            self.fired.add(i)
-            board = ray.get_actor(self.board, namespace=self.namespace)
-            if gate.get("signal"):
-                ray.get(board.signal.remote(gate["signal"]))
-            if gate.get("wait"):
-                ray.get(board.wait.remote(gate["wait"], GATE_TIMEOUT))
-
-    def before_commit(self, loop: AgentLoop, turn: ModelTurn, compiled: CompiledInput) -> None:
-        """Fire the ``before`` gates that match the turn's transactions."""
-        self._fire("before", list(turn.transactions))
-
-    def after_commit(self, loop: AgentLoop, turn: ModelTurn, receipts: list[Receipt]) -> None:
-        """Fire the ``after`` gates that match a committed transaction of the turn."""
-        committed = [tx for tx, r in zip(turn.transactions, receipts, strict=False) if r.committed]
-        self._fire("after", committed)
-
-
-_HOOKS_CHECK: type[StepHooks] = BoardGates  # BoardGates satisfies the protocol
 
 RELEASE_GATES = [
     {"phase": "before", "match": "(stage packaging)", "wait": "pause-compiled"},
@@ -343,8 +297,8 @@ def run_demo(
     """
     import ray
 
-    from actors.client import connect
-    from agents.loop import AgentLoopActor
+    from actors.connection import connect
+    from agents.actor import AgentLoopActor
 
     if threads < 1:
         raise ValueError("threads must be at least 1")

@@ -14,6 +14,7 @@ from protocol.errors import (
     RequestError,
     StoreError,
     StoreLocked,
+    TransportError,
     WireError,
 )
 from protocol.forms import Symbol
@@ -22,19 +23,15 @@ from protocol.governance import (
     Decision,
     DefaultPolicy,
     PassCursor,
-    apply_pass,
+    Ruling,
+    apply_plan,
     audit_template,
     find_low_quality,
     plan_pass,
-    read_audit,
-    run_admission,
-    run_pass,
-    run_quarantine,
-    run_quarantine_scan,
-    run_review,
 )
 from protocol.recall import RecallPage, RecallRequest, recall
 from protocol.receipts import Conflict, OpError, Receipt, Relief, Retiring
+from protocol.sexpr import print_form, read_forms
 from protocol.state import Event, Frame, Meta
 from protocol.tx import (
     ContextTx,
@@ -47,10 +44,14 @@ from protocol.tx import (
     Unprotect,
     Unrelate,
 )
-from protocol.txlang import parse_tx, print_form, print_tx, read_forms
+from protocol.txlang import parse_tx, print_tx
 from protocol.view import Changeset, ReadView, WriteView
 from protocol.wire import (
+    SubmittedTx,
     pack,
+    submitted_from_dict,
+    submitted_from_json,
+    submitted_from_msgpack,
     tx_from_dict,
     tx_from_json,
     tx_from_msgpack,
@@ -93,14 +94,17 @@ __all__ = [
     "Retire",
     "Retiring",
     "Revise",
+    "Ruling",
     "StoreError",
     "StoreLocked",
+    "SubmittedTx",
     "Symbol",
+    "TransportError",
     "Unprotect",
     "Unrelate",
     "WireError",
     "WriteView",
-    "apply_pass",
+    "apply_plan",
     "audit_template",
     "claim",
     "compile_input",
@@ -113,14 +117,11 @@ __all__ = [
     "plan_pass",
     "print_form",
     "print_tx",
-    "read_audit",
     "read_forms",
     "recall",
-    "run_admission",
-    "run_pass",
-    "run_quarantine",
-    "run_quarantine_scan",
-    "run_review",
+    "submitted_from_dict",
+    "submitted_from_json",
+    "submitted_from_msgpack",
     "tx_from_dict",
     "tx_from_json",
     "tx_from_msgpack",

@@ -14,7 +14,8 @@ in constant time and the expiry, and answers the capability;
 imply one another: ``admin`` does not include ``read``.
 
 Every refusal is a :class:`PermissionDenied` (``code == "permission_denied"``),
-a :class:`~protocol.errors.RequestError`.
+a :class:`~protocol.errors.RequestError`. No clock is read here: the caller
+passes ``now`` (the issue time, the time a token is checked at).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import time
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Any, Literal
@@ -99,16 +99,17 @@ def issue(
     grants: Iterable[tuple[str, Iterable[str]]],
     issued_by: str,
     expires: float | None = None,
-    now: float | None = None,
+    now: float,
 ) -> bytes:
-    """A signed capability token for *holder*: ``(context glob, operations)`` pairs."""
+    """A signed capability token for *holder*, issued at *now*: ``(context glob, operations)``
+    pairs."""
     try:
         cap = Capability(
             holder=holder,
             tenant=tenant,
             grants=tuple(Grant(context=c, ops=tuple(ops)) for c, ops in grants),  # type: ignore[arg-type]
             issued_by=issued_by,
-            issued_at=time.time() if now is None else now,
+            issued_at=now,
             expires=expires,
         )
     except ValidationError as e:
@@ -133,13 +134,13 @@ def decode(data: Any) -> Capability:
         raise PermissionDenied(f"malformed capability token: {type(e).__name__}") from e
 
 
-def verify(data: Any, key: bytes, *, now: float | None = None) -> Capability:
-    """The capability of a token whose signature and expiry hold; PermissionDenied otherwise."""
+def verify(data: Any, key: bytes, *, now: float) -> Capability:
+    """The capability of a token whose signature holds and that has not expired at *now*;
+    PermissionDenied otherwise."""
     cap = decode(data)
     if not hmac.compare_digest(sign(cap, key), cap.signature):
         raise PermissionDenied("capability signature does not verify")
-    at = time.time() if now is None else now
-    if cap.expires is not None and at >= cap.expires:
+    if cap.expires is not None and now >= cap.expires:
         raise PermissionDenied("capability expired")
     return cap
 
@@ -151,9 +152,10 @@ def allows(cap: Capability, tenant: str, context: str, op: str) -> bool:
     return any(op in g.ops and fnmatchcase(context, g.context) for g in cap.grants)
 
 
-def check(data: Any, key: bytes, tenant: str, context: str, op: str) -> Capability:
-    """Verify a token and its grant of *op* on *tenant*/*context*; PermissionDenied otherwise."""
-    cap = verify(data, key)
+def check(data: Any, key: bytes, tenant: str, context: str, op: str, *, now: float) -> Capability:
+    """Verify a token at *now* and its grant of *op* on *tenant*/*context*; PermissionDenied
+    otherwise."""
+    cap = verify(data, key, now=now)
     if not allows(cap, tenant, context, op):
         raise PermissionDenied(
             f"{cap.holder!r} holds no {op} grant on context {context!r} of tenant {tenant!r}"

@@ -9,12 +9,13 @@
      │    ├── NotFound       an unknown frame id, event reference or version
      │    └── OutOfRange     an offset, length, depth, window … outside its bounds
      └── StoreError          the durable store could not be opened or written
-          └── StoreLocked    another process already holds the context's writer lock
+          ├── StoreLocked    another process already holds the context's writer lock
+          └── TransportError a remote context could not be reached, timed out or lost a reply
 
 A *rejected transaction* is not an exception: it is a receipt with
 ``status == "rejected"`` (see :mod:`protocol.receipts`). Exceptions are for
 input that is not a transaction at all, or for requests the runtime refuses.
-Foreign errors (lmdb, msgpack, json) are translated at the boundary with
+Foreign errors (lmdb, msgpack, json, Ray) are translated at the boundary with
 ``raise ... from e``.
 """
 
@@ -86,3 +87,15 @@ class StoreLocked(StoreError):
     """Another process holds the writer lock of this context."""
 
     code = "store_locked"
+
+
+class TransportError(StoreError):
+    """A remote context could not be reached: unreachable after the retries, timed out,
+    or its reply was lost. Nothing is known to have been acknowledged.
+
+    A subclass of :class:`StoreError` (the class these failures always raised), so
+    ``except StoreError`` keeps catching them; ``code`` says which failure it was
+    (``actor_unavailable``, or ``actor_error`` for a Ray system failure).
+    """
+
+    code = "actor_unavailable"

@@ -1,43 +1,25 @@
-"""The S-expression language of context transactions (R6, R7).
+"""The transaction language: the grammar of ``(context-tx …)`` over forms (R6, R7).
 
-Reading turns text into forms (:func:`read_forms`) and a transaction
-(:func:`parse_tx`); printing turns them back into canonical text
-(:func:`print_form`, :func:`print_tx`). The two directions are inverse:
-``parse_tx(print_tx(tx)) == tx`` and ``read_forms(print_form(f)) == [f]``.
-
-Lexical rules:
-
-* whitespace is whatever ``str.isspace`` accepts; ``;`` starts a comment that
-  runs to the end of the line;
-* an atom is a run of characters other than whitespace, ``( ) " ; \\``; every
-  character must be printable (Unicode letters, Chinese included); an atom
-  in canonical decimal (``0``, ``-3``, ``42``, at most 40 digits) is an ``int``,
-  every other atom a :class:`~protocol.forms.Symbol`;
-* a string is double-quoted; the escapes are ``\\" \\\\ \\n \\t \\r`` and
-  ``\\uXXXX``; raw newlines and tabs may appear inside, other control
-  characters and lone surrogates may not.
+:func:`parse_tx` reads the text of one transaction into a validated
+:class:`~protocol.tx.ContextTx`; :func:`print_tx` prints one back as canonical
+text, and ``parse_tx(print_tx(tx)) == tx``. The forms underneath — atoms,
+strings, integers and lists, their lexical rules and their canonical printing —
+are read and printed by :mod:`protocol.sexpr`.
 
 Every failure is a :class:`~protocol.errors.ParseError` carrying the 1-based
-line and column (in characters) of the offending character or form.
+line and column (in characters) of the offending character, clause or
+operation.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import ValidationError
 
 from protocol.errors import ParseError
-from protocol.forms import (
-    MAX_ATOM_CHARS,
-    MAX_DEPTH,
-    MAX_INT_DIGITS,
-    MAX_STRING_CHARS,
-    Form,
-    Symbol,
-    is_int_text,
-)
+from protocol.forms import MAX_DEPTH, Form, Symbol
+from protocol.sexpr import Located, describe, emit, error_at, offset_of, read_located
 from protocol.tx import (
     ENVELOPE_FIELDS,
     MAX_OPS,
@@ -59,240 +41,11 @@ _AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unpr
 _ENVELOPE_CLAUSES = {name.replace("_", "-"): name for name in ENVELOPE_FIELDS}
 """Clause names of ``(envelope ID …)`` (``valid-from``) and their field names."""
 
-MAX_TEXT_BYTES = 4 << 20
-"""Largest transaction text accepted, in UTF-8 bytes (4 MiB)."""
 
 CLAUSE_NAMES = ("base-version", "reason", "client-id")
 """The clauses a ``(context-tx …)`` may hold before its operations."""
 
-_TOKEN = re.compile(
-    r"(?:\s|;[^\n]*)*+"  # blanks and comments, possessively
-    r'(?:([^\s()";\\]+)'  # 1: an atom
-    r"|(\()|(\))"  # 2, 3: parentheses
-    r'|"([^"\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]*)"'  # 4: a string without escapes
-    r"|(.)"  # 5: the start of any other string, or a stray backslash
-    r"|\Z)",  # the end: every position matches, so no text is ever skipped
-    re.S,
-)
-_PLAIN_STR = re.compile(r'"([^"\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]*)"')
-_STR_RUN = re.compile(r'[^"\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]*')
-_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
-_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
-_ESCAPE_LIST = '\\" \\\\ \\n \\t \\r \\uXXXX'
-_ATOM_TEXT = re.compile(r'[^\s()";\\]+')
-
-_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f-\x9f]')
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-_ESCAPES_OUT = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-
 _FROM = "from"
-_TOO_DEEP = f"forms nest deeper than {MAX_DEPTH} levels"
-
-
-class _Where:
-    """Where a list starts in the text, and where its items start (if tracked)."""
-
-    __slots__ = ("offset", "items")
-
-    def __init__(self, offset: int, items: list[Any] | None) -> None:
-        self.offset = offset
-        self.items = items
-
-
-def _offset(where: Any) -> int:
-    return where.offset if isinstance(where, _Where) else int(where)
-
-
-def _line_col(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    column = offset - text.rfind("\n", 0, offset)
-    return line, column
-
-
-def _error(text: str, offset: int, message: str) -> ParseError:
-    line, column = _line_col(text, offset)
-    return ParseError(message, line, column)
-
-
-def _check_size(text: str) -> None:
-    if not isinstance(text, str):
-        raise ParseError(f"expected text (str), got {type(text).__name__}", 1, 1)
-    if len(text) * 4 > MAX_TEXT_BYTES:
-        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-        if size > MAX_TEXT_BYTES:
-            raise ParseError(f"text is larger than {MAX_TEXT_BYTES} bytes", 1, 1)
-
-
-def _read_string(text: str, start: int, too_deep: bool) -> tuple[str, int]:
-    """Read the string whose opening quote is at *start*; return it and the end offset."""
-    if too_deep:
-        raise _error(text, start, _TOO_DEEP)
-    m = _PLAIN_STR.match(text, start)
-    if m is not None:
-        value = m.group(1)
-        end = m.end()
-    else:
-        parts: list[str] = []
-        n = len(text)
-        pos = start + 1
-        while True:
-            run = _STR_RUN.match(text, pos)
-            end_run = run.end() if run is not None else pos
-            if end_run > pos:
-                parts.append(text[pos:end_run])
-                pos = end_run
-            if pos >= n:
-                raise _error(text, start, "unterminated string")
-            ch = text[pos]
-            if ch == '"':
-                end = pos + 1
-                break
-            if ch == "\\":
-                if pos + 1 >= n:
-                    raise _error(text, start, "unterminated string")
-                esc = text[pos + 1]
-                simple = _SIMPLE_ESCAPES.get(esc)
-                if simple is not None:
-                    parts.append(simple)
-                    pos += 2
-                    continue
-                if esc == "u":
-                    hex_m = _HEX4.match(text, pos + 2)
-                    if hex_m is None:
-                        raise _error(text, pos, "\\u must be followed by four hex digits")
-                    code = int(hex_m.group(), 16)
-                    if 0xD800 <= code <= 0xDFFF:
-                        raise _error(text, pos, f"\\u{hex_m.group()} is a lone surrogate")
-                    parts.append(chr(code))
-                    pos += 6
-                    continue
-                raise _error(text, pos, _bad_escape(esc))
-            if ch == "\n" or ch == "\t":
-                parts.append(ch)
-                pos += 1
-                continue
-            code = ord(ch)
-            if 0xD800 <= code <= 0xDFFF:
-                raise _error(text, pos, f"lone surrogate U+{code:04X} in string")
-            raise _error(
-                text, pos, f"control character U+{code:04X} in string; write \\u{code:04x}"
-            )
-        value = "".join(parts)
-    if len(value) > MAX_STRING_CHARS:
-        raise _error(text, start, f"string longer than {MAX_STRING_CHARS} characters")
-    return value, end
-
-
-def _bad_escape(esc: str) -> str:
-    shown = "\\" + esc if esc.isprintable() else f"backslash before U+{ord(esc):04X}"
-    return f"invalid escape {shown} in string; use one of {_ESCAPE_LIST}"
-
-
-def _bad_atom(text: str, start: int, tok: str, too_deep: bool) -> Form:
-    """Raise the error of an atom that is too deep, too long or not printable."""
-    if too_deep:
-        raise _error(text, start, _TOO_DEEP)
-    if len(tok) > MAX_ATOM_CHARS:
-        raise _error(text, start, f"atom longer than {MAX_ATOM_CHARS} characters")
-    for i, ch in enumerate(tok):
-        if not ch.isprintable():
-            raise _error(text, start + i, f"character U+{ord(ch):04X} is not allowed in an atom")
-    raise AssertionError("unreachable: the atom is valid")
-
-
-def _read(text: str, max_depth: int, track: int) -> tuple[list[Form], list[Any]]:
-    """Read every form of *text*.
-
-    A form may sit inside at most *max_depth* lists. The second result holds
-    the start offsets of the top-level forms; lists are :class:`_Where` whose
-    ``items`` are tracked the same way while fewer than *track* lists enclose them.
-    """
-    _check_size(text)
-    finditer = _TOKEN.finditer
-    top: list[Form] = []
-    top_where: list[Any] = []
-    items = top
-    where: list[Any] | None = top_where
-    stack: list[tuple[list[Form], list[Any] | None, int]] = []
-    depth = 0
-    pos = 0
-    resume = True
-    while resume:
-        resume = False
-        # Tokens are contiguous: some alternative matches at every position,
-        # so finditer never skips text (a trailing comment included).
-        for m in finditer(text, pos):
-            kind = m.lastindex
-            if kind is None:
-                break
-            if kind == 1:
-                tok = m.group(1)
-                if depth > max_depth or len(tok) > MAX_ATOM_CHARS or not tok.isprintable():
-                    items.append(_bad_atom(text, m.start(1), tok, depth > max_depth))
-                elif tok[0] in "-0123456789" and is_int_text(tok):
-                    items.append(int(tok))
-                else:
-                    items.append(Symbol(tok))
-                if where is not None:
-                    where.append(m.start(1))
-            elif kind == 2:
-                if depth > max_depth:
-                    raise _error(text, m.start(2), _TOO_DEEP)
-                stack.append((items, where, m.start(2)))
-                depth += 1
-                items = []
-                where = [] if where is not None and depth < track else None
-            elif kind == 3:
-                if not stack:
-                    raise _error(text, m.start(3), "unexpected ')' with no list open")
-                form = tuple(items)
-                inner = where
-                items, where, open_at = stack.pop()
-                depth -= 1
-                items.append(form)
-                if where is not None:
-                    where.append(_Where(open_at, inner))
-            elif kind == 4:
-                value = m.group(4)
-                if depth > max_depth or len(value) > MAX_STRING_CHARS:
-                    _read_string(text, m.start(4) - 1, depth > max_depth)
-                items.append(value)
-                if where is not None:
-                    where.append(m.start(4) - 1)
-            else:
-                start = m.start(5)
-                if m.group(5) != '"':
-                    raise _error(text, start, "unexpected '\\' outside a string")
-                value, pos = _read_string(text, start, depth > max_depth)
-                items.append(value)
-                if where is not None:
-                    where.append(start)
-                resume = True
-                break
-    if stack:
-        raise _error(text, stack[-1][2], "'(' is never closed")
-    return top, top_where
-
-
-def read_forms(text: str) -> list[Form]:
-    """Read every top-level form of *text*.
-
-    The result holds :class:`~protocol.forms.Symbol`, ``str``, ``int`` and tuples
-    nested at most :data:`~protocol.forms.MAX_DEPTH` deep, so every form passes
-    :func:`protocol.forms.check_form`. Raises :class:`ParseError` with a line and
-    column on any malformed or oversized input, and on nothing else.
-    """
-    return _read(text, MAX_DEPTH, 0)[0]
-
-
-def _describe(form: Form) -> str:
-    if isinstance(form, Symbol):
-        return f"atom {str(form)[:40]}"
-    if isinstance(form, str):
-        return f"string {_quote(form[:40])}"
-    if isinstance(form, int):
-        return f"integer {form}"
-    return "a list"
 
 
 def _validation_message(e: ValidationError) -> str:
@@ -311,18 +64,18 @@ class _TxReader:
         self.text = text
 
     def fail(self, where: Any, message: str) -> ParseError:
-        return _error(self.text, _offset(where), message)
+        return error_at(self.text, offset_of(where), message)
 
     def atom(self, op: str, form: Form, where: Any, what: str) -> str:
         if not isinstance(form, Symbol):
-            raise self.fail(where, f"{op}: {what} must be an atom, got {_describe(form)}")
+            raise self.fail(where, f"{op}: {what} must be an atom, got {describe(form)}")
         return str(form)
 
     def parse(self) -> ContextTx:
         text = self.text
-        forms, wheres = _read(text, MAX_DEPTH + 1, 4)
+        forms, wheres = read_located(text, MAX_DEPTH + 1, 4)
         if not forms:
-            raise _error(text, len(text), "expected (context-tx …), found no form")
+            raise error_at(text, len(text), "expected (context-tx …), found no form")
         if len(forms) > 1:
             raise self.fail(wheres[1], "unexpected content after the (context-tx …) form")
         tx, tx_where = forms[0], wheres[0]
@@ -340,7 +93,7 @@ class _TxReader:
             if not (isinstance(clause, tuple) and clause and isinstance(clause[0], Symbol)):
                 raise self.fail(
                     where,
-                    f"expected a clause or an operation list, got {_describe(clause)}"
+                    f"expected a clause or an operation list, got {describe(clause)}"
                     if not isinstance(clause, tuple)
                     else "a clause or operation starts with its name",
                 )
@@ -380,7 +133,7 @@ class _TxReader:
             label = key.replace("_", "-") if key in field_where else "context-tx"
             raise self.fail(where, f"{label}: {_validation_message(e)}") from e
 
-    def clause(self, name: str, clause: tuple[Form, ...], where: _Where) -> Any:
+    def clause(self, name: str, clause: tuple[Form, ...], where: Located) -> Any:
         args = clause[1:]
         if name == "base-version":
             if len(args) != 1 or not isinstance(args[0], int) or args[0] < 0:
@@ -394,7 +147,7 @@ class _TxReader:
             raise self.fail(where, 'client-id takes one string or atom: (client-id "…")')
         return str(args[0])
 
-    def operation(self, name: str, form: tuple[Form, ...], where: _Where) -> _AnyOp:
+    def operation(self, name: str, form: tuple[Form, ...], where: Located) -> _AnyOp:
         args = form[1:]
         arg_wheres = where.items[1:] if where.items is not None else [where.offset] * len(args)
         try:
@@ -432,7 +185,7 @@ class _TxReader:
             raise self.fail(where, f"{name}: {_validation_message(e)}") from e
 
     def frame_op(
-        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: _Where
+        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
     ) -> _AnyOp:
         if not args:
             raise self.fail(where, f"{name} needs a frame id: ({name} ID (from REF…) BODY…)")
@@ -443,7 +196,7 @@ class _TxReader:
             from_where = arg_wheres[1]
             ref_wheres = (
                 from_where.items[1:]
-                if isinstance(from_where, _Where) and from_where.items is not None
+                if isinstance(from_where, Located) and from_where.items is not None
                 else [from_where] * (len(body[0]) - 1)
             )
             sources = tuple(
@@ -454,7 +207,9 @@ class _TxReader:
         cls = Derive if name == "derive" else Revise
         return cls(id=frame_id, sources=sources, body=body)
 
-    def envelope_op(self, args: tuple[Form, ...], arg_wheres: list[Any], where: _Where) -> Envelope:
+    def envelope_op(
+        self, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
+    ) -> Envelope:
         if not args:
             raise self.fail(where, "envelope needs a frame id: (envelope ID (kind K) …)")
         frame_id = self.atom("envelope", args[0], arg_wheres[0], "the frame id")
@@ -529,71 +284,6 @@ def parse_tx(text: str) -> ContextTx:
     return _TxReader(text).parse()
 
 
-def _escape_char(m: re.Match[str]) -> str:
-    ch = m.group()
-    return _ESCAPES_OUT.get(ch) or f"\\u{ord(ch):04x}"
-
-
-def _quote(value: str) -> str:
-    if _NEEDS_ESCAPE.search(value) is None:
-        return f'"{value}"'
-    return '"' + _NEEDS_ESCAPE.sub(_escape_char, value) + '"'
-
-
-def _is_bare_atom(value: str) -> bool:
-    return (
-        0 < len(value) <= MAX_ATOM_CHARS
-        and _ATOM_TEXT.fullmatch(value) is not None
-        and value.isprintable()
-        and not (value[0] in "-0123456789" and is_int_text(value))
-    )
-
-
-def _emit(form: Form, out: list[str], depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise ValueError(f"forms nest deeper than {MAX_DEPTH} levels")
-    if isinstance(form, Symbol):
-        if not _is_bare_atom(form):
-            raise ValueError(f"not a valid atom: {str(form)[:40]!r}")
-        out.append(form)
-    elif isinstance(form, str):
-        if len(form) > MAX_STRING_CHARS:
-            raise ValueError(f"string longer than {MAX_STRING_CHARS} characters")
-        if _SURROGATE.search(form) is not None:
-            raise ValueError("a string with a lone surrogate cannot be printed")
-        out.append(_quote(form))
-    elif isinstance(form, bool):
-        raise TypeError("booleans are not forms; write an atom such as true")
-    elif isinstance(form, int):
-        digits = str(form)
-        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-            raise ValueError(f"integer has more than {MAX_INT_DIGITS} digits")
-        out.append(digits)
-    elif isinstance(form, tuple):
-        out.append("(")
-        first = True
-        for item in form:
-            if not first:
-                out.append(" ")
-            first = False
-            _emit(item, out, depth + 1)
-        out.append(")")
-    else:
-        raise TypeError(f"not a form: {type(form).__name__}")
-
-
-def print_form(form: Form) -> str:
-    """The canonical text of *form*: symbols bare, strings quoted and escaped, ints decimal.
-
-    ``read_forms(print_form(f)) == [f]`` for every form that passes
-    :func:`protocol.forms.check_form` and holds no lone surrogate; anything
-    else raises ``ValueError`` or ``TypeError``.
-    """
-    out: list[str] = []
-    _emit(form, out, 0)
-    return "".join(out)
-
-
 def _print_op(op: _AnyOp) -> str:
     if isinstance(op, (Derive, Revise)):
         out = [f"({op.op} {op.id}"]
@@ -603,7 +293,7 @@ def _print_op(op: _AnyOp) -> str:
             out.append(" (from" + "".join(" " + s for s in op.sources) + ")")
         for form in op.body:
             out.append(" ")
-            _emit(form, out, 1)
+            emit(form, out, 1)
         out.append(")")
         return "".join(out)
     if isinstance(op, Relate):  # Unrelate too
@@ -652,5 +342,5 @@ def print_tx(tx: ContextTx) -> str:
 
 def _print_string(value: str) -> str:
     out: list[str] = []
-    _emit(str(value), out, 0)
+    emit(str(value), out, 0)
     return out[0]

@@ -2,7 +2,7 @@
 
 Both forms carry the same *dict form* of a transaction (:func:`tx_to_dict`)::
 
-    {"base_version": 12, "reason": "…", "client_id": "…",
+    {"base_version": 12, "reason": "…", "client_id": "…", "text": "(context-tx …)",
      "ops": [{"op": "derive", "id": "test-result", "sources": ["@e42"],
               "body": [["tests", "passed"]]},
              {"op": "relate", "subject": "…", "label": "…", "object": "…"},
@@ -14,6 +14,13 @@ Both forms carry the same *dict form* of a transaction (:func:`tx_to_dict`)::
 Body forms use :func:`protocol.forms.to_plain`: symbols are JSON strings,
 strings are ``{"s": text}``, lists are lists. ``None`` fields are omitted.
 
+``text`` is optional: the S-expression a transaction was parsed from, when it
+was submitted as text. It travels beside the parsed form so that the receiver
+logs the text exactly as an embedded commit of the same text would, without
+parsing it again (:class:`SubmittedTx`, :func:`submitted_from_msgpack`). The
+receiver does not check that the text and the parsed form agree: the text is
+the submitter's own account, trusted as far as the submitter is.
+
 A msgpack payload is one format-version byte (:data:`WIRE_VERSION`) followed by
 one msgpack object. Decoding accepts a closed set of types only (map with
 string keys, array, string, binary, integer, float, boolean, nil) and one
@@ -22,13 +29,20 @@ extension type, :data:`EXT_BIGINT`, for integers outside the 64-bit range
 
 Every decoder raises :class:`~protocol.errors.WireError` on any malformed,
 hostile or oversized input, and no other exception.
+
+The format-version byte changes only when a payload an existing decoder accepts
+would be read differently. An optional key is added without a new version:
+payloads without it decode exactly as before, and a decoder that does not know
+it refuses it by name (unknown keys are refused), never misreads it. The
+transaction's ``text`` was added that way, so every version-1 payload made
+before it still decodes.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 from pydantic import ValidationError
@@ -71,7 +85,7 @@ _INT64_MIN = -(1 << 63)
 _UINT64_END = 1 << 64
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
-_TX_KEYS = frozenset({"base_version", "reason", "client_id", "ops"})
+_TX_KEYS = frozenset({"base_version", "reason", "client_id", "ops", "text"})
 _OP_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "derive": (frozenset({"id"}), frozenset({"sources", "body"})),
     "revise": (frozenset({"id"}), frozenset({"sources", "body"})),
@@ -299,10 +313,24 @@ def _op_to_dict(op: _AnyOp) -> dict[str, Any]:
     raise WireError(f"not an operation: {type(op).__name__}")
 
 
-def tx_to_dict(tx: ContextTx) -> dict[str, Any]:
+class SubmittedTx(NamedTuple):
+    """A transaction as it crosses a port: the validated model, and the text it was
+    parsed from (``None`` when it was built as a model).
+
+    The log keeps *text* when there is one, so a transaction submitted as text
+    is logged the same whichever port carried it.
+    """
+
+    tx: ContextTx
+    text: str | None = None
+
+
+def tx_to_dict(tx: ContextTx, text: str | None = None) -> dict[str, Any]:
     """The dict form of *tx* (see the module docstring); ``None`` fields are left out.
 
-    ``tx_from_dict(tx_to_dict(tx)) == tx``.
+    With *text* (the S-expression *tx* was parsed from) the form carries it as
+    ``text``. ``tx_from_dict(tx_to_dict(tx)) == tx`` and
+    ``submitted_from_dict(tx_to_dict(tx, text)) == (tx, text)``.
     """
     out: dict[str, Any] = {"base_version": tx.base_version}
     if tx.reason is not None:
@@ -314,7 +342,18 @@ def tx_to_dict(tx: ContextTx) -> dict[str, Any]:
         to_dict = _OP_TO_DICT.get(type(op))
         ops.append(to_dict(op) if to_dict is not None else _op_to_dict(op))
     out["ops"] = ops
+    if text is not None:
+        out["text"] = _tx_text(text)
     return out
+
+
+def _tx_text(value: Any) -> str:
+    """*value* if it can be a transaction's text: a non-empty string."""
+    if not isinstance(value, str):
+        raise WireError(f"text must be a string, got {type(value).__name__}")
+    if not value:
+        raise WireError("text must not be empty")
+    return value
 
 
 def _validation_message(e: ValidationError) -> str:
@@ -413,7 +452,7 @@ def _envelope_from_dict(value: dict[str, Any], where: str) -> Envelope:
     return Envelope(**fields)
 
 
-def _tx_from_dict(d: Any) -> ContextTx:
+def _tx_from_dict(d: Any) -> SubmittedTx:
     if not isinstance(d, dict):
         raise WireError(f"a transaction must be a map, got {type(d).__name__}")
     _check_keys(d, frozenset({"base_version", "ops"}), _TX_KEYS, "transaction")
@@ -431,21 +470,20 @@ def _tx_from_dict(d: Any) -> ContextTx:
     if len(ops) > MAX_OPS:
         raise WireError(f"more than {MAX_OPS} operations")
     fields["ops"] = tuple(_op_from_dict(op, i) for i, op in enumerate(ops))
+    text = d.get("text")
     try:
-        return ContextTx(**fields)
+        return SubmittedTx(ContextTx(**fields), None if text is None else _tx_text(text))
     except ValidationError as e:
         loc = e.errors()[0].get("loc", ())
         field = str(loc[0]) if loc else "transaction"
         raise WireError(f"{field}: {_validation_message(e)}") from e
 
 
-def tx_from_dict(d: Any) -> ContextTx:
-    """The validated transaction of a dict form; the inverse of :func:`tx_to_dict`.
+def submitted_from_dict(d: Any) -> SubmittedTx:
+    """The validated transaction of a dict form, with the text it carries (or ``None``).
 
-    Missing ``reason`` / ``client_id`` (or ``None``) mean absent, missing
-    ``sources`` / ``body`` mean empty. Types are checked exactly (no coercion of
-    ``"12"`` or ``12.0`` to ``12``), unknown keys are refused. Raises
-    :class:`WireError` naming the offending field or operation, and no other exception.
+    The rules of :func:`tx_from_dict`; ``text``, when present and not ``None``,
+    must be a non-empty string. Raises :class:`WireError`, and no other exception.
     """
     try:
         return _tx_from_dict(d)
@@ -455,13 +493,37 @@ def tx_from_dict(d: Any) -> ContextTx:
         raise WireError(f"malformed transaction: {e}") from e
 
 
-def tx_to_msgpack(tx: ContextTx) -> bytes:
+def tx_from_dict(d: Any) -> ContextTx:
+    """The validated transaction of a dict form; the inverse of :func:`tx_to_dict`.
+
+    Missing ``reason`` / ``client_id`` (or ``None``) mean absent, missing
+    ``sources`` / ``body`` mean empty. Types are checked exactly (no coercion of
+    ``"12"`` or ``12.0`` to ``12``), unknown keys are refused; a ``text`` is
+    checked and left out (see :func:`submitted_from_dict`). Raises
+    :class:`WireError` naming the offending field or operation, and no other exception.
+    """
+    return submitted_from_dict(d).tx
+
+
+def tx_to_msgpack(tx: ContextTx, text: str | None = None) -> bytes:
     """The msgpack wire form of *tx*: the version byte, then the msgpack of its dict form.
 
+    With *text*, the payload carries it too (see :func:`submitted_from_msgpack`).
     ``tx_from_msgpack(tx_to_msgpack(tx)) == tx``. Raises :class:`WireError` if
     *tx* holds a string that is not valid Unicode (a lone surrogate).
     """
-    return _encode(tx_to_dict(tx))
+    return _encode(tx_to_dict(tx, text))
+
+
+def submitted_from_msgpack(data: bytes | bytearray | memoryview) -> SubmittedTx:
+    """Decode and validate a transaction made by :func:`tx_to_msgpack`, with its text.
+
+    The text is not parsed: it is returned as sent (``None`` if none was sent).
+    Raises :class:`WireError` on a wrong version byte, trailing bytes, extension
+    types, oversized or malformed input and invalid transactions; never another
+    exception.
+    """
+    return submitted_from_dict(_decode(data))
 
 
 def tx_from_msgpack(data: bytes | bytearray | memoryview) -> ContextTx:
@@ -469,23 +531,24 @@ def tx_from_msgpack(data: bytes | bytearray | memoryview) -> ContextTx:
 
     Raises :class:`WireError` on a wrong version byte, trailing bytes, extension
     types, oversized or malformed input and invalid transactions; never another
-    exception.
+    exception. A text the payload carries is checked and left out.
     """
-    return tx_from_dict(_decode(data))
+    return submitted_from_msgpack(data).tx
 
 
-def tx_to_json(tx: ContextTx) -> str:
+def tx_to_json(tx: ContextTx, text: str | None = None) -> str:
     """The JSON form of *tx*: its dict form, compact, non-ASCII characters kept as is.
 
-    ``tx_from_json(tx_to_json(tx)) == tx``. Raises :class:`WireError` if *tx*
-    holds a lone surrogate or the text would exceed :data:`MAX_PAYLOAD_BYTES`.
+    With *text*, the form carries it too. ``tx_from_json(tx_to_json(tx)) == tx``.
+    Raises :class:`WireError` if *tx* or *text* holds a lone surrogate or the
+    JSON text would exceed :data:`MAX_PAYLOAD_BYTES`.
     """
-    text = json.dumps(tx_to_dict(tx), ensure_ascii=False, separators=(",", ":"))
-    if _SURROGATE.search(text) is not None:
+    out = json.dumps(tx_to_dict(tx, text), ensure_ascii=False, separators=(",", ":"))
+    if _SURROGATE.search(out) is not None:
         raise WireError("a string of the transaction holds a lone surrogate")
-    if len(text) * 4 > MAX_PAYLOAD_BYTES and len(text.encode("utf-8")) > MAX_PAYLOAD_BYTES:
+    if len(out) * 4 > MAX_PAYLOAD_BYTES and len(out.encode("utf-8")) > MAX_PAYLOAD_BYTES:
         raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
-    return text
+    return out
 
 
 def _reject_constant(name: str) -> Any:
@@ -505,7 +568,13 @@ def tx_from_json(text: str | bytes | bytearray | memoryview) -> ContextTx:
     Refuses text over :data:`MAX_PAYLOAD_BYTES`, nesting over
     :data:`MAX_NESTING`, duplicate keys, ``NaN``/``Infinity`` and lone
     surrogates. Raises :class:`WireError` on any failure, and no other exception.
+    A transaction text the form carries is checked and left out.
     """
+    return submitted_from_json(text).tx
+
+
+def submitted_from_json(text: str | bytes | bytearray | memoryview) -> SubmittedTx:
+    """:func:`tx_from_json`, keeping the transaction text the form carries (or ``None``)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
             view = memoryview(text)
@@ -527,4 +596,4 @@ def tx_from_json(text: str | bytes | bytearray | memoryview) -> ContextTx:
     except (ValueError, TypeError, ArithmeticError) as e:
         raise WireError(f"malformed JSON: {e}") from e
     _check_plain(obj, 0, text_only=True)
-    return tx_from_dict(obj)
+    return submitted_from_dict(obj)

@@ -6,7 +6,36 @@ governance runs, fork, import/export of frames, compile and traces. It depends o
 :mod:`protocol` (the rules) and :mod:`storage` (persistence), never on a port.
 """
 
-from service.context import Backend, Context
+from service.context import Context
+from service.governance import (
+    GovernanceWorker,
+    apply_pass,
+    read_audit,
+    record_audit,
+    run_admission,
+    run_pass,
+    run_quarantine,
+    run_quarantine_scan,
+    run_review,
+)
+from service.protocol_text import PROTOCOL_TEXT
 from service.store import DEFAULT_STORE, Store, open_context
+from storage.backend import Backend
 
-__all__ = ["DEFAULT_STORE", "Backend", "Context", "Store", "open_context"]
+__all__ = [
+    "Backend",
+    "Context",
+    "DEFAULT_STORE",
+    "GovernanceWorker",
+    "PROTOCOL_TEXT",
+    "Store",
+    "apply_pass",
+    "open_context",
+    "read_audit",
+    "record_audit",
+    "run_admission",
+    "run_pass",
+    "run_quarantine",
+    "run_quarantine_scan",
+    "run_review",
+]

@@ -2,18 +2,28 @@
 
 :class:`Context` is the embedded API of one agent memory (R1): record
 observations, claim input batches, commit transactions (one at a time or
-group-committed), and read frames, events, the state and a frame's write
-history. It holds no state of its own beyond the store handle; every answer
+group-committed), read frames, events, the state and a frame's write history,
+recall and search, compile model inputs, keep usage traces, run governance,
+fork, and export or import a frame. Every port (the CLI, the Ray context actor,
+an agent loop's embedded port) calls these methods. Its only state beyond the
+store handle is caches (compilers per session, the search index): every answer
 comes from durable records.
+
+The work is split over :mod:`service.reads` (read shapes), :mod:`service.observations`,
+:mod:`service.compile`, :mod:`service.search`, :mod:`service.sharing`,
+:mod:`service.traces` and, for governance, :mod:`service.context_governance`
+(a base class of :class:`Context`); this module holds the rest of the API.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import service.reads as reads
+import service.sharing as sharing
+import service.traces as traces
 from protocol.engine import (
     ClaimResult,
     claim,
@@ -21,53 +31,32 @@ from protocol.engine import (
     evaluate,
     observe,
     resolve_event,
-    source_ref,
 )
 from protocol.errors import NotFound, OutOfRange, RequestError
-from protocol.forms import to_plain
-from protocol.governance import MAX_AUDIT_PAGE, AdmissionPolicy, Decision, Finding, ScanResult
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
-from protocol.state import REJECTED, RETIRED, RETIRING, Event, Frame, Meta
+from protocol.state import Event, Frame, Meta
+from protocol.turns import CompiledInput
 from protocol.tx import ContextTx
-from protocol.usage import influence as usage_influence
-from protocol.usage import roles, tx_citations, tx_writes
-from protocol.view import BatchView, ReadView, WriteView
+from protocol.view import BatchView, WriteView
+from protocol.wire import SubmittedTx
+from service.compile import CompilerCache
+from service.context_governance import GovernanceAPI
+from service.observations import Observation, check_items, new_event_id, record
+from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
+from service.search import SEARCH_CATCH_UP, Searcher
+from storage.backend import Backend
+
+if TYPE_CHECKING:
+    from protocol.compiler import CompilerConfig
 
 T = TypeVar("T")
 
 MAX_WINDOW = 1_000_000
-MAX_READ_CHARS = 1 << 20
-"""Largest chunk one event read returns."""
 
 
-class Backend(Protocol):
-    """What a context needs of a store: snapshot reads and all-or-nothing writes."""
-
-    def read(self, fn: Callable[[ReadView], T]) -> T:
-        """Run *fn* against one consistent snapshot."""
-
-    def transact(self, fn: Callable[[WriteView], T]) -> T:
-        """Run *fn* in one write transaction; commit if it returns, discard if it raises."""
-
-    def close(self) -> None:
-        """Release the store."""
-
-
-def new_event_id() -> str:
-    """A fresh stable event id: ``ev:`` and 20 random hex digits."""
-    return "ev:" + os.urandom(10).hex()
-
-
-def print_body(body: tuple[Any, ...]) -> str:
-    """A frame body as S-expression text, one form after another."""
-    from protocol.txlang import print_form
-
-    return " ".join(print_form(f) for f in body)
-
-
-class Context:
+class Context(GovernanceAPI):
     """One agent memory. Thread-compatible, not thread-safe: one writer at a time."""
 
     def __init__(
@@ -106,6 +95,8 @@ class Context:
         if meta.created == 0.0 and not getattr(backend, "readonly", False):
             meta = backend.transact(init)
         self._meta = meta
+        self._compilers = CompilerCache()
+        self._searcher: Searcher | None = None
 
     # -- counters -----------------------------------------------------------
 
@@ -167,20 +158,31 @@ class Context:
         where *time* (seconds since the epoch) is when the input happened; it
         defaults to now.
         """
-        batch = [(*item, None)[:4] for item in items]
+        batch = []
+        for item in items:
+            at = item[3] if len(item) == 4 else None
+            batch.append(Observation(item[0], item[1], item[2], at, new_event_id()))
+        return [e for e, _ in self._record(batch)]
+
+    def observe_batch(self, items: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+        """Record ``(kind, text, session, event_id | None)`` items in one durable write.
+
+        Idempotent per event id (``ev:`` and 20 hex digits, chosen by the
+        caller): an id recorded before answers its event with ``"duplicate":
+        True`` and records nothing, and an id naming a different observation is
+        refused (``event_id_reused``; nothing of the batch is recorded). Answers
+        ``[{"ref", "id", "duplicate"}]`` in order; see
+        :func:`service.observations.check_items` for the argument errors.
+        """
+        batch = [Observation(k, t, s, None, eid) for k, t, s, eid in check_items(items)]
+        return [
+            {"ref": e.ref, "id": e.id, "duplicate": duplicate}
+            for e, duplicate in self._record(batch)
+        ]
+
+    def _record(self, batch: list[Observation]) -> list[tuple[Event, bool]]:
         now = time.time()
-        ids = [new_event_id() for _ in batch]
-
-        def run(w: WriteView) -> list[Event]:
-            out = []
-            for (kind, text, session, at), eid in zip(batch, ids, strict=True):
-                when = now if at is None else at
-                e, cs = observe(w, kind=kind, text=text, session=session, now=when, event_id=eid)
-                w.apply(cs)
-                out.append(e)
-            return out
-
-        return self.backend.transact(run)
+        return self.backend.transact(lambda w: record(w, batch, now))
 
     def claim(self) -> ClaimResult:
         """Claim every waiting input as one batch; see :func:`protocol.engine.claim`."""
@@ -213,7 +215,10 @@ class Context:
         return self.backend.transact(run)
 
     def commit_many(
-        self, txs: Sequence[ContextTx | str | tuple[ContextTx | str, str | None]]
+        self,
+        txs: Sequence[
+            ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None]
+        ],
     ) -> list[Receipt]:
         """Group commit: evaluate each transaction in order and write all in one durable write.
 
@@ -252,32 +257,11 @@ class Context:
 
     def frame(self, frame_id: str) -> dict[str, Any]:
         """The current frame as a JSON-ready dict; raises NotFound for an unknown id."""
-
-        def run(v: ReadView) -> dict[str, Any]:
-            f = v.frame(frame_id)
-            if f is None:
-                raise NotFound(f"no frame {frame_id!r}")
-            return frame_dict(v, f)
-
-        return self.backend.read(run)
+        return self.backend.read(lambda v: reads.frame(v, frame_id))
 
     def frame_at(self, frame_id: str, version: int) -> dict[str, Any]:
         """The frame as it stood when *version* committed (R29 as-of read); NotFound if absent."""
-        if version < 0:
-            raise OutOfRange(f"version must be >= 0, not {version}")
-
-        def run(v: ReadView) -> dict[str, Any]:
-            current = v.meta().version
-            if version > current:
-                raise OutOfRange(f"version {version} is after the current version {current}")
-            f = v.frame_at(frame_id, version)
-            if f is None:
-                raise NotFound(f"no frame {frame_id!r} at version {version}")
-            out = frame_dict(v, f, relations=False)
-            out["as_of"] = version
-            return out
-
-        return self.backend.read(run)
+        return self.backend.read(lambda v: reads.frame_at(v, frame_id, version))
 
     def frame_record(self, frame_id: str) -> Frame:
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
@@ -296,68 +280,11 @@ class Context:
         Retired events are readable too. *length* defaults to the rest, capped at
         1 MiB characters per call; offsets past the end give an empty chunk.
         """
-        if offset < 0:
-            raise OutOfRange(f"offset must be >= 0, not {offset}")
-        if length is not None and not 0 <= length <= MAX_READ_CHARS:
-            raise OutOfRange(f"length must be between 0 and {MAX_READ_CHARS}, not {length}")
-
-        def run(v: ReadView) -> dict[str, Any]:
-            e = resolve_event(v, ref)
-            n = min(MAX_READ_CHARS, max(0, e.size - offset)) if length is None else length
-            text = v.event_chunk(e.seq, offset, n) or ""
-            return {
-                "ref": e.ref,
-                "id": e.id,
-                "offset": offset,
-                "length": len(text),
-                "size": e.size,
-                "more": offset + len(text) < e.size,
-                "text": text,
-            }
-
-        return self.backend.read(run)
+        return self.backend.read(lambda v: reads.read_event(v, ref, offset, length))
 
     def state(self) -> dict[str, Any]:
         """Version, tick, every frame, event and relation, and the sessions."""
-
-        def run(v: ReadView) -> dict[str, Any]:
-            meta = v.meta()
-            frames = []
-            for f in v.iter_frames():
-                item: dict[str, Any] = {
-                    "id": f.id,
-                    "revision": f.revision,
-                    "lifecycle": f.lifecycle,
-                }
-                if f.protected:
-                    item["protected"] = True
-                if f.lifecycle == RETIRING:
-                    item["due_tick"] = f.due_tick
-                frames.append(item)
-            events = []
-            sessions: dict[str, dict[str, Any]] = {}
-            for e in v.iter_events():
-                events.append({"ref": e.ref, "kind": e.kind, "lifecycle": e.lifecycle})
-                s = sessions.setdefault(
-                    e.session, {"name": e.session, "events": 0, "pending_requests": []}
-                )
-                s["events"] += 1
-                if e.causally_protected:
-                    s["pending_requests"].append(e.ref)
-            waiting = [f"@e{seq}" for seq in v.inbox()]
-            return {
-                "context": self.name,
-                "version": meta.version,
-                "tick": meta.tick,
-                "window": meta.window,
-                "frames": frames,
-                "events": events,
-                "relations": [list(r) for r in v.iter_relations()],
-                "sessions": list(sessions.values()),
-                "waiting": waiting,
-            }
-
-        return self.backend.read(run)
+        return self.backend.read(lambda v: reads.state(v, self.name))
 
     def history(self, frame_id: str) -> list[dict[str, Any]]:
         """Every committed write of *frame_id* (R29): op, revision, body, version, base.
@@ -366,37 +293,35 @@ class Context:
         one that transaction wrote. Lifecycle-only changes (retire, restore,
         protect, finalization at a tick) appear with ``op`` naming them.
         """
+        return self.backend.read(lambda v: reads.history(v, frame_id))
 
-        def run(v: ReadView) -> list[dict[str, Any]]:
-            versions = v.frame_history(frame_id)
-            if not versions and v.frame(frame_id) is None:
-                raise NotFound(f"no frame {frame_id!r}")
-            out: list[dict[str, Any]] = []
-            for version in versions:
-                rec = v.txlog(version)
-                if rec is None:
-                    continue
-                base = {
-                    "version": version,
-                    "base_version": rec["base_version"],
-                    "kind": rec["kind"],
-                    "reason": rec.get("reason"),
-                }
-                mine = [w for w in rec.get("writes", []) if w["frame"] == frame_id]
-                if not mine:
-                    out.append({**base, "op": "lifecycle"})
-                    continue
-                ops = logged_tx(rec).ops if rec["kind"] == "model" else ()
-                for w in mine:
-                    item = {**base, "op": w["op"]}
-                    if "revision" in w:
-                        item["revision"] = w["revision"]
-                    if "index" in w and w["index"] < len(ops):
-                        item["body"] = print_body(ops[w["index"]].body)
-                    out.append(item)
-            return out
+    def snapshot(self, frame_ids: Sequence[str]) -> dict[str, Any]:
+        """One consistent read: ``{"version", "tick", "frames": {id: summary | None}}``.
 
-        return self.backend.read(run)
+        A summary is ``{"revision", "lifecycle", "protected"}``; None means
+        absent. An agent bases its next transaction on ``version``. OutOfRange
+        for more than :data:`~service.reads.MAX_SNAPSHOT_FRAMES` ids.
+        """
+        ids = list(frame_ids)
+        if len(ids) > MAX_SNAPSHOT_FRAMES:
+            raise OutOfRange(
+                f"number of frames must be between 0 and {MAX_SNAPSHOT_FRAMES}, not {len(ids)}"
+            )
+        return self.backend.read(lambda v: reads.snapshot(v, ids))
+
+    def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
+        """One page of the history after version *after*, for history checkers.
+
+        See :func:`service.reads.export_page` for the page's shape (the current
+        state comes with the last page, from the same snapshot). OutOfRange for
+        a negative *after* or a *limit* outside 1 to
+        :data:`~service.reads.MAX_EXPORT_PAGE`.
+        """
+        if after < 0:
+            raise OutOfRange(f"after_version must be between 0 and {1 << 62}, not {after}")
+        if not 1 <= limit <= MAX_EXPORT_PAGE:
+            raise OutOfRange(f"limit must be between 1 and {MAX_EXPORT_PAGE}, not {limit}")
+        return self.backend.read(lambda v: reads.export_page(v, after, limit))
 
     def recall(
         self,
@@ -454,6 +379,57 @@ class Context:
 
         return self.backend.transact(run)
 
+    def search(
+        self, args: dict[str, Any], session: str = "main", *, catch_up: bool = True
+    ) -> dict[str, Any]:
+        """A model's search over this context, recorded as a ``recall_result`` observation.
+
+        *args* are the ``search`` tool's (:func:`storage.search.model_search`:
+        without ``trust`` only candidate and accepted frames; the action ledger
+        only when ``kinds`` names it). The index beside the store is opened at
+        the first search and brought up to what was committed before the call
+        (unless *catch_up* is false: a caller that waited already). Answers
+        ``{"ref", "hits", "recalled", "lag"}``; see :meth:`service.search.Searcher.search`.
+        A context not stored in a directory has no index (StoreError).
+        """
+        searcher = self.searcher
+        if catch_up:
+            searcher.catch_up(SEARCH_CATCH_UP)
+        return searcher.search(self, args, session)
+
+    @property
+    def searcher(self) -> Searcher:
+        """This context's search index and its upkeep, made on first use."""
+        if self._searcher is None:
+            self._searcher = Searcher(self.backend)
+        return self._searcher
+
+    def use_index(self, index: Any) -> None:
+        """Search *index* (a :class:`~storage.search.LexicalIndex` the caller opened and
+        closes) instead of the one beside the store."""
+        if self._searcher is not None:
+            self._searcher.close()
+        self._searcher = Searcher(self.backend, index)
+
+    # -- model inputs and usage traces ----------------------------------------
+
+    def compile(
+        self,
+        session: str,
+        config: CompilerConfig | None = None,
+        previous: CompiledInput | None = None,
+        overflow: bool = False,
+    ) -> CompiledInput:
+        """The model input for *session* (R35-R37), on one snapshot.
+
+        One compiler per session and *config* is kept (its render cache serves
+        every later compile of that session; the input is the one a fresh
+        compiler would give). *previous* is the input compiled for the call
+        before (hysteresis, ContextDelta); *overflow* says the model refused it
+        as too long. See :meth:`protocol.compiler.Compiler.compile`.
+        """
+        return self._compilers.compile(self.backend.read, session, config, previous, overflow)
+
     def record_trace(self, trace: dict[str, Any]) -> None:
         """Append a model-call trace: which frames and observations were in its input (R39).
 
@@ -461,10 +437,7 @@ class Context:
         ``version``, ``tick``, ``frames_present``, ``events_present``, the
         ``action`` taken and the ``committed`` versions of its transactions.
         """
-        record = {"time": time.time(), **trace}
-        from protocol.view import Changeset
-
-        self.backend.transact(lambda w: w.apply(Changeset(trace=record)))
+        traces.record_trace(self, trace, time.time())
 
     def traces(
         self, *, frame: str | None = None, after: int = 0, limit: int = 1000
@@ -474,13 +447,7 @@ class Context:
         Taking part is being present in the input, retrieved or cited (see
         :func:`protocol.usage.roles`); each such trace gets ``roles``.
         """
-        if not 1 <= limit <= 100_000:
-            raise OutOfRange(f"limit must be between 1 and 100000, not {limit}")
-        rows = self.backend.read(lambda v: v.traces(after, limit))
-        out = [{"call": n, **t} for n, t in rows]
-        if frame is not None:
-            out = [{**t, "roles": r} for t in out if (r := roles(t, frame))]
-        return out
+        return traces.traces(self, frame=frame, after=after, limit=limit)
 
     def influence(self, *, version: int | None = None, call: int | None = None) -> dict[str, Any]:
         """Which memories influenced a decision (R42): the one committed at *version*,
@@ -491,165 +458,47 @@ class Context:
         from the CLI or an API user, a runtime or governance record) answers
         from the log alone: what it cited, with ``"traced": False``.
         """
-        if (version is None) == (call is None):
-            raise RequestError("name exactly one of a version or a call", code="bad_argument")
-        if call is not None:
-            if call < 1:
-                raise OutOfRange(f"calls are numbered from 1, not {call}")
-            rows = self.traces(after=call - 1, limit=1)
-            if not rows or rows[0]["call"] != call:
-                raise NotFound(f"no traced call {call}")
-            return {**usage_influence(rows[0]), "traced": True}
-        assert version is not None
-        if not 1 <= version <= self.version:
-            raise OutOfRange(f"version must be between 1 and {self.version}, not {version}")
-        after = 0
-        while rows := self.traces(after=after, limit=1000):
-            for t in rows:
-                if any(d.get("version") == version for d in t.get("decisions") or ()):
-                    return {**usage_influence(t, version), "traced": True}
-            after = rows[-1]["call"]
-        record = self.txlog(version)
-        kind = str(record.get("kind", "model"))
-        tx = logged_tx(record) if kind == "model" else None
-        decision = {
-            "version": version,
-            "kind": kind,
-            "writes": tx_writes(tx) if tx is not None else [],
-            "cited": tx_citations(tx) if tx is not None else [],
-        }
-        return {**usage_influence({"decisions": [decision]}, version), "traced": False}
+        return traces.influence(self, version=version, call=call)
 
-    # -- governance (R41-R43) -------------------------------------------------
+    # -- sharing one frame (docs/permissions.md) --------------------------------
 
-    def _governance_audit(self, method: str) -> dict[str, Any]:
-        """The audit template of an embedded governance call: holder ``embedded``."""
-        from protocol.governance import EMBEDDED, audit_template
+    def export_frame(
+        self,
+        frame_id: str,
+        key: bytes,
+        *,
+        holder: str | None = None,
+        tenant: str | None = None,
+        project: str | None = None,
+    ) -> bytes:
+        """A package of one frame, its sources' summaries and provenance, sealed with *key*.
 
-        return audit_template(method, holder=EMBEDDED, context=self.name, tenant=self._meta.tenant)
-
-    def admit(
-        self, frame_id: str | None = None, policy: AdmissionPolicy | None = None
-    ) -> list[Decision]:
-        """Run admission over the candidates (or just *frame_id*); see :mod:`protocol.governance`.
-
-        Accepted and rejected ones change in one recorded runtime transaction
-        (``reviewed_by`` ``policy:<name>``) written with its audit entry (holder
-        ``embedded``, method ``admit``); held ones stay candidates until
-        :meth:`review`, and a pass of holds only writes nothing. Returns every
-        decision, oldest candidate first. NotFound for an unknown *frame_id*,
-        RequestError ``not_candidate`` for one that is not a candidate; nothing
-        changes then. See :func:`protocol.governance.run_admission`.
+        Its audit entry (method ``export_frame``, holder *holder*, default
+        ``embedded``) is durable before the package is returned. *tenant* and
+        *project* default to the context's own. See :mod:`service.sharing`.
         """
-        from protocol.governance import run_admission
-
-        decisions, _ = run_admission(
-            self.backend, policy=policy, frame_id=frame_id, audit=self._governance_audit("admit")
-        )
-        return decisions
-
-    def review(
-        self, frame_id: str, decision: str, reviewer: str, *, reason: str | None = None
-    ) -> Decision:
-        """A human decision (``accept`` or ``reject``) on a candidate or quarantined frame.
-
-        Recorded as a runtime transaction with ``reviewed_by`` ``human:<reviewer>``
-        (*reason* joins the review reasons) and its audit entry (holder
-        ``embedded``, method ``review``) in one write. Typed errors change
-        nothing: RequestError ``bad_decision``, ``bad_reviewer`` (1 to 128
-        printable characters), ``bad_argument`` (reason over 512 characters),
-        NotFound for an unknown frame, ``not_reviewable`` for a frame that is
-        neither a candidate nor quarantined, or is retired. See
-        :func:`protocol.governance.run_review`.
-        """
-        from protocol.governance import run_review
-
-        d, _ = run_review(
-            self.backend,
-            frame_id,
-            decision,
-            reviewer,
-            reason=reason,
-            audit=self._governance_audit("review"),
-        )
-        return d
-
-    def pending(self, policy: AdmissionPolicy | None = None) -> dict[str, Any]:
-        """What awaits a human or admission, read-only: ``{"version", "items"}``.
-
-        One snapshot; see :func:`protocol.governance.pending` (a dry run of
-        *policy*, default ``DefaultPolicy``). Writes nothing, audits nothing.
-        """
-        from protocol.governance import pending
-
-        return self.backend.read(
-            lambda v: {"version": v.meta().version, "items": pending(v, policy)}
+        return sharing.export_frame(
+            self, frame_id, key, holder=holder, tenant=tenant, project=project
         )
 
-    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> list[dict[str, Any]]:
-        """Durable audit entries numbered above *after*, at most *limit* (1 to 1000).
+    def import_frame(
+        self,
+        package: bytes,
+        key: bytes,
+        as_id: str | None = None,
+        *,
+        holder: str | None = None,
+        tenant: str | None = None,
+    ) -> dict[str, Any]:
+        """Derive a frame from a package sealed with *key*; ``{"id", "receipt"}``.
 
-        Denials, exports, imports and governance decisions, oldest first, each
-        with its ``seq``; page on with ``after=<last seq>``. OutOfRange or
-        ``bad_argument`` for a bad page. See :func:`protocol.governance.read_audit`.
+        The new frame (*as_id*, default ``imported/<context>/<frame>``) starts
+        with a provenance form; importing a package again answers the first
+        receipt as a duplicate. A package that does not verify is refused
+        (PermissionDenied) and the refusal audited; the import's audit entry
+        (holder *holder*, default ``embedded``) is durable before the answer.
         """
-        from protocol.governance import AuditStore, read_audit
-
-        return read_audit(cast(AuditStore, self.backend), after, limit)
-
-    def find_low_quality(
-        self, *, unused_ticks: int | None = None, failed_uses: int = 3
-    ) -> list[Finding]:
-        """:func:`protocol.governance.find_low_quality` over this context and all its traces.
-
-        One snapshot; writes nothing. OutOfRange for *unused_ticks* below 1 or
-        *failed_uses* outside 1 to 1000.
-        """
-        from protocol.governance import all_traces, check_scan, find_low_quality
-
-        check_scan(unused_ticks, failed_uses)
-        return self.backend.read(
-            lambda v: find_low_quality(
-                v,
-                now_tick=v.meta().tick,
-                unused_ticks=unused_ticks,
-                usage=all_traces(v),
-                failed_uses=failed_uses,
-            )
-        )
-
-    def quarantine(self, findings: Iterable[Finding | str]) -> list[str]:
-        """Move accepted frames to trust ``quarantined`` (R43): out of every input until reviewed.
-
-        One recorded runtime transaction with its audit entry (holder
-        ``embedded``, method ``quarantine``); frames not accepted, retired or
-        unknown are skipped (nothing is written when none is left). A frame a
-        human accepted is quarantined too: this is how a human decision is
-        reopened. Returns the ids quarantined. See
-        :func:`protocol.governance.run_quarantine`.
-        """
-        from protocol.governance import run_quarantine
-
-        ids, _ = run_quarantine(self.backend, findings, audit=self._governance_audit("quarantine"))
-        return ids
-
-    def quarantine_scan(
-        self, *, unused_ticks: int | None = None, failed_uses: int = 3
-    ) -> ScanResult:
-        """Find low-quality frames and quarantine them in one audited write (R43).
-
-        Like the actor's ``quarantine_scan`` and ``morphz review scan``: frames a
-        human accepted are reported under ``spared``, not quarantined. See
-        :func:`protocol.governance.run_quarantine_scan`.
-        """
-        from protocol.governance import run_quarantine_scan
-
-        return run_quarantine_scan(
-            self.backend,
-            unused_ticks=unused_ticks,
-            failed_uses=failed_uses,
-            audit=self._governance_audit("quarantine_scan"),
-        )
+        return sharing.import_frame(self, package, key, as_id, holder=holder, tenant=tenant)
 
     def frames_valid_at(
         self, t: float | str, *, include_retired: bool = False
@@ -666,18 +515,7 @@ class Context:
             when = valid_time(t)
         except ValueError as e:
             raise RequestError(str(e), code="bad_time") from e
-
-        def run(v: ReadView) -> list[dict[str, Any]]:
-            out = [
-                frame_dict(v, f, relations=False)
-                for f in v.iter_frames()
-                if f.valid_at(when)
-                and f.trust != REJECTED
-                and (include_retired or f.lifecycle != RETIRED)
-            ]
-            return sorted(out, key=lambda d: str(d["id"]))
-
-        return self.backend.read(run)
+        return self.backend.read(lambda v: reads.frames_valid_at(v, when, include_retired))
 
     def fork(self, target: Backend, *, at_version: int | None = None) -> Context:
         """A new context in *target* (an empty store) holding this one as of *at_version*.
@@ -701,7 +539,10 @@ class Context:
         return rec
 
     def close(self) -> None:
-        """Close the underlying store."""
+        """Close the search index (if one was opened), then the underlying store."""
+        if self._searcher is not None:
+            self._searcher.close()
+            self._searcher = None
         self.backend.close()
 
     def __enter__(self) -> Context:
@@ -712,13 +553,16 @@ class Context:
 
 
 def _prepare(
-    item: ContextTx | str | tuple[ContextTx | str, str | None],
+    item: ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None],
 ) -> tuple[ContextTx, str | None]:
     client_id: str | None = None
-    if isinstance(item, tuple):
+    if isinstance(item, tuple) and not isinstance(item, SubmittedTx):
         item, client_id = item
     text: str | None = None
-    if isinstance(item, str):
+    if isinstance(item, SubmittedTx):  # parsed once by the port that took it; log its text
+        text = item.text
+        item = item.tx
+    elif isinstance(item, str):
         from protocol.txlang import parse_tx
 
         text = item
@@ -730,68 +574,3 @@ def _prepare(
             )
         item = item.model_copy(update={"client_id": client_id})
     return item, text
-
-
-def logged_tx(record: dict[str, Any]) -> ContextTx:
-    """The transaction a model-kind log record holds, from its text or its dict form."""
-    if record.get("text") is not None:
-        from protocol.txlang import parse_tx
-
-        return parse_tx(record["text"])
-    from protocol.wire import tx_from_dict
-
-    return tx_from_dict(record["tx"])
-
-
-def frame_dict(v: ReadView, f: Frame, *, relations: bool = True) -> dict[str, Any]:
-    """A frame as the CLI and the API show it."""
-    out: dict[str, Any] = {
-        "id": f.id,
-        "revision": f.revision,
-        "body": print_body(f.body),
-        "body_forms": [to_plain(x) for x in f.body],
-        "sources": [source_ref(v, s) for s in f.sources],
-        "lifecycle": f.lifecycle,
-        "protected": f.protected,
-        "created_version": f.created_version,
-        "updated_version": f.updated_version,
-        "tokens": f.tokens,
-    }
-    if f.lifecycle == RETIRING:
-        out["due_tick"] = f.due_tick
-        out["marked_tick"] = f.marked_tick
-        out["retire_reason"] = f.retire_reason
-    if f.retired_version is not None:
-        out["retired_version"] = f.retired_version
-    env = f.envelope
-    out["envelope"] = {
-        **{k: env.get(k) for k in ("kind", "tenant", "project", "risk", "trust", "reviewed_by")},
-        "keys": list(env.get("keys") or ()),
-        "valid_from": env.get("valid_from"),
-        "valid_to": env.get("valid_to"),
-        "session": env.get("session"),
-        "review_reasons": list(env.get("review_reasons") or ()),
-    }
-    if relations:
-        out["relations_out"] = [[f.id, lab, o] for lab, o in v.relations_from(f.id)]
-        out["relations_in"] = [[s, lab, f.id] for s, lab in v.relations_to(f.id)]
-    return out
-
-
-def event_dict(e: Event) -> dict[str, Any]:
-    """An event's metadata as the CLI and the API show it."""
-    out: dict[str, Any] = {
-        "ref": e.ref,
-        "id": e.id,
-        "kind": e.kind,
-        "session": e.session,
-        "time": e.time,
-        "size": e.size,
-        "tokens": e.tokens,
-        "lifecycle": e.lifecycle,
-        "claimed_tick": e.claimed_tick,
-        "preview": e.preview,
-    }
-    if e.kind == "user_message":
-        out["delivered"] = bool(e.delivered)
-    return out

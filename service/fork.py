@@ -17,7 +17,8 @@ from protocol.engine import evaluate, finalize_due
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.state import ACTIVE, Meta
 from protocol.view import Changeset, ReadView, WriteView
-from service.context import Backend, logged_tx
+from service.reads import logged_tx
+from storage.backend import Backend
 
 
 def fork_into(

@@ -13,6 +13,7 @@ leaves nothing behind. One lock serializes every read and write transaction.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -286,7 +287,7 @@ class _MemoryView:
             t["outbox"].put(last + 1, None, _pack(changes.outbox))
             t["meta"].put("outbox", None, last + 1)
         if changes.audit:
-            append_audit(_AuditRows(t), changes.audit)
+            append_audit(_AuditRows(t), changes.audit, now=time.time())
 
 
 class _AuditRows:
@@ -376,6 +377,11 @@ class MemoryBackend:
             finally:
                 view._closed = True
                 self._writing = False
+
+    @property
+    def readonly(self) -> bool:
+        """Always False: a memory store is never opened read-only."""
+        return False
 
     def has_meta(self) -> bool:
         """True once a :class:`~protocol.state.Meta` record has been written."""

@@ -7,7 +7,9 @@ on the first test that asks for it and stops at the end of the session."""
 
 from __future__ import annotations
 
+import inspect
 import os
+import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,12 +47,82 @@ def ctx(make_ctx: object) -> Context:
     """A fresh context with the default window of 8 ticks."""
     return make_ctx()  # type: ignore[operator,no-any-return]
 
+
 # Ray's own warnings, under ``-W error``: targeted, never a blanket ignore.
 RAY_WARNINGS: tuple[str, ...] = ()
 
 
+# What a test reaches (its body, its fixtures and the tests' helpers they call) decides its
+# markers, so a new test is marked without anyone remembering to: see `_effects`.
+_CHILD_MODULES = frozenset({"subprocess", "multiprocessing"})
+
+
+def _functions_of(obj: object) -> list[types.FunctionType]:
+    """The plain functions *obj* stands for: itself, or the methods and properties of a class."""
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))  # type: ignore[arg-type]
+    if isinstance(obj, types.FunctionType):
+        return [obj]
+    if not isinstance(obj, type):
+        return []
+    found: list[types.FunctionType] = []
+    for member in vars(obj).values():
+        if isinstance(member, property):
+            found += [f for f in (member.fget, member.fset) if isinstance(f, types.FunctionType)]
+        else:
+            found += _functions_of(member) if not isinstance(member, type) else []
+    return found
+
+
+def _effects(obj: object, seen: set[int]) -> set[str]:
+    """``subprocess`` if *obj* can start a child process, ``kill`` if it can SIGKILL one.
+
+    Follows the global names its code uses into other functions and classes of the test
+    tree (never into the library or third-party code): a helper that runs the CLI marks
+    every test that calls it."""
+    effects: set[str] = set()
+    for func in _functions_of(obj):
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        codes = [func.__code__]
+        while codes:
+            code = codes.pop()
+            codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            for name in code.co_names:
+                if name in _CHILD_MODULES:  # also `import subprocess` inside a function
+                    effects.add("subprocess")
+                if name == "SIGKILL":
+                    effects.add("kill")
+                value = func.__globals__.get(name)
+                module = getattr(value, "__module__", None) or ""
+                if isinstance(value, types.ModuleType):
+                    if value.__name__.split(".")[0] in _CHILD_MODULES:
+                        effects.add("subprocess")
+                elif module.split(".")[0] in _CHILD_MODULES:
+                    effects.add("subprocess")
+                elif module == "tests" or module.startswith("tests."):
+                    effects |= _effects(value, seen)
+    return effects
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by what they use: ``ray`` for the session cluster (directly or through
+    another fixture), ``subprocess`` for a child process, ``slow`` for a SIGKILL test.
+
+    The fast loop (``./dev check``) deselects all three."""
     for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        if "ray_cluster" in item.fixturenames and item.get_closest_marker("ray") is None:
+            item.add_marker(pytest.mark.ray)
+        effects = _effects(item.obj, set())
+        for defs in item._fixtureinfo.name2fixturedefs.values():
+            for fixturedef in defs:
+                effects |= _effects(fixturedef.func, set())
+        if "subprocess" in effects and item.get_closest_marker("subprocess") is None:
+            item.add_marker(pytest.mark.subprocess)
+        if "kill" in effects and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("ray") is not None:
             for spec in RAY_WARNINGS:
                 item.add_marker(pytest.mark.filterwarnings(spec))

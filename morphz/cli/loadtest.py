@@ -156,8 +156,8 @@ def _human(doc: Mapping[str, Any]) -> None:
     "trajectories_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="STATE-Bench trajectory directory (default: ../shared/data/state-bench/"
-    "train_task_trajectories beside the checkout).",
+    help="STATE-Bench trajectory directory (<domain>/<n>-<name>.json), needed with "
+    "--workload trajectories (default: $MORPHZ_TRAJECTORIES).",
 )
 @click.option(
     "--conversations",

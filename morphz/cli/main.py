@@ -154,11 +154,14 @@ def _human_receipt(d: dict[str, Any]) -> str:
 def tx(env: Env, source: Any, client_id: str | None) -> None:
     """Submit a (context-tx …) from FILE or stdin and print its receipt."""
     from protocol.txlang import parse_tx
+    from protocol.wire import SubmittedTx
 
     text = decode(source.read(), "the transaction")
-    parse_tx(text)  # a parse error exits 2 before the store is touched
+    # Parsed once, here: a parse error exits 2 before the store is touched, and the
+    # service commits the parsed form and logs the text as given.
+    submitted = SubmittedTx(parse_tx(text), text)
     with env.open() as ctx:
-        receipt = ctx.commit_many([(text, client_id)])[0]
+        receipt = ctx.commit_many([(submitted, client_id)])[0]
     doc = receipt.to_dict()
     emit(env, doc, _human_receipt)
     if not receipt.committed:

@@ -93,7 +93,7 @@ def recall_cmd(
 
     Example: morphz --json recall '{"frame_id": "release-procedure", "depth": 2}'
     """
-    from protocol.recall import RecallRequest, read_recall
+    from protocol.recall import RecallRequest
 
     if request_json == "-":
         request_json = decode(sys.stdin.buffer.read(), "the recall request")
@@ -115,7 +115,7 @@ def recall_cmd(
         doc["observation"] = {"ref": e.ref, "id": e.id}
     else:
         with env.read() as ctx:
-            doc = read_recall(ctx.backend, request, cursor).to_dict()
+            doc = ctx.recall(request, cursor).to_dict()
     emit(env, doc, _human_page)
 
 

@@ -3,9 +3,11 @@
 ``review`` lists what awaits a human (candidates the admission policy would
 hold, with its reasons; quarantined frames with their findings) and records
 human decisions (``accept`` / ``reject FRAME --reviewer NAME``), runs admission
-(``admit``) or the quarantine scan (``scan``). It works on the store directly:
-listing opens the context read-only (so it works beside a running context
-actor); deciding opens it for writing. When a context actor holds the store
+(``admit``) or the quarantine scan (``scan``), each through the service's
+:class:`~service.Context` methods (``pending``, ``review``, ``admit``,
+``quarantine_scan``, ``audit``; audited as holder ``cli:<login>``): listing
+opens the context read-only (so it works beside a running context actor);
+deciding opens it for writing. When a context actor holds the store
 (:class:`~protocol.errors.StoreLocked`), ``--address`` (a Ray address, e.g.
 ``auto``) sends the decision through the actor's methods instead; Ray is
 imported only then. ``audit`` reads the context's durable audit log read-only.
@@ -23,12 +25,15 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from morphz.cli.console import Env, emit, failing_as_usage
 from protocol.errors import OutOfRange, StoreError, StoreLocked
+
+if TYPE_CHECKING:
+    from service.context import Context
 
 BAD_INPUT = frozenset(
     {"bad_context_name", "bad_reviewer", "bad_decision", "bad_argument", "out_of_range"}
@@ -47,15 +52,6 @@ def _holder() -> str:
         return "cli:" + getpass.getuser()
     except (OSError, KeyError):
         return "cli"
-
-
-def _template(env: Env, ctx: Any, method: str) -> dict[str, Any]:
-    """The audit template of a decision on the store: holder ``cli:<login>``, the
-    tenant the context's meta names (None for a context made without one)."""
-    from protocol.governance import audit_template
-
-    tenant = ctx.meta().tenant
-    return audit_template(method, holder=_holder(), context=env.context, tenant=tenant)
 
 
 def _check_name(env: Env) -> None:
@@ -125,7 +121,7 @@ def _through_actor(env: Env, opts: ActorOptions, call: Callable[[Any], Any]) -> 
     """Run *call(handle)* against the context actor of *env*; Ray is imported only here."""
     import ray
 
-    from actors.client import lookup
+    from actors.connection import lookup
 
     token = opts.token()
     started = False
@@ -153,7 +149,7 @@ def _through_actor(env: Env, opts: ActorOptions, call: Callable[[Any], Any]) -> 
 def _decide(
     env: Env,
     opts: ActorOptions,
-    direct: Callable[[Any], dict[str, Any]],
+    direct: Callable[[Context], dict[str, Any]],
     remote: Callable[[Any], dict[str, Any]],
 ) -> dict[str, Any]:
     """*direct(context)* on the store; if an actor holds it and --address is given, *remote*."""
@@ -294,20 +290,15 @@ def _review(
     reason: str | None,
     opts: ActorOptions,
 ) -> None:
-    from protocol.governance import check_review, run_review
+    from protocol.governance import check_review
 
     check_review(decision, reviewer, reason)  # bad input exits 2 before the store is opened
 
-    def direct(ctx: Any) -> dict[str, Any]:
-        d, version = run_review(
-            ctx.backend,
-            frame_id,
-            decision,
-            reviewer,
-            reason=reason,
-            audit=_template(env, ctx, "review"),
-        )
-        return {"decision": d.to_dict(), "version": version}
+    def direct(ctx: Context) -> dict[str, Any]:
+        # One write: the version after it is the one it committed at (this process
+        # holds the writer lock).
+        d = ctx.review(frame_id, decision, reviewer, reason=reason, holder=_holder())
+        return {"decision": d.to_dict(), "version": ctx.version}
 
     doc = _decide(
         env,
@@ -369,13 +360,16 @@ def admit_cmd(
     capability: Path | None,
 ) -> None:
     """Run the admission policy over the candidates (or FRAME_ID alone); holds change nothing."""
-    from protocol.governance import run_admission
 
-    def direct(ctx: Any) -> dict[str, Any]:
-        ds, version = run_admission(
-            ctx.backend, frame_id=frame_id, audit=_template(env, ctx, "admit")
-        )
-        return {"decisions": [d.to_dict() for d in ds], "version": version}
+    def direct(ctx: Context) -> dict[str, Any]:
+        # This process holds the writer lock: a version change is this call's one write.
+        before = ctx.version
+        ds = ctx.admit(frame_id, holder=_holder())
+        after = ctx.version
+        return {
+            "decisions": [d.to_dict() for d in ds],
+            "version": after if after != before else None,
+        }
 
     opts = ActorOptions(address, namespace, capability)
     doc = _decide(env, opts, direct, lambda h: h.admit(frame_id))
@@ -400,17 +394,15 @@ def scan_cmd(
 
     Frames a human accepted are reported but spared.
     """
-    from protocol.governance import check_scan, run_quarantine_scan
+    from protocol.governance import check_scan
 
     check_scan(unused_ticks, failed_uses)
 
-    def direct(ctx: Any) -> dict[str, Any]:
-        return run_quarantine_scan(
-            ctx.backend,
-            unused_ticks=unused_ticks,
-            failed_uses=failed_uses,
-            audit=_template(env, ctx, "quarantine_scan"),
-        ).to_dict()
+    def direct(ctx: Context) -> dict[str, Any]:
+        result = ctx.quarantine_scan(
+            unused_ticks=unused_ticks, failed_uses=failed_uses, holder=_holder()
+        )
+        return result.to_dict()
 
     opts = ActorOptions(address, namespace, capability)
     doc = _decide(

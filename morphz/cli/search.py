@@ -2,7 +2,8 @@
 
 Register them on the ``morphz`` group with ``cli.add_command(search_cmd)``,
 ``cli.add_command(reindex_cmd)`` and ``cli.add_command(import_cmd)`` (or loop
-over :data:`COMMANDS`). None imports Ray; the index modules load lazily.
+over :data:`COMMANDS`). None imports Ray; each reaches the index through the
+context's searcher (:attr:`service.Context.searcher`), closed with the context.
 
 A one-shot CLI has no background index worker, so ``search`` first applies the
 pending index intents itself (``--no-catch-up`` skips that and shows the lag).
@@ -165,28 +166,23 @@ def search_cmd(
     no_catch_up: bool,
 ) -> None:
     """Keyword search over frames and events, retired ones included."""
-    from storage.search.index import LexicalIndex
-
     if since is not None and until is not None and since > until:
         raise click.BadParameter("--since is after --until", param_hint="--since")
     with _open_context(env) as ctx:
-        index = LexicalIndex.for_backend(ctx.backend)
-        try:
-            if not no_catch_up:
-                index.catch_up()
-            result = index.search(
-                query,
-                limit=limit,
-                since=since,
-                until=until,
-                kinds=kinds or None,
-                lifecycle=lifecycle,
-                id_prefix=id_prefix,
-                trust=trusts or None,
-                valid_at=valid_at,
-            )
-        finally:
-            index.close()
+        searcher = ctx.searcher  # the context's index; closed with the context
+        if not no_catch_up:
+            searcher.catch_up()
+        result = searcher.index.search(
+            query,
+            limit=limit,
+            since=since,
+            until=until,
+            kinds=kinds or None,
+            lifecycle=lifecycle,
+            id_prefix=id_prefix,
+            trust=trusts or None,
+            valid_at=valid_at,
+        )
     emit(env, result.to_dict(), _human_search)
 
 
@@ -195,14 +191,8 @@ def search_cmd(
 @run_command
 def reindex_cmd(env: Env) -> None:
     """Drop the search index and rebuild it from the durable records."""
-    from storage.search.index import LexicalIndex
-
     with _open_context(env) as ctx:
-        index = LexicalIndex.for_backend(ctx.backend)
-        try:
-            stats = index.rebuild()
-        finally:
-            index.close()
+        stats = ctx.searcher.index.rebuild()
     doc = {k: stats[k] for k in ("indexed_version", "documents", "seconds")}
     emit(
         env,

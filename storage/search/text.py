@@ -48,6 +48,7 @@ BLOCK_CHARS = 1 << 16
 """Texts longer than this are analyzed in blocks cut at whitespace."""
 
 LOCALE = "root"
+"""The ICU locale of word breaking: root, the same rules whatever the language."""
 
 _CJ = (
     "\u2e80-\u2fdf\u3005-\u3007\u3021-\u3029\u3031-\u3035\u3038-\u303c"

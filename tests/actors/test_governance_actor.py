@@ -106,9 +106,16 @@ def test_admin_methods_decide_audit_durably_and_refuse_bad_input(tmp_path: Path)
 def test_denials_are_durable_and_coalesced(tmp_path: Path) -> None:
     actor = ContextActor(str(tmp_path), "acme-g", tenant="acme", enforce=True)
     key = grant_key(tmp_path)
-    admin = grants.issue(key, holder="ops", tenant="acme", grants=[("*", ["admin"])], issued_by="x")
+    admin = grants.issue(
+        key, holder="ops", tenant="acme", grants=[("*", ["admin"])], issued_by="x", now=time.time()
+    )
     reader = grants.issue(
-        key, holder="r", tenant="acme", grants=[("acme-g", ["read"])], issued_by="x"
+        key,
+        holder="r",
+        tenant="acme",
+        grants=[("acme-g", ["read"])],
+        issued_by="x",
+        now=time.time(),
     )
 
     async def run() -> None:
@@ -248,10 +255,20 @@ def test_a_denial_audited_before_the_answer_survives_sigkill(
 
     key = grant_key(tmp_path)
     admin = grants.issue(
-        key, holder="ops", tenant="acme", grants=[("acme-*", ["admin"])], issued_by="x"
+        key,
+        holder="ops",
+        tenant="acme",
+        grants=[("acme-*", ["admin"])],
+        issued_by="x",
+        now=time.time(),
     )
     thief = grants.issue(
-        key, holder="thief", tenant="acme", grants=[("other", ["read"])], issued_by="x"
+        key,
+        holder="thief",
+        tenant="acme",
+        grants=[("other", ["read"])],
+        issued_by="x",
+        now=time.time(),
     )
     ctx = connect(
         "acme-k",

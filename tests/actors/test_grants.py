@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from actors.context_actor import OPERATION_OF, ContextActor
-from actors.guard import export_frame, grant_key, import_frame, settle_scope
+from actors.context_actor import ContextActor
+from actors.guard import OPERATION_OF, export_frame, grant_key, import_frame, settle_scope
 from actors.replies import open_reply
 from protocol import capabilities as grants
 from protocol.capabilities import Capability, PermissionDenied
@@ -21,9 +21,12 @@ from protocol.wire import pack, unpack
 from tests.actors.cluster import RayCluster
 
 KEY = b"k" * 32
+NOW = 1_700_000_000.0
+"""The clock of the pure capability checks (tokens here never expire unless a test says so)."""
 
 
 def cap_for(tenant: str = "acme", grants_: Any = (("payroll-*", ("read",)),), **kw: Any) -> bytes:
+    kw.setdefault("now", NOW)
     return grants.issue(KEY, holder="t1", tenant=tenant, grants=grants_, issued_by="ops", **kw)
 
 
@@ -32,7 +35,7 @@ def cap_for(tenant: str = "acme", grants_: Any = (("payroll-*", ("read",)),), **
 
 def test_issue_verify_allows() -> None:
     cap = grants.verify(
-        cap_for(grants_=[("payroll-*", ["read", "recall"]), ("crm", ["commit"])]), KEY
+        cap_for(grants_=[("payroll-*", ["read", "recall"]), ("crm", ["commit"])]), KEY, now=NOW
     )
     assert cap.holder == "t1" and cap.tenant == "acme" and cap.issued_by == "ops"
     assert grants.allows(cap, "acme", "payroll-2026", "read")
@@ -41,7 +44,7 @@ def test_issue_verify_allows() -> None:
     assert grants.allows(cap, "acme", "crm", "commit")
     assert not grants.allows(cap, "acme", "crm-old", "commit")  # a plain name is exact
     assert not grants.allows(cap, "globex", "payroll-2026", "read")  # another tenant
-    admin = grants.verify(cap_for(grants_=[("*", ["admin"])]), KEY)
+    admin = grants.verify(cap_for(grants_=[("*", ["admin"])]), KEY, now=NOW)
     assert not grants.allows(admin, "acme", "x", "read")  # admin implies nothing else
 
 
@@ -73,7 +76,7 @@ def test_tampered_tokens_are_refused(tamper: str) -> None:
         bad = pack(doc)
     elif tamper == "other_key":
         bad = grants.issue(
-            b"z" * 32, holder="t1", tenant="acme", grants=[("*", ["read"])], issued_by="x"
+            b"z" * 32, holder="t1", tenant="acme", grants=[("*", ["read"])], issued_by="x", now=NOW
         )
     elif tamper == "garbage":
         bad = os.urandom(64)
@@ -83,7 +86,7 @@ def test_tampered_tokens_are_refused(tamper: str) -> None:
         doc["signature"] = ""
         bad = pack(doc)
     with pytest.raises(PermissionDenied) as e:
-        grants.verify(bad, KEY)
+        grants.verify(bad, KEY, now=NOW)
     assert e.value.code == "permission_denied" and isinstance(e.value, RequestError)
 
 
@@ -95,7 +98,7 @@ def test_expiry_and_bad_grants() -> None:
     with pytest.raises(RequestError):
         cap_for(grants_=[("x", ["write"])])  # not an operation
     with pytest.raises(RequestError):
-        grants.issue(b"short", holder="t", tenant="a", grants=[], issued_by="x")
+        grants.issue(b"short", holder="t", tenant="a", grants=[], issued_by="x", now=NOW)
 
 
 def test_signature_covers_every_field() -> None:
@@ -108,7 +111,7 @@ def test_signature_covers_every_field() -> None:
     ]:
         forged = cap.model_copy(update={field: value})
         with pytest.raises(PermissionDenied):
-            grants.verify(grants.token(forged), KEY)
+            grants.verify(grants.token(forged), KEY, now=NOW)
     assert isinstance(cap, Capability)
 
 
@@ -171,9 +174,10 @@ def test_plain_actor_denies_audits_and_changes_nothing(tmp_path: Path) -> None:
         tenant="acme",
         grants=[("acme-*", ["read", "commit", "admin"])],
         issued_by="ops",
+        now=NOW,
     )
     reader = grants.issue(
-        key, holder="r", tenant="acme", grants=[("acme-a", ["read"])], issued_by="ops"
+        key, holder="r", tenant="acme", grants=[("acme-a", ["read"])], issued_by="ops", now=NOW
     )
 
     async def run() -> None:
@@ -210,7 +214,12 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
 
     key = grant_key(tmp_path)  # the key file every actor of this store directory reads
     mine = grants.issue(
-        key, holder="thief", tenant="acme", grants=[("acme-*", grants.OPERATIONS)], issued_by="ops"
+        key,
+        holder="thief",
+        tenant="acme",
+        grants=[("acme-*", grants.OPERATIONS)],
+        issued_by="ops",
+        now=NOW,
     )
     b_owner = grants.issue(
         key,
@@ -218,6 +227,7 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
         tenant="globex",
         grants=[("globex-*", grants.OPERATIONS)],
         issued_by="ops",
+        now=NOW,
     )
     a = connect(
         "acme-a",
@@ -261,6 +271,7 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
                 tenant="globex",
                 grants=[("*", grants.OPERATIONS)],
                 issued_by="thief",
+                now=NOW,
             ),
         }
         attempts = {
@@ -338,9 +349,15 @@ def test_explicit_export_import_is_checked_and_audited(
         tenant="acme",
         grants=[("acme-*", grants.OPERATIONS)],
         issued_by="ops",
+        now=NOW,
     )
     a_reader = grants.issue(
-        key, holder="curator", tenant="acme", grants=[("acme-src", ["read"])], issued_by="ops"
+        key,
+        holder="curator",
+        tenant="acme",
+        grants=[("acme-src", ["read"])],
+        issued_by="ops",
+        now=NOW,
     )
     b_admin = grants.issue(
         key,
@@ -348,9 +365,15 @@ def test_explicit_export_import_is_checked_and_audited(
         tenant="globex",
         grants=[("globex-dst", ["admin", "read"])],
         issued_by="ops",
+        now=NOW,
     )
     b_reader = grants.issue(
-        key, holder="curator", tenant="globex", grants=[("globex-dst", ["read"])], issued_by="ops"
+        key,
+        holder="curator",
+        tenant="globex",
+        grants=[("globex-dst", ["read"])],
+        issued_by="ops",
+        now=NOW,
     )
     a = connect(
         "acme-src",

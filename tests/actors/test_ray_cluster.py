@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from actors import connect, lookup, run_agents, spawn_agent
+from actors import connect, lookup
+from harness.agent_threads import run_agents, spawn_agent
 from protocol.errors import RequestError
 from tests.actors.checks import check_history, check_steps
 from tests.actors.cluster import RayCluster

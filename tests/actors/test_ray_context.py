@@ -12,8 +12,16 @@ import msgpack
 import pytest
 
 from actors import ContextHandle, RetryPolicy, connect, lookup
-from protocol.errors import NotFound, OutOfRange, ParseError, RequestError, StoreError
+from protocol.errors import (
+    NotFound,
+    OutOfRange,
+    ParseError,
+    RequestError,
+    StoreError,
+    TransportError,
+)
 from protocol.receipts import Conflict, Receipt
+from protocol.replies import ClaimReply, EventPage, FrameReply, ObserveReply, StateReply
 from protocol.txlang import parse_tx
 from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, tx_to_msgpack, unpack
 from tests.actors.cluster import RayCluster
@@ -207,7 +215,9 @@ def test_an_unreachable_actor_raises_store_error_after_the_retries(
     handle.shutdown()
     with pytest.raises(StoreError) as gone:
         handle.version()
-    assert gone.value.code == "actor_unavailable"
+    assert gone.value.code == "actor_unavailable" and isinstance(gone.value, TransportError)
+    with pytest.raises(TransportError):
+        asyncio.run(handle.version_async())
     with pytest.raises(StoreError):
         handle.submit("(context-tx (base-version 1) (derive b))")
     # the store survives its actor: a new actor serves it under the same name
@@ -263,3 +273,51 @@ def test_model_search_and_recall_through_the_actor_record_what_they_retrieved(
     assert err.value.code == "not_permitted"
     with pytest.raises(OutOfRange):
         ctx.search({"query": "region", "limit": 10_000}, "main")
+
+
+def test_text_submitted_through_the_handle_is_logged_as_embedded(
+    ctx: ContextHandle, tmp_path: Path
+) -> None:
+    """One log shape whichever port committed: the handle parses once and ships the text."""
+    from service.store import open_context
+
+    texts = [
+        '(context-tx (base-version 0) (reason "kept as  written")\n  (derive a (x 1)))',
+        "(context-tx (base-version 1)   (revise a (x 2)) (derive b (from a) (y 1)))",
+    ]
+    embedded = open_context(tmp_path / "embedded", "twin")
+    try:
+        for i, text in enumerate(texts):
+            assert ctx.submit(text, client_id=f"c-{i}").committed
+            assert asyncio.run(ctx.submit_async(text, client_id=f"c-{i}")).duplicate
+            assert embedded.commit(text, client_id=f"c-{i}").committed
+            remote, local = ctx.txlog(i + 1), embedded.txlog(i + 1)
+            assert remote["text"] == text and remote["tx"] is None
+            assert remote.pop("time") > 0 and local.pop("time") > 0
+            assert remote == local
+    finally:
+        embedded.close()
+
+
+def test_fixed_shape_replies_are_typed_and_read_like_the_dicts_they_were(
+    ctx: ContextHandle,
+) -> None:
+    seen = ctx.observe("tool_result", "regression suite: 412 passed")
+    assert isinstance(seen, ObserveReply) and seen["ref"] == seen.ref == "@e1"
+    claim = ctx.claim()
+    assert isinstance(claim, ClaimReply) and claim == {
+        "tick": 1,
+        "advanced": True,
+        "claimed": ["@e1"],
+        "finalized": [],
+        "version": 0,
+    }
+    assert ctx.submit("(context-tx (base-version 0) (derive r (from @e1) (ok)))").committed
+    frame = ctx.frame("r")
+    assert isinstance(frame, FrameReply) and frame.sources == frame["sources"] == ["@e1"]
+    assert "as_of" not in frame and frame.get("due_tick") is None
+    page = asyncio.run(ctx.read_event_async("@e1", 0, 10))
+    assert isinstance(page, EventPage) and page.text == "regression" and page["more"]
+    state = ctx.state()
+    assert isinstance(state, StateReply) and [f["id"] for f in state.frames] == ["r"]
+    assert ctx.meta()["version"] == ctx.snapshot(["r"])["version"] == 1

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from actors import connect, decode_records, lookup, spawn_agent
+from actors import connect, lookup
+from harness.agent_threads import decode_records, spawn_agent
 from storage import LmdbStore
 from tests.actors.checks import check_history, check_steps
 from tests.actors.cluster import RayCluster

@@ -18,16 +18,10 @@ from typing import Any
 
 import pytest
 
-from agents.loop import (
-    INTENT,
-    RECONCILE,
-    RESULT,
-    AgentLoop,
-    EmbeddedPort,
-    ToolRunner,
-    key_event_id,
-    scripted_model,
-)
+from agents.actions import INTENT, RECONCILE, RESULT, ToolRunner, key_event_id
+from agents.loop import AgentLoop
+from agents.port import EmbeddedPort
+from agents.scripted import scripted_model
 from protocol.turns import ModelTurn, ToolCall
 from service.context import Context
 from service.store import open_context
@@ -41,7 +35,10 @@ CHILD = textwrap.dedent(
     """
     import os, sys
     sys.path.insert(0, {root!r})
-    from agents.loop import RESULT, AgentLoop, EmbeddedPort, ToolRunner, scripted_model
+    from agents.actions import RESULT, ToolRunner
+    from agents.loop import AgentLoop
+    from agents.port import EmbeddedPort
+    from agents.scripted import scripted_model
     from service.store import open_context
 
     store, counter, mode = {store!r}, {counter!r}, {mode!r}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.loop import DEMO_TOOL_RESULTS, AgentLoop, EmbeddedPort, ToolRunner, scripted_model
-from agents.scripted import release_policy
+from agents.actions import DEMO_TOOL_RESULTS, ToolRunner
+from agents.loop import AgentLoop
+from agents.port import EmbeddedPort
+from agents.scripted import release_policy, scripted_model
 from protocol.compiler import CompilerConfig
 from protocol.receipts import Receipt
 from protocol.turns import CompiledInput, InputOverflow, ModelTurn, ToolCall

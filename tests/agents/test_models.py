@@ -16,14 +16,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agents.models import (
-    MEMORY_TOOL_SPECS,
-    ModelConfig,
-    OpenAIChatModel,
-    external_tool_specs,
-    is_overflow,
-    parse_answer,
-)
+from agents.models import ModelConfig, OpenAIChatModel, is_overflow, parse_answer
 from agents.scripted import (
     ScriptedModel,
     build_tx,
@@ -34,7 +27,9 @@ from agents.scripted import (
     read_scene,
     release_policy,
 )
+from agents.tools import MEMORY_TOOL_SPECS
 from protocol.errors import RequestError
+from protocol.sexpr import read_forms
 from protocol.turns import (
     MEMORY_TOOLS,
     Capacity,
@@ -45,7 +40,7 @@ from protocol.turns import (
     ToolCall,
 )
 from protocol.tx import Retire
-from protocol.txlang import parse_tx, print_tx, read_forms
+from protocol.txlang import parse_tx, print_tx
 from service.context import Context
 from tests.actors.loopback import (
     Answer,
@@ -512,17 +507,6 @@ def test_content_parts_and_memory_only_turns() -> None:
         call("recall", {"request": {"frame_id": "release"}}), content="Looking it up"
     ).body
     assert parse_answer(thinking).action is None
-
-
-def test_external_tool_names_are_checked() -> None:
-    with pytest.raises(RequestError) as err:
-        external_tool_specs([{"name": "recall"}])
-    assert err.value.code == "bad_tool"
-    with pytest.raises(RequestError):
-        external_tool_specs([{"name": "a"}, {"type": "function", "function": {"name": "a"}}])
-    with pytest.raises(RequestError):
-        external_tool_specs([{"description": "nameless"}])
-    assert [t["function"]["name"] for t in MEMORY_TOOL_SPECS] == list(MEMORY_TOOLS)
 
 
 def test_config_from_environment() -> None:

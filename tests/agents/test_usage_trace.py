@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agents.loop import AgentLoop, EmbeddedPort, ToolFailed, ToolRunner
+from agents.actions import ToolFailed, ToolRunner
+from agents.loop import AgentLoop
+from agents.port import EmbeddedPort
 from morphz.cli import cli
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.governance import find_low_quality
@@ -252,7 +254,7 @@ def test_a_model_search_is_retrieval_in_the_traces_and_hides_quarantined_frames(
 
 
 def test_model_search_arguments_are_checked(tmp_path: Path) -> None:
-    from storage.search.index import LexicalIndex, model_search
+    from storage.search import LexicalIndex, model_search
 
     with open_context(tmp_path, "ctx", create=True) as ctx:
         seeded(ctx)

@@ -376,6 +376,37 @@ def test_store_from_env_default_dir_and_contexts(cli: Cli, tmp_path: Path) -> No
     assert [e["ref"] for e in alpha["events"]] == ["@e1"]
 
 
+def test_tx_parses_the_text_once_and_logs_it_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In process: the command parses the text (to refuse a bad one before the store
+    opens), the service commits that parsed form, and the log keeps the text."""
+    from click.testing import CliRunner
+
+    import protocol.txlang as txlang
+    from morphz.cli import cli as morphz_cli
+
+    parsed: list[str] = []
+    real = txlang.parse_tx
+
+    def counting(text: str) -> Any:
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(txlang, "parse_tx", counting)
+    text = "(context-tx  (base-version 0)\n    (derive note   (v 1)))\n"
+    args = ["--store", str(tmp_path / "store"), "--json"]
+    done = CliRunner().invoke(morphz_cli, [*args, "tx", "--client-id", "c-1", "-"], input=text)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["status"] == "committed"
+    assert parsed == [text]
+    logged = CliRunner().invoke(morphz_cli, [*args, "log", "1"])
+    assert (json.loads(logged.output)["text"], json.loads(logged.output)["client_id"]) == (
+        text,
+        "c-1",
+    )
+
+
 # -- exactly once --------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from morphz.cli import cli
-from protocol.governance import run_quarantine_scan
+from service.governance import run_quarantine_scan
 from service.store import Store
 from storage import LmdbStore
 

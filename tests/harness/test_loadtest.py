@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from actors.agent import AgentThread
 from actors.context_actor import ContextActor
 from actors.replies import open_reply
+from harness.agent_threads import AgentThread
 from harness.loadtest import (
-    DEFAULT_TRAJECTORIES,
     REPORT_KEYS,
+    TRAJECTORIES_ENV,
     LoadAgent,
+    NoTrajectories,
     TrajectorySpec,
     TrajectoryThread,
     check_context,
@@ -31,6 +32,7 @@ from harness.loadtest import (
     percentile,
     run_loadtest,
     spread,
+    trajectories_dir,
 )
 from protocol.errors import NotFound, RequestError
 from protocol.wire import unpack
@@ -39,7 +41,17 @@ from tests.actors.local import LocalHandle
 
 _SCRIPT = Path(sys.executable).with_name("morphz")
 MORPHZ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "morphz.cli"]
-HAVE_TRAJECTORIES = DEFAULT_TRAJECTORIES.is_dir()
+# The STATE-Bench training trajectories: $MORPHZ_TRAJECTORIES, else beside the checkout.
+# Only the tests look there; the load test itself is always told where they are.
+TRAJECTORIES = Path(
+    os.environ.get(TRAJECTORIES_ENV)
+    or Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "data"
+    / "state-bench"
+    / "train_task_trajectories"
+)
+HAVE_TRAJECTORIES = TRAJECTORIES.is_dir()
 
 
 # -- without Ray ----------------------------------------------------------------
@@ -127,9 +139,11 @@ def test_the_check_passes_a_real_history_and_fails_a_doctored_one(tmp_path: Path
     assert "unjustified_conflict" in check_context([*records, bogus], export).kinds()
 
 
-@pytest.mark.skipif(not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories beside the repo")
+@pytest.mark.skipif(
+    not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
+)
 def test_conversations_load_domains_interleaved() -> None:
-    convs = load_conversations(limit=6)
+    convs = load_conversations(TRAJECTORIES, limit=6)
     assert len(convs) == 6
     assert len({c.domain for c in convs[:3]}) == 3
     assert all(c.turns and c.turns[0].role == "user" for c in convs)
@@ -161,6 +175,22 @@ def test_conversations_are_read_from_a_directory(tmp_path: Path) -> None:
     with pytest.raises(RequestError) as info:
         load_conversations(tmp_path)
     assert info.value.code == "bad_trajectory"
+
+
+def test_the_trajectory_directory_is_given_never_guessed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRAJECTORIES_ENV, raising=False)
+    with pytest.raises(NoTrajectories) as info:
+        trajectories_dir()
+    assert info.value.code == "no_trajectories" and isinstance(info.value, RequestError)
+    assert "--trajectories" in info.value.message and TRAJECTORIES_ENV in info.value.message
+    with pytest.raises(NoTrajectories):  # before any Ray connection is made
+        run_loadtest({"threads": 1, "transactions": 1, "workload": "trajectories"})
+    assert trajectories_dir(tmp_path) == tmp_path
+    monkeypatch.setenv(TRAJECTORIES_ENV, str(tmp_path / "env"))
+    assert trajectories_dir() == tmp_path / "env"
+    assert trajectories_dir(tmp_path) == tmp_path  # the option wins
 
 
 def test_a_replay_records_observes_summarizes_and_retires(tmp_path: Path) -> None:
@@ -290,7 +320,9 @@ def test_killed_contexts_lose_no_acknowledged_commit(
 
 
 @pytest.mark.ray
-@pytest.mark.skipif(not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories beside the repo")
+@pytest.mark.skipif(
+    not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
+)
 def test_trajectories_replay_three_conversations(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str
 ) -> None:
@@ -304,6 +336,7 @@ def test_trajectories_replay_three_conversations(
             transactions=45,
             conflict_rate=0.3,
             workload="trajectories",
+            trajectories_dir=str(TRAJECTORIES),
             conversations=3,
         )
     )
@@ -338,6 +371,21 @@ def test_the_command_needs_exactly_one_bound(tmp_path: Path) -> None:
         timeout=60,
     )
     assert p.returncode == 2 and "exactly one of --duration and --transactions" in p.stderr
+
+
+def test_the_command_says_how_to_give_the_trajectories(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != TRAJECTORIES_ENV}
+    argv = [*MORPHZ, "--store", str(tmp_path), "--json", "loadtest", "--threads", "1"]
+    p = subprocess.run(
+        [*argv, "--transactions", "1", "--workload", "trajectories"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert p.returncode == 1, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["error"] == "no_trajectories" and TRAJECTORIES_ENV in doc["message"]
 
 
 @pytest.mark.ray

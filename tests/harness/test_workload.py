@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from actors.agent import RECORD_KEYS, AgentThread, check_spec
 from actors.context_actor import ContextActor
-from actors.workload import (
+from harness.agent_threads import RECORD_KEYS, AgentThread, check_spec
+from harness.workload import (
     WorkloadSpec,
     build_tx,
     footprint_keys,

@@ -10,6 +10,9 @@ import pytest
 from protocol.errors import OutOfRange, RequestError
 from protocol.governance import append_audit, audit_entry, check_page
 
+NOW = 5000.0
+"""The writer's clock: it stamps only records that carry no time of their own."""
+
 
 class Rows:
     """A dict-backed AuditRows."""
@@ -50,18 +53,19 @@ def allowed(at: float = 1000.0) -> dict[str, Any]:
 
 def test_identical_denials_coalesce_within_a_window() -> None:
     rows = Rows()
-    seqs = append_audit(rows, [denial(at=1000 + i) for i in range(50)])
+    seqs = append_audit(rows, [denial(at=1000 + i) for i in range(50)], now=NOW)
     assert set(seqs) == {1}
     assert rows.rows[1]["count"] == 50 and rows.rows[1]["last_time"] == 1049
-    assert append_audit(rows, [denial(method="state", at=1050)]) == [2]
-    assert append_audit(rows, [denial(at=1070)]) == [3]  # a new window: a new row
-    assert append_audit(rows, [allowed(at=1071), allowed(at=1071)]) == [4, 5]  # never coalesced
+    assert append_audit(rows, [denial(method="state", at=1050)], now=NOW) == [2]
+    assert append_audit(rows, [denial(at=1070)], now=NOW) == [3]  # a new window: a new row
+    # allowed entries are never coalesced
+    assert append_audit(rows, [allowed(at=1071), allowed(at=1071)], now=NOW) == [4, 5]
 
 
 def test_a_flood_of_different_denials_adds_a_bounded_number_of_rows() -> None:
     rows = Rows()
     flood = [denial(holder=f"h{i}", at=1000.0) for i in range(1000)]
-    append_audit(rows, flood, per_window=10)
+    append_audit(rows, flood, per_window=10, now=NOW)
     assert len(rows.rows) == 11
     last = rows.rows[11]
     assert last["method"] == "*" and last["holder"] is None and last["count"] == 990
@@ -70,15 +74,23 @@ def test_a_flood_of_different_denials_adds_a_bounded_number_of_rows() -> None:
 
 def test_refused_rows_are_capped_oldest_first_and_allowed_rows_kept() -> None:
     rows = Rows()
-    append_audit(rows, [allowed(at=1.0)])
+    append_audit(rows, [allowed(at=1.0)], now=NOW)
     for i in range(30):  # one window each: thirty distinct rows
-        append_audit(rows, [denial(at=1000.0 + 100 * i)], keep=5)
-        append_audit(rows, [allowed(at=1000.0 + 100 * i)], keep=5)
+        append_audit(rows, [denial(at=1000.0 + 100 * i)], keep=5, now=NOW)
+        append_audit(rows, [allowed(at=1000.0 + 100 * i)], keep=5, now=NOW)
     refused = [n for n, r in rows.rows.items() if not r["allowed"]]
     kept = [n for n, r in rows.rows.items() if r["allowed"]]
     assert refused == [52, 54, 56, 58, 60] and len(kept) == 31  # the newest refusals stay
     # numbers are never reused
-    assert append_audit(rows, [allowed(at=9e9)], keep=5) == [62]
+    assert append_audit(rows, [allowed(at=9e9)], keep=5, now=NOW) == [62]
+
+
+def test_a_record_without_a_time_is_stamped_with_the_writers_clock() -> None:
+    rows = Rows()
+    entry = {k: v for k, v in denial().items() if k not in ("time", "last_time")}
+    assert append_audit(rows, [entry, denial(at=1.0)], now=NOW) == [1, 2]
+    assert rows.rows[1]["time"] == rows.rows[1]["last_time"] == NOW
+    assert rows.rows[2]["time"] == 1.0
 
 
 def test_entries_are_bounded_in_size() -> None:

@@ -1,7 +1,10 @@
 """The context compiler (R31–R37) over both backends: layout, determinism, capacity,
-batched maintenance, sessions, ContextDelta, and the pluggable tokenizer.
+batched maintenance, sessions, ContextDelta, the pluggable tokenizer, and the protocol
+text it is given.
 
-Every compile runs through ``ctx.backend.read(lambda v: compile_input(v, …))``.
+Every compile runs through ``ctx.backend.read(lambda v: compile_input(v, …))`` with
+the protocol text the service serves (:data:`service.protocol_text.PROTOCOL_TEXT`),
+as every port compiles.
 A Hypothesis test drives random operation sequences and checks that the
 delta encoding and a full render present the same facts at every step.
 """
@@ -18,11 +21,12 @@ from hypothesis import strategies as st
 from protocol.compiler import (
     DELTA_HEADER,
     OBSERVATIONS_HEADER,
-    PROTOCOL_TEXT,
     Compiler,
     CompilerConfig,
+    capacity_for,
     compile_input,
     input_facts,
+    limits_text,
 )
 from protocol.errors import RequestError
 from protocol.state import estimate_tokens
@@ -36,6 +40,7 @@ from protocol.tokens import (
 )
 from protocol.turns import CompiledInput
 from service.context import Context
+from service.protocol_text import PROTOCOL_TEXT
 from storage.memory import MemoryBackend
 
 SEED_TX = """(context-tx
@@ -48,7 +53,13 @@ SEED_TX = """(context-tx
 
 
 def compile_(ctx: Context, session: str = "main", **kw: Any) -> CompiledInput:
+    kw.setdefault("protocol_text", PROTOCOL_TEXT)
     return ctx.backend.read(lambda v: compile_input(v, session=session, **kw))
+
+
+def compiler_(config: CompilerConfig | None = None) -> Compiler:
+    """A long-lived compiler with the protocol text every port gives it."""
+    return Compiler(config, protocol_text=PROTOCOL_TEXT)
 
 
 def state_text(c: CompiledInput) -> str:
@@ -119,6 +130,29 @@ def test_layout_protocol_then_observations_then_state(ctx: Context) -> None:
     assert c.encoding == "full" and c.maintenance_batch == ()
 
 
+def test_the_compiler_renders_the_protocol_text_it_is_given(ctx: Context) -> None:
+    cfg = CompilerConfig()
+    bare = compile_(ctx, protocol_text="")
+    assert bare.messages[0]["content"] == limits_text(cfg)  # protocol/ holds no prompt text
+    given = compile_(ctx, protocol_text="Be brief.\n")
+    assert given.messages[0]["content"] == "Be brief.\n\n" + limits_text(cfg)
+    served = compile_(ctx)
+    assert served.messages[0]["content"] == PROTOCOL_TEXT.rstrip("\n") + "\n\n" + limits_text(cfg)
+    assert compiler_().system_text == served.messages[0]["content"]
+    # A model's own text (the configuration) replaces the one the compiler was given.
+    own = compile_(ctx, config=CompilerConfig(protocol_text="Mine."))
+    assert own.messages[0]["content"] == "Mine.\n\n" + limits_text(cfg)
+    assert own.messages[1] == served.messages[1]  # the runtime section counts the text
+
+
+def test_the_service_compiles_with_the_protocol_text(ctx: Context) -> None:
+    from service.compile import CompilerCache
+
+    seed_story(ctx)
+    cached = CompilerCache().compile(ctx.backend.read, "main")
+    assert cached.messages == compile_(ctx).messages
+
+
 def test_frames_in_creation_order_and_unclaimed_inputs_wait(ctx: Context) -> None:
     tx(ctx, "(derive zeta (a 1))")
     tx(ctx, "(derive alpha (b 2))")
@@ -156,14 +190,14 @@ def test_deterministic_and_cache_independent(ctx: Context) -> None:
     first = compile_(ctx)
     second = compile_(ctx)
     assert first == second
-    compiler = Compiler()
+    compiler = compiler_()
     warm = ctx.backend.read(lambda v: compiler.compile(v, session="main"))
     again = ctx.backend.read(lambda v: compiler.compile(v, session="main"))
     assert warm.messages == first.messages == again.messages
 
 
 def test_cache_follows_changes_and_other_contexts(ctx: Context) -> None:
-    compiler = Compiler()
+    compiler = compiler_()
     tx(ctx, "(derive note (v 1))")
     one = ctx.backend.read(lambda v: compiler.compile(v, session="main"))
     tx(ctx, "(revise note (v 2))")
@@ -308,10 +342,10 @@ def test_pressure_maintenance_threshold_and_hysteresis(ctx: Context) -> None:
 
 
 def test_threshold_is_inclusive() -> None:
-    compiler = Compiler(CompilerConfig(budget_tokens=1000, reserve_tokens=0))
-    assert compiler._capacity(850, None, False).maintenance
-    assert not compiler._capacity(849, None, False).maintenance
-    entered = compiler._capacity(850, None, False)
+    cfg = CompilerConfig(budget_tokens=1000, reserve_tokens=0)
+    assert capacity_for(cfg, 850, None, False).maintenance
+    assert not capacity_for(cfg, 849, None, False).maintenance
+    entered = capacity_for(cfg, 850, None, False)
     fake = CompiledInput(
         messages=(),
         tokens=850,
@@ -323,8 +357,8 @@ def test_threshold_is_inclusive() -> None:
         frames_present=(),
         events_present=(),
     )
-    assert compiler._capacity(701, fake, False).maintenance
-    assert not compiler._capacity(700, fake, False).maintenance
+    assert capacity_for(cfg, 701, fake, False).maintenance
+    assert not capacity_for(cfg, 700, fake, False).maintenance
 
 
 def test_config_is_validated() -> None:
@@ -441,7 +475,7 @@ def step(ctx: Context, text: str) -> None:
 
 def test_context_delta_is_off_by_default(ctx: Context) -> None:
     seed_story(ctx)
-    compiler = Compiler()
+    compiler = compiler_()
     prev = None
     for k in range(4):
         step(ctx, f"r{k}")
@@ -453,7 +487,7 @@ def test_context_delta_is_off_by_default(ctx: Context) -> None:
 def test_context_delta_appends_and_keeps_the_prefix(ctx: Context) -> None:
     refs = seed_story(ctx)
     cfg = CompilerConfig(context_delta=True, delta_rebase_every=4)
-    compiler = Compiler(cfg)
+    compiler = compiler_(cfg)
     prev: CompiledInput | None = None
     encodings = []
     for k in range(9):
@@ -561,8 +595,8 @@ OPS = (
 def test_delta_and_full_present_the_same_facts(ops: list[tuple[str, int]]) -> None:
     ctx = Context(MemoryBackend(), window=2)
     cfg = CompilerConfig(context_delta=True, delta_rebase_every=5)
-    compiler = Compiler(cfg)
-    warm = Compiler()  # follows the store incrementally; must match a cold compile
+    compiler = compiler_(cfg)
+    warm = compiler_()  # follows the store incrementally; must match a cold compile
     prev: CompiledInput | None = None
     for op, n in ops:
         frame = f"f{n % 4}"
@@ -592,7 +626,7 @@ def test_delta_and_full_present_the_same_facts(ops: list[tuple[str, int]]) -> No
             }[op]
             ctx.commit(f"(context-tx (base-version {ctx.version}) {body})")
         c = ctx.backend.read(lambda v, p=prev: compiler.compile(v, session="main", previous=p))
-        full = ctx.backend.read(lambda v: compile_input(v, session="main", config=cfg))
+        full = compile_(ctx, config=cfg)
         plain = ctx.backend.read(lambda v: warm.compile(v, session="main"))
         assert plain.messages == compile_(ctx).messages
         facts = input_facts(c.messages)

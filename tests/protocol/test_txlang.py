@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from protocol.errors import ParseError
 from protocol.forms import MAX_DEPTH, Symbol, check_form
+from protocol.sexpr import MAX_TEXT_BYTES, print_form, read_forms
 from protocol.tx import ContextTx, Derive, Protect, Relate, Restore, Retire, Revise, Unrelate
-from protocol.txlang import MAX_TEXT_BYTES, parse_tx, print_form, print_tx, read_forms
+from protocol.txlang import parse_tx, print_tx
 from tests.protocol.strategies import forms, nested, strict_key, transactions, typed
 from tests.seed_texts import CONSOLIDATE_TX, RELEASE_TX
 

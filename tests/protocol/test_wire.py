@@ -19,7 +19,11 @@ from protocol.wire import (
     MAX_NESTING,
     MAX_PAYLOAD_BYTES,
     WIRE_VERSION,
+    SubmittedTx,
     pack,
+    submitted_from_dict,
+    submitted_from_json,
+    submitted_from_msgpack,
     tx_from_dict,
     tx_from_json,
     tx_from_msgpack,
@@ -450,3 +454,98 @@ def test_random_json_text_only_raises_wire_error(text: str) -> None:
 
 def test_typed_helper_sees_symbols() -> None:
     assert typed((S("a"),)) != typed(("a",))
+
+
+# --- the transaction's original text ---------------------------------------------
+
+
+def test_the_text_travels_beside_the_parsed_form() -> None:
+    tx = parse_tx(RELEASE_TX)
+    assert tx_to_dict(tx, RELEASE_TX) == {**RELEASE_DICT, "text": RELEASE_TX}
+    data = tx_to_msgpack(tx, RELEASE_TX)
+    assert data[0] == WIRE_VERSION == 1  # an optional key: no new version
+    assert submitted_from_msgpack(data) == SubmittedTx(tx, RELEASE_TX)
+    assert submitted_from_json(tx_to_json(tx, RELEASE_TX)) == (tx, RELEASE_TX)
+    assert submitted_from_dict(tx_to_dict(tx, RELEASE_TX)) == (tx, RELEASE_TX)
+    # decoders of the bare transaction check the text and leave it out
+    _same(tx_from_msgpack(data), tx)
+    _same(tx_from_json(tx_to_json(tx, RELEASE_TX)), tx)
+
+
+def test_payloads_without_text_decode_as_before() -> None:
+    tx = parse_tx(RELEASE_TX)
+    old = b"\x01" + msgpack.packb(RELEASE_DICT)  # a payload made before the text existed
+    assert submitted_from_msgpack(old) == (tx, None)
+    assert submitted_from_msgpack(b"\x01" + msgpack.packb({**RELEASE_DICT, "text": None})) == (
+        tx,
+        None,
+    )
+    assert submitted_from_json(json.dumps(RELEASE_DICT)) == (tx, None)
+    assert "text" not in tx_to_dict(tx) and tx_to_msgpack(tx) == tx_to_msgpack(tx, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (12, "text must be a string"),
+        (b"(context-tx)", "text must be a string"),
+        ("", "text must not be empty"),
+        (["(context-tx"], "text must be a string"),
+        ({"s": "x"}, "text must be a string"),
+    ],
+)
+def test_a_malformed_text_is_a_wire_error(text: Any, message: str) -> None:
+    doc = {**RELEASE_DICT, "text": text}
+    for decode in (submitted_from_msgpack, tx_from_msgpack):
+        with pytest.raises(WireError, match=message):
+            decode(b"\x01" + msgpack.packb(doc, use_bin_type=True))
+    with pytest.raises(WireError, match=message):
+        submitted_from_dict(doc)
+    if not isinstance(text, bytes):
+        with pytest.raises(WireError, match=message):
+            submitted_from_json(json.dumps(doc))
+    with pytest.raises(WireError):
+        tx_to_msgpack(parse_tx(RELEASE_TX), text)
+
+
+def test_a_text_with_a_lone_surrogate_or_bad_utf8_is_a_wire_error() -> None:
+    tx = parse_tx(RELEASE_TX)
+    with pytest.raises(WireError):
+        tx_to_msgpack(tx, "(context-tx \ud800)")
+    with pytest.raises(WireError):
+        tx_to_json(tx, "(context-tx \ud800)")
+    with pytest.raises(WireError):
+        submitted_from_json(json.dumps({**RELEASE_DICT, "text": "\ud800"}))
+    raw = msgpack.packb({**RELEASE_DICT, "text": "T"})
+    bad = raw.replace(b"\xa1T", b"\xa1\xff")  # the one-character text, now not UTF-8
+    assert bad != raw
+    with pytest.raises(WireError):
+        submitted_from_msgpack(b"\x01" + bad)
+
+
+@FAST
+@given(transactions, st.text(min_size=1, max_size=200))
+def test_text_roundtrip(tx: ContextTx, text: str) -> None:
+    try:
+        data = tx_to_msgpack(tx, text)
+    except WireError:  # a lone surrogate in the text
+        assert any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+        return
+    got = submitted_from_msgpack(data)
+    _same(got.tx, tx)
+    assert got.text == text
+    back = submitted_from_json(tx_to_json(tx, text))
+    _same(back.tx, tx)
+    assert back.text == text
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(transactions, garbage)
+def test_garbage_in_the_text_only_raises_wire_error(tx: ContextTx, value: Any) -> None:
+    doc = {**tx_to_dict(tx), "text": value}
+    try:
+        got = submitted_from_msgpack(pack(doc))
+    except WireError:
+        assert not (isinstance(value, str) and value) and value is not None
+    else:
+        assert got.text == value or (value is None and got.text is None)

@@ -116,7 +116,7 @@ def test_consolidating_two_release_cases_into_a_procedure(ctx: Context) -> None:
         assert ["release-procedure", "supersedes", case] in ctx.state()["relations"]
     assert sorted(receipt["retired_now"]) == ["release-case-a", "release-case-b"]  # type: ignore[arg-type]
     # The printed body reads back as the same forms (R3).
-    from protocol.txlang import read_forms
+    from protocol.sexpr import read_forms
 
     assert read_forms(procedure["body"]) == list(ctx.frame_record("release-procedure").body)
 

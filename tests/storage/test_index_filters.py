@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import storage.search.index as index_module
+import storage.search.format as format_module
 from protocol.errors import OutOfRange, RequestError
 from tests.storage.test_search_index import Setup, dump
 
@@ -154,16 +154,16 @@ def test_an_index_of_the_previous_format_is_rebuilt(s: Setup) -> None:
     s.index.catch_up()
     shared = s.index._shared
     with shared.env.begin(write=True) as txn:
-        state = index_module._load_state(txn, shared.dbs)
+        state = format_module._load_state(txn, shared.dbs)
         state.format = 1
-        index_module._save_state(txn, shared.dbs, state)
+        format_module._save_state(txn, shared.dbs, state)
     # Records of another layout are never decoded: an empty answer, everything pending.
     stale = s.search("sign", trust="accepted")
     assert stale.hits == () and stale.indexed_version == 0
     assert stale.lag == s.backend.outbox_last()
     s.ctx.observe("tool_result", "one more intent")
     s.index.catch_up()
-    assert s.index.state().format == index_module.INDEX_FORMAT
+    assert s.index.state().format == format_module.INDEX_FORMAT
     assert set(s.ids("sign", valid_at="2025-06-01", kinds="frame")) == {"rule/2025", "rule/any"}
 
 

@@ -1,22 +1,28 @@
-"""What only the LMDB store does: writer lock, read-only opens, map growth, error translation."""
+"""What only the LMDB store does: writer lock, read-only opens, map growth, error translation,
+and its audit table across reopening and on stores older than the table."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
 
 import storage
 from protocol.errors import StoreError, StoreLocked
+from protocol.governance import audit_entry
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
+from service.governance import read_audit, record_audit
 from storage import LmdbStore
+from storage.lmdb.records import _DB_NAMES, _FORMAT, STORE_FORMAT
 
 ROOT = Path(__file__).resolve().parents[2]
 MB = 1 << 20
@@ -324,3 +330,48 @@ def test_unknown_format_is_refused(tmp_path: Path) -> None:
 
 def _frame(frame_id: str) -> Frame:
     return Frame(id=frame_id, revision=1, body=(), sources=())
+
+
+def denial(holder: str = "mallory", at: float = 1000.0) -> dict[str, Any]:
+    return audit_entry(
+        "frame", "read", holder=holder, allowed=False, why="no grant", at=at, context="c"
+    )
+
+
+def test_the_audit_survives_reopening_and_is_read_beside_the_writer(tmp_path: Path) -> None:
+    path = tmp_path / "ctx"
+    with LmdbStore.open(path) as s:
+        record_audit(s, [denial(at=1000.0)])
+    writer = LmdbStore.open(path)
+    try:
+        record_audit(writer, [denial(at=1001.0)])  # same window: coalesced durably
+        out = run_child(
+            textwrap.dedent(
+                f"""
+                from storage import LmdbStore
+                with LmdbStore.open({str(path)!r}, readonly=True) as s:
+                    rows = s.audit_read(0, 100)
+                    print(len(rows), rows[0][1]["count"])
+                """
+            )
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["1", "2"]
+    finally:
+        writer.close()
+
+
+def test_an_older_store_without_the_audit_table_reads_empty(tmp_path: Path) -> None:
+    path = tmp_path / "old"
+    env = lmdb.open(str(path), max_dbs=32, map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DB_NAMES}
+        txn.put(_FORMAT, bytes([STORE_FORMAT]), db=dbs["meta"])
+    env.close()
+    with LmdbStore.open(path, readonly=True) as ro:
+        assert read_audit(ro) == []
+        with pytest.raises(StoreError):
+            record_audit(ro, [denial()])
+    with LmdbStore.open(path) as rw:  # the first writer creates the table
+        record_audit(rw, [denial()])
+        assert len(read_audit(rw)) == 1

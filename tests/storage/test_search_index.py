@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
-import storage.search.index as index_module
+import storage.search.documents as documents_module
+import storage.search.format as format_module
+import storage.search.postings as postings_module
+import storage.search.ranking as ranking_module
 from protocol.errors import OutOfRange, RequestError
 from service.context import Context
 from service.store import Store
 from storage import LmdbStore
-from storage.search.index import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
+from storage.search import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
 
 STATE_BENCH = (
     Path(__file__).resolve().parents[3]
@@ -241,11 +244,11 @@ def dump(index: LexicalIndex) -> dict[str, Any]:
             out[name] = dict(txn.cursor(db=shared.dbs[name]).iternext())
         postings: dict[bytes, list[tuple[int, int]]] = {}
         for key, value in txn.cursor(db=shared.dbs["postings"]).iternext():
-            docs, codes = index_module._decode(bytes(value))
+            docs, codes = format_module._decode(bytes(value))
             term = bytes(key)[:-5]
             postings.setdefault(term, []).extend(zip(docs, codes, strict=True))
         out["postings"] = postings
-        state = index_module._load_state(txn, shared.dbs)
+        state = format_module._load_state(txn, shared.dbs)
         out["state"] = (state.documents, state.total_length, state.next_frame)
     for plist in out["postings"].values():
         assert [d for d, _ in plist] == sorted({d for d, _ in plist})
@@ -316,12 +319,12 @@ def test_rebuild_answers_like_the_incremental_index(
 ) -> None:
     if small:
         # Tiny chunks and caps exercise chunk splits, merges, capped scans and probes.
-        monkeypatch.setattr(index_module, "CHUNK_POSTINGS", 3)
-        monkeypatch.setattr(index_module, "SCAN_CAP", 7)
-        monkeypatch.setattr(index_module, "PROBE_CAP", 5)
+        monkeypatch.setattr(postings_module, "CHUNK_POSTINGS", 3)
+        monkeypatch.setattr(ranking_module, "SCAN_CAP", 7)
+        monkeypatch.setattr(ranking_module, "PROBE_CAP", 5)
         # Small rebuild pages and flushes: many snapshots, many partial flushes.
-        monkeypatch.setattr(index_module, "REBUILD_PAGE", 4)
-        monkeypatch.setattr(index_module, "BULK_DOCS", 5)
+        monkeypatch.setattr(documents_module, "REBUILD_PAGE", 4)
+        monkeypatch.setattr(documents_module, "BULK_DOCS", 5)
     churn(s, random.Random(7), 120)
     s.index.catch_up()
     incremental = answers(s)
@@ -384,7 +387,7 @@ def test_docnums_of_frames_follow_creation_order(s: Setup) -> None:
     s.index.catch_up()
     ids = dump(s.index)["frame_ids"]
     assert [
-        index_module._U32.unpack(ids[k])[0] - FRAME_BASE for k in (b"alpha", b"zeta", b"beta")
+        format_module._U32.unpack(ids[k])[0] - FRAME_BASE for k in (b"alpha", b"zeta", b"beta")
     ] == [0, 1, 2]
 
 

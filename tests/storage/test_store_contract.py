@@ -1,42 +1,37 @@
 """The store contract, run against both backends: a real LmdbStore and the MemoryBackend.
 
-Whatever the engine can observe through ``read``/``transact`` and the outbox
-functions must be the same on both (STYLE: one seam, one conformance suite).
+Whatever the layers above can observe through the :class:`storage.Backend`
+protocol (``read``/``transact``, the outbox, the audit table, ``readonly``,
+``close``) must be the same on both (STYLE: one seam, one conformance suite).
+What only LMDB does is in ``test_lmdb_specific.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
 from protocol.errors import OutOfRange, StoreError
 from protocol.forms import Symbol
+from protocol.governance import audit_entry
 from protocol.ids import is_frame_id, is_label
 from protocol.state import RETIRED, Event, Frame, Meta
 from protocol.tx import edge_key
 from protocol.view import Changeset, ReadView, WriteView
-from storage import CHUNK_CHARS, LmdbStore
+from service.context import Context
+from service.governance import read_audit, record_audit
+from storage import CHUNK_CHARS, Backend, LmdbStore
 from storage.memory import MemoryBackend
 
 T = TypeVar("T")
 
 
-class Store(Protocol):
-    def read(self, fn: Callable[[ReadView], T]) -> T: ...
-    def transact(self, fn: Callable[[WriteView], T]) -> T: ...
-    def has_meta(self) -> bool: ...
-    def outbox_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]: ...
-    def outbox_ack(self, upto: int) -> None: ...
-    def outbox_last(self) -> int: ...
-    def close(self) -> None: ...
-
-
 @pytest.fixture(params=["lmdb", "memory"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    backend: Backend
     if request.param == "lmdb":
         backend = LmdbStore.open(tmp_path / "ctx", sync=False)
     else:
@@ -45,7 +40,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     backend.close()
 
 
-def apply(store: Store, **fields: Any) -> None:
+def apply(store: Backend, **fields: Any) -> None:
     store.transact(lambda w: w.apply(Changeset(**fields)))
 
 
@@ -67,6 +62,30 @@ def event(seq: int, **fields: Any) -> Event:
     return Event(seq=seq, **base)
 
 
+PROTOCOL_MEMBERS = (
+    "readonly",
+    "read",
+    "transact",
+    "has_meta",
+    "outbox_read",
+    "outbox_ack",
+    "outbox_last",
+    "audit_read",
+    "close",
+)
+"""Every member :class:`storage.Backend` declares; both backends must offer each."""
+
+
+def denial(holder: str = "mallory", at: float = 1000.0) -> dict[str, Any]:
+    return audit_entry(
+        "frame", "read", holder=holder, allowed=False, why="no grant", at=at, context="c"
+    )
+
+
+def allowed(i: int) -> dict[str, Any]:
+    return audit_entry("export_frame", "read", holder="curator", allowed=True, why=f"x{i}", at=1.0)
+
+
 def cjk(n: int, start: int = 0x4E00) -> str:
     """*n* distinct-ish Chinese characters (three UTF-8 bytes each)."""
     return "".join(chr(start + (i * 7) % 20000) for i in range(n))
@@ -80,7 +99,7 @@ HUGE_C = WIDE * 126 + "甲z"
 
 
 class TestStoreContract:
-    def test_fresh_store_is_empty(self, store: Store) -> None:
+    def test_fresh_store_is_empty(self, store: Backend) -> None:
         assert store.has_meta() is False
         assert store.outbox_last() == 0
         assert store.outbox_read(0, 10) == []
@@ -107,7 +126,7 @@ class TestStoreContract:
 
         store.read(check)
 
-    def test_meta_roundtrip(self, store: Store) -> None:
+    def test_meta_roundtrip(self, store: Backend) -> None:
         meta = Meta(version=7, tick=3, window=12, next_seq=42, history_keep=500, created=1.25)
         apply(store, meta=meta)
         assert store.has_meta() is True
@@ -116,7 +135,7 @@ class TestStoreContract:
         apply(store, meta=Meta(version=8))
         assert store.read(lambda v: v.meta()).version == 8
 
-    def test_frames_put_get_and_order(self, store: Store) -> None:
+    def test_frames_put_get_and_order(self, store: Backend) -> None:
         body = (Symbol("fact"), (Symbol("region"), Symbol("cn-shanghai")), "quoted", -3, ())
         ids = ["release", "deployment/target-v2", "发布/流程", LONG_CN, HUGE_B, HUGE_A, HUGE_C, "a"]
         assert all(is_frame_id(i) for i in ids)
@@ -150,7 +169,7 @@ class TestStoreContract:
         )
         assert store.read(lambda v: v.frame(HUGE_B)) == frames[4]
 
-    def test_returned_records_are_fresh_objects(self, store: Store) -> None:
+    def test_returned_records_are_fresh_objects(self, store: Backend) -> None:
         apply(store, frames=[frame("a", 1, Symbol("x"))], events=[event(1, extra={"k": [1]})])
 
         def mutate(v: ReadView) -> None:
@@ -163,7 +182,7 @@ class TestStoreContract:
         assert store.read(lambda v: v.frame("a")).revision == 1  # type: ignore[union-attr]
         assert store.read(lambda v: v.event(1)).extra == {"k": [1]}  # type: ignore[union-attr]
 
-    def test_events_and_id_index(self, store: Store) -> None:
+    def test_events_and_id_index(self, store: Backend) -> None:
         events = [event(s, extra={"tool": "pytest", "n": s}) for s in (3, 1, 2, 10)]
         apply(store, events=events)
 
@@ -181,7 +200,7 @@ class TestStoreContract:
         assert store.read(lambda v: v.event(2)) == retired
         assert store.read(lambda v: v.event_seq(retired.id)) == 2
 
-    def test_contents_chunked_reads(self, store: Store) -> None:
+    def test_contents_chunked_reads(self, store: Backend) -> None:
         text = cjk(3 * CHUNK_CHARS + 100)
         apply(store, events=[event(1), event(2)], contents=[(1, text), (2, "")])
 
@@ -209,7 +228,7 @@ class TestStoreContract:
 
         store.read(check)
 
-    def test_multi_megabyte_event(self, store: Store) -> None:
+    def test_multi_megabyte_event(self, store: Backend) -> None:
         text = ("regression tests: 412 passed; 回归测试全部通过。\n" * 90_000)[:3_500_000]
         apply(store, events=[event(1)], contents=[(1, text)])
 
@@ -221,13 +240,13 @@ class TestStoreContract:
 
         store.read(check)
 
-    def test_event_content_is_immutable(self, store: Store) -> None:
+    def test_event_content_is_immutable(self, store: Backend) -> None:
         apply(store, events=[event(1)], contents=[(1, "original")])
         with pytest.raises(StoreError):
             apply(store, contents=[(1, "rewritten")])
         assert store.read(lambda v: v.event_content(1)) == "original"
 
-    def test_relations(self, store: Store) -> None:
+    def test_relations(self, store: Backend) -> None:
         long_label = WIDE * 128
         assert is_label(long_label) and is_frame_id(LONG_CN)
         edges = [
@@ -282,7 +301,7 @@ class TestStoreContract:
 
         store.read(after)
 
-    def test_deletions_apply_before_additions(self, store: Store) -> None:
+    def test_deletions_apply_before_additions(self, store: Backend) -> None:
         apply(store, rel_add=[("a", "l", "b")], due_add=[(5, "a", 1, 1)], inbox_add=[1])
         apply(
             store,
@@ -301,7 +320,7 @@ class TestStoreContract:
 
         store.read(check)
 
-    def test_lastmod_clients_txlog(self, store: Store) -> None:
+    def test_lastmod_clients_txlog(self, store: Backend) -> None:
         long_edge = edge_key(LONG_CN, WIDE * 128, HUGE_A)
         apply(store, lastmod={"f:release": 3, "e:@e42": 4, long_edge: 5})
         apply(store, lastmod={"f:release": 6})
@@ -336,7 +355,7 @@ class TestStoreContract:
         with pytest.raises(StoreError):
             apply(store, txlog={"reason": "no version"})
 
-    def test_history_ordering_and_as_of_reads(self, store: Store) -> None:
+    def test_history_ordering_and_as_of_reads(self, store: Backend) -> None:
         def write(*rows: tuple[str, int]) -> None:
             for frame_id, version in rows:
                 apply(store, frames=[frame(frame_id, version)], history=[(frame_id, version)])
@@ -354,7 +373,12 @@ class TestStoreContract:
             at = v.frame_at
             assert at("a", 1) is None
             assert [at("a", n).revision for n in (2, 4, 5, 299, 300, 1 << 41)] == [  # type: ignore[union-attr]
-                2, 2, 5, 5, 300, 1 << 40
+                2,
+                2,
+                5,
+                5,
+                300,
+                1 << 40,
             ]
             assert at("ab", 2) is None and at("ab", 3).revision == 3  # type: ignore[union-attr]
             assert at(HUGE_A, 8).revision == 4  # type: ignore[union-attr]
@@ -363,7 +387,7 @@ class TestStoreContract:
 
         store.read(check)
 
-    def test_due_range_scans(self, store: Store) -> None:
+    def test_due_range_scans(self, store: Backend) -> None:
         apply(
             store,
             due_add=[
@@ -385,14 +409,14 @@ class TestStoreContract:
         apply(store, due_del=[(100, "a"), (300, HUGE_A), (5, "absent")])
         assert store.read(lambda v: v.due(1000)) == [(100, "b", 1, 1), (108, "release", 1, 2)]
 
-    def test_inbox_ordering(self, store: Store) -> None:
+    def test_inbox_ordering(self, store: Backend) -> None:
         apply(store, inbox_add=[10, 2, 3])
         apply(store, inbox_add=[300, 1])
         assert store.read(lambda v: v.inbox()) == [1, 2, 3, 10, 300]
         apply(store, inbox_del=[2, 300, 999])
         assert store.read(lambda v: v.inbox()) == [1, 3, 10]
 
-    def test_outbox_read_and_ack(self, store: Store) -> None:
+    def test_outbox_read_and_ack(self, store: Backend) -> None:
         for v in range(1, 4):
             apply(store, outbox={"version": v, "frames": [f"f{v}"], "events": []})
 
@@ -416,7 +440,7 @@ class TestStoreContract:
         apply(store, outbox={"version": 6, "frames": [], "events": []})
         assert store.outbox_read(0, 100) == [(6, {"version": 6, "frames": [], "events": []})]
 
-    def test_failed_transact_leaves_nothing(self, store: Store) -> None:
+    def test_failed_transact_leaves_nothing(self, store: Backend) -> None:
         apply(store, meta=Meta(version=1), frames=[frame("keep")], lastmod={"f:keep": 1})
 
         class Boom(Exception):
@@ -465,7 +489,7 @@ class TestStoreContract:
         apply(store, frames=[frame("new")])
         assert store.read(lambda v: v.frame("new")) == frame("new")
 
-    def test_reads_inside_transact_see_earlier_applies(self, store: Store) -> None:
+    def test_reads_inside_transact_see_earlier_applies(self, store: Backend) -> None:
         apply(store, frames=[frame("old")])
         text = cjk(CHUNK_CHARS + 10)
 
@@ -502,7 +526,7 @@ class TestStoreContract:
         assert store.transact(group) == ["b", "old"]
         assert store.read(lambda v: (v.meta().version, v.frame("b"))) == (2, frame("b", 2))
 
-    def test_view_is_valid_only_inside_its_callback(self, store: Store) -> None:
+    def test_view_is_valid_only_inside_its_callback(self, store: Backend) -> None:
         apply(store, frames=[frame("a"), frame("b")])
         leaked_view = store.read(lambda v: v)
         leaked_iter = store.read(lambda v: v.iter_frames())
@@ -515,14 +539,102 @@ class TestStoreContract:
             leaked_write.apply(Changeset(frames=[frame("c")]))
         assert store.read(lambda v: v.frame("c")) is None
 
-    def test_transact_cannot_nest(self, store: Store) -> None:
+    def test_transact_cannot_nest(self, store: Backend) -> None:
         with pytest.raises(StoreError):
             store.transact(lambda w: store.transact(lambda w2: None))
 
-    def test_closed_store_refuses(self, store: Store) -> None:
+    def test_closed_store_refuses(self, store: Backend) -> None:
         store.close()
         store.close()
         with pytest.raises(StoreError):
             store.read(lambda v: v.meta())
         with pytest.raises(StoreError):
             apply(store, meta=Meta(version=1))
+        for call in (
+            store.has_meta,
+            store.outbox_last,
+            lambda: store.outbox_read(0, 10),
+            lambda: store.outbox_ack(1),
+            lambda: store.audit_read(0, 10),
+        ):
+            with pytest.raises(StoreError):
+                call()
+
+    def test_satisfies_the_backend_protocol(self, store: Backend) -> None:
+        assert isinstance(store, Backend)
+        assert store.readonly is False
+        for name in PROTOCOL_MEMBERS:
+            assert hasattr(store, name), name
+
+    # -- the audit table ------------------------------------------------------
+
+    def test_fresh_audit_table_is_empty(self, store: Backend) -> None:
+        assert store.audit_read(0, 10) == []
+        assert store.audit_read(0, 0) == []
+        assert store.audit_read(1 << 64, 10) == []
+
+    def test_audit_rows_append_and_page(self, store: Backend) -> None:
+        apply(store, audit=[allowed(1), allowed(2)])
+
+        def more(w: WriteView) -> None:
+            w.apply(Changeset(audit=[allowed(3)]))
+            w.apply(Changeset(audit=[allowed(4), allowed(5)]))
+
+        store.transact(more)
+        rows = store.audit_read(0, 100)
+        assert [n for n, _ in rows] == [1, 2, 3, 4, 5]
+        assert [r["why"] for _, r in rows] == ["x1", "x2", "x3", "x4", "x5"]
+        assert all(r["allowed"] is True and r["holder"] == "curator" for _, r in rows)
+        assert [n for n, _ in store.audit_read(2, 2)] == [3, 4]
+        assert store.audit_read(5, 10) == []
+        assert store.audit_read(0, 0) == []
+
+    def test_refusals_coalesce_into_one_row(self, store: Backend) -> None:
+        apply(store, audit=[denial(at=1000.0), denial(holder="eve", at=1001.0)])
+        apply(store, audit=[denial(at=1002.0)])  # same holder and reason, same window
+        rows = store.audit_read(0, 100)
+        assert [n for n, _ in rows] == [1, 2]
+        assert rows[0][1]["count"] == 2 and rows[0][1]["holder"] == "mallory"
+        assert rows[1][1]["count"] == 1 and rows[1][1]["holder"] == "eve"
+
+    def test_audit_rows_leave_meta_and_outbox_alone(self, store: Backend) -> None:
+        apply(
+            store, meta=Meta(version=3, tick=2), outbox={"version": 3, "frames": [], "events": []}
+        )
+        apply(store, audit=[allowed(1), denial()])
+        assert store.read(lambda v: v.meta()) == Meta(version=3, tick=2)
+        assert store.outbox_last() == 1
+        assert len(store.audit_read(0, 10)) == 2
+
+    def test_an_audit_entry_in_a_failed_write_is_not_kept(self, store: Backend) -> None:
+        def run(w: WriteView) -> None:
+            w.apply(Changeset(audit=[denial()]))
+            raise RuntimeError("the write fails after the append")
+
+        with pytest.raises(RuntimeError):
+            store.transact(run)
+        assert store.audit_read(0, 10) == []
+        assert read_audit(store) == []
+        apply(store, audit=[denial()])
+        assert [n for n, _ in store.audit_read(0, 10)] == [1]  # the number was not spent
+
+    def test_append_and_page_back_without_touching_the_state(self, store: Backend) -> None:
+        ctx = Context(store)
+        ctx.commit("(context-tx (base-version 0) (derive a (x)))")
+        before = (ctx.meta().to_record(), ctx.state(), ctx.txlog(1))
+        record_audit(store, [denial(at=1000.0), denial(holder="eve", at=1001.0)])
+        record_audit(store, [denial(at=1002.0)])  # coalesced into row 1
+        for i in range(5):
+            entry = audit_entry(
+                "export_frame", "read", holder="curator", allowed=True, why=f"x{i}", at=1003.0 + i
+            )
+            record_audit(store, [entry])
+        assert (ctx.meta().to_record(), ctx.state(), ctx.txlog(1)) == before
+        rows = read_audit(store, 0, 100)
+        assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+        assert rows[0]["count"] == 2 and rows[0]["holder"] == "mallory"
+        assert rows[0]["context"] == "c"
+        assert [r["seq"] for r in read_audit(store, 3, 2)] == [4, 5]
+        assert read_audit(store, 7, 10) == []
+        with pytest.raises(OutOfRange):
+            read_audit(store, 0, 0)

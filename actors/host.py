@@ -1,0 +1,367 @@
+"""Hosting one context in an actor process: opening it, the store thread, the guard,
+the inbox, the audit buffer, the background governance task, introspection and close.
+
+:class:`ContextHost` is the base of :class:`~actors.context_actor.ContextActor`,
+which adds the methods callers use. Every store access runs on one dedicated
+thread (a ``ThreadPoolExecutor(1)``), so accesses are serialized and the event
+loop keeps accepting calls while a write is being fsynced.
+
+Ray is not imported here except by :meth:`ContextHost.node_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from actors.guard import (
+    DEFAULT_PROJECT,
+    DEFAULT_TENANT,
+    Guard,
+    check_scope_name,
+    guarded,
+    holder_of,
+    settle_scope,
+)
+from actors.inbox import MAX_BATCH, AuditBuffer, Inbox
+from actors.replies import error_doc, failed, ok
+from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
+from protocol.governance import (
+    WORKER,
+    AdmissionPolicy,
+    DefaultPolicy,
+    PassCursor,
+    PassPlan,
+    audit_template,
+    check_every,
+    check_scan,
+    plan_pass,
+)
+from service.context import Context
+from service.governance import apply_pass, record_audit
+from service.store import open_context
+
+T = TypeVar("T")
+log = logging.getLogger("morphz.context_actor")
+
+LOCK_WAIT = 5.0
+"""Seconds a starting actor waits for the store's writer lock (a predecessor may be exiting)."""
+
+
+class ContextHost:
+    """Hosts one context in this process for :class:`~actors.context_actor.ContextActor`.
+
+    Opens the context (retrying a locked store for *lock_wait* seconds; a
+    failure is kept and answered to every call), settles its scope, and owns
+    what serving it needs: the store thread, the capability :class:`Guard`, the
+    group-commit :class:`~actors.inbox.Inbox`, the :class:`~actors.inbox.AuditBuffer`
+    and the background governance task. See :class:`ContextActor` for the
+    arguments.
+    """
+
+    def __init__(
+        self,
+        store_dir: str,
+        name: str,
+        window: int | None = None,
+        history_keep: int | None = None,
+        create: bool = True,
+        max_batch: int = MAX_BATCH,
+        lock_wait: float = LOCK_WAIT,
+        tenant: str | None = None,
+        project: str | None = None,
+        enforce: bool = False,
+        governance_every: float | None = None,
+        governance_unused_ticks: int | None = None,
+        admission: AdmissionPolicy | None = None,
+    ) -> None:
+        self._store_dir = store_dir
+        self._name = name
+        self.guard = Guard(
+            store_dir,
+            name,
+            tenant=tenant or DEFAULT_TENANT,
+            project=project or DEFAULT_PROJECT,
+            enforce=bool(enforce),
+        )
+        self._policy: AdmissionPolicy = admission if admission is not None else DefaultPolicy()
+        self._every: float | None = None
+        self._unused_ticks = governance_unused_ticks
+        self._worker: asyncio.Task[None] | None = None
+        self._cursor: PassCursor | None = None  # where the last good pass left off
+        self._passes = 0
+        self._pass_errors = 0
+        self._closing = False
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
+        self._inbox = Inbox(self._executor, lambda txs: self._context().commit_many(txs), max_batch)
+        self.audit_buffer = AuditBuffer(
+            self._executor,
+            lambda entries: record_audit(self._context().backend, entries),
+            lambda: self._ctx is not None,
+        )
+        self._wire_rejections = 0
+        self._ctx: Context | None = None
+        self._open_error: MorphzError | None = None
+        self._open(window, history_keep, create, lock_wait, tenant, project, bool(enforce))
+        try:
+            if governance_every is not None:
+                self._every = check_every(governance_every)
+            check_scan(governance_unused_ticks, 3)
+            if not isinstance(getattr(self._policy, "name", None), str) or not callable(
+                getattr(self._policy, "review", None)
+            ):
+                raise RequestError(
+                    "admission must be a policy with a name and a review method",
+                    code="bad_argument",
+                )
+        except MorphzError as e:
+            if self._ctx is not None:
+                self._ctx.close()
+                self._ctx = None
+            self._open_error = self._open_error or e
+        self._ensure_worker()  # under Ray the constructor runs on the actor's event loop
+
+    def _open(
+        self,
+        window: int | None,
+        history_keep: int | None,
+        create: bool,
+        lock_wait: float,
+        tenant: str | None,
+        project: str | None,
+        enforce: bool,
+    ) -> None:
+        """Open the context and settle its scope; a failure is kept in ``_open_error``."""
+        try:  # refused before a context is created with them in its meta
+            for value, what in ((tenant, "tenant"), (project, "project")):
+                if value is not None:
+                    check_scope_name(value, what)
+        except MorphzError as e:
+            self._open_error = e
+            return
+        deadline = time.monotonic() + lock_wait
+        while True:
+            try:
+                # A context created here records its scope in its meta too (the embedded
+                # API's audit entries and the frames' envelopes read it from there).
+                self._ctx = open_context(
+                    self._store_dir,
+                    self._name,
+                    window=window,
+                    history_keep=history_keep,
+                    create=create,
+                    tenant=tenant or DEFAULT_TENANT,
+                    project=project or DEFAULT_PROJECT,
+                )
+            except StoreLocked as e:
+                # The previous incarnation of this actor may still be exiting.
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                self._open_error = e
+            except MorphzError as e:
+                self._open_error = e
+            break
+        if self._ctx is None:
+            return
+        try:
+            scope = settle_scope(self._store_dir, self._name, tenant, project, enforce)
+            self.guard.tenant, self.guard.project = scope["tenant"], scope["project"]
+            self.guard.enforce = scope["enforce"]
+            if self.guard.enforce:
+                self.guard.key()
+        except (MorphzError, OSError, ValueError) as e:
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = (
+                e
+                if isinstance(e, MorphzError)
+                else RequestError(f"cannot settle the scope: {e}", code="scope_error")
+            )
+
+    @property
+    def _tenant(self) -> str:
+        return self.guard.tenant
+
+    @property
+    def _project(self) -> str:
+        return self.guard.project
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _context(self) -> Context:
+        if self._ctx is None:
+            assert self._open_error is not None
+            raise self._open_error
+        return self._ctx
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run *fn(context, *args)* on the store thread."""
+        ctx = self._context()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, ctx, *args))
+
+    async def _reply(self, fn: Callable[..., Any], *args: Any) -> bytes:
+        try:
+            return ok(await self._run(fn, *args))
+        except MorphzError as e:
+            return failed(e)
+
+    async def _audit_now(self, entries: list[dict[str, Any]]) -> None:
+        """Append *entries* durably before returning; concurrent appends share one write."""
+        self._context()
+        await self.audit_buffer.append(entries)
+
+    def _template(self, method: str, capability: Any) -> dict[str, Any]:
+        """The audit template of a governance call (its decisions fill the rest)."""
+        return audit_template(
+            method, holder=holder_of(capability), context=self._name, tenant=self._tenant
+        )
+
+    # -- the background governance task ----------------------------------------
+
+    def _ensure_worker(self) -> None:
+        """Start the periodic governance task if configured and not running (needs a loop)."""
+        if self._every is None or self._ctx is None or self._closing:
+            return
+        if self._worker is not None and not self._worker.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on an event loop yet: the first call starts it
+        self._worker = loop.create_task(self._governance_loop())
+
+    async def _governance_loop(self) -> None:
+        assert self._every is not None
+        while True:
+            await asyncio.sleep(self._every)
+            await self._governance_pass()
+
+    def _plan(self, ctx: Context) -> PassPlan:
+        cursor, policy, unused = self._cursor, self._policy, self._unused_ticks
+        return ctx.backend.read(
+            lambda v: plan_pass(v, policy=policy, unused_ticks=unused, cursor=cursor)
+        )
+
+    def _pass(self, ctx: Context, plan: PassPlan) -> dict[str, Any]:
+        audit = audit_template(
+            "governance_pass", holder=WORKER, context=self._name, tenant=self._tenant
+        )
+        return apply_pass(ctx.backend, plan, audit=audit)
+
+    async def _governance_pass(self) -> dict[str, Any] | None:
+        """One unattended pass; a failure is logged, audited, survived.
+
+        Decided on a read (on the store thread, where no write can interleave
+        with it) from the last pass's cursor, so it looks only at what changed;
+        then, only if there is something to write, a separate write job on the
+        store thread re-checks each decision and applies it. Commits queued
+        meanwhile go between the two jobs.
+        """
+        try:
+            plan = await self._run(self._plan)
+            if plan.writes:
+                report = await self._run(self._pass, plan)
+            else:  # nothing to write: no store access, no second job
+                report = self._pass(self._context(), plan)
+            self._cursor = report["cursor"]
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._pass_errors += 1
+            log.exception("governance pass of context %r failed", self._name)
+            why = f"{type(e).__name__}: {e}"
+            await self.audit_buffer.append_quietly(
+                self.guard.entry(
+                    "governance_pass", "admin", WORKER, allowed=False, why=why, outcome="error"
+                )
+            )
+            return None
+        self._passes += 1
+        return report
+
+    # -- introspection (plain values, no store access) ------------------------
+
+    @guarded("admin", raises=True)
+    async def stats(self) -> dict[str, int]:
+        """Group-commit counters since this process started.
+
+        ``batches`` counts LMDB writes that committed submissions,
+        ``transactions`` the submissions they decided, ``largest_batch`` the
+        biggest group, ``pending`` what waits now, ``wire_rejections`` the
+        payloads that did not decode.
+        """
+        return {
+            "batches": self._inbox.batches,
+            "transactions": self._inbox.transactions,
+            "largest_batch": self._inbox.largest,
+            "pending": self._inbox.pending,
+            "wire_rejections": self._wire_rejections,
+            "governance_passes": self._passes,
+            "governance_errors": self._pass_errors,
+        }
+
+    @guarded("admin", raises=True)
+    async def describe(self) -> dict[str, Any]:
+        """Who serves the context: name, store directory, node, process, open error."""
+        return {
+            **(await self.handshake()),
+            "pid": os.getpid(),
+            "denials": self.guard.denials,
+            "governance_every": self._every,
+            "admission": self._policy.name,
+        }
+
+    async def handshake(self, capability: Any = None) -> dict[str, Any]:
+        """What :func:`~actors.connection.connect` checks, open to every caller (no content).
+
+        Name, store directory, node, open error, tenant, project, enforcement.
+        """
+        self._ensure_worker()
+        return {
+            "name": self._name,
+            "store_dir": self._store_dir,
+            "node_id": self.node_id(),
+            "open_error": None if self._open_error is None else error_doc(self._open_error),
+            "tenant": self._tenant,
+            "project": self._project,
+            "enforce": self.guard.enforce,
+        }
+
+    def pid(self) -> int:
+        """The actor's process id."""
+        return os.getpid()
+
+    def node_id(self) -> str:
+        """The id of the Ray node the actor runs on ('' outside Ray)."""
+        import ray
+
+        if not ray.is_initialized():
+            return ""
+        return str(ray.get_runtime_context().get_node_id())
+
+    @guarded("admin")
+    def close(self) -> None:
+        """Close the store (the actor is unusable afterwards); for tests and shutdown.
+
+        The background governance task stops first; a pass in progress finishes.
+        The context's search index (and its worker) closes with the context.
+        """
+        self._closing = True
+        if self._worker is not None and not self._worker.done():
+            try:
+                self._worker.cancel()
+            except RuntimeError:  # its event loop is gone (plain-class tests)
+                pass
+        self._executor.shutdown(wait=True)
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = NotFound(f"context {self._name!r} is closed")

@@ -1,0 +1,338 @@
+"""The one seam between a client handle and Ray: remote calls, retries, error translation.
+
+:class:`Transport` calls the methods of one named actor and owns everything a
+remote call needs beyond its arguments:
+
+* the lazy Ray import (:func:`ray_module`): importing this module does not
+  import Ray, so the store commands never pay its import time;
+* the timeout of each attempt and the retry policy for calls that could not
+  reach the actor or whose reply was lost (:class:`RetryPolicy`: exponential
+  backoff with jitter);
+* the re-lookup of an actor recreated under its name after it died for good;
+* the translation of Ray's errors into the library's own, with
+  ``raise … from e``: an error the actor raised on purpose is re-raised as its
+  own class, an actor method that failed otherwise is a
+  :class:`~protocol.errors.StoreError` (code ``actor_error``), and an actor that
+  cannot be reached after the retries, a timeout or a Ray system failure is a
+  :class:`~protocol.errors.TransportError` (``actor_unavailable`` /
+  ``actor_error``).
+
+:class:`Remote` turns one *call spec* — a method that checks its arguments and
+returns a :class:`Call` (actor method, arguments, reply decoder) — into both a
+blocking method and, through :attr:`Remote.aio`, its ``async`` form, so a
+handle writes each method once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import update_wrapper
+from types import ModuleType
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from protocol.errors import MorphzError, RequestError, StoreError, TransportError
+
+DEFAULT_NAMESPACE = "morphz"
+"""The Ray namespace context actors live in unless told otherwise."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def ray_module() -> ModuleType:
+    """The ``ray`` module, imported on first use (never at this module's import)."""
+    import ray
+
+    return ray
+
+
+def check_text(value: object, what: str) -> str:
+    """*value* if it is a string; RequestError ``bad_argument`` otherwise."""
+    if not isinstance(value, str):
+        raise RequestError(
+            f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
+        )
+    return value
+
+
+def check_int(value: object, what: str, low: int = 0) -> int:
+    """*value* if it is an integer (not a bool) >= *low*; RequestError ``bad_argument``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise RequestError(
+            f"{what} must be an integer >= {low}, not {value!r}", code="bad_argument"
+        )
+    return value
+
+
+_REMOTE_CLASSES: dict[type, Any] = {}
+
+
+def remote_class(cls: type) -> Any:
+    """``ray.remote(cls)``, made once per class."""
+    made = _REMOTE_CLASSES.get(cls)
+    if made is None:
+        made = _REMOTE_CLASSES[cls] = ray_module().remote(cls)
+    return made
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for calls that could not reach the actor.
+
+    Delays are ``initial * multiplier**n`` capped at ``max_delay``, each scaled
+    by a random factor in [0.5, 1]; at most ``attempts`` retries. The default
+    waits 1.8 to 3.6 s in all before giving up.
+    """
+
+    attempts: int = 7
+    initial: float = 0.05
+    multiplier: float = 2.0
+    max_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 0 or self.initial < 0 or self.multiplier < 1 or self.max_delay < 0:
+            raise RequestError("a retry policy needs attempts, delays >= 0 and multiplier >= 1")
+
+    def delay(self, retry: int, rng: random.Random | None = None) -> float | None:
+        """Seconds to wait before retry number *retry* (0-based), or None: give up."""
+        if retry >= self.attempts:
+            return None
+        base = min(self.max_delay, self.initial * self.multiplier**retry)
+        return base * (0.5 + 0.5 * (rng or random).random())
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One remote call: the actor *method*, its *args*, and how to *decode* the reply.
+
+    *timeout* (seconds per attempt) overrides the transport's; *guarded* says
+    whether the call carries the handle's capability.
+    """
+
+    method: str
+    args: tuple[Any, ...] = ()
+    decode: Callable[[Any], T] = field(default=lambda raw: raw)
+    timeout: float | None = None
+    guarded: bool = True
+
+
+class Transport:
+    """Calls one named actor's methods with retries; picklable (it holds an actor handle).
+
+    *actor* is the Ray actor handle, *actor_name* its name in *namespace* (for
+    the re-lookup after a restart), *label* how errors name it.
+    """
+
+    def __init__(
+        self,
+        actor: Any,
+        actor_name: str,
+        *,
+        label: str,
+        namespace: str = DEFAULT_NAMESPACE,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        capability: bytes | None = None,
+    ) -> None:
+        if capability is not None and not isinstance(capability, bytes):
+            raise RequestError("a capability is token bytes", code="bad_argument")
+        self.actor = actor
+        self.actor_name = actor_name
+        self.label = label
+        self.namespace = namespace
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self.capability = capability
+
+    def with_capability(self, capability: bytes | None) -> Transport:
+        """The same actor and policy, calls carrying *capability*."""
+        return Transport(
+            self.actor,
+            self.actor_name,
+            label=self.label,
+            namespace=self.namespace,
+            retry=self.retry,
+            timeout=self.timeout,
+            capability=capability,
+        )
+
+    def _send(self, call: Call[Any]) -> Any:
+        kwargs = (
+            {} if self.capability is None or not call.guarded else {"capability": self.capability}
+        )
+        return getattr(self.actor, call.method).remote(*call.args, **kwargs)
+
+    def _wait(self, call: Call[Any]) -> float | None:
+        return self.timeout if call.timeout is None else call.timeout
+
+    def _retry_after(self, e: BaseException, retry: int) -> float:
+        """The delay before the next attempt after *e*; raises the translated error if none."""
+        from ray.exceptions import RayActorError, RayError, RayTaskError
+
+        if isinstance(e, RayTaskError):
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, MorphzError):
+                raise cause from e
+            raise StoreError(
+                f"context actor {self.label!r} failed: {cause or e}", code="actor_error"
+            ) from e
+        if isinstance(e, (RayActorError, TimeoutError)):  # GetTimeoutError is a TimeoutError
+            delay = self.retry.delay(retry)
+            if delay is None:
+                raise TransportError(
+                    f"context actor {self.label!r} unavailable after "
+                    f"{self.retry.attempts} retries: {e}",
+                    code="actor_unavailable",
+                ) from e
+            return delay
+        if isinstance(e, RayError):
+            raise TransportError(f"context actor {self.label!r}: {e}", code="actor_error") from e
+        raise e
+
+    def _relookup(self, e: BaseException) -> None:
+        """After the actor died for good, pick up an actor recreated under its name."""
+        from ray.exceptions import ActorDiedError
+
+        if not isinstance(e, ActorDiedError):
+            return
+        try:
+            self.actor = ray_module().get_actor(self.actor_name, namespace=self.namespace)
+        except ValueError:
+            pass
+
+    def call(self, call: Call[T]) -> T:
+        """Run *call* and decode its reply, retrying lost replies and restarts."""
+        ray = ray_module()
+        retry = 0
+        while True:
+            try:
+                raw = ray.get(self._send(call), timeout=self._wait(call))
+            except Exception as e:
+                delay = self._retry_after(e, retry)
+                retry += 1
+                time.sleep(delay)
+                self._relookup(e)
+                continue
+            return call.decode(raw)
+
+    async def call_async(self, call: Call[T]) -> T:
+        """:meth:`call` for event loops."""
+        retry = 0
+        while True:
+            try:
+                raw = await asyncio.wait_for(self._send(call), self._wait(call))
+            except Exception as e:
+                delay = self._retry_after(e, retry)
+                retry += 1
+                await asyncio.sleep(delay)
+                self._relookup(e)
+                continue
+            return call.decode(raw)
+
+    def kill(self, *, wait: float = 10.0) -> None:
+        """Stop the actor for good and wait (up to *wait* s) until its name is gone.
+
+        It polls the name registry, never the dying actor (a call to it would be
+        retried and logged by Ray).
+        """
+        ray = ray_module()
+        ray.kill(self.actor, no_restart=True)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(self.actor_name, namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.05)
+
+
+class HasTransport(Protocol):
+    """What :class:`Remote` needs of the object it is read from."""
+
+    @property
+    def transport(self) -> Transport: ...
+
+
+H = TypeVar("H", bound=HasTransport)
+
+
+class Remote(Generic[H, P, T]):
+    """A blocking method made from a call spec; :attr:`aio` is its ``async`` form.
+
+    The spec checks the arguments (raising before any remote call) and returns
+    the :class:`Call`; the method runs it through the owner's ``transport``::
+
+        @Remote
+        def frame(self, frame_id: str) -> Call[FrameReply]:
+            return Call("frame", (check_text(frame_id, "frame id"),), decode_frame)
+
+        frame_async = frame.aio
+    """
+
+    def __init__(self, spec: Callable[Concatenate[H, P], Call[T]]) -> None:
+        self.spec = spec
+        self.aio: RemoteAsync[H, P, T] = RemoteAsync(spec)
+        update_wrapper(self, spec)  # type: ignore[arg-type]
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Remote[H, P, T]: ...
+    @overload
+    def __get__(self, obj: H, owner: type) -> Callable[P, T]: ...
+    def __get__(self, obj: H | None, owner: type) -> Remote[H, P, T] | Callable[P, T]:
+        if obj is None:
+            return self
+        spec, transport = self.spec, obj.transport
+
+        def method(*args: P.args, **kwargs: P.kwargs) -> T:
+            return transport.call(spec(obj, *args, **kwargs))
+
+        update_wrapper(method, spec)
+        return method
+
+
+class RemoteAsync(Generic[H, P, T]):
+    """The ``async`` form of a :class:`Remote` method (same spec, awaited call)."""
+
+    def __init__(self, spec: Callable[Concatenate[H, P], Call[T]]) -> None:
+        self.spec = spec
+        self.__doc__ = f":meth:`{spec.__name__}` for event loops."
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.__name__ = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> RemoteAsync[H, P, T]: ...
+    @overload
+    def __get__(self, obj: H, owner: type) -> Callable[P, Awaitable[T]]: ...
+    def __get__(
+        self, obj: H | None, owner: type
+    ) -> RemoteAsync[H, P, T] | Callable[P, Awaitable[T]]:
+        if obj is None:
+            return self
+        spec, transport = self.spec, obj.transport
+
+        async def method(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await transport.call_async(spec(obj, *args, **kwargs))
+
+        method.__name__ = getattr(self, "__name__", spec.__name__ + "_async")
+        method.__doc__ = self.__doc__
+        return method
+
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "Call",
+    "HasTransport",
+    "Remote",
+    "RemoteAsync",
+    "RetryPolicy",
+    "Transport",
+    "check_int",
+    "check_text",
+    "ray_module",
+    "remote_class",
+]

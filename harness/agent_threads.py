@@ -1,0 +1,280 @@
+"""Agent threads: actors that run a workload against a context by name and record what happened.
+
+They generate load for tests, benchmarks and ``morphz loadtest``; they talk
+to context actors only through the public client (:mod:`actors.client`).
+:class:`AgentThread` is a plain class run as an async Ray actor
+(:func:`spawn_agent`). One actor hosts ``spec.threads`` logical threads as
+asyncio tasks, so 32 threads need not be 32 processes on a small machine; each
+logical thread is sequential (read, build, submit, wait) like a real agent.
+
+The retry policy for rejected transactions (R24): on ``conflict`` or
+``too_old`` the thread re-reads the version and the frames it needs, rebuilds
+the transaction and submits it again after a backoff with jitter, up to
+``spec.max_attempts`` attempts. A rebuilt transaction is a new transaction
+and gets a new client id; a resubmission after a lost reply (inside
+:meth:`~actors.client.ContextHandle.submit_async`) keeps the same id (R25).
+Any other rejection is final for that step.
+
+Each submission attempt yields one record (a dict, see :data:`RECORD_KEYS`);
+``run`` returns ``protocol.wire.pack(records)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from actors.client import DEFAULT_NAMESPACE, ContextHandle, new_client_id
+from actors.connection import lookup
+from actors.placement import current_node_id, ensure_ray, pinned
+from harness.workload import (
+    RETRY_CODES,
+    Step,
+    WorkloadSpec,
+    build_tx,
+    footprint_keys,
+    plan_thread,
+    thread_name,
+    written_frames,
+)
+from protocol.errors import MorphzError, RequestError, StoreError, WireError
+from protocol.receipts import Receipt
+from protocol.wire import pack, unpack
+
+RECORD_KEYS = (
+    "client_id",
+    "thread",
+    "step",
+    "kind",
+    "attempt",
+    "base_version",
+    "footprint",
+    "outcome",
+    "version",
+    "rebased",
+    "duplicate",
+    "conflicts",
+    "error_code",
+    "latency_ms",
+)
+"""Keys of a submission record. ``outcome`` is ``committed``, ``rejected``, ``unknown``
+(the actor could not be reached: the transaction may or may not have committed) or
+``skipped`` (the step could not read the context; nothing was submitted, ``client_id``
+is None). ``conflicts`` is ``[[id, version], …]``; ``version`` is the commit version,
+or the context's version when rejected, or None."""
+
+
+def check_spec(spec: Any) -> WorkloadSpec:
+    """The validated workload spec; :class:`RequestError` naming the bad field otherwise."""
+    if isinstance(spec, WorkloadSpec):
+        return spec
+    try:
+        return WorkloadSpec.model_validate(spec)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "spec"
+        raise RequestError(f"bad workload spec: {where}: {err.get('msg')}", code="bad_spec") from e
+
+
+def submission_record(step: Step | Any, attempt: int, **fields: Any) -> dict[str, Any]:
+    """A submission record of *step* (anything with ``thread``, ``index`` and ``kind``)."""
+    out: dict[str, Any] = {
+        "client_id": None,
+        "thread": step.thread,
+        "step": step.index,
+        "kind": step.kind,
+        "attempt": attempt,
+        "base_version": None,
+        "footprint": [],
+        "outcome": "skipped",
+        "version": None,
+        "rebased": False,
+        "duplicate": False,
+        "conflicts": [],
+        "error_code": None,
+        "latency_ms": 0.0,
+    }
+    out.update(fields)
+    return out
+
+
+class AgentThread:
+    """Runs synthetic workloads against contexts found by name (see :mod:`harness.workload`)."""
+
+    def __init__(self) -> None:
+        self._handles: dict[tuple[str, str], ContextHandle] = {}
+
+    def _handle(self, context: str, namespace: str) -> ContextHandle:
+        key = (context, namespace)
+        if key not in self._handles:
+            self._handles[key] = lookup(context, namespace)
+        return self._handles[key]
+
+    async def run(self, spec: dict[str, Any]) -> bytes:
+        """Run *spec* (a :class:`WorkloadSpec` dict); answer ``pack(records)``.
+
+        Records are grouped by logical thread, in submission order within a thread.
+        """
+        s = check_spec(spec)
+        handle = self._handle(s.context, s.namespace)
+        runs = [self._thread(handle, s, s.first_thread + i) for i in range(s.threads)]
+        results = await asyncio.gather(*runs)
+        return pack([record for records in results for record in records])
+
+    async def _thread(
+        self, handle: ContextHandle, spec: WorkloadSpec, number: int
+    ) -> list[dict[str, Any]]:
+        rng = random.Random(f"{spec.seed}:{number}:backoff")
+        records: list[dict[str, Any]] = []
+        known: dict[str, bool] = {}
+        base = 0
+        since_read = spec.read_every  # read before the first step
+        for step in plan_thread(spec, number):
+            event_ref: str | None = None
+            if step.kind == "observe":
+                try:
+                    text = f"{thread_name(number)} step {step.index}: tool finished"
+                    event = await handle.observe_async("tool_result", text, session=step.thread)
+                    await handle.claim_async()
+                except MorphzError as e:
+                    records.append(submission_record(step, 0, error_code=e.code))
+                    since_read = spec.read_every
+                    continue
+                event_ref = str(event["ref"])
+            for attempt in range(1, spec.max_attempts + 1):
+                if (
+                    attempt > 1
+                    or since_read >= spec.read_every
+                    or any(f not in known for f in step.frames())
+                ):
+                    try:
+                        snap = await handle.snapshot_async(step.frames())
+                    except MorphzError as e:
+                        records.append(submission_record(step, attempt, error_code=e.code))
+                        since_read = spec.read_every
+                        break
+                    base = int(snap["version"])
+                    known.update({f: v is not None for f, v in snap["frames"].items()})
+                    since_read = 0
+                if spec.think_ms:
+                    await asyncio.sleep(spec.think_ms / 1000)
+                tx = build_tx(step, known, base, new_client_id(), event_ref=event_ref)
+                fields: dict[str, Any] = {
+                    "client_id": tx.client_id,
+                    "base_version": base,
+                    "footprint": footprint_keys(tx),
+                }
+                started = time.perf_counter()
+                try:
+                    receipt = await handle.submit_async(tx, timeout=spec.timeout_s)
+                except MorphzError as e:
+                    latency = (time.perf_counter() - started) * 1000
+                    records.append(
+                        submission_record(
+                            step,
+                            attempt,
+                            **fields,
+                            outcome="unknown",
+                            error_code=e.code,
+                            latency_ms=latency,
+                        )
+                    )
+                    since_read = spec.read_every
+                    break
+                latency = (time.perf_counter() - started) * 1000
+                records.append(
+                    submission_record(step, attempt, **fields, **receipt_fields(receipt, latency))
+                )
+                if receipt.committed:
+                    for frame in written_frames(tx):
+                        known[frame] = True
+                    since_read += 1
+                    break
+                since_read = spec.read_every
+                code = receipt.errors[0].code if receipt.errors else None
+                if code not in RETRY_CODES or attempt == spec.max_attempts:
+                    break
+                delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
+                await asyncio.sleep(delay * (0.5 + rng.random()) / 1000)
+        return records
+
+    def node_id(self) -> str:
+        """The id of the Ray node this agent runs on."""
+        return current_node_id()
+
+    def pid(self) -> int:
+        """The agent's process id."""
+        return os.getpid()
+
+
+def receipt_fields(receipt: Receipt, latency_ms: float) -> dict[str, Any]:
+    """The outcome fields of a submission record, from its receipt."""
+    return {
+        "outcome": receipt.status,
+        "version": receipt.version,
+        "rebased": receipt.rebased,
+        "duplicate": receipt.duplicate,
+        "conflicts": [[c.id, c.version] for c in receipt.conflicts],
+        "error_code": receipt.errors[0].code if receipt.errors else None,
+        "latency_ms": latency_ms,
+    }
+
+
+def spawn_agent(
+    *,
+    node_id: str | None = None,
+    name: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    lifetime: str | None = None,
+) -> Any:
+    """Start an :class:`AgentThread` actor (no CPU reserved), pinned to *node_id* if given."""
+    import ray
+
+    ensure_ray()
+    options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1000, "namespace": namespace}
+    if node_id is not None:
+        options["scheduling_strategy"] = pinned(node_id)
+    if name is not None:
+        options["name"] = name
+    if lifetime is not None:
+        options["lifetime"] = lifetime
+    return ray.remote(AgentThread).options(**options).remote()
+
+
+def decode_records(data: Any) -> list[dict[str, Any]]:
+    """The submission records inside what :meth:`AgentThread.run` answered."""
+    records = unpack(data)
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise WireError("agent records must be a list of maps")
+    return records
+
+
+def run_agents(
+    work: Sequence[tuple[Any, dict[str, Any] | WorkloadSpec]], *, timeout: float | None = None
+) -> list[list[dict[str, Any]]]:
+    """Run each ``(agent actor, spec)`` concurrently; the records of each, in order.
+
+    Specs are validated before any remote call. A failed agent raises its
+    typed error, or :class:`StoreError` (code ``agent_error``).
+    """
+    import ray
+    from ray.exceptions import RayError, RayTaskError
+
+    specs = [check_spec(spec).model_dump() for _, spec in work]
+    refs = [agent.run.remote(spec) for (agent, _), spec in zip(work, specs, strict=True)]
+    try:
+        raws = ray.get(refs, timeout=timeout)
+    except RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, MorphzError):
+            raise cause from e
+        raise StoreError(f"agent thread failed: {cause or e}", code="agent_error") from e
+    except RayError as e:
+        raise StoreError(f"agent thread failed: {e}", code="agent_error") from e
+    return [decode_records(raw) for raw in raws]

@@ -1,0 +1,354 @@
+"""The load test's agent actor: synthetic steps for a duration, and trajectory replays.
+
+:class:`LoadAgent` is an :class:`~harness.agent_threads.AgentThread` (a plain
+class the load test runs as an async Ray actor) that can also run the
+synthetic workload until a deadline and replay STATE-Bench conversations as
+observations and the transactions that summarize them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from actors.client import DEFAULT_NAMESPACE, ContextHandle, new_client_id
+from harness.agent_threads import AgentThread, check_spec, receipt_fields, submission_record
+from harness.loadtest.trajectories import Conversation, slug
+from harness.workload import RETRY_CODES, thread_name
+from protocol.errors import MorphzError, RequestError
+from protocol.forms import Form, Symbol
+from protocol.tx import ContextTx, Derive, Relate, Retire, Revise
+from protocol.wire import pack
+
+ROUND_STEPS = 1
+"""Steps a synthetic thread plans at a time when it runs for a duration.
+
+One is free: every step reads the frames it touches anyway (``read_every=1``),
+and the deadline is checked before each step, so a run ends on time."""
+SUMMARY_CHARS = 160
+"""Characters of a message quoted in the frame that summarizes it."""
+
+
+class TrajectoryThread(BaseModel):
+    """One logical thread of a replay: its number, its conversations (indexes), its steps."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    number: int = Field(ge=0)
+    conversations: tuple[int, ...]
+    steps: int | None = Field(default=None, ge=0)
+
+
+class TrajectorySpec(BaseModel):
+    """What :meth:`LoadAgent.replay` runs against one context.
+
+    Each thread replays its conversations in turn, again from the first when
+    it has done them all, until it has taken ``steps`` steps (None: until
+    ``seconds`` have passed).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context: str
+    namespace: str = DEFAULT_NAMESPACE
+    conversations: tuple[Conversation, ...]
+    threads: tuple[TrajectoryThread, ...]
+    seconds: float | None = Field(default=None, gt=0.0)
+    conflict_rate: float = Field(default=0.1, ge=0.0, le=1.0)
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    backoff_ms: float = Field(default=5.0, ge=0.0)
+    backoff_max_ms: float = Field(default=200.0, ge=0.0)
+    seed: int = 0
+
+
+def _quote(text: str) -> str:
+    return " ".join(text.split())[:SUMMARY_CHARS]
+
+
+@dataclass
+class _Step:
+    """One transaction of a replay: write *target*, cite *sources*, maybe retire *retire*."""
+
+    thread: str
+    index: int
+    kind: str
+    target: str
+    body: tuple[Form, ...]
+    events: tuple[str, ...] = ()
+    frame_sources: tuple[str, ...] = ()
+    relate: tuple[str, str] | None = None
+    retire: str | None = None
+    shared: str | None = None
+    frames: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        wanted = [self.target, *self.frame_sources]
+        if self.relate is not None:
+            wanted.append(self.relate[1])
+        if self.shared is not None:
+            wanted.append(self.shared)
+        self.frames = list(dict.fromkeys(wanted))
+
+    def build(self, known: Mapping[str, bool], base: int, client_id: str) -> ContextTx:
+        """The step's transaction, given which frames exist (*known*) at version *base*."""
+        S = Symbol
+        sources = self.events + tuple(f for f in self.frame_sources if known.get(f, False))
+        write: Derive | Revise
+        if known.get(self.target, False):
+            write = Revise(id=self.target, sources=sources, body=self.body)
+        else:
+            write = Derive(id=self.target, sources=sources, body=self.body)
+        ops: list[Derive | Revise | Relate | Retire] = [write]
+        if self.relate is not None and known.get(self.relate[1], False):
+            ops.append(Relate(subject=self.target, label=self.relate[0], object=self.relate[1]))
+        if self.shared is not None:
+            seen = ((S("seen"), S(self.thread), S(self.kind), self.index),)
+            if known.get(self.shared, False):
+                ops.append(Revise(id=self.shared, sources=(self.target,), body=seen))
+            else:
+                ops.append(Derive(id=self.shared, sources=(self.target,), body=seen))
+        if self.retire is not None:
+            ops.append(Retire(refs=(self.retire,)))
+        return ContextTx(
+            base_version=base,
+            reason=f"{self.thread} step {self.index} ({self.kind})",
+            client_id=client_id,
+            ops=tuple(ops),
+        )
+
+
+def _record(step: _Step, attempt: int, **fields: Any) -> dict[str, Any]:
+    return submission_record(step, attempt, **{"source_events": [], **fields})
+
+
+class LoadAgent(AgentThread):
+    """An :class:`~harness.agent_threads.AgentThread` that also runs for a time and replays.
+
+    ``run(spec)`` (inherited) runs a fixed number of synthetic steps;
+    :meth:`run_for` runs synthetic steps until a deadline; :meth:`replay`
+    replays conversations. All answer ``pack(records)`` (see
+    :data:`harness.agent_threads.RECORD_KEYS`; replay records add ``source_events``).
+    """
+
+    async def run_for(self, spec: dict[str, Any], seconds: float) -> bytes:
+        """Run the synthetic workload of *spec* for *seconds*, plans of :data:`ROUND_STEPS` steps.
+
+        Each logical thread plans :data:`ROUND_STEPS` steps at a time (a new
+        seed per round) and stops planning at the deadline; its step numbers
+        run on across rounds. ``spec["transactions"]`` is ignored.
+        """
+        s = check_spec(spec)
+        handle = self._handle(s.context, s.namespace)
+        deadline = time.monotonic() + float(seconds)
+
+        async def loop(number: int) -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            rounds = 0
+            while time.monotonic() < deadline:
+                plan = s.model_copy(
+                    update={"transactions": ROUND_STEPS, "seed": s.seed * 1_000_003 + rounds}
+                )
+                for r in await self._thread(handle, plan, number):
+                    r["step"] += rounds * ROUND_STEPS
+                    out.append(r)
+                rounds += 1
+            return out
+
+        results = await asyncio.gather(*(loop(s.first_thread + i) for i in range(s.threads)))
+        return pack([r for records in results for r in records])
+
+    async def replay(self, spec: dict[str, Any]) -> bytes:
+        """Replay the conversations of *spec* (a :class:`TrajectorySpec` dict) as observations.
+
+        For each user message: observe it, claim, and derive or revise
+        ``t<k>/<conversation>/request`` citing it. For each tool call of an
+        assistant turn: observe the result, claim, derive or revise
+        ``…/tool/<name>`` citing it (and the request frame, which it relates
+        to with ``serves``) and retire the result in the same transaction.
+        Then the reply is the action: deliver the request (R19) and derive or
+        revise ``…/reply`` citing the request frame, retiring the request,
+        which only a delivered request allows. With probability
+        ``conflict_rate`` a step also writes ``shared/<domain>``, which every
+        thread replaying that domain writes. Conflicts are retried as in
+        :class:`~harness.agent_threads.AgentThread`.
+        """
+        try:
+            s = TrajectorySpec.model_validate(spec)
+        except ValidationError as e:
+            raise RequestError(f"bad trajectory spec: {e.errors()[0]}", code="bad_spec") from e
+        handle = self._handle(s.context, s.namespace)
+        deadline = None if s.seconds is None else time.monotonic() + s.seconds
+        runs = [_Replay(handle, s, t, deadline).run() for t in s.threads]
+        results = await asyncio.gather(*runs)
+        return pack([r for records in results for r in records])
+
+
+class _Replay:
+    """One logical thread replaying its conversations (see :meth:`LoadAgent.replay`)."""
+
+    def __init__(
+        self,
+        handle: ContextHandle,
+        spec: TrajectorySpec,
+        plan: TrajectoryThread,
+        deadline: float | None,
+    ) -> None:
+        self.handle = handle
+        self.spec = spec
+        self.plan = plan
+        self.deadline = deadline
+        self.thread = thread_name(plan.number)
+        self.rng = random.Random(f"{spec.seed}:{plan.number}:trajectories")
+        self.records: list[dict[str, Any]] = []
+        self.steps = 0
+        self.domain = ""
+
+    def more(self) -> bool:
+        """Whether the thread has steps and time left."""
+        if self.plan.steps is not None and self.steps >= self.plan.steps:
+            return False
+        return self.deadline is None or time.monotonic() < self.deadline
+
+    async def run(self) -> list[dict[str, Any]]:
+        """Replay the thread's conversations until its steps or time are spent; its records."""
+        passes = 0
+        while self.plan.conversations and self.more():
+            for number in self.plan.conversations:
+                if not self.more():
+                    break
+                await self.conversation(self.spec.conversations[number], passes)
+            passes += 1
+        return self.records
+
+    async def conversation(self, conv: Conversation, passes: int) -> None:
+        """Replay one conversation: its requests, tool results and replies."""
+        S = Symbol
+        self.domain = conv.domain
+        base = f"{self.thread}/{conv.key}"
+        request_frame = f"{base}/request"
+        request: str | None = None  # the user message awaiting its reply
+        turn = 0
+        for msg in conv.turns:
+            if not self.more():
+                return
+            if msg.role == "user":
+                turn += 1
+                request = await self.observe("user_message", msg.text, base)
+                if request is not None:
+                    body: tuple[Form, ...] = (
+                        (S("request"), (S("pass"), passes), (S("turn"), turn)),
+                        (S("text"), _quote(msg.text)),
+                    )
+                    await self.step("request", request_frame, body, events=(request,))
+                continue
+            for call in msg.tools:
+                if not self.more():
+                    return
+                ref = await self.observe("tool_result", call.text, base)
+                if ref is None:
+                    continue
+                body = (
+                    (S("tool"), call.name, (S("turn"), turn)),
+                    (S("result-chars"), len(call.text)),
+                    (S("head"), _quote(call.text)),
+                )
+                target = f"{base}/tool/{slug(call.name)}"
+                await self.step(
+                    "tool",
+                    target,
+                    body,
+                    events=(ref,),
+                    frame_sources=(request_frame,),
+                    relate=("serves", request_frame),
+                    retire=ref,
+                )
+            if not self.more():
+                return
+            delivered = None
+            if request is not None:
+                try:  # the reply is the action; delivering it lifts the causal protection
+                    await asyncio.to_thread(self.handle.deliver, request)
+                    delivered = request
+                except MorphzError:
+                    pass
+                request = None
+            body = ((S("reply"), (S("turn"), turn)), (S("text"), _quote(msg.text)))
+            await self.step(
+                "reply",
+                f"{base}/reply",
+                body,
+                frame_sources=(request_frame,),
+                relate=("answers", request_frame),
+                retire=delivered,
+            )
+
+    async def observe(self, kind: str, text: str, session: str) -> str | None:
+        """Record and claim an observation; its reference, or None (the step is skipped)."""
+        try:
+            event = await self.handle.observe_async(kind, text, session=session)
+            await self.handle.claim_async()
+        except MorphzError as e:
+            self.records.append(
+                _record(_Step(self.thread, self.steps, kind, "x", ()), 0, error_code=e.code)
+            )
+            self.steps += 1
+            return None
+        return str(event["ref"])
+
+    async def step(self, kind: str, target: str, body: tuple[Form, ...], **parts: Any) -> None:
+        """One step: maybe also write the domain's shared frame; read, build, submit, retry."""
+        shared = None
+        if self.rng.random() < self.spec.conflict_rate:
+            shared = f"shared/{self.domain}"
+        step = _Step(self.thread, self.steps, kind, target, body, shared=shared, **parts)
+        self.steps += 1
+        spec, handle = self.spec, self.handle
+        for attempt in range(1, spec.max_attempts + 1):
+            try:
+                snap = await handle.snapshot_async(step.frames)
+            except MorphzError as e:
+                self.records.append(_record(step, attempt, error_code=e.code))
+                return
+            base = int(snap["version"])
+            known = {f: v is not None for f, v in snap["frames"].items()}
+            tx = step.build(known, base, new_client_id())
+            reads, writes = tx.footprint()
+            fields: dict[str, Any] = {
+                "client_id": tx.client_id,
+                "base_version": base,
+                "footprint": sorted(reads | writes),
+                "source_events": sorted(k for k in reads if k.startswith("e:")),
+            }
+            started = time.perf_counter()
+            try:
+                receipt = await handle.submit_async(tx)
+            except MorphzError as e:
+                latency = (time.perf_counter() - started) * 1000
+                self.records.append(
+                    _record(
+                        step,
+                        attempt,
+                        **fields,
+                        outcome="unknown",
+                        error_code=e.code,
+                        latency_ms=latency,
+                    )
+                )
+                return
+            latency = (time.perf_counter() - started) * 1000
+            self.records.append(
+                _record(step, attempt, **fields, **receipt_fields(receipt, latency))
+            )
+            if receipt.committed:
+                return
+            code = receipt.errors[0].code if receipt.errors else None
+            if code not in RETRY_CODES or attempt == spec.max_attempts:
+                return
+            delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
+            await asyncio.sleep(delay * (0.5 + self.rng.random()) / 1000)

@@ -1,0 +1,146 @@
+"""The load test's hold on the Ray cluster: connecting, this machine's nodes, the context killer.
+
+Ray is imported inside the functions that use it, never at module import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from actors.client import ContextHandle
+from actors.placement import alive_nodes, current_node_id
+from protocol.errors import MorphzError, StoreError
+
+
+class Killer:
+    """SIGKILLs one context actor's process every *every* seconds, round robin, from a thread.
+
+    It stops when told, or *until* seconds after it started (the load's duration).
+    """
+
+    def __init__(
+        self,
+        handles: list[ContextHandle],
+        every: float,
+        local: set[str],
+        seed: int,
+        until: float | None = None,
+    ) -> None:
+        self.handles = handles
+        self.every = every
+        self.until = until
+        self.local = local
+        self.kills: list[dict[str, Any]] = []
+        self.skipped = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._next = random.Random(f"{seed}:killer").randrange(len(handles))
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="morphz-killer", daemon=True)
+
+    def start(self) -> None:
+        """Start killing (the clock of *until* starts now)."""
+        self._started = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop killing and wait for the killer's thread to end."""
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            if self.until is not None and time.monotonic() - self._started >= self.until:
+                return
+            handle = self.handles[self._next % len(self.handles)]
+            self._next += 1
+            try:
+                info = handle.describe()  # waits for a restarting actor
+            except MorphzError:
+                self.errors += 1
+                continue
+            pid, node = int(info["pid"]), str(info["node_id"])
+            if self._stop.is_set():
+                return
+            if node not in self.local or pid == os.getpid() or not is_actor_process(pid):
+                self.skipped += 1
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                self.errors += 1
+                continue
+            self.kills.append(
+                {
+                    "context": handle.name,
+                    "pid": pid,
+                    "at_s": round(time.monotonic() - self._started, 3),
+                }
+            )
+
+
+def is_actor_process(pid: int) -> bool:
+    """Whether *pid* is a Ray worker process on this machine (its command line says so)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return not os.path.isdir("/proc")  # no procfs: trust the node check alone
+    return b"ray::" in cmdline or b"default_worker" in cmdline
+
+
+def local_nodes() -> list[str]:
+    """The live nodes on this machine (same IP address as this process), this node first."""
+    import ray
+
+    here = current_node_id()
+    try:
+        ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    except Exception:  # a client-mode driver has no local node address
+        return [here]
+    same = [n["node_id"] for n in alive_nodes() if n["address"] == ip]
+    if here not in same:
+        return same or [here]
+    return [here] + [n for n in same if n != here]
+
+
+def check_reachable(address: str) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would wait for minutes)."""
+    m = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address)
+    if m is None:  # "auto" and the like: left to Ray
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=5).close()
+    except OSError as e:
+        raise StoreError(f"cannot reach Ray at {address}: {e}", code="ray_unavailable") from e
+
+
+def connect_ray(address: str | None) -> bool:
+    """Connect this process to Ray unless it is connected; True if this call connected it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    kwargs: dict[str, Any] = {
+        "address": target,
+        "log_to_driver": False,
+        "logging_level": logging.WARNING,
+    }
+    if target == "local":
+        kwargs["include_dashboard"] = False
+    else:
+        check_reachable(target)
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        raise StoreError(f"cannot connect to Ray at {target}: {e}", code="ray_unavailable") from e
+    return True

@@ -1,0 +1,74 @@
+"""What a load test is asked to run: :class:`LoadtestOptions` and their validation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from actors.client import DEFAULT_NAMESPACE
+from protocol.errors import RequestError
+
+Progress = Callable[[Mapping[str, Any]], None]
+"""Called about twice a second while the load runs (see :func:`harness.loadtest.run_loadtest`)."""
+Tamper = Callable[[str, list[dict[str, Any]]], list[dict[str, Any]]]
+"""Given a context's name and its records, the records to check (a test seam)."""
+
+
+class LoadtestOptions(BaseModel):
+    """What to run; exactly one of ``duration_s`` and ``transactions`` bounds it.
+
+    ``transactions`` counts workload steps in all threads together (each step
+    is one transaction, submitted again after a conflict). ``conversations``
+    limits how many trajectories are replayed. ``shared_frames`` is how many
+    frames the synthetic threads share (``shared/release`` and
+    ``shared/plan-<i>``); one makes every shared step contend. ``agents`` is the number of
+    agent actors (default: one per 16 threads, at least 2, at most 8, at most
+    one per thread). ``trajectories_dir`` is where the STATE-Bench trajectories
+    are for the ``trajectories`` workload (None: the ``MORPHZ_TRAJECTORIES``
+    environment variable, see :func:`~harness.loadtest.trajectories.trajectories_dir`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threads: int = Field(ge=1, le=4096)
+    contexts: int = Field(default=1, ge=1, le=256)
+    duration_s: float | None = Field(default=None, gt=0.0, le=7 * 86400.0)
+    transactions: int | None = Field(default=None, ge=1, le=1_000_000_000)
+    conflict_rate: float = Field(default=0.1, ge=0.0, le=1.0)
+    shared_frames: int = Field(default=1, ge=1, le=65)
+    workload: Literal["synthetic", "trajectories"] = "synthetic"
+    trajectories_dir: str | None = None
+    conversations: int | None = Field(default=None, ge=1)
+    kill_every_s: float | None = Field(default=None, gt=0.0)
+    address: str | None = None
+    store_dir: str = ".morphz"
+    seed: int = 0
+    agents: int | None = Field(default=None, ge=1, le=256)
+    namespace: str = Field(default=DEFAULT_NAMESPACE, min_length=1)
+    keep: bool = False
+    run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]{1,32}$")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> LoadtestOptions:
+        if (self.duration_s is None) == (self.transactions is None):
+            raise ValueError("give exactly one of duration_s and transactions")
+        return self
+
+
+def check_options(options: LoadtestOptions | Mapping[str, Any]) -> LoadtestOptions:
+    """The validated options; :class:`RequestError` (``bad_option``) naming the bad field."""
+    if isinstance(options, LoadtestOptions):
+        return options
+    try:
+        return LoadtestOptions.model_validate(dict(options))
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "options"
+        raise RequestError(
+            f"bad load test option: {where}: {err.get('msg')}", code="bad_option"
+        ) from e
+
+
+# --- trajectories -------------------------------------------------------------

@@ -1,0 +1,426 @@
+"""One load test run: the actors it creates, the load, the checks and the report.
+
+:func:`run_loadtest` is what ``morphz loadtest`` runs (see the package's
+docstring and docs/loadtest.md). Ray is imported inside the functions that
+use it, never at module import.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.client import ContextHandle
+from actors.connection import connect
+from actors.placement import alive_nodes, pinned
+from actors.replies import open_reply
+from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
+from harness.loadtest.checks import check_after_run, submissions_of
+from harness.loadtest.cluster import Killer, connect_ray, local_nodes
+from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
+from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, figures
+from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
+from harness.workload import WorkloadSpec
+from protocol.errors import MorphzError, StoreError
+from protocol.wire import unpack
+
+MAX_AGENTS = 8
+"""Most agent actors the default spreads the threads over."""
+THREADS_PER_AGENT = 16
+"""Logical threads per agent actor the default aims at (at least two agents)."""
+
+
+@dataclass
+class _Work:
+    """One call of one agent: ``method(*args)`` against context number *context*."""
+
+    agent: int
+    context: int
+    method: str
+    args: tuple[Any, ...]
+
+
+def default_agents(threads: int) -> int:
+    """Agent actors for *threads* logical threads: 1 per 16, at least 2, at most 8 (≤ threads)."""
+    return min(threads, max(2, min(MAX_AGENTS, math.ceil(threads / THREADS_PER_AGENT))))
+
+
+def spread(threads: int, contexts: int, agents: int) -> list[list[tuple[int, list[int]]]]:
+    """For each context, ``(agent, thread numbers)``: contiguous ranges, balanced.
+
+    Context *c* gets threads ``t<start_c> …`` (``threads // contexts``, the
+    first ``threads % contexts`` one more); its range is cut into at most
+    *agents* chunks, chunk *j* going to agent ``(c + j) % agents``.
+    """
+    out: list[list[tuple[int, list[int]]]] = []
+    start = 0
+    for c in range(contexts):
+        n = threads // contexts + (1 if c < threads % contexts else 0)
+        numbers = list(range(start, start + n))
+        start += n
+        chunks = min(agents, n)
+        groups = []
+        for j in range(chunks):
+            part = numbers[j * n // chunks : (j + 1) * n // chunks]
+            if part:
+                groups.append(((c + j) % agents, part))
+        out.append(groups)
+    return out
+
+
+def _steps_of(number: int, threads: int, total: int | None) -> int | None:
+    if total is None:
+        return None
+    return total // threads + (1 if number < total % threads else 0)
+
+
+def _runs(values: list[int], key: Callable[[int], Any]) -> list[list[int]]:
+    """Consecutive *values* with the same key, grouped."""
+    out: list[list[int]] = []
+    for v in values:
+        if out and key(out[-1][-1]) == key(v) and out[-1][-1] + 1 == v:
+            out[-1].append(v)
+        else:
+            out.append([v])
+    return out
+
+
+class _Run:
+    """One load test: the actors it created, the load, the checks, the report."""
+
+    def __init__(
+        self,
+        opts: LoadtestOptions,
+        conversations: list[Conversation],
+        progress: Progress | None,
+        tamper: Tamper | None,
+    ) -> None:
+        self.opts = opts
+        self.conversations = conversations
+        self.progress = progress
+        self.tamper = tamper
+        self.run_id = opts.run_id or uuid.uuid4().hex[:8]
+        self.store = os.path.abspath(opts.store_dir)
+        self.handles: list[ContextHandle] = []
+        self.nodes: list[str] = []
+        self.agents: list[Any] = []
+
+    def go(self) -> dict[str, Any]:
+        import ray
+
+        opts = self.opts
+        conversations = self.conversations
+        local = local_nodes()
+        everywhere = [n["node_id"] for n in alive_nodes()] or local
+        try:
+            for i in range(opts.contexts):
+                node = local[i % len(local)]
+                self.nodes.append(node)
+                self.handles.append(
+                    connect(
+                        f"lt-{self.run_id}-{i}",
+                        store_dir=self.store,
+                        node_id=node,
+                        namespace=opts.namespace,
+                    )
+                )
+            n_agents = opts.agents or default_agents(opts.threads)
+            agent_cls = ray.remote(LoadAgent)
+            for j in range(n_agents):
+                self.agents.append(
+                    agent_cls.options(
+                        num_cpus=0,
+                        max_concurrency=1000,
+                        namespace=opts.namespace,
+                        scheduling_strategy=pinned(everywhere[j % len(everywhere)]),
+                    ).remote()
+                )
+            ray.get([agent.pid.remote() for agent in self.agents])  # started before timing
+            work = self._plan(conversations, n_agents)
+            records, elapsed, killer = self._load(work)
+            return self._report(records, elapsed, killer, n_agents)
+        finally:
+            for agent in self.agents:
+                ray.kill(agent)
+            if not opts.keep:
+                for h in self.handles:
+                    try:
+                        h.shutdown()
+                    except Exception:  # already gone: nothing to stop
+                        pass
+
+    def _plan(self, conversations: list[Conversation], n_agents: int) -> list[_Work]:
+        opts = self.opts
+        total = opts.transactions
+        work: list[_Work] = []
+        for c, groups in enumerate(spread(opts.threads, opts.contexts, n_agents)):
+            name = self.handles[c].name
+            for agent, numbers in groups:
+                if opts.workload == "trajectories":
+                    threads, used = self._trajectory_threads(numbers, len(conversations), total)
+                    if not threads:
+                        continue
+                    spec = TrajectorySpec(
+                        context=name,
+                        namespace=opts.namespace,
+                        conversations=tuple(conversations[i] for i in used),
+                        threads=threads,
+                        seconds=opts.duration_s,
+                        conflict_rate=opts.conflict_rate,
+                        seed=opts.seed,
+                    )
+                    work.append(_Work(agent, c, "replay", (spec.model_dump(),)))
+                    continue
+                for run in _runs(numbers, lambda k: _steps_of(k, opts.threads, total)):
+                    steps = _steps_of(run[0], opts.threads, total)
+                    if steps == 0:
+                        continue
+                    spec_doc = WorkloadSpec(
+                        context=name,
+                        namespace=opts.namespace,
+                        threads=len(run),
+                        first_thread=run[0],
+                        transactions=steps if steps is not None else ROUND_STEPS,
+                        conflict_rate=opts.conflict_rate,
+                        shared_plans=opts.shared_frames - 1,
+                        seed=opts.seed,
+                    ).model_dump()
+                    if opts.duration_s is None:
+                        work.append(_Work(agent, c, "run", (spec_doc,)))
+                    else:
+                        work.append(_Work(agent, c, "run_for", (spec_doc, opts.duration_s)))
+        return work
+
+    def _trajectory_threads(
+        self, numbers: list[int], count: int, total: int | None
+    ) -> tuple[tuple[TrajectoryThread, ...], list[int]]:
+        """The replay plan of *numbers*, with conversation indexes local to the spec."""
+        threads = self.opts.threads
+        used: list[int] = []
+        plans = []
+        for k in numbers:
+            mine = [j for j in range(count) if j % threads == k] or [k % count]
+            steps = _steps_of(k, threads, total)
+            if steps == 0:
+                continue
+            local = []
+            for j in mine:
+                if j not in used:
+                    used.append(j)
+                local.append(used.index(j))
+            plans.append(TrajectoryThread(number=k, conversations=tuple(local), steps=steps))
+        return tuple(plans), used
+
+    def _load(
+        self, work: list[_Work]
+    ) -> tuple[dict[int, list[dict[str, Any]]], float, Killer | None]:
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        opts = self.opts
+        killer = None
+        if opts.kill_every_s is not None:
+            killer = Killer(
+                self.handles,
+                opts.kill_every_s,
+                set(local_nodes()),
+                opts.seed,
+                until=opts.duration_s,
+            )
+        started = time.monotonic()
+        refs = [getattr(self.agents[w.agent], w.method).remote(*w.args) for w in work]
+        if killer is not None:
+            killer.start()
+        versions = [0] * len(self.handles)
+        polls: dict[int, Any] = {}
+        try:
+            waiting = list(refs)
+            while waiting:
+                _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0.5)
+                self._poll(polls, versions)
+                if self.progress is not None:
+                    self.progress(
+                        {
+                            "elapsed_s": time.monotonic() - started,
+                            "duration_s": opts.duration_s,
+                            "transactions": opts.transactions,
+                            "committed": sum(versions),
+                            "kills": 0 if killer is None else len(killer.kills),
+                            "done": False,
+                        }
+                    )
+            elapsed = time.monotonic() - started
+            raws = ray.get(refs)
+        except RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, MorphzError):
+                raise cause from e
+            raise StoreError(f"agent thread failed: {cause or e}", code="agent_error") from e
+        except RayError as e:
+            raise StoreError(f"agent thread failed: {e}", code="agent_error") from e
+        finally:
+            if killer is not None:
+                killer.stop()
+        by_context: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for w, raw in zip(work, raws, strict=True):
+            records = unpack(raw)
+            if not isinstance(records, list):
+                raise StoreError("an agent answered no records", code="agent_error")
+            by_context[w.context].extend(records)
+        if self.progress is not None:
+            self.progress(
+                {
+                    "elapsed_s": elapsed,
+                    "duration_s": opts.duration_s,
+                    "transactions": opts.transactions,
+                    "committed": sum(
+                        1 for rs in by_context.values() for r in rs if r["outcome"] == "committed"
+                    ),
+                    "kills": 0 if killer is None else len(killer.kills),
+                    "done": True,
+                }
+            )
+        return by_context, elapsed, killer
+
+    def _poll(self, polls: dict[int, Any], versions: list[int]) -> None:
+        """Read the contexts' versions without blocking: collect answers, ask again."""
+        import ray
+
+        if polls:
+            ready, _ = ray.wait(list(polls.values()), num_returns=len(polls), timeout=0)
+            done = {i for i, ref in polls.items() if ref in ready}
+            for i in done:
+                try:
+                    versions[i] = int(open_reply(ray.get(polls.pop(i))))
+                except Exception:  # a killed actor: ask again next time
+                    polls.pop(i, None)
+        for i, h in enumerate(self.handles):
+            if i not in polls:
+                polls[i] = h.actor.version.remote()
+
+    def _report(
+        self,
+        by_context: dict[int, list[dict[str, Any]]],
+        elapsed: float,
+        killer: Killer | None,
+        n_agents: int,
+    ) -> dict[str, Any]:
+        opts = self.opts
+        violations: list[dict[str, str]] = []
+        per_context = []
+        checked = {"submissions": 0, "log_records": 0, "replayed": 0, "acknowledged_on_disk": 0}
+        local = set(local_nodes())
+        all_records: list[dict[str, Any]] = []
+        kills_by = Counter(k["context"] for k in (killer.kills if killer else []))
+        for c, handle in enumerate(self.handles):
+            records = by_context.get(c, [])
+            all_records.extend(records)
+            if self.tamper is not None:
+                records = self.tamper(handle.name, list(records))
+            path = os.path.join(self.store, handle.name)
+            on_disk = self.nodes[c] in local and os.path.isdir(path)
+            result = check_after_run(handle, records, path if on_disk else None)
+            found = result.violations
+            checked["log_records"] += result.log_records
+            checked["acknowledged_on_disk"] += result.on_disk
+            checked["submissions"] += len(submissions_of(records))
+            checked["replayed"] += result.replayed
+            violations.extend(
+                {"context": handle.name, "kind": v.kind, "detail": v.detail} for v in found
+            )
+            fig = figures(by_context.get(c, []), elapsed)
+            per_context.append(
+                {
+                    "name": handle.name,
+                    "node_id": self.nodes[c],
+                    "version": result.version,
+                    "committed": fig["committed"],
+                    "rebased": fig["rebased"],
+                    "rejected": fig["rejected"],
+                    "retried": fig["retried"],
+                    "unknown": fig["unknown"],
+                    "throughput_tx_s": fig["throughput_tx_s"],
+                    "latency_ms": fig["latency_ms"],
+                    "kills": kills_by[handle.name],
+                    "batches": result.stats.get("batches"),
+                    "largest_batch": result.stats.get("largest_batch"),
+                    "history_ok": not found,
+                    "violations": len(found),
+                    "replayed": result.replayed,
+                }
+            )
+        total = figures(all_records, elapsed)
+        requested: dict[str, Any] = (
+            {"duration_s": opts.duration_s}
+            if opts.duration_s is not None
+            else {"transactions": opts.transactions}
+        )
+        if opts.kill_every_s is not None:
+            requested["kill_every_s"] = opts.kill_every_s
+        if opts.workload == "trajectories":
+            requested["conversations"] = opts.conversations
+        doc: dict[str, Any] = {
+            "run_id": self.run_id,
+            "workload": opts.workload,
+            "threads": opts.threads,
+            "contexts": opts.contexts,
+            "agents": n_agents,
+            "conflict_rate": opts.conflict_rate,
+            "shared_frames": opts.shared_frames,
+            "seed": opts.seed,
+            "requested": requested,
+            "duration_s": round(elapsed, 3),
+            **total,
+            "kills": 0 if killer is None else len(killer.kills),
+            "kill_log": [] if killer is None else killer.kills,
+            "kill_misses": {
+                "skipped": 0 if killer is None else killer.skipped,
+                "errors": 0 if killer is None else killer.errors,
+            },
+            "history_ok": not violations,
+            "violations": violations[:MAX_VIOLATIONS],
+            "violation_count": len(violations),
+            "checked": checked,
+            "per_context": per_context,
+            "store": self.store,
+            "namespace": opts.namespace,
+        }
+        assert tuple(doc) == REPORT_KEYS
+        return doc
+
+
+def run_loadtest(
+    options: LoadtestOptions | Mapping[str, Any],
+    *,
+    progress: Progress | None = None,
+    tamper: Tamper | None = None,
+) -> dict[str, Any]:
+    """Run a load test (see the module docstring) and answer its figures and verdict.
+
+    *progress*, if given, is called about twice a second with ``elapsed_s``,
+    ``duration_s``, ``transactions``, ``committed`` (the contexts' versions,
+    polled), ``kills`` and ``done``, and once more at the end (``done`` true).
+    *tamper* lets a test change a context's records before they are checked.
+    The contexts are stopped at the end unless ``keep``; their stores stay.
+    A process not yet connected to Ray is connected, and disconnected at the end.
+    """
+    opts = check_options(options)
+    conversations = (
+        load_conversations(trajectories_dir(opts.trajectories_dir), opts.conversations)
+        if opts.workload == "trajectories"
+        else []
+    )
+    connected = connect_ray(opts.address)
+    try:
+        return _Run(opts, conversations, progress, tamper).go()
+    finally:
+        if connected:
+            import ray
+
+            ray.shutdown()

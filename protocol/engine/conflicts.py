@@ -1,0 +1,120 @@
+"""Whether a transaction may be decided at all: exactly once, and against which base.
+
+Before any operation runs, a transaction is checked against the context as
+it is now:
+
+* :func:`check_client` — a client id seen before (R25): the same content is a
+  retry and gets the original receipt back, marked ``duplicate``; other
+  content is refused (``client_id_reused``);
+* :func:`check_base` — its base version (R21–R24): newer than the context is
+  refused (``future_base``), further behind than the kept history is refused
+  (``too_old``), and behind but with a footprint key changed since the base
+  is refused (``conflict``, naming each key and the version that changed it,
+  :func:`footprint_conflicts`); behind with nothing changed is a rebase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from protocol.engine.records import Outcome, reject
+from protocol.receipts import Conflict, OpError, Receipt
+from protocol.state import Meta
+from protocol.tx import ContextTx, key_display
+from protocol.view import ReadView
+
+
+def tx_digest(tx: ContextTx) -> bytes:
+    """A digest of a transaction's content, to tell a retry from a reused client id."""
+    return hashlib.blake2b(repr(tx.model_dump()).encode(), digest_size=16).digest()
+
+
+def check_client(view: ReadView, meta: Meta, tx: ContextTx, digest: bytes) -> Outcome | None:
+    """The outcome for *tx* if its client id was used before; None if it was not.
+
+    *digest* is ``tx_digest(tx)``; *tx* has a client id.
+    """
+    assert tx.client_id is not None
+    known = view.client(tx.client_id)
+    if known is None:
+        return None
+    version, old_digest = known
+    if old_digest == digest:
+        record = view.txlog(version)
+        assert record is not None, "client index points at a missing log record"
+        original = Receipt.from_dict(record["receipt"])
+        return Outcome(original.model_copy(update={"duplicate": True}), None)
+    return reject(
+        meta,
+        tx,
+        errors=(
+            OpError(
+                op=None,
+                code="client_id_reused",
+                message=f"client id {tx.client_id!r} was used by the transaction "
+                f"committed at version {version} with different content",
+            ),
+        ),
+    )
+
+
+def check_base(view: ReadView, meta: Meta, tx: ContextTx) -> Outcome | None:
+    """The rejection of *tx* if its base version cannot be decided on; None if it can."""
+    base = tx.base_version
+    if base > meta.version:
+        return reject(
+            meta,
+            tx,
+            errors=(
+                OpError(
+                    op=None,
+                    code="future_base",
+                    message=f"base version {base} is newer than the context "
+                    f"(version {meta.version})",
+                ),
+            ),
+        )
+    if base < meta.version:
+        if meta.version - base > meta.history_keep:
+            return reject(
+                meta,
+                tx,
+                errors=(
+                    OpError(
+                        op=None,
+                        code="too_old",
+                        message=f"base version {base} is more than {meta.history_keep} versions "
+                        f"behind {meta.version}; re-read the context and rebuild the transaction",
+                    ),
+                ),
+            )
+        found = footprint_conflicts(view, tx, base)
+        if found:
+            shown = ", ".join(f"{c.id} (v{c.version})" for c in found)
+            return reject(
+                meta,
+                tx,
+                errors=(
+                    OpError(
+                        op=None,
+                        code="conflict",
+                        message=f"changed after base version {base}: {shown}",
+                    ),
+                ),
+                conflicts=found,
+            )
+    return None
+
+
+def footprint_conflicts(view: ReadView, tx: ContextTx, base: int) -> tuple[Conflict, ...]:
+    """The footprint keys of *tx* changed after version *base*, sorted, with when (R23, R24)."""
+    reads, writes = tx.footprint()
+    # An event's content never changes; only its lifecycle does. Citing an event as
+    # a source therefore cannot conflict: only retire/restore of the same event can.
+    keys = writes | {k for k in reads if not k.startswith("e:")}
+    found = []
+    for key in sorted(keys):
+        changed_at = view.lastmod(key)
+        if changed_at > base:
+            found.append(Conflict(id=key_display(key), version=changed_at))
+    return tuple(found)

@@ -1,0 +1,263 @@
+"""Quarantine (R43): findings of low-quality memories, and their quarantine inside a write.
+
+* :func:`find_low_quality` is the unattended check: frames contradicted by
+  later evidence, procedures whose last uses failed, frames nobody used.
+* :func:`scan_in` runs it over every trace inside a
+  :class:`~protocol.view.WriteView` and quarantines what it finds, sparing the
+  frames a human accepted; :func:`quarantine_in` quarantines by request
+  (:func:`request_reasons`). Time is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import RequestError
+from protocol.governance.decisions import decide_in
+from protocol.governance.policy import Decision
+from protocol.ids import SUPERSEDES
+from protocol.state import ACCEPTED, ACTIVE, RETIRED, Frame
+from protocol.view import ReadView, WriteView
+
+CONTRADICTS = "contradicts"
+"""The relation label that marks later evidence against a frame (R43)."""
+QUARANTINE_REVIEWER = "runtime:quarantine"
+"""``reviewed_by`` of a frame quarantined by a scan or by request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A low-quality memory: which frame, which rule (``contradicted``,
+    ``failing_procedure``, ``unused``) and why."""
+
+    frame_id: str
+    rule: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The JSON form."""
+        return {"frame": self.frame_id, "rule": self.rule, "detail": self.detail}
+
+
+def find_low_quality(
+    view: ReadView,
+    *,
+    now_tick: int,
+    unused_ticks: int | None = None,
+    usage: Iterable[Mapping[str, Any]] = (),
+    failed_uses: int = 3,
+) -> list[Finding]:
+    """Accepted, active, unprotected frames that look wrong or dead (R43).
+
+    * ``contradicted``: a later accepted frame, not retired, relates to it with
+      ``contradicts`` or ``supersedes`` while it is still active;
+    * ``failing_procedure``: a ``procedural`` frame whose last *failed_uses*
+      uses (traces citing it under ``cited`` with an ``outcome``) all failed;
+    * ``unused`` (only with *unused_ticks*): no traced call had it in
+      ``frames_present`` during the last *unused_ticks* ticks, and it is at least
+      that old.
+
+    *usage* is the traces, oldest first (``Context.traces()``). Pure; the caller
+    decides whether to quarantine what it finds.
+    """
+    last_seen, outcomes = usage_of(usage)
+    out: list[Finding] = []
+    for f in sorted(view.iter_frames(), key=frame_age):
+        if is_scanned(f):
+            out.extend(
+                frame_findings(
+                    view,
+                    f,
+                    now_tick=now_tick,
+                    unused_ticks=unused_ticks,
+                    last_seen=last_seen,
+                    outcomes=outcomes,
+                    failed_uses=failed_uses,
+                )
+            )
+    return out
+
+
+def frame_age(f: Frame) -> tuple[int, str]:
+    """The sort key that orders frames oldest first (creation version, then id)."""
+    return (f.created_version, f.id)
+
+
+def is_scanned(f: Frame) -> bool:
+    """Whether the quarantine rules look at *f*: accepted, active, unprotected."""
+    return f.trust == ACCEPTED and f.lifecycle == ACTIVE and not f.protected
+
+
+def usage_of(
+    traces: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """From traces, oldest first: the last tick each frame was present in an input,
+    and the outcomes of each frame's cited uses, in order."""
+    last_seen: dict[str, int] = {}
+    outcomes: dict[str, list[str]] = {}
+    for t in traces:
+        tick = t.get("tick")
+        if isinstance(tick, int):
+            for fid in t.get("frames_present") or ():
+                last_seen[fid] = max(last_seen.get(fid, tick), tick)
+        outcome = t.get("outcome")
+        if outcome in ("ok", "failed"):
+            for fid in t.get("cited") or ():
+                outcomes.setdefault(fid, []).append(outcome)
+    return last_seen, outcomes
+
+
+def frame_findings(
+    view: ReadView,
+    f: Frame,
+    *,
+    now_tick: int,
+    unused_ticks: int | None,
+    last_seen: Mapping[str, int],
+    outcomes: Mapping[str, Sequence[str]],
+    failed_uses: int,
+) -> list[Finding]:
+    """The findings of :func:`find_low_quality` on one frame that :func:`is_scanned` admits."""
+    out: list[Finding] = []
+    for s, label in view.relations_to(f.id):
+        if label not in (CONTRADICTS, SUPERSEDES):
+            continue
+        later = view.frame(s)
+        if (
+            later is not None
+            and later.trust == ACCEPTED
+            and later.lifecycle != RETIRED
+            and later.created_version > f.created_version
+        ):
+            out.append(Finding(f.id, "contradicted", f"{s} {label} {f.id}"))
+            break
+    uses = outcomes.get(f.id, ())
+    if (
+        f.kind == "procedural"
+        and failed_uses > 0
+        and len(uses) >= failed_uses
+        and all(u == "failed" for u in uses[-failed_uses:])
+    ):
+        out.append(Finding(f.id, "failing_procedure", f"its last {failed_uses} uses failed"))
+    if unused_ticks is not None:
+        born = f.envelope.get("created_tick") or 0
+        seen = last_seen.get(f.id, born)
+        if now_tick - seen >= unused_ticks and now_tick - born >= unused_ticks:
+            out.append(
+                Finding(f.id, "unused", f"not in any traced input for {now_tick - seen} ticks")
+            )
+    return out
+
+
+def all_traces(view: ReadView, page: int = 10_000) -> list[dict[str, Any]]:
+    """Every model-call trace of *view*, oldest first, read in pages (one snapshot)."""
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        rows = view.traces(after, page)
+        out.extend(t for _, t in rows)
+        if len(rows) < page:
+            return out
+        after = rows[-1][0]
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """What a quarantine scan found and did: every finding, the frames it quarantined,
+    the frames it spared (a human accepted them), and the version it committed at."""
+
+    findings: tuple[Finding, ...]
+    quarantined: tuple[str, ...]
+    spared: tuple[str, ...]
+    version: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "quarantined": list(self.quarantined),
+            "spared": list(self.spared),
+            "version": self.version,
+        }
+
+
+def scan_in(
+    w: WriteView,
+    *,
+    now: float,
+    unused_ticks: int | None,
+    failed_uses: int,
+    reviewer: str,
+    audit: Mapping[str, Any] | None,
+) -> ScanResult:
+    """:func:`find_low_quality` over every trace of *w*, then the quarantine of what it
+    finds (as *reviewer*), with its audit entry; frames a human accepted are spared."""
+    findings = find_low_quality(
+        w,
+        now_tick=w.meta().tick,
+        unused_ticks=unused_ticks,
+        usage=all_traces(w),
+        failed_uses=failed_uses,
+    )
+    reasons, spared = triage(w, findings)
+    quarantined, version = quarantine_in(w, reasons, now=now, reviewer=reviewer, audit=audit)
+    return ScanResult(tuple(findings), tuple(quarantined), tuple(spared), version)
+
+
+def quarantine_in(
+    w: WriteView,
+    reasons: Mapping[str, Sequence[str]],
+    *,
+    now: float,
+    reviewer: str,
+    audit: Mapping[str, Any] | None,
+) -> tuple[list[str], int | None]:
+    """Quarantine the accepted, unretired frames of *reasons* inside *w* (the others are
+    skipped), with the audit entry; the ids quarantined and the version (None when none)."""
+    ds = []
+    for fid, why in reasons.items():
+        f = w.frame(fid)
+        if f is not None and f.trust == ACCEPTED and f.lifecycle != RETIRED:
+            ds.append(Decision(fid, "quarantine", tuple(why), reviewer))
+    version = decide_in(w, ds, now=now, reason="quarantine of low-quality memories", audit=audit)
+    return [d.frame_id for d in ds], version
+
+
+def request_reasons(findings: Iterable[Finding | str]) -> dict[str, list[str]]:
+    """The reasons to quarantine each frame named by *findings* (a :class:`Finding` or a
+    frame id); ``bad_argument`` for an item that is neither."""
+    reasons: dict[str, list[str]] = {}
+    for item in findings:
+        if isinstance(item, Finding):
+            reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+        elif isinstance(item, str):
+            reasons.setdefault(item, []).append("quarantined by request")
+        else:
+            raise RequestError(
+                f"quarantine takes findings or frame ids, not {type(item).__name__}",
+                code="bad_argument",
+            )
+    return reasons
+
+
+def human_accepted(view: ReadView, frame_id: str) -> bool:
+    """Whether a human accepted *frame_id* (``reviewed_by`` ``human:…``)."""
+    f = view.frame(frame_id)
+    return f is not None and str(f.envelope.get("reviewed_by") or "").startswith("human:")
+
+
+def triage(view: ReadView, findings: Iterable[Finding]) -> tuple[dict[str, list[str]], list[str]]:
+    """The reasons to quarantine each finding's frame, and the frames spared (human-accepted)."""
+    reasons: dict[str, list[str]] = {}
+    spared: list[str] = []
+    for item in findings:
+        if item.frame_id in spared:
+            continue
+        if item.frame_id not in reasons and human_accepted(view, item.frame_id):
+            # A human's accept stands: a scan never undoes a human decision by itself.
+            spared.append(item.frame_id)
+            continue
+        reasons.setdefault(item.frame_id, []).append(f"{item.rule}: {item.detail}")
+    return reasons, spared

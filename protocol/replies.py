@@ -1,0 +1,206 @@
+"""Typed replies that cross a port: what a remote context answers, as frozen models.
+
+A context behind a port (the Ray actor today) answers plain msgpack maps; the
+client decodes each fixed-shape answer into one of these models, so a reply
+that does not have the documented shape fails at the boundary
+(:class:`~protocol.errors.WireError`), not three calls later.
+
+Every model is also a read-only mapping (see :class:`Reply`): ``reply["ref"]``,
+``reply.get("due_tick")``, ``"as_of" in reply``, ``dict(reply)`` and
+``reply == {...}`` behave as they did on the plain dicts these replies were
+before, with exactly the keys the sender sent (an optional field that was not
+sent is not a key). Lists stay lists and nested maps stay maps, so values
+compare equal to what the embedded API returns. The decision is recorded in
+docs/actors.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from protocol.errors import WireError
+
+R = TypeVar("R", bound="Reply")
+
+
+class Reply(BaseModel, Mapping[str, Any]):
+    """A frozen reply model (unknown keys refused) with read-only mapping access.
+
+    The mapping holds the fields the sender set, by name: ``keys()`` is
+    ``model_fields_set`` in declaration order, ``reply[key]`` raises KeyError
+    for a field that was not sent. Attribute access (``reply.ref``) is the
+    typed form; optional fields that were not sent read as ``None`` there.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @classmethod
+    def decode(cls: type[R], value: Any) -> R:
+        """The reply a decoded wire value describes; WireError if it has another shape."""
+        if not isinstance(value, dict):
+            raise WireError(f"malformed {cls.__name__}: expected a map, got {type(value).__name__}")
+        try:
+            return cls.model_validate(value)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or cls.__name__
+            raise WireError(f"malformed {cls.__name__}: {where}: {err.get('msg')}") from e
+
+    def as_dict(self) -> dict[str, Any]:
+        """The reply as the plain dict it was sent as (only the keys that were sent)."""
+        return {key: getattr(self, key) for key in self.keys()}
+
+    def keys(self) -> list[str]:  # type: ignore[override]
+        """The keys that were sent, in declaration order."""
+        sent = self.model_fields_set
+        return [name for name in type(self).model_fields if name in sent]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.model_fields_set:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.model_fields_set)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self.model_fields_set
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Reply):
+            return type(self) is type(other) and self.as_dict() == other.as_dict()
+        if isinstance(other, Mapping):
+            return self.as_dict() == dict(other)
+        return NotImplemented
+
+
+class ObserveReply(Reply):
+    """One recorded observation: its reference, its event id, and whether that id
+    was recorded before (a retried or repeated observation answers the first)."""
+
+    ref: str
+    id: str
+    duplicate: bool
+
+
+class ClaimReply(Reply):
+    """One claimed input batch: the tick after it, the refs claimed, the frames
+    finalized at the new tick, and the version after it."""
+
+    tick: int
+    advanced: bool
+    claimed: list[str]
+    finalized: list[str]
+    version: int
+
+
+class FrameReply(Reply):
+    """A frame as the API shows it. ``due_tick``, ``marked_tick`` and
+    ``retire_reason`` are sent while it is retiring, ``retired_version`` once
+    retired, ``relations_in``/``relations_out`` unless an as-of read
+    (``as_of``) left them out."""
+
+    id: str
+    revision: int
+    body: str
+    body_forms: list[Any]
+    sources: list[str]
+    lifecycle: str
+    protected: bool
+    created_version: int
+    updated_version: int
+    tokens: int
+    due_tick: int | None = None
+    marked_tick: int | None = None
+    retire_reason: str | None = None
+    retired_version: int | None = None
+    envelope: dict[str, Any]
+    relations_out: list[list[str]] | None = None
+    relations_in: list[list[str]] | None = None
+    as_of: int | None = None
+
+
+class EventReply(Reply):
+    """An event's metadata; ``delivered`` is sent for user messages only."""
+
+    ref: str
+    id: str
+    kind: str
+    session: str
+    time: float
+    size: int
+    tokens: int
+    lifecycle: str
+    claimed_tick: int | None
+    preview: str
+    delivered: bool | None = None
+
+
+class EventPage(Reply):
+    """Characters ``[offset, offset + length)`` of an event's original text; ``more``
+    says whether text follows."""
+
+    ref: str
+    id: str
+    offset: int
+    length: int
+    size: int
+    more: bool
+    text: str
+
+
+class StateReply(Reply):
+    """The whole context at one version: every frame, event and relation (as the
+    summaries ``morphz state`` prints), the sessions and the waiting inputs."""
+
+    context: str
+    version: int
+    tick: int
+    window: int
+    frames: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    relations: list[list[str]]
+    sessions: list[dict[str, Any]]
+    waiting: list[str]
+
+
+class MetaReply(Reply):
+    """The context's counters: version, tick, window, next event number, how much
+    history is kept, when it was created, and its tenant and project."""
+
+    version: int
+    tick: int
+    window: int
+    next_seq: int
+    history_keep: int
+    created: float
+    tenant: str | None
+    project: str | None
+
+
+class SnapshotReply(Reply):
+    """One consistent read of the version, the tick and some frames: each frame id
+    maps to ``{"revision", "lifecycle", "protected"}``, or None when absent."""
+
+    version: int
+    tick: int
+    frames: dict[str, dict[str, Any] | None]
+
+
+__all__ = [
+    "ClaimReply",
+    "EventPage",
+    "EventReply",
+    "FrameReply",
+    "MetaReply",
+    "ObserveReply",
+    "Reply",
+    "SnapshotReply",
+    "StateReply",
+]

@@ -1,0 +1,410 @@
+"""Read and write views over one LMDB transaction: the :mod:`protocol.view` interfaces on disk.
+
+A view is valid only inside the ``read()``/``transact()`` callback it was
+handed to; every method refuses use after it and translates LMDB errors to
+:class:`~protocol.errors.StoreError` (:func:`_guard`).
+
+Names with a leading underscore are shared between the modules of
+:mod:`storage.lmdb` only; :mod:`storage.lmdb` lists the public ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import lmdb
+import msgpack
+
+from protocol.errors import OutOfRange, StoreError
+from protocol.governance import append_audit
+from protocol.state import Event, Frame, Meta
+from protocol.view import Changeset
+from storage.lmdb.audit import _AuditRows
+from storage.lmdb.environment import _MapFull, _store_error
+from storage.lmdb.records import (
+    _CHUNK_KEY,
+    _META,
+    _OUTBOX_SEQ,
+    _U32_MAX,
+    _U64,
+    _U64_MAX,
+    CHUNK_CHARS,
+    _Decoded,
+    _enc,
+    _fwd_key,
+    _rev_key,
+    _sorted_runs,
+    _txlog_version,
+    _u64,
+    _unpack,
+)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_V = TypeVar("_V", bound="_LmdbReadView")
+
+
+def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, P], R]:
+    """Refuse use after the callback, and translate LMDB errors at the view boundary."""
+
+    @functools.wraps(method)
+    def guarded(self: _V, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self._closed:  # self._check(), inline: this runs on every store read and write
+            raise StoreError("a store view was used outside its read()/transact() callback")
+        try:
+            return method(self, *args, **kwargs)
+        except lmdb.MapFullError as e:
+            self._map_full = True
+            raise _MapFull("the LMDB map is full; the write will be retried") from e
+        except lmdb.Error as e:
+            raise _store_error(e) from e
+
+    return guarded
+
+
+class _LmdbReadView:
+    """A :class:`~protocol.view.ReadView` over one LMDB transaction, valid inside its callback."""
+
+    __slots__ = ("_txn", "_db", "_closed", "_map_full", "_decoded")
+
+    def __init__(
+        self,
+        txn: lmdb.Transaction[bytes],
+        dbs: dict[str, lmdb._Database],
+        decoded: _Decoded | None = None,
+    ) -> None:
+        self._txn = txn
+        self._db = dbs
+        self._closed = False
+        self._map_full = False
+        self._decoded = _Decoded() if decoded is None else decoded
+
+    def _check(self) -> None:
+        if self._closed:
+            raise StoreError("a store view was used outside its read()/transact() callback")
+
+    def _scan(self, db: str, start: bytes, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """Rows of *db* from key *start* on, while keys begin with *prefix*."""
+        cursor = self._txn.cursor(db=self._db[db])
+        if not cursor.set_range(start):
+            return
+        for key, value in cursor.iternext():
+            if not key.startswith(prefix):
+                return
+            yield key, value
+
+    def _iterate(self, rows: Iterator[T]) -> Iterator[T]:
+        """*rows*, checked for use after the callback and with LMDB errors translated."""
+        while True:
+            self._check()
+            try:
+                item = next(rows)
+            except StopIteration:
+                return
+            except lmdb.Error as e:
+                raise _store_error(e) from e
+            yield item
+
+    @_guard
+    def meta(self) -> Meta:
+        data = self._txn.get(_META, db=self._db["meta"])
+        if data is None:
+            return Meta()
+        known = self._decoded.meta
+        if known is not None and known[0] == data:
+            return known[1].copy()
+        meta = Meta.from_record(_unpack(data))
+        self._decoded.meta = (data, meta.copy())
+        return meta
+
+    @_guard
+    def frame(self, frame_id: str) -> Frame | None:
+        key = _enc(frame_id, 400)
+        data = self._txn.get(key, db=self._db["frames"])
+        if data is None:
+            return None
+        known = self._decoded.frames.get(key)
+        if known is not None and known[0] == data:
+            return known[1].copy()
+        frame = Frame.from_record(_unpack(data))
+        self._decoded.remember_frame(key, data, frame)
+        return frame
+
+    @_guard
+    def event(self, seq: int) -> Event | None:
+        if not 0 <= seq <= _U64_MAX:
+            return None
+        data = self._txn.get(_u64(seq), db=self._db["events"])
+        return None if data is None else Event.from_record(_unpack(data))
+
+    @_guard
+    def event_seq(self, event_id: str) -> int | None:
+        data = self._txn.get(_enc(event_id, 400), db=self._db["event_ids"])
+        return None if data is None else int(_U64.unpack(data)[0])
+
+    @_guard
+    def event_content(self, seq: int) -> str | None:
+        if not 0 <= seq <= _U64_MAX:
+            return None
+        prefix = _u64(seq)
+        chunks = [v for _, v in self._scan("contents", prefix, prefix)]
+        return b"".join(chunks).decode() if chunks else None
+
+    @_guard
+    def event_chunk(self, seq: int, offset: int, length: int) -> str | None:
+        if offset < 0 or length < 0:
+            raise OutOfRange(f"offset and length must not be negative, not {offset}, {length}")
+        if not 0 <= seq <= _U64_MAX:
+            return None
+        contents = self._db["contents"]
+        first = offset // CHUNK_CHARS
+        if first > _U32_MAX or length == 0:
+            exists = self._txn.get(_CHUNK_KEY.pack(seq, 0), db=contents) is not None
+            return "" if exists else None
+        last = (offset + length - 1) // CHUNK_CHARS
+        prefix = _u64(seq)
+        parts: list[bytes] = []
+        for key, value in self._scan("contents", _CHUNK_KEY.pack(seq, first), prefix):
+            if _CHUNK_KEY.unpack(key)[1] > last:
+                break
+            parts.append(value)
+        if not parts:
+            exists = self._txn.get(_CHUNK_KEY.pack(seq, 0), db=contents) is not None
+            return "" if exists else None
+        start = offset - first * CHUNK_CHARS
+        return b"".join(parts).decode()[start : start + length]
+
+    @_guard
+    def has_relation(self, subject: str, label: str, obj: str) -> bool:
+        return self._txn.get(_fwd_key(subject, label, obj), db=self._db["rel_fwd"]) is not None
+
+    @_guard
+    def relations_from(self, subject: str) -> list[tuple[str, str]]:
+        prefix = _enc(subject, 200) + b"\x00"
+        out = []
+        for _, value in self._scan("rel_fwd", prefix, prefix):
+            _, label, obj = _unpack(value)
+            out.append((label, obj))
+        return sorted(out)
+
+    @_guard
+    def relations_to(self, obj: str) -> list[tuple[str, str]]:
+        prefix = _enc(obj, 200) + b"\x00"
+        out = []
+        for _, value in self._scan("rel_rev", prefix, prefix):
+            subject, label, _ = _unpack(value)
+            out.append((subject, label))
+        return sorted(out)
+
+    @_guard
+    def cited_by(self, source: str) -> list[str]:
+        prefix = _enc(source, 250) + b"\x00"
+        out = [_unpack(v) for _, v in self._scan("cites", prefix, prefix)]
+        return sorted(out)
+
+    @_guard
+    def lastmod(self, key: str) -> int:
+        data = self._txn.get(_enc(key, 400), db=self._db["lastmod"])
+        return 0 if data is None else int(_U64.unpack(data)[0])
+
+    @_guard
+    def client(self, client_id: str) -> tuple[int, bytes] | None:
+        data = self._txn.get(_enc(client_id, 400), db=self._db["clients"])
+        if data is None:
+            return None
+        version, digest = _unpack(data)
+        return version, digest
+
+    @_guard
+    def txlog(self, version: int) -> dict[str, Any] | None:
+        if not 0 <= version <= _U64_MAX:
+            return None
+        data = self._txn.get(_u64(version), db=self._db["txlog"])
+        return None if data is None else _unpack(data)
+
+    @_guard
+    def due(self, upto_tick: int) -> list[tuple[int, str, int, int]]:
+        out = []
+        for key, value in self._scan("due", b""):
+            tick = _U64.unpack(key[:8])[0]
+            if tick > upto_tick:
+                break
+            frame_id, gen, revision = _unpack(value)
+            out.append((tick, frame_id, gen, revision))
+        return sorted(out)
+
+    @_guard
+    def inbox(self) -> list[int]:
+        return [_U64.unpack(key)[0] for key, _ in self._scan("inbox", b"")]
+
+    @_guard
+    def frame_history(self, frame_id: str) -> list[int]:
+        prefix = _enc(frame_id, 400) + b"\x00"
+        return [_U64.unpack(key[-8:])[0] for key, _ in self._scan("history", prefix, prefix)]
+
+    @_guard
+    def frame_at(self, frame_id: str, version: int) -> Frame | None:
+        prefix = _enc(frame_id, 400) + b"\x00"
+        cursor = self._txn.cursor(db=self._db["history"])
+        # The last history row of this frame at or before *version*.
+        if not cursor.set_range(prefix + _u64(min(max(version, 0), _U64_MAX))):
+            if not cursor.last():
+                return None
+        elif cursor.key() != prefix + _u64(min(max(version, 0), _U64_MAX)):
+            if not cursor.prev():
+                return None
+        key = cursor.key()
+        if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+            return None
+        return Frame.from_record(_unpack(cursor.value()))
+
+    @_guard
+    def traces(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        out: list[tuple[int, dict[str, Any]]] = []
+        if limit <= 0 or after >= _U64_MAX:
+            return out
+        for key, value in self._scan("traces", _u64(max(after + 1, 0))):
+            out.append((_U64.unpack(key)[0], _unpack(value)))
+            if len(out) >= limit:
+                break
+        return out
+
+    @_guard
+    def iter_frames(self) -> Iterator[Frame]:
+        rows = ((k, Frame.from_record(_unpack(v))) for k, v in self._scan("frames", b""))
+        return self._iterate(_sorted_runs(rows, lambda f: f.id))
+
+    @_guard
+    def iter_events(self, start_seq: int = 1) -> Iterator[Event]:
+        if start_seq > _U64_MAX:
+            return iter(())
+        rows = self._scan("events", _u64(max(start_seq, 0)))
+        return self._iterate(Event.from_record(_unpack(v)) for _, v in rows)
+
+    @_guard
+    def iter_relations(self) -> Iterator[tuple[str, str, str]]:
+        rows = ((k, tuple(_unpack(v))) for k, v in self._scan("rel_fwd", b""))
+        return self._iterate(_sorted_runs(rows, lambda edge: edge))
+
+
+class _LmdbWriteView(_LmdbReadView):
+    """A :class:`~protocol.view.WriteView` over one LMDB write transaction."""
+
+    __slots__ = ("_outbox_seq", "_pk", "_indexed")
+
+    def __init__(
+        self,
+        txn: lmdb.Transaction[bytes],
+        dbs: dict[str, lmdb._Database],
+        decoded: _Decoded | None = None,
+    ) -> None:
+        super().__init__(txn, dbs, decoded)
+        self._outbox_seq: int | None = None
+        # Sequence number -> stable id of the events this write read or wrote: their
+        # id is in event_ids already (every event is written with its index row).
+        self._indexed: dict[int, str] = {}
+        # One Packer per write: cheaper than packb's fresh Packer per record.
+        self._pk = msgpack.Packer(use_bin_type=True)
+
+    @_guard
+    def apply(self, changes: Changeset) -> None:
+        """Write *changes*; deletions of relations, due entries and inbox rows come first."""
+        txn, db, pack = self._txn, self._db, self._pk.pack
+        if changes.meta is not None:
+            record = pack(changes.meta.to_record())
+            txn.put(_META, record, db=db["meta"])
+            # Every write reads the meta record first: remember it as written (its
+            # fields are plain numbers and strings, so decoding gives it back as is).
+            self._decoded.meta = (record, changes.meta.copy())
+        frames_db = db["frames"]
+        packed: dict[str, bytes] = {}
+        for frame in changes.frames:
+            record = packed[frame.id] = pack(frame.to_record())
+            txn.put(_enc(frame.id, 400), record, db=frames_db)
+        indexed = self._indexed
+        for event in changes.events:
+            seq = event.seq
+            txn.put(_u64(seq), pack(event.to_record()), db=db["events"])
+            # An event's id never changes: an update of a known event writes no index
+            # page (overwrite=False), and one this write has seen needs no lookup at all.
+            if indexed.get(seq) != event.id:
+                txn.put(_enc(event.id, 400), _u64(seq), db=db["event_ids"], overwrite=False)
+                indexed[seq] = event.id
+        for seq, text in changes.contents:
+            self._put_content(seq, text)
+        for s, label, o in changes.rel_del:
+            txn.delete(_fwd_key(s, label, o), db=db["rel_fwd"])
+            txn.delete(_rev_key(s, label, o), db=db["rel_rev"])
+        for s, label, o in changes.rel_add:
+            edge = pack([s, label, o])
+            txn.put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
+            txn.put(_rev_key(s, label, o), edge, db=db["rel_rev"])
+        for source, frame_id in changes.cites_add:
+            cite = _enc(source, 250) + b"\x00" + _enc(frame_id, 250)
+            txn.put(cite, pack(frame_id), db=db["cites"])
+        if changes.lastmod:
+            lastmod_db = db["lastmod"]
+            for key, version in changes.lastmod.items():
+                txn.put(_enc(key, 400), _u64(version), db=lastmod_db)
+        for tick, frame_id in changes.due_del:
+            txn.delete(_u64(tick) + _enc(frame_id, 400), db=db["due"])
+        for tick, frame_id, gen, revision in changes.due_add:
+            row = pack([frame_id, gen, revision])
+            txn.put(_u64(tick) + _enc(frame_id, 400), row, db=db["due"])
+        for seq in changes.inbox_del:
+            txn.delete(_u64(seq), db=db["inbox"])
+        for seq in changes.inbox_add:
+            txn.put(_u64(seq), b"", db=db["inbox"])
+        if changes.client is not None:
+            client_id, version, digest = changes.client
+            txn.put(_enc(client_id, 400), pack([version, bytes(digest)]), db=db["clients"])
+        if changes.txlog is not None:
+            txn.put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
+        if changes.history:
+            history_db = db["history"]
+            for frame_id, version in changes.history:
+                # The frame's record as of this version: the bytes just written to frames.
+                txn.put(
+                    _enc(frame_id, 400) + b"\x00" + _u64(version),
+                    packed[frame_id],
+                    db=history_db,
+                )
+        if changes.trace is not None:
+            cursor = txn.cursor(db=db["traces"])
+            last = _U64.unpack(cursor.key())[0] if cursor.last() else 0
+            txn.put(_u64(last + 1), pack(changes.trace), db=db["traces"], append=True)
+        if changes.outbox is not None:
+            number = self._outbox_seq
+            if number is None:
+                data = txn.get(_OUTBOX_SEQ, db=db["meta"])
+                number = 0 if data is None else _U64.unpack(data)[0]
+            number += 1
+            self._outbox_seq = number
+            txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
+        if changes.audit:
+            append_audit(_AuditRows(txn, db), changes.audit, now=time.time())
+
+    def event(self, seq: int) -> Event | None:
+        e = super().event(seq)
+        if e is not None:
+            self._indexed[e.seq] = e.id
+        return e
+
+    def _finish(self) -> None:
+        """Write what is kept per write rather than per changeset (the outbox counter)."""
+        if self._outbox_seq is not None:
+            self._txn.put(_OUTBOX_SEQ, _u64(self._outbox_seq), db=self._db["meta"])
+
+    def _put_content(self, seq: int, text: str) -> None:
+        contents = self._db["contents"]
+        _u64(seq)  # range check
+        for i in range(max(1, -(-len(text) // CHUNK_CHARS))):
+            chunk = text[i * CHUNK_CHARS : (i + 1) * CHUNK_CHARS].encode()
+            # Event text is immutable (R2): chunk 0 already present means a second write.
+            if not self._txn.put(_CHUNK_KEY.pack(seq, i), chunk, overwrite=False, db=contents):
+                raise StoreError(f"the content of event @e{seq} is immutable")

@@ -1,0 +1,245 @@
+"""The stored form of the lexical index: format version, key layout, record codecs, environment.
+
+The index lives in ``<context dir>/index/``, apart from the durable records, so
+deleting that directory loses nothing. An index whose :data:`INDEX_FORMAT` or
+byte order is not this build's is not :attr:`IndexState.usable`: searches
+answer as from an empty index, and the next
+:meth:`~storage.search.index.LexicalIndex.apply_intents` rebuilds it.
+
+Named databases of the index environment (``u32`` is 4-byte big-endian;
+``docnum`` is an event's sequence number, or ``FRAME_BASE`` + n for the n-th
+frame in ``(created_version, id)`` order, so numbering is the same however the
+index was built)::
+
+    meta       b"state"          -> msgpack {format, byteorder, built, created, applied,
+                                             indexed_version, documents, total_length,
+                                             next_frame}
+    docs       u32(docnum)       -> <BBdI kind, lifecycle, time, length>               (events)
+                                    <BBdI …> <Bdd trust, valid_from, valid_to> + frame id (UTF-8)
+    frame_ids  enc(frame id)     -> u32(docnum)
+    fterms     u32(docnum)       -> msgpack [digest of the text, [distinct terms]]  (frames)
+    terms      term (UTF-8)      -> <I document frequency>
+    postings   term 00 u32(first docnum) -> n × u32 docnum, then n × u16 (tf << 8 | norm),
+                                            native byte order, docnums ascending
+
+``norm`` is the document length quantized to one byte (exact below 32 terms,
+then steps of 2^(1/16)); ``tf`` is capped at 255. A frame's record also holds
+its envelope's trust (index into :data:`~protocol.state.TRUST`) and valid time
+(open ends as ∓infinity), so searches filter by them; an intent naming the
+frame (every write, envelope change and governance decision has one) rewrites
+them. Posting chunks are :mod:`storage.search.postings`.
+
+Names with a leading underscore are shared between the modules of
+:mod:`storage.search` only; :mod:`storage.search` lists the public ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import struct
+import sys
+import threading
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any
+
+import lmdb
+import msgpack
+
+from protocol.errors import StoreError
+from protocol.state import ACTIVE, EVENT_KINDS, RETIRED, RETIRING, TRUST, Frame
+
+INDEX_DIR = "index"
+"""Subdirectory of a context directory that holds its lexical index."""
+INDEX_FORMAT = 2
+"""Bumped when the stored layout changes (2: frames carry trust and valid time).
+
+An index of another format is rebuilt by the next
+:meth:`~storage.search.index.LexicalIndex.apply_intents`.
+"""
+FRAME_BASE = 1 << 31
+"""Docnums of frames start here; events use their sequence number, below it."""
+MAP_SIZE = 1 << 40 if sys.maxsize > 1 << 32 else 1 << 30
+"""Address space reserved for the index map; the file only grows as pages are written."""
+
+KINDS = ("frame", *EVENT_KINDS)
+"""What a document can be: a frame, or an event of one of the observation kinds."""
+LIFECYCLES = (ACTIVE, RETIRING, RETIRED)
+"""A document's lifecycle, stored as its index in this tuple."""
+
+_KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+_LIFE_CODE = {k: i for i, k in enumerate(LIFECYCLES)}
+_TRUST_CODE = {k: i for i, k in enumerate(TRUST)}
+_UNKNOWN_TRUST = 0xFF
+_DOC = struct.Struct("<BBdI")
+_ENV = struct.Struct("<Bdd")
+"""A frame's trust code and valid time ``[valid_from, valid_to)``, after its :data:`_DOC` part."""
+_FRAME_HEAD = _DOC.size + _ENV.size
+_U32 = struct.Struct(">I")
+_DF = struct.Struct("<I")
+_STATE = b"state"
+_DB_NAMES = ("meta", "docs", "frame_ids", "fterms", "terms", "postings")
+
+if array("I").itemsize != 4 or array("H").itemsize != 2:  # pragma: no cover - exotic ABIs
+    raise ImportError("storage.search needs 4-byte array('I') and 2-byte array('H')")
+
+
+def _norm_table() -> list[int]:
+    table = list(range(32))
+    for code in range(32, 256):
+        table.append(int(32 * 2 ** ((code - 32) / 16)))
+    return table
+
+
+_NORM_DL = _norm_table()
+"""Document length that each norm byte stands for (the lower end of its bucket)."""
+
+
+def norm_code(length: int) -> int:
+    """The one-byte norm of a document of *length* terms."""
+    return max(0, bisect_right(_NORM_DL, length) - 1)
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def _enc(text: str) -> bytes:
+    raw = text.encode()
+    if len(raw) <= 400:
+        return raw
+    return raw[:400] + b"\xff" + hashlib.blake2b(raw, digest_size=16).hexdigest().encode()
+
+
+def _decode(value: bytes) -> tuple[array[int], array[int]]:
+    n = len(value) // 6
+    docs = array("I")
+    docs.frombytes(value[: 4 * n])
+    codes = array("H")
+    codes.frombytes(value[4 * n :])
+    return docs, codes
+
+
+def _encode(docs: array[int], codes: array[int]) -> bytes:
+    return docs.tobytes() + codes.tobytes()
+
+
+@dataclass(slots=True)
+class IndexState:
+    """The index's own counters, kept in its ``meta`` database."""
+
+    format: int = INDEX_FORMAT
+    byteorder: str = sys.byteorder
+    built: bool = False
+    created: float = 0.0
+    applied: int = 0
+    """The number of the last outbox intent applied."""
+    indexed_version: int = 0
+    """The context version the index reflects (every intent up to it is applied)."""
+    documents: int = 0
+    total_length: int = 0
+    next_frame: int = FRAME_BASE
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``meta/state`` record (msgpack-ready)."""
+        return {
+            "format": self.format,
+            "byteorder": self.byteorder,
+            "built": self.built,
+            "created": self.created,
+            "applied": self.applied,
+            "indexed_version": self.indexed_version,
+            "documents": self.documents,
+            "total_length": self.total_length,
+            "next_frame": self.next_frame,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> IndexState:
+        """The state stored as *rec*; unknown keys are ignored, missing ones take defaults."""
+        known = {k: rec[k] for k in cls.__dataclass_fields__ if k in rec}
+        return cls(**known)
+
+    @property
+    def usable(self) -> bool:
+        """True if the stored index can be read and updated as it is."""
+        return self.built and self.format == INDEX_FORMAT and self.byteorder == sys.byteorder
+
+
+class _Shared:
+    """One index environment open in this process (LMDB forbids opening it twice)."""
+
+    def __init__(self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database]) -> None:
+        self.key = key
+        self.env = env
+        self.dbs = dbs
+        self.refs = 0
+        self.write_lock = threading.Lock()
+
+
+_OPEN: dict[str, _Shared] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _open_env(path: str) -> _Shared:
+    try:
+        os.makedirs(path, exist_ok=True)
+        env = lmdb.open(
+            path,
+            map_size=MAP_SIZE,
+            subdir=True,
+            max_dbs=len(_DB_NAMES) + 1,
+            sync=True,
+            metasync=True,
+            readahead=False,
+        )
+    except (OSError, lmdb.Error) as e:
+        raise StoreError(f"cannot open the search index {path}: {e}") from e
+    try:
+        with env.begin(write=True) as txn:
+            dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DB_NAMES}
+    except lmdb.Error as e:
+        env.close()
+        raise StoreError(f"cannot open the search index {path}: {e}") from e
+    return _Shared(path, env, dbs)
+
+
+def _load_state(txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> IndexState:
+    data = txn.get(_STATE, db=dbs["meta"])
+    return IndexState() if data is None else IndexState.from_record(_unpack(data))
+
+
+def _save_state(
+    txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database], state: IndexState
+) -> None:
+    txn.put(_STATE, _pack(state.to_record()), db=dbs["meta"])
+
+
+def _doc_record(kind: str, lifecycle: str, when: float, length: int) -> bytes:
+    return _DOC.pack(_KIND_CODE.get(kind, 0), _LIFE_CODE.get(lifecycle, 0), when, length)
+
+
+def _frame_record(f: Frame, when: float, length: int) -> bytes:
+    env = f.envelope
+    lo, hi = env.get("valid_from"), env.get("valid_to")
+    return (
+        _doc_record("frame", f.lifecycle, when, length)
+        + _ENV.pack(
+            _TRUST_CODE.get(f.trust, _UNKNOWN_TRUST),
+            -math.inf if lo is None else float(lo),
+            math.inf if hi is None else float(hi),
+        )
+        + f.id.encode()
+    )
+
+
+def _frame_id(rec: bytes) -> str:
+    """The frame id at the end of a frame's document record."""
+    return rec[_FRAME_HEAD:].decode()

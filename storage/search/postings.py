@@ -1,0 +1,208 @@
+"""Posting lists of the lexical index: stored in chunks, merged in one pass per index write.
+
+A term's postings are chunks of at most :data:`CHUNK_POSTINGS` postings under
+``term 00 u32(first docnum)``; the chunks of one term cover increasing docnum
+ranges (the layout is in :mod:`storage.search.format`). New documents usually
+come after every stored one, so an index write appends to the term's last
+chunk; anything else is merged into the chunks where the documents belong.
+
+Names with a leading underscore are shared between the modules of
+:mod:`storage.search` only; :mod:`storage.search` lists the public ones.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import lmdb
+
+from storage.search.format import _DF, _U32, _decode, _encode, norm_code
+
+CHUNK_POSTINGS = 256
+"""Most postings in one stored chunk (1.5 KiB: it stays inside an LMDB leaf page)."""
+
+
+class _Postings:
+    """Posting changes of one index write, merged into the stored chunks by :meth:`flush`."""
+
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> None:
+        self.txn = txn
+        self.dbs = dbs
+        self.adds: dict[str, list[int]] = {}
+        self.removes: dict[str, list[int]] = {}
+        self.pending = 0
+
+    def add_doc(self, doc: int, terms: list[str]) -> int:
+        """Buffer the postings of document *doc*; return its length in terms."""
+        n = len(terms)
+        if not n:
+            return 0
+        base = doc << 16 | norm_code(n)
+        adds = self.adds
+        # One int per posting (docnum << 16 | tf << 8 | norm) keeps this loop short.
+        for term, tf in Counter(terms).items():
+            posting = base | (tf << 8 if tf < 255 else 0xFF00)
+            entry = adds.get(term)
+            if entry is None:
+                adds[term] = [posting]
+            else:
+                entry.append(posting)
+        self.pending += 1
+        return n
+
+    def remove_doc(self, doc: int, terms: Iterable[str]) -> None:
+        """Buffer the removal of *doc* from the postings of *terms*."""
+        for term in terms:
+            self.removes.setdefault(term, []).append(doc)
+
+    def flush(self) -> None:
+        """Write every buffered change; document frequencies follow."""
+        txn, terms_db = self.txn, self.dbs["terms"]
+        cursor = txn.cursor(db=self.dbs["postings"])
+        for term in sorted(self.adds.keys() | self.removes.keys()):
+            tk = term.encode()
+            delta = 0
+            gone = self.removes.get(term)
+            if gone:
+                delta -= self._remove(cursor, tk, sorted(set(gone)))
+            added = self.adds.get(term)
+            if added:
+                added.sort()
+                docs = array("I", [p >> 16 for p in added])
+                codes = array("H", [p & 0xFFFF for p in added])
+                delta += self._add(cursor, tk, docs, codes)
+            if delta:
+                raw = txn.get(tk, db=terms_db)
+                df = (_DF.unpack(raw)[0] if raw is not None else 0) + delta
+                if df > 0:
+                    txn.put(tk, _DF.pack(df), db=terms_db)
+                elif raw is not None:
+                    txn.delete(tk, db=terms_db)
+        self.adds = {}
+        self.removes = {}
+        self.pending = 0
+
+    def _put_chunks(self, prefix: bytes, docs: array[int], codes: array[int]) -> None:
+        txn, db = self.txn, self.dbs["postings"]
+        for i in range(0, len(docs), CHUNK_POSTINGS):
+            d = docs[i : i + CHUNK_POSTINGS]
+            txn.put(prefix + _U32.pack(d[0]), _encode(d, codes[i : i + CHUNK_POSTINGS]), db=db)
+
+    def _add(self, cursor: lmdb.Cursor, tk: bytes, docs: array[int], codes: array[int]) -> int:
+        prefix = tk + b"\x00"
+        added = len(docs)
+        last = _last_chunk(cursor, tk)
+        if last is None:
+            self._put_chunks(prefix, docs, codes)
+            return added
+        cd, cc = _decode(bytes(cursor.value()))
+        if docs[0] > cd[-1]:
+            # The usual case: new documents come after every stored one.
+            room = CHUNK_POSTINGS - len(cd)
+            if room > 0:
+                cd.extend(docs[:room])
+                cc.extend(codes[:room])
+                self.txn.put(last, _encode(cd, cc), db=self.dbs["postings"])
+                docs, codes = docs[room:], codes[room:]
+            if docs:
+                self._put_chunks(prefix, docs, codes)
+            return added
+        return self._merge(cursor, prefix, docs, codes)
+
+    def _merge(
+        self, cursor: lmdb.Cursor, prefix: bytes, docs: array[int], codes: array[int]
+    ) -> int:
+        chunks: dict[bytes, tuple[array[int], array[int]]] = {}
+        added = 0
+        for doc, code in zip(docs, codes, strict=True):
+            key = _locate(cursor, prefix, doc)
+            if key is None:  # the term has no chunk at all
+                key = prefix + _U32.pack(doc)
+                chunks.setdefault(key, (array("I"), array("H")))
+            cd, cc = self._chunk(chunks, key)
+            i = bisect_left(cd, doc)
+            if i < len(cd) and cd[i] == doc:
+                cc[i] = code
+            else:
+                cd.insert(i, doc)
+                cc.insert(i, code)
+                added += 1
+        self._rewrite(chunks, prefix)
+        return added
+
+    def _chunk(
+        self, chunks: dict[bytes, tuple[array[int], array[int]]], key: bytes
+    ) -> tuple[array[int], array[int]]:
+        """The posting chunk at *key*, decoded once per write and kept in *chunks*."""
+        if key not in chunks:
+            raw = self.txn.get(key, db=self.dbs["postings"])
+            assert raw is not None, "a located posting chunk must exist"
+            chunks[key] = _decode(raw)
+        return chunks[key]
+
+    def _remove(self, cursor: lmdb.Cursor, tk: bytes, docs: list[int]) -> int:
+        prefix = tk + b"\x00"
+        chunks: dict[bytes, tuple[array[int], array[int]]] = {}
+        removed = 0
+        for doc in docs:
+            key = _locate(cursor, prefix, doc)
+            if key is None:
+                continue
+            cd, cc = self._chunk(chunks, key)
+            i = bisect_left(cd, doc)
+            if i < len(cd) and cd[i] == doc:
+                del cd[i]
+                del cc[i]
+                removed += 1
+        self._rewrite(chunks, prefix)
+        return removed
+
+    def _rewrite(self, chunks: dict[bytes, tuple[array[int], array[int]]], prefix: bytes) -> None:
+        txn, db = self.txn, self.dbs["postings"]
+        for key in chunks:
+            txn.delete(key, db=db)
+        for cd, cc in chunks.values():
+            if cd:
+                self._put_chunks(prefix, cd, cc)
+
+
+def _last_chunk(cursor: lmdb.Cursor, tk: bytes) -> bytes | None:
+    """Put *cursor* on the last chunk of term *tk* and return its key (None if none)."""
+    found = cursor.prev() if cursor.set_range(tk + b"\x01") else cursor.last()
+    if found:
+        key: bytes = bytes(cursor.key())
+        if key.startswith(tk + b"\x00"):
+            return key
+    return None
+
+
+def _locate(cursor: lmdb.Cursor, prefix: bytes, doc: int) -> bytes | None:
+    """The key of the chunk of a term (``prefix`` = term 00) where *doc* belongs, or None."""
+    target = prefix + _U32.pack(doc)
+    if cursor.set_range(target):
+        after: bytes = bytes(cursor.key())
+        if after == target:
+            return after
+        if cursor.prev() and bytes(cursor.key()).startswith(prefix):
+            key: bytes = bytes(cursor.key())
+            return key
+        return after if after.startswith(prefix) else None
+    if cursor.last() and bytes(cursor.key()).startswith(prefix):
+        last: bytes = bytes(cursor.key())
+        return last
+    return None
+
+
+def _chunks_newest(txn: lmdb.Transaction[bytes], db: Any, tk: bytes) -> Iterable[bytes]:
+    cursor = txn.cursor(db=db)
+    if _last_chunk(cursor, tk) is None:
+        return
+    prefix = tk + b"\x00"
+    while True:
+        yield bytes(cursor.value())
+        if not cursor.prev() or not bytes(cursor.key()).startswith(prefix):
+            return

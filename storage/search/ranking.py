@@ -1,0 +1,398 @@
+"""Ranking of the lexical index: BM25 over the query's terms, with MaxScore pruning, and filters.
+
+Ranking is BM25 (``k1 = 1.2``, ``b = 0.75``, idf ``ln(1 + (N - df + 0.5)/(df + 0.5))``)
+over the union of the query's terms, with MaxScore pruning: terms are taken
+rarest first, and once the terms left cannot lift a new document above the
+current k-th score, only the documents already found are looked up. For a
+term in more than :data:`SCAN_CAP` documents only its newest ``SCAN_CAP``
+postings are scanned; documents that a term scanned in full found still get
+its score when older (at most :data:`PROBE_CAP` of them, best first); results
+then carry ``approximate=True``. Ties rank by docnum, higher first (frames,
+then newer events).
+
+Names with a leading underscore are shared between the modules of
+:mod:`storage.search` only; :mod:`storage.search` lists the public ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import lmdb
+
+from protocol.errors import OutOfRange, RequestError
+from protocol.recall import trust_filter, valid_at_seconds
+from storage.search.format import (
+    _DF,
+    _DOC,
+    _ENV,
+    _KIND_CODE,
+    _LIFE_CODE,
+    _NORM_DL,
+    _TRUST_CODE,
+    _U32,
+    FRAME_BASE,
+    KINDS,
+    LIFECYCLES,
+    IndexState,
+    _decode,
+    _frame_id,
+)
+from storage.search.postings import _chunks_newest, _locate
+
+K1 = 1.2
+"""BM25 term-frequency saturation."""
+B = 0.75
+"""BM25 document-length normalization."""
+SCAN_CAP = 6_000
+"""Most postings of one term scanned per query (the newest ones)."""
+PROBE_CAP = 512
+"""Most already-found documents looked up in a term's postings per query term."""
+PRUNE_DF = 1024
+"""MaxScore pruning is tried before terms in more documents than this."""
+
+
+@dataclass(slots=True)
+class _Filter:
+    kinds: frozenset[int] | None = None
+    lifecycles: frozenset[int] | None = None
+    since: float | None = None
+    until: float | None = None
+    id_prefix: str | None = None
+    trusts: frozenset[int] | None = None
+    valid_at: float | None = None
+    frames: bool = True
+    events: bool = True
+
+    @property
+    def needs_record(self) -> bool:
+        """True if the docnum alone cannot decide (frames and events are told by docnum)."""
+        by_docnum = (
+            self.kinds is None
+            or self.kinds == frozenset({0})
+            or (len(self.kinds) == len(KINDS) - (0 not in self.kinds))
+        )
+        return bool(
+            not by_docnum
+            or self.lifecycles is not None
+            or self.since is not None
+            or self.until is not None
+            or (self.id_prefix and self.frames)
+            or (self.frames and (self.trusts is not None or self.valid_at is not None))
+        )
+
+    def doc_ok(self, doc: int) -> bool:
+        if doc >= FRAME_BASE:
+            return self.frames
+        if not self.events:
+            return False
+        return not self.id_prefix or f"@e{doc}".startswith(self.id_prefix)
+
+    def record_ok(self, doc: int, rec: bytes) -> bool:
+        kind, life, when, _ = _DOC.unpack_from(rec)
+        if self.kinds is not None and kind not in self.kinds:
+            return False
+        if self.lifecycles is not None and life not in self.lifecycles:
+            return False
+        if self.since is not None and when < self.since:
+            return False
+        if self.until is not None and when > self.until:
+            return False
+        if doc < FRAME_BASE:
+            return True  # events have no envelope: trust and valid time do not apply
+        if self.trusts is not None or self.valid_at is not None:
+            trust, lo, hi = _ENV.unpack_from(rec, _DOC.size)
+            if self.trusts is not None and trust not in self.trusts:
+                return False
+            if self.valid_at is not None and not lo <= self.valid_at < hi:
+                return False
+        return not self.id_prefix or _frame_id(rec).startswith(self.id_prefix)
+
+
+def _make_filter(
+    kinds: Iterable[str] | str | None,
+    lifecycle: Iterable[str] | str | None,
+    since: float | None,
+    until: float | None,
+    id_prefix: str | None,
+    trust: Iterable[str] | str | None = None,
+    valid_at: float | str | None = None,
+) -> _Filter:
+    filt = _Filter(since=since, until=until, id_prefix=id_prefix or None)
+    if trust is not None:
+        wanted = trust_filter(tuple(trust) if isinstance(trust, (set, frozenset)) else trust)
+        filt.trusts = frozenset(_TRUST_CODE[t] for t in wanted)
+    if valid_at is not None:
+        filt.valid_at = valid_at_seconds(valid_at)
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+        ):
+            raise OutOfRange(f"{name} is seconds since the epoch, not {value!r}")
+    if since is not None and until is not None and since > until:
+        raise OutOfRange(f"since ({since}) is after until ({until})")
+    if kinds is not None:
+        names = {kinds} if isinstance(kinds, str) else set(kinds)
+        unknown = sorted(names - set(KINDS))
+        if unknown or not names:
+            raise RequestError(
+                f"unknown kind {', '.join(unknown) or '(none given)'}; use {', '.join(KINDS)}",
+                code="bad_kind",
+            )
+        filt.kinds = frozenset(_KIND_CODE[k] for k in names)
+        filt.frames = "frame" in names
+        filt.events = bool(names - {"frame"})
+    if lifecycle is not None:
+        names = {lifecycle} if isinstance(lifecycle, str) else set(lifecycle)
+        unknown = sorted(names - set(LIFECYCLES))
+        if unknown or not names:
+            raise RequestError(
+                f"unknown lifecycle {', '.join(unknown) or '(none given)'}; "
+                f"use {', '.join(LIFECYCLES)}",
+                code="bad_lifecycle",
+            )
+        filt.lifecycles = frozenset(_LIFE_CODE[k] for k in names)
+    if id_prefix is not None and not isinstance(id_prefix, str):
+        raise RequestError("an id prefix is a string", code="bad_prefix")
+    return filt
+
+
+class _TfNorm(dict[int, float]):
+    """``tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))`` per posting code, computed on first use."""
+
+    def __init__(self, avgdl: float) -> None:
+        super().__init__()
+        self.avgdl = avgdl if avgdl > 0 else 1.0
+
+    def __missing__(self, code: int) -> float:
+        tf = code >> 8
+        dl = _NORM_DL[code & 0xFF]
+        value = tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / self.avgdl))
+        self[code] = value
+        return value
+
+
+class _Weights(dict[int, float]):
+    """One term's score per posting code: its idf times :class:`_TfNorm`."""
+
+    def __init__(self, idf: float, tn: _TfNorm) -> None:
+        super().__init__()
+        self.idf = idf
+        self.tn = tn
+
+    def __missing__(self, code: int) -> float:
+        value = self.idf * self.tn[code]
+        self[code] = value
+        return value
+
+
+@dataclass(slots=True)
+class _Ranked:
+    top: list[tuple[float, int, bytes]] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)
+    approximate: bool = False
+
+
+def _scan(
+    txn: lmdb.Transaction[bytes],
+    db: Any,
+    tk: bytes,
+    weight: float,
+    tn: _TfNorm,
+    acc: dict[int, float],
+    filt: _Filter,
+    cap: int,
+    found: set[int] | None = None,
+) -> int:
+    """Add the term's score to every document of its newest *cap* postings.
+
+    Returns the lowest docnum scanned if the cap cut the scan short, else 0.
+    The docnums scanned are added to *found* if given.
+    """
+    get = acc.get
+    remaining = cap
+    only = None if filt.frames and filt.events else (FRAME_BASE if filt.frames else 0)
+    wt = _Weights(weight, tn)
+    # A term's postings hold each document once: into an empty accumulator they
+    # can go in one C-level update.
+    first = not acc
+    for value in _chunks_newest(txn, db, tk):
+        docs, codes = _decode(value)
+        if len(docs) > remaining:
+            docs = docs[len(docs) - remaining :]
+            codes = codes[len(codes) - remaining :]
+        if found is not None:
+            found.update(docs)
+        if only is None and first:
+            acc.update(zip(docs, map(wt.__getitem__, codes), strict=True))
+        elif only is None:
+            for doc, code in zip(docs, codes, strict=True):
+                acc[doc] = get(doc, 0.0) + wt[code]
+        else:
+            for doc, code in zip(docs, codes, strict=True):
+                if (doc >= FRAME_BASE) == (only == FRAME_BASE):
+                    acc[doc] = get(doc, 0.0) + wt[code]
+        remaining -= len(docs)
+        if remaining <= 0:
+            return docs[0] if len(docs) else 0
+    return 0
+
+
+def _probe(
+    txn: lmdb.Transaction[bytes],
+    db: Any,
+    tk: bytes,
+    weight: float,
+    tn: _TfNorm,
+    acc: dict[int, float],
+    docs: list[int],
+) -> None:
+    """Add the term's score to each of *docs* (ascending) that contains the term."""
+    cursor = txn.cursor(db=db)
+    prefix = tk + b"\x00"
+    key: bytes | None = None
+    cd: array[int] = array("I")
+    cc: array[int] = array("H")
+    for doc in docs:
+        if key is None or not cd or doc > cd[-1] or doc < cd[0]:
+            found = _locate(cursor, prefix, doc)
+            if found is None:
+                return
+            if found != key:
+                key = found
+                raw = txn.get(key, db=db)
+                if raw is None:
+                    continue
+                cd, cc = _decode(raw)
+        i = bisect_left(cd, doc)
+        if i < len(cd) and cd[i] == doc:
+            acc[doc] += weight * tn[cc[i]]
+
+
+def _kth(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    acc: dict[int, float],
+    k: int,
+    filt: _Filter,
+) -> float:
+    """A lower bound of the final k-th best score among documents passing *filt*."""
+    if len(acc) < k:
+        return 0.0
+    if not filt.needs_record and filt.frames and filt.events and not filt.id_prefix:
+        return heapq.nlargest(k, acc.values())[-1]
+    passed = 0
+    docs_db = dbs["docs"]
+    for score, doc in _best(acc, 4 * k):
+        if not filt.doc_ok(doc):
+            continue
+        if filt.needs_record:
+            rec = txn.get(_U32.pack(doc), db=docs_db)
+            if rec is None or not filt.record_ok(doc, rec):
+                continue
+        passed += 1
+        if passed == k:
+            return score
+    return 0.0
+
+
+def _rank(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    state: IndexState,
+    qterms: list[str],
+    limit: int,
+    filt: _Filter,
+) -> _Ranked:
+    ranked = _Ranked()
+    n_docs = state.documents
+    if not n_docs or not qterms:
+        return ranked
+    tn = _TfNorm(state.total_length / n_docs)
+    infos: list[tuple[float, str, int]] = []
+    terms_db, postings_db = dbs["terms"], dbs["postings"]
+    for term in qterms:
+        raw = txn.get(term.encode(), db=terms_db)
+        if raw is None:
+            continue
+        df = _DF.unpack(raw)[0]
+        idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+        infos.append((idf, term, df))
+        ranked.weights[term] = idf
+    infos.sort(key=lambda x: (-x[0], x[1]))
+    bounds = [idf * (K1 + 1) for idf, _, _ in infos]
+    rest = [sum(bounds[i:]) for i in range(len(bounds))]
+    acc: dict[int, float] = {}
+    rare: set[int] = set()  # documents found by terms scanned in full
+    for i, (idf, term, df) in enumerate(infos):
+        tk = term.encode()
+        # MaxScore, tried only where skipping the scan saves real work, and only
+        # if the terms left could not even lift the best document found so far.
+        if acc and df > PRUNE_DF and rest[i] <= max(acc.values()):
+            theta = _kth(txn, dbs, acc, limit, filt)
+            if theta > 0 and rest[i] <= theta:
+                # No document not found yet can reach the top: finish the ones found.
+                alive = [d for d, s in acc.items() if s + rest[i] >= theta]
+                if len(alive) > PROBE_CAP:
+                    alive = heapq.nlargest(PROBE_CAP, alive, key=acc.__getitem__)
+                    ranked.approximate = True
+                acc = {d: acc[d] for d in alive}
+                alive.sort()
+                for idf_j, term_j, _ in infos[i:]:
+                    _probe(txn, postings_db, term_j.encode(), idf_j, tn, acc, alive)
+                break
+        capped = df > SCAN_CAP
+        lowest = _scan(txn, postings_db, tk, idf, tn, acc, filt, SCAN_CAP, None if capped else rare)
+        if lowest:
+            ranked.approximate = True
+            # Documents that rarer terms found get this term's score even if older.
+            older = [d for d in rare if d < lowest]
+            if len(older) > PROBE_CAP:
+                older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
+            older.sort()
+            _probe(txn, postings_db, tk, idf, tn, acc, older)
+    ranked.top = _top(txn, dbs, acc, limit, filt)
+    return ranked
+
+
+def _top(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    acc: dict[int, float],
+    limit: int,
+    filt: _Filter,
+) -> list[tuple[float, int, bytes]]:
+    docs_db = dbs["docs"]
+    if not (filt.frames and filt.events) or filt.id_prefix:
+        acc = {d: s for d, s in acc.items() if filt.doc_ok(d)}
+    want = limit if not filt.needs_record else 4 * limit
+    seen = 0
+    out: list[tuple[float, int, bytes]] = []
+    while True:
+        best = _best(acc, want)
+        for score, doc in best[seen:]:
+            rec = txn.get(_U32.pack(doc), db=docs_db)
+            if rec is None or (filt.needs_record and not filt.record_ok(doc, rec)):
+                continue
+            out.append((score, doc, rec))
+            if len(out) == limit:
+                return out
+        if len(best) < want:
+            return out
+        seen = len(best)
+        want *= 4
+
+
+def _best(acc: dict[int, float], n: int) -> list[tuple[float, int]]:
+    """The *n* best ``(score, docnum)``, best first (ties: higher docnum first)."""
+    if len(acc) <= n:
+        return sorted(((s, d) for d, s in acc.items()), reverse=True)
+    # Find the n-th score on the bare floats first: far cheaper than keyed tuples.
+    floor = heapq.nlargest(n, acc.values())[-1]
+    return heapq.nlargest(n, ((s, d) for d, s in acc.items() if s >= floor))

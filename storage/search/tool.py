@@ -1,0 +1,87 @@
+"""The model's ``search`` tool over the lexical index: its arguments checked, governance applied."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import OutOfRange, RequestError
+from protocol.recall import MODEL_TRUST, trust_filter
+from protocol.state import HIDDEN_TRUST, LEDGER
+from storage.search.format import KINDS
+from storage.search.index import LexicalIndex
+from storage.search.results import SearchResult
+
+MODEL_SEARCH_ARGS = frozenset(
+    {"query", "limit", "since", "until", "kinds", "lifecycle", "id_prefix", "trust", "valid_at"}
+)
+"""Arguments of the model's ``search`` tool (``agents.tools.MEMORY_TOOL_SPECS``)."""
+MODEL_SEARCH_LIMIT = 50
+"""Most hits one model-facing search returns (the model pages with narrower queries)."""
+MODEL_KINDS = tuple(k for k in KINDS if k != LEDGER)
+"""What a model's search covers by default: everything but the action ledger (R43)."""
+
+
+def model_search(index: LexicalIndex, args: Any) -> SearchResult:
+    """One search for a model's ``search`` tool call: its arguments checked, governance applied.
+
+    Like recall for a model (:func:`protocol.recall.for_model`): without a
+    ``trust`` argument only candidate and accepted frames come back, and naming
+    rejected or quarantined is refused (``not_permitted``); the action ledger
+    is searched only when ``kinds`` names it. An unknown argument or a value of
+    the wrong type is a :class:`RequestError`; *limit* is 1 to
+    :data:`MODEL_SEARCH_LIMIT` (default 10).
+    """
+    if not isinstance(args, dict):
+        raise RequestError("search arguments are an object", code="bad_argument")
+    unknown = sorted(str(k)[:40] for k in args if k not in MODEL_SEARCH_ARGS)
+    if unknown:
+        raise RequestError(f"unknown search argument {', '.join(unknown)}", code="bad_argument")
+    limit = args.get("limit", 10)
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MODEL_SEARCH_LIMIT
+    ):
+        raise OutOfRange(f"limit must be between 1 and {MODEL_SEARCH_LIMIT}, not {limit!r}")
+    trust = args.get("trust")
+    if trust is None:
+        trust = MODEL_TRUST
+    else:
+        hidden = [t for t in trust_filter(trust) if t in HIDDEN_TRUST]
+        if hidden:
+            raise RequestError(
+                f"trust {', '.join(hidden)}: such frames never enter model input",
+                code="not_permitted",
+            )
+    id_prefix = args.get("id_prefix")
+    if id_prefix is not None and not isinstance(id_prefix, str):
+        raise RequestError("id_prefix is a string", code="bad_argument")
+    query = args.get("query")
+    if not isinstance(query, str):
+        raise RequestError("search needs a query string", code="bad_query")
+    return index.search(
+        query,
+        limit=limit,
+        since=args.get("since"),
+        until=args.get("until"),
+        kinds=args.get("kinds", MODEL_KINDS),
+        lifecycle=args.get("lifecycle"),
+        id_prefix=id_prefix,
+        trust=trust,
+        valid_at=args.get("valid_at"),
+    )
+
+
+def search_text(result: SearchResult) -> str:
+    """A search result as the model reads it in a ``recall_result`` observation."""
+    lag = f", {result.lag} updates not yet indexed" if result.lag else ""
+    head = (
+        f"search {result.query!r}: {len(result.hits)} hits"
+        f" (index at version {result.indexed_version}{lag})"
+    )
+    lines = [head]
+    for h in result.hits:
+        trust = f" [{h.trust}]" if h.trust is not None and h.trust != "accepted" else ""
+        label = "frame" if h.type == "frame" else h.kind
+        lines.append(f"- {h.id} {label} {h.lifecycle}{trust}: {h.snippet}")
+    return "\n".join(lines)
