@@ -22,6 +22,9 @@ that moment (often nothing, which does not advance the tick).
 A transaction given as text is parsed here, once: the payload carries the
 parsed form and the text (:func:`protocol.wire.tx_to_msgpack`), so the actor
 logs the text as an embedded commit would, without parsing it again.
+
+The module is long (over 600 lines) and kept as one module because the handle is
+one class: one short call spec per method of the embedded API it mirrors.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from actors.transport import (
     check_text,
 )
 from protocol.errors import RequestError, WireError
+from protocol.forget import ForgetReport
 from protocol.governance import (
     MAX_AUDIT_PAGE,
     check_page,
@@ -53,12 +57,16 @@ from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.replies import (
     ClaimReply,
+    DeliverReply,
     EventPage,
     EventReply,
     FrameReply,
+    HistoryEntry,
     MetaReply,
     ObserveReply,
+    RecallReply,
     Reply,
+    SearchReply,
     SnapshotReply,
     StateReply,
 )
@@ -115,6 +123,16 @@ def _list(raw: Any) -> list[Any]:
     return value
 
 
+def _integer(value: object, what: str) -> int:
+    """*value* if it is an integer (not a bool); its range is the service's to check, so a
+    bad one gets the same error (OutOfRange) through the handle as embedded."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RequestError(
+            f"{what} must be an integer, not {type(value).__name__}", code="bad_argument"
+        )
+    return value
+
+
 @cache
 def _typed(model: type[Reply]) -> Any:
     """The decoder of an enveloped reply of *model*'s shape (one per model)."""
@@ -130,6 +148,10 @@ def _observed_one(raw: Any) -> ObserveReply:
     if len(items) != 1:
         raise WireError(f"malformed reply: expected one observation, got {len(items)}")
     return items[0]
+
+
+def _history(raw: Any) -> list[HistoryEntry]:
+    return [HistoryEntry.decode(item) for item in _list(raw)]
 
 
 def _compiled(raw: Any) -> CompiledInput:
@@ -305,9 +327,9 @@ class ContextHandle:
     claim_async = claim.aio
 
     @Remote
-    def deliver(self, ref: str) -> Call[dict[str, Any]]:
+    def deliver(self, ref: str) -> Call[DeliverReply]:
         """Mark the user request *ref* delivered (R19): ``{"ref", "id", "delivered"}``."""
-        return Call("deliver", (check_text(ref, "ref"),), _map)
+        return Call("deliver", (check_text(ref, "ref"),), _typed(DeliverReply))
 
     deliver_async = deliver.aio
 
@@ -346,26 +368,33 @@ class ContextHandle:
     def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> Call[EventPage]:
         """Characters ``[offset, offset+length)`` of an event's original text (R28)."""
         check_text(ref, "ref")
-        check_int(offset, "offset")
+        _integer(offset, "offset")
         if length is not None:
-            check_int(length, "length")
+            _integer(length, "length")
         return Call("read_event", (ref, offset, length), _typed(EventPage))
 
     read_event_async = read_event.aio
 
     @Remote
-    def history(self, frame_id: str) -> Call[list[dict[str, Any]]]:
+    def history(self, frame_id: str) -> Call[list[HistoryEntry]]:
         """Every committed write of *frame_id* (R29)."""
-        return Call("history", (check_text(frame_id, "frame id"),), _list)
+        return Call("history", (check_text(frame_id, "frame id"),), _history)
 
     history_async = history.aio
 
     @Remote
     def version(self) -> Call[int]:
-        """The current version."""
+        """The current version (``ctx.version()`` embedded too, see docs/api.md)."""
         return Call("version", (), lambda raw: int(open_reply(raw)))
 
     version_async = version.aio
+
+    @Remote
+    def tick(self) -> Call[int]:
+        """The current cognitive tick (``ctx.tick()`` embedded too)."""
+        return Call("meta", (), lambda raw: MetaReply.decode(open_reply(raw)).tick)
+
+    tick_async = tick.aio
 
     @Remote
     def meta(self) -> Call[MetaReply]:
@@ -443,24 +472,24 @@ class ContextHandle:
     @Remote
     def recall_observation(
         self, request: dict[str, Any], session: str = "main", cursor: str | None = None
-    ) -> Call[dict[str, Any]]:
+    ) -> Call[RecallReply]:
         """Recall one page into a ``recall_result`` observation.
 
         Answers ``{"ref", "nodes", "edges", "recalled", "next_cursor"}``.
         """
         args = (request, check_text(session, "session"), cursor)
-        return Call("recall_observation", args, _map)
+        return Call("recall_observation", args, _typed(RecallReply))
 
     recall_observation_async = recall_observation.aio
 
     @Remote
-    def search(self, args: dict[str, Any], session: str = "main") -> Call[dict[str, Any]]:
+    def search(self, args: dict[str, Any], session: str = "main") -> Call[SearchReply]:
         """A model's search into a ``recall_result`` observation (needs ``recall``).
 
         *args* are the ``search`` tool's (see :func:`storage.search.tool.model_search`);
         answers ``{"ref", "hits", "recalled", "lag"}``.
         """
-        return Call("search", (args, check_text(session, "session")), _map)
+        return Call("search", (args, check_text(session, "session")), _typed(SearchReply))
 
     search_async = search.aio
 
@@ -514,11 +543,25 @@ class ContextHandle:
         self, *, unused_ticks: int | None = None, failed_uses: int = 3
     ) -> Call[dict[str, Any]]:
         """Find and quarantine low-quality frames: ``{"findings", "quarantined", "spared",
-        "version"}``; frames a human accepted are spared. Needs ``admin``."""
+        "version", "sensitive"}``; frames a human accepted are spared; ``sensitive`` locates
+        (masked) secrets in accepted frames and observations. Needs ``admin``."""
         check_scan(unused_ticks, failed_uses)
         return Call("quarantine_scan", (unused_ticks, failed_uses), _map)
 
     quarantine_scan_async = quarantine_scan.aio
+
+    @Remote
+    def forget(self, target: str, *, reason: str) -> Call[ForgetReport]:
+        """Erase the content of *target* (``@eN``, an event id or a frame id), keeping a
+        tombstone; a missing reason is refused here, before any remote call. Needs ``admin``.
+
+        See :meth:`service.context.Context.forget`."""
+        from protocol.forget import check_reason
+
+        check_text(target, "target")
+        return Call("forget", (target, check_reason(reason)), _typed(ForgetReport))
+
+    forget_async = forget.aio
 
     @Remote
     def export_frame(self, frame_id: str) -> Call[bytes]:

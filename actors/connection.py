@@ -1,6 +1,7 @@
 """Finding a context actor: :func:`connect` (get or create it, pinned to its store's
 node) and :func:`lookup` (find a running one by name), each answering a
-:class:`~actors.client.ContextHandle`.
+:class:`~actors.client.ContextHandle`; :func:`advertised` reads where the actor
+holding a store says it runs (the file it writes into the context's directory).
 
 Arguments are checked before any remote call; a context that cannot be opened
 raises the typed error of the failed open.
@@ -8,10 +9,13 @@ raises the typed error of the failed open.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 from actors.client import ContextHandle
 from actors.context_actor import ContextActor
+from actors.host import ADVERT_FORMAT, advert_path
 from actors.placement import actor_name, check_node, current_node_id, ensure_ray, pinned
 from actors.replies import raise_error
 from actors.transport import (
@@ -30,7 +34,10 @@ from storage import check_context_name
 MAX_CONCURRENCY = 1000
 """Calls one context actor's event loop accepts at once."""
 
-__all__ = ["MAX_CONCURRENCY", "connect", "lookup"]
+MAX_ADVERT_BYTES = 4096
+"""Larger advert files are not adverts."""
+
+__all__ = ["MAX_ADVERT_BYTES", "MAX_CONCURRENCY", "advertised", "connect", "lookup"]
 
 
 def connect(
@@ -119,6 +126,7 @@ def connect(
             governance_every=governance_every,
             governance_unused_ticks=governance_unused_ticks,
             admission=admission,
+            namespace=namespace,
         )
     )
     handle = ContextHandle(
@@ -158,18 +166,69 @@ def lookup(
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
     capability: bytes | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
 ) -> ContextHandle:
     """The handle of the running context actor *name*, from anywhere in the cluster.
 
-    Raises :class:`NotFound` if no such actor exists in *namespace*.
+    Raises :class:`NotFound` if no such actor exists in *namespace*. With
+    *store_dir*, the actor must serve ``<store_dir>/<name>`` (checked by a
+    handshake): another store's context of the same name raises
+    ``RequestError`` ``context_elsewhere``, an actor whose open failed raises
+    that failure.
     """
     check_context_name(name)
     check_text(namespace, "namespace")
+    if store_dir is not None and not isinstance(store_dir, (str, os.PathLike)):
+        raise RequestError("store_dir must be a path", code="bad_argument")
     ensure_ray()
     try:
         actor = ray_module().get_actor(actor_name(name), namespace=namespace)
     except ValueError as e:
         raise NotFound(f"no context actor {name!r} in namespace {namespace!r}") from e
-    return ContextHandle(
+    handle = ContextHandle(
         actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability
     )
+    if store_dir is not None:
+        where = os.path.abspath(os.fspath(store_dir))
+        info = handle.handshake()
+        if info["open_error"] is not None:
+            raise_error(info["open_error"])
+        if info["store_dir"] != where:
+            raise RequestError(
+                f"context actor {name!r} in namespace {namespace!r} serves "
+                f"{info['store_dir']}, not {where}",
+                code="context_elsewhere",
+            )
+    return handle
+
+
+def advertised(store_dir: str | os.PathLike[str], name: str) -> dict[str, Any] | None:
+    """Where the context actor holding ``<store_dir>/<name>`` says it runs, or None.
+
+    The actor writes ``actor.json`` into the context's directory while it
+    holds the store (:data:`actors.host.ADVERT_FILE`): ``address`` (its Ray
+    cluster's address), ``namespace``, ``node_id``, ``pid``. None when there is
+    no such file or it is not a well-formed advert. The file may be stale (its
+    actor was killed): trust it only while the store is locked, and check the
+    actor found with :func:`lookup` (``store_dir=``).
+    """
+    check_context_name(name)
+    try:
+        with open(advert_path(store_dir, name), "rb") as f:
+            raw = f.read(MAX_ADVERT_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_ADVERT_BYTES:
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != ADVERT_FORMAT
+        or doc.get("context") != name
+        or not all(isinstance(doc.get(k), str) and doc[k] for k in ("address", "namespace"))
+    ):
+        return None
+    return doc

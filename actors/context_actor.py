@@ -175,7 +175,7 @@ class ContextActor(ContextHost):
     @guarded("commit")
     async def claim(self) -> bytes:
         """Claim every waiting input as one batch (R20); answers the claim's dict form."""
-        return await self._reply(lambda ctx: ctx.claim().to_dict())
+        return await self._reply(Context.claim)
 
     @guarded("commit")
     async def deliver(self, ref: str) -> bytes:
@@ -250,12 +250,12 @@ class ContextActor(ContextHost):
     @guarded("read")
     async def version(self) -> bytes:
         """The current version."""
-        return await self._reply(lambda ctx: ctx.version)
+        return await self._reply(lambda ctx: ctx.version())
 
     @guarded("read")
     async def meta(self) -> bytes:
         """The context's counters: version, tick, window, next_seq, history_keep, created."""
-        return await self._reply(lambda ctx: ctx.meta().to_record())
+        return await self._reply(Context.meta)
 
     @guarded("read")
     async def txlog(self, version: int) -> bytes:
@@ -341,17 +341,9 @@ class ContextActor(ContextHost):
         except MorphzError as e:
             return failed(e)
 
-        def run(ctx: Context) -> dict[str, Any]:
-            page, e = ctx.recall_observation(request, cursor, session=session)
-            return {
-                "ref": e.ref,
-                "nodes": len(page.nodes),
-                "edges": len(page.edges),
-                "recalled": list(e.extra.get("recalled") or ()),
-                "next_cursor": page.next_cursor,
-            }
-
-        return await self._reply(run)
+        return await self._reply(
+            lambda ctx: ctx.recall_observation(request, cursor, session=session)
+        )
 
     @guarded("recall")
     async def search(self, args: dict[str, Any], session: str = "main") -> bytes:
@@ -441,8 +433,9 @@ class ContextActor(ContextHost):
     ) -> bytes:
         """Find low-quality frames and quarantine them in one audited write (R43).
 
-        Answers ``{"findings", "quarantined", "spared", "version"}``; frames a
-        human accepted are spared.
+        Answers ``{"findings", "quarantined", "spared", "version", "sensitive"}``;
+        frames a human accepted are spared; ``sensitive`` locates (masked) the
+        secrets and personal data found in accepted frames and observations.
         """
         audit = self._template("quarantine_scan", capability)
 
@@ -450,6 +443,23 @@ class ContextActor(ContextHost):
             return run_quarantine_scan(
                 ctx.backend, unused_ticks=unused_ticks, failed_uses=failed_uses, audit=audit
             ).to_dict()
+
+        return await self._reply(run)
+
+    @guarded("admin")
+    async def forget(self, target: str, reason: str | None = None, capability: Any = None) -> bytes:
+        """Erase the content of *target* (``@eN``, an event id or a frame id); audited.
+
+        Answers :class:`~protocol.forget.ForgetReport` as a plain dict; the
+        holder of the capability is who forgot it. Typed errors change nothing:
+        ``missing_reason``, ``bad_argument``, NotFound. See
+        :meth:`service.context.Context.forget`.
+        """
+        holder = holder_of(capability) or "actor"
+
+        def run(ctx: Context) -> Any:
+            _text(target, "target")
+            return ctx.forget(target, reason=reason, by=holder, holder=holder)
 
         return await self._reply(run)
 

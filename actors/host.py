@@ -6,6 +6,14 @@ which adds the methods callers use. Every store access runs on one dedicated
 thread (a ``ThreadPoolExecutor(1)``), so accesses are serialized and the event
 loop keeps accepting calls while a write is being fsynced.
 
+While it holds the store, an actor running under Ray *advertises* itself in
+the context's directory: :data:`ADVERT_FILE` (``actor.json``) holds the Ray
+address of its cluster, its namespace, node and process id, so a command that
+finds the store locked can reach the actor instead
+(:func:`~actors.connection.advertised`). The file is written after the open
+and removed on close; one left by a killed actor is stale and harmless (the
+lock is free again, and a restarted actor rewrites it).
+
 Ray is not imported here except by :meth:`ContextHost.node_id`.
 """
 
@@ -13,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,12 +56,21 @@ from protocol.governance import (
 from service.context import Context
 from service.governance import apply_pass, record_audit
 from service.store import open_context
+from storage import context_path
 
 T = TypeVar("T")
 log = logging.getLogger("morphz.context_actor")
 
 LOCK_WAIT = 5.0
 """Seconds a starting actor waits for the store's writer lock (a predecessor may be exiting)."""
+ADVERT_FILE = "actor.json"
+"""The file in a context's directory naming the context actor that holds it."""
+ADVERT_FORMAT = 1
+
+
+def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
+    """Where the actor serving context *name* of *store_dir* advertises itself."""
+    return os.path.join(context_path(store_dir, name), ADVERT_FILE)
 
 
 class ContextHost:
@@ -62,7 +81,8 @@ class ContextHost:
     what serving it needs: the store thread, the capability :class:`Guard`, the
     group-commit :class:`~actors.inbox.Inbox`, the :class:`~actors.inbox.AuditBuffer`
     and the background governance task. See :class:`ContextActor` for the
-    arguments.
+    arguments; *namespace* is the Ray namespace the actor is named in (written
+    into its advert, :data:`ADVERT_FILE`).
     """
 
     def __init__(
@@ -80,9 +100,11 @@ class ContextHost:
         governance_every: float | None = None,
         governance_unused_ticks: int | None = None,
         admission: AdmissionPolicy | None = None,
+        namespace: str | None = None,
     ) -> None:
         self._store_dir = store_dir
         self._name = name
+        self._namespace = namespace  # the Ray namespace it is named in, for the advert
         self.guard = Guard(
             store_dir,
             name,
@@ -122,6 +144,7 @@ class ContextHost:
                 )
         except MorphzError as e:
             if self._ctx is not None:
+                self._unadvertise()
                 self._ctx.close()
                 self._ctx = None
             self._open_error = self._open_error or e
@@ -184,6 +207,45 @@ class ContextHost:
                 if isinstance(e, MorphzError)
                 else RequestError(f"cannot settle the scope: {e}", code="scope_error")
             )
+            return
+        self._advertise()
+
+    def _advertise(self) -> None:
+        """Write :data:`ADVERT_FILE` if this runs as a Ray actor (a failure is only logged)."""
+        ray = sys.modules.get("ray")  # never imported here: an actor has imported it already
+        if ray is None or not ray.is_initialized():
+            return
+        try:
+            rc = ray.get_runtime_context()
+            if rc.get_actor_id() is None or not self._namespace:  # not a named context actor
+                return
+            doc = {
+                "format": ADVERT_FORMAT,
+                "context": self._name,
+                "store_dir": self._store_dir,
+                "address": str(rc.gcs_address),
+                "namespace": self._namespace,
+                "node_id": str(rc.get_node_id()),
+                "pid": os.getpid(),
+            }
+            path = advert_path(self._store_dir, self._name)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f)
+            os.replace(tmp, path)
+        except Exception:
+            log.warning("context %r: cannot advertise the actor", self._name, exc_info=True)
+
+    def _unadvertise(self) -> None:
+        """Remove :data:`ADVERT_FILE` if this process wrote it."""
+        path = advert_path(self._store_dir, self._name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            if isinstance(doc, dict) and doc.get("pid") == os.getpid():
+                os.unlink(path)
+        except (OSError, ValueError):
+            pass
 
     @property
     def _tenant(self) -> str:
@@ -362,6 +424,7 @@ class ContextHost:
                 pass
         self._executor.shutdown(wait=True)
         if self._ctx is not None:
+            self._unadvertise()  # while the lock is still held: a successor writes after
             self._ctx.close()
             self._ctx = None
             self._open_error = NotFound(f"context {self._name!r} is closed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.transport import ray_module
+from actors.transport import init_ray, ray_module
 from protocol.errors import NotFound, RequestError
 
 ACTOR_PREFIX = "ctx:"
@@ -23,14 +23,9 @@ def actor_name(context: str) -> str:
 
 
 def ensure_ray() -> None:
-    """Connect to Ray if this process is not connected yet.
-
-    ``ray.init()`` with no arguments joins the cluster named by ``RAY_ADDRESS``
-    (or a running local one) and starts a local one otherwise.
-    """
-    ray = ray_module()
-    if not ray.is_initialized():
-        ray.init()
+    """Connect to Ray if this process is not connected yet (:func:`~actors.transport.init_ray`:
+    ``RAY_ADDRESS`` if set, else a new local cluster)."""
+    init_ray()
 
 
 def current_node_id() -> str:

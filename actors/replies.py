@@ -27,6 +27,7 @@ from protocol.errors import (
     StoreLocked,
     WireError,
 )
+from protocol.replies import plain
 from protocol.wire import pack, unpack
 
 ERROR_TYPES: dict[str, type[MorphzError]] = {
@@ -80,7 +81,7 @@ def raise_error(doc: Any) -> NoReturn:
 def ok(value: Any) -> bytes:
     """An ``{"ok": value}`` reply; a value that cannot be packed becomes an error reply."""
     try:
-        return pack({"ok": value})
+        return pack({"ok": plain(value)})
     except WireError as e:
         return failed(e)
 

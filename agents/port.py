@@ -9,6 +9,15 @@ from typing import Any, Protocol
 
 from protocol.compiler import CompilerConfig
 from protocol.receipts import Receipt
+from protocol.replies import (
+    ClaimReply,
+    DeliverReply,
+    EventPage,
+    EventReply,
+    ObserveReply,
+    RecallReply,
+    SearchReply,
+)
 from protocol.turns import CompiledInput
 from service.context import Context
 
@@ -25,7 +34,7 @@ class ContextPort(Protocol):
     def submit(self, tx: str) -> Receipt:
         """Decide one transaction (S-expression text) and return its receipt."""
 
-    def deliver(self, ref: str) -> dict[str, Any]:
+    def deliver(self, ref: str) -> Mapping[str, Any]:
         """Mark the user request *ref* delivered (R19)."""
 
     def compile(
@@ -62,30 +71,29 @@ class EmbeddedPort:
 
     def observe(
         self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
-    ) -> dict[str, Any]:
+    ) -> ObserveReply:
         """Record an observation (under *event_id* when given: idempotent)."""
         if event_id is None:
-            e = self.ctx.observe(kind, text, session=session)
-            return {"ref": e.ref, "id": e.id, "duplicate": False}
+            return self.ctx.observe(kind, text, session=session)
         return self.observe_many([(kind, text, session, event_id)])[0]
 
-    def observe_many(self, items: list[tuple[str, str, str, str | None]]) -> list[dict[str, Any]]:
+    def observe_many(self, items: list[tuple[str, str, str, str | None]]) -> list[ObserveReply]:
         """Record ``(kind, text, session, event_id|None)`` items in one durable write."""
         return self.ctx.observe_batch(items)
 
-    def event(self, ref: str) -> dict[str, Any]:
+    def event(self, ref: str) -> EventReply:
         """An event's metadata by ``@eN`` or stable id; NotFound."""
         return self.ctx.event(ref)
 
-    def claim(self) -> dict[str, Any]:
+    def claim(self) -> ClaimReply:
         """Claim the waiting inputs as one batch."""
-        return self.ctx.claim().to_dict()
+        return self.ctx.claim()
 
     def submit(self, tx: str) -> Receipt:
         """Commit one transaction."""
         return self.ctx.commit(tx)
 
-    def deliver(self, ref: str) -> dict[str, Any]:
+    def deliver(self, ref: str) -> DeliverReply:
         """Mark a request delivered."""
         return self.ctx.deliver(ref)
 
@@ -103,11 +111,11 @@ class EmbeddedPort:
         """Append a trace."""
         self.ctx.record_trace(trace)
 
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> EventPage:
         """Read an event's text."""
         return self.ctx.read_event(ref, offset, length)
 
-    def search(self, args: dict[str, Any], session: str) -> dict[str, Any]:
+    def search(self, args: dict[str, Any], session: str) -> SearchReply:
         """A model's search as a ``recall_result``: ``{"ref", "hits", "recalled", "lag"}``."""
         return self.ctx.search(args, session)
 
@@ -117,12 +125,7 @@ class EmbeddedPort:
 
     def recall_observation(
         self, request: dict[str, Any], session: str, cursor: str | None = None
-    ) -> dict[str, Any]:
-        """Recall one page and record it as a ``recall_result`` observation."""
-        page, e = self.ctx.recall_observation(request, cursor, session=session)
-        return {
-            "ref": e.ref,
-            "nodes": len(page.nodes),
-            "edges": len(page.edges),
-            "recalled": list(e.extra.get("recalled") or ()),
-        }
+    ) -> RecallReply:
+        """Recall one page and record it as a ``recall_result`` observation (the
+        handle's :class:`RecallReply`)."""
+        return self.ctx.recall_observation(request, cursor, session=session)

@@ -313,7 +313,8 @@ def build_large(path: str, rng: random.Random) -> Context:
     batch.append(("user_message", "Ship the release once the tests are green.", "main"))
     events = ctx.observe_many(batch)
     ctx.claim()
-    main = [e for e in events if e.session == "main" and e.kind == "tool_result"]
+    pairs = zip(events, batch, strict=True)
+    main = [e for e, (kind, _, session) in pairs if (kind, session) == ("tool_result", "main")]
     txs = []
     for j in range(70):
         srcs = " ".join(e.ref for e in main[j * 5 : j * 5 + 3])

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from actors.transport import init_ray
 from agents.actor import GATE_TIMEOUT, BoardGates
 from protocol.usage import influence
 
@@ -144,26 +145,14 @@ PAUSE_GATES = [
 ]
 
 
-def start_ray(address: str | None = None) -> None:
-    """Initialize Ray quietly: connect to *address* (or ``RAY_ADDRESS``), else start locally."""
-    import logging
+def start_ray(address: str | None = None) -> bool:
+    """Connect to Ray for the demo (:func:`actors.transport.init_ray`): *address*, else
+    ``RAY_ADDRESS``, else a new local cluster of two CPUs; True if this call connected.
 
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    target = address or os.environ.get("RAY_ADDRESS")
-    if target:
-        ray.init(address=target, log_to_driver=False, logging_level=logging.WARNING)
-    else:
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+    Joining a running cluster passes no CPU count (Ray refuses one then); a
+    cluster that cannot be reached raises ``TransportError`` ``ray_unreachable``.
+    """
+    return init_ray(address, num_cpus=2)
 
 
 def seed_group(handle: Any) -> None:

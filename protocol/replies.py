@@ -12,6 +12,11 @@ before, with exactly the keys the sender sent (an optional field that was not
 sent is not a key). Lists stay lists and nested maps stay maps, so values
 compare equal to what the embedded API returns. The decision is recorded in
 docs/actors.md.
+
+The embedded API (:class:`service.context.Context`) answers the same models for
+the same calls, so a script moves between an embedded context and a Ray handle
+unchanged (docs/api.md has the table). :func:`plain` turns a reply (or a list or
+map holding replies) back into plain values for msgpack and JSON.
 """
 
 from __future__ import annotations
@@ -49,9 +54,19 @@ class Reply(BaseModel, Mapping[str, Any]):
             where = ".".join(str(p) for p in err.get("loc", ())) or cls.__name__
             raise WireError(f"malformed {cls.__name__}: {where}: {err.get('msg')}") from e
 
+    @classmethod
+    def of(cls: type[R], value: Mapping[str, Any]) -> R:
+        """The reply a service builds from *value*: validated like :meth:`decode`, but a
+        mismatch is a bug of the sender, so pydantic's error propagates unchanged."""
+        return cls.model_validate(dict(value))
+
     def as_dict(self) -> dict[str, Any]:
         """The reply as the plain dict it was sent as (only the keys that were sent)."""
         return {key: getattr(self, key) for key in self.keys()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The same as :meth:`as_dict`: the name the other models (receipts) use."""
+        return self.as_dict()
 
     def keys(self) -> list[str]:  # type: ignore[override]
         """The keys that were sent, in declaration order."""
@@ -89,6 +104,14 @@ class ObserveReply(Reply):
     duplicate: bool
 
 
+class DeliverReply(Reply):
+    """A user request marked delivered (R19): its reference and event id."""
+
+    ref: str
+    id: str
+    delivered: bool
+
+
 class ClaimReply(Reply):
     """One claimed input batch: the tick after it, the refs claimed, the frames
     finalized at the new tick, and the version after it."""
@@ -104,7 +127,8 @@ class FrameReply(Reply):
     """A frame as the API shows it. ``due_tick``, ``marked_tick`` and
     ``retire_reason`` are sent while it is retiring, ``retired_version`` once
     retired, ``relations_in``/``relations_out`` unless an as-of read
-    (``as_of``) left them out."""
+    (``as_of``) left them out; ``forgotten_sources`` names the sources whose
+    content was forgotten (``docs/forget.md``)."""
 
     id: str
     revision: int
@@ -124,10 +148,12 @@ class FrameReply(Reply):
     relations_out: list[list[str]] | None = None
     relations_in: list[list[str]] | None = None
     as_of: int | None = None
+    forgotten_sources: list[str] | None = None
 
 
 class EventReply(Reply):
-    """An event's metadata; ``delivered`` is sent for user messages only."""
+    """An event's metadata; ``delivered`` is sent for user messages only, ``forgotten``
+    (the tombstone) once its text was forgotten."""
 
     ref: str
     id: str
@@ -140,6 +166,7 @@ class EventReply(Reply):
     claimed_tick: int | None
     preview: str
     delivered: bool | None = None
+    forgotten: dict[str, Any] | None = None
 
 
 class EventPage(Reply):
@@ -193,14 +220,86 @@ class SnapshotReply(Reply):
     frames: dict[str, dict[str, Any] | None]
 
 
+class HistoryEntry(Reply):
+    """One committed write of a frame, from the transaction log (R29).
+
+    ``op`` is the operation (``derive``, ``revise`` …) or ``lifecycle`` for a
+    lifecycle-only change; ``revision`` and ``body`` are sent when that write
+    set them (``body`` for a model's transaction, as it wrote it)."""
+
+    version: int
+    base_version: int
+    kind: str
+    reason: str | None
+    op: str
+    revision: int | None = None
+    body: str | None = None
+
+
+class SearchReply(Reply):
+    """A model's search recorded as a ``recall_result`` observation: its reference,
+    the number of hits, the frame ids found and how many committed updates the
+    index had not applied yet (``lag``)."""
+
+    ref: str
+    hits: int
+    recalled: list[str]
+    lag: int
+
+
+class RecallReply(Reply):
+    """One recall page recorded as a ``recall_result`` observation: its reference,
+    the page's node and edge counts, the frame ids on it and the cursor of the
+    next page (None on the last)."""
+
+    ref: str
+    nodes: int
+    edges: int
+    recalled: list[str]
+    next_cursor: str | None
+
+
+class Counter(int):
+    """An int that is also callable, answering itself as a plain int.
+
+    ``ctx.version()`` and ``ctx.tick()`` are the forms an embedded context and
+    a Ray handle share; the embedded context's bare ``ctx.version`` (the form
+    it had first) is kept as a deprecated alias by answering a ``Counter``, so
+    old code and f-strings keep reading the number (docs/api.md).
+    """
+
+    def __call__(self) -> int:
+        return int(self)
+
+
+def plain(value: Any) -> Any:
+    """*value* with every reply in it (at any depth in lists, tuples and dicts) as its
+    plain dict, and counters as ints: what msgpack and JSON take."""
+    if isinstance(value, Reply):
+        return {key: plain(item) for key, item in value.as_dict().items()}
+    if isinstance(value, Counter):
+        return int(value)
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return value
+
+
 __all__ = [
     "ClaimReply",
+    "Counter",
+    "DeliverReply",
     "EventPage",
     "EventReply",
     "FrameReply",
+    "HistoryEntry",
     "MetaReply",
     "ObserveReply",
+    "RecallReply",
     "Reply",
+    "SearchReply",
     "SnapshotReply",
     "StateReply",
+    "plain",
 ]

@@ -22,11 +22,13 @@ from protocol.forms import MAX_DEPTH, Form, Symbol
 from protocol.sexpr import Located, describe, emit, error_at, offset_of, read_located
 from protocol.tx import (
     ENVELOPE_FIELDS,
+    FROM,
     MAX_OPS,
     OP_NAMES,
     ContextTx,
     Derive,
     Envelope,
+    MisplacedForm,
     Protect,
     Relate,
     Restore,
@@ -34,6 +36,7 @@ from protocol.tx import (
     Revise,
     Unprotect,
     Unrelate,
+    misplaced_form,
 )
 
 _AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
@@ -44,8 +47,6 @@ _ENVELOPE_CLAUSES = {name.replace("_", "-"): name for name in ENVELOPE_FIELDS}
 
 CLAUSE_NAMES = ("base-version", "reason", "client-id")
 """The clauses a ``(context-tx …)`` may hold before its operations."""
-
-_FROM = "from"
 
 
 def _validation_message(e: ValidationError) -> str:
@@ -62,6 +63,7 @@ class _TxReader:
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self.clause_index = 0
 
     def fail(self, where: Any, message: str) -> ParseError:
         return error_at(self.text, offset_of(where), message)
@@ -89,7 +91,8 @@ class _TxReader:
         field_where: dict[str, Any] = {}
         ops: list[_AnyOp] = []
         op_wheres: list[Any] = []
-        for clause, where in zip(tx[1:], items[1:], strict=True):
+        for index, (clause, where) in enumerate(zip(tx[1:], items[1:], strict=True)):
+            self.clause_index = index + 1
             if not (isinstance(clause, tuple) and clause and isinstance(clause[0], Symbol)):
                 raise self.fail(
                     where,
@@ -187,12 +190,25 @@ class _TxReader:
     def frame_op(
         self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
     ) -> _AnyOp:
+        shape = f"({name} ID (from REF…) BODY…)"
         if not args:
-            raise self.fail(where, f"{name} needs a frame id: ({name} ID (from REF…) BODY…)")
-        frame_id = self.atom(name, args[0], arg_wheres[0], "the frame id")
+            raise self.fail(where, f"{name} needs a frame id: {shape}")
+        if _is_from_list(args[0]):
+            refs = " ".join(str(r) for r in args[0][1:] if isinstance(r, str)) or "REF…"
+            raise self.fail(
+                arg_wheres[0],
+                f"{name}: (from …) comes after the frame id: ({name} ID (from {refs}) BODY…)",
+            )
+        if not isinstance(args[0], Symbol):
+            raise self.fail(
+                arg_wheres[0],
+                f"{name}: the frame id must be an atom, got {describe(args[0])}: {shape}",
+            )
+        frame_id = str(args[0])
         body = args[1:]
         sources: tuple[str, ...] = ()
-        if body and _is_from_list(body[0]):
+        has_from = bool(body) and _is_from_list(body[0])
+        if has_from:
             from_where = arg_wheres[1]
             ref_wheres = (
                 from_where.items[1:]
@@ -205,7 +221,32 @@ class _TxReader:
             )
             body = body[1:]
         cls = Derive if name == "derive" else Revise
-        return cls(id=frame_id, sources=sources, body=body)
+        try:
+            return cls(id=frame_id, sources=sources, body=body)
+        except ValidationError as e:
+            bad = e.errors()[0].get("ctx", {}).get("error")
+            if not isinstance(bad, MisplacedForm):
+                raise
+            if bad.path:
+                # The model knows whether sources were listed, not whether an empty
+                # (from) was written: ask again with what the text holds.
+                again = misplaced_form(name, frame_id, body, has_sources=has_from, sources=sources)
+                bad = again or bad
+            raise self.fail(self.locate(bad.path, 2 + has_from, where), str(bad)) from None
+
+    def locate(self, path: tuple[int, ...], first: int, where: Located) -> Any:
+        """Where the body form at *path* starts; *first* is the body's index in the op list.
+
+        Lists deep in a body are not tracked on the fast path, so the text is read
+        again, tracking every list (this happens only on the way to an error).
+        """
+        if not path:
+            return where
+        _, wheres = read_located(self.text, MAX_DEPTH + 1, MAX_DEPTH + 3)
+        at: Any = wheres[0].items[self.clause_index].items[first + path[0]]
+        for j in path[1:]:
+            at = at.items[j]
+        return at
 
     def envelope_op(
         self, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
@@ -268,7 +309,7 @@ def _print_time(value: float) -> str:
 
 def _is_from_list(form: Form) -> bool:
     return (
-        isinstance(form, tuple) and bool(form) and isinstance(form[0], Symbol) and form[0] == _FROM
+        isinstance(form, tuple) and bool(form) and isinstance(form[0], Symbol) and form[0] == FROM
     )
 
 
@@ -287,9 +328,7 @@ def parse_tx(text: str) -> ContextTx:
 def _print_op(op: _AnyOp) -> str:
     if isinstance(op, (Derive, Revise)):
         out = [f"({op.op} {op.id}"]
-        if op.sources or (op.body and _is_from_list(op.body[0])):
-            # An empty (from) keeps a body that starts with a from-list from
-            # being read back as the sources.
+        if op.sources:
             out.append(" (from" + "".join(" " + s for s in op.sources) + ")")
         for form in op.body:
             out.append(" ")

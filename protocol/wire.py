@@ -13,6 +13,10 @@ Both forms carry the same *dict form* of a transaction (:func:`tx_to_dict`)::
 
 Body forms use :func:`protocol.forms.to_plain`: symbols are JSON strings,
 strings are ``{"s": text}``, lists are lists. ``None`` fields are omitted.
+The dict form obeys the rules of the text: a body holds content only (no
+``["from", …]`` at any depth, no operation directly in it; see
+:func:`protocol.tx.misplaced_form`), a ``revise`` body is not empty, and the
+sources are ``sources`` (a ``from`` key is refused, not ignored).
 
 ``text`` is optional: the S-expression a transaction was parsed from, when it
 was submitted as text. It travels beside the parsed form so that the receiver
@@ -36,6 +40,9 @@ payloads without it decode exactly as before, and a decoder that does not know
 it refuses it by name (unknown keys are refused), never misreads it. The
 transaction's ``text`` was added that way, so every version-1 payload made
 before it still decodes.
+
+Kept as one module (over 600 lines) because both forms share the dict form and
+every check on it: split, a check added to one form could be missed by the other.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from protocol.tx import (
     ContextTx,
     Derive,
     Envelope,
+    MisplacedForm,
     Protect,
     Relate,
     Restore,
@@ -84,6 +92,9 @@ _MAX_CONTAINER = 1 << 20
 _INT64_MIN = -(1 << 63)
 _UINT64_END = 1 << 64
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+_SOURCES_MISNAMED = ("from", "source")
+"""Keys a writer of the dict form may mean as ``sources``; refused with a pointer to it."""
 
 _TX_KEYS = frozenset({"base_version", "reason", "client_id", "ops", "text"})
 _OP_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -400,6 +411,11 @@ def _op_from_dict(value: Any, index: int) -> _AnyOp:
     if not isinstance(name, str) or name not in _OP_KEYS:
         raise WireError(f"{where}: unknown op {name!r}; expected one of {', '.join(OP_NAMES)}")
     required, optional = _OP_KEYS[name]
+    if "sources" in optional:
+        for key in _SOURCES_MISNAMED:
+            if key in value:
+                # The text's (from …) clause is "sources" here; never drop it as unknown.
+                raise WireError(f'{where}: unknown key {key!r}; a frame\'s sources go in "sources"')
     _check_keys(value, required | {"op"}, optional, where)
     where = f"{where} ({name})"
     try:
@@ -432,7 +448,10 @@ def _op_from_dict(value: Any, index: int) -> _AnyOp:
         target = _text(value["id"], f"{where}: id")
         return (Protect if name == "protect" else Unprotect)(id=target)
     except ValidationError as e:
-        raise WireError(f"{where}: {_validation_message(e)}") from e
+        message = _validation_message(e)
+        if isinstance(e.errors()[0].get("ctx", {}).get("error"), MisplacedForm):
+            message += '; in the dict form a frame\'s sources are its "sources"'
+        raise WireError(f"{where}: {message}") from e
 
 
 def _envelope_from_dict(value: dict[str, Any], where: str) -> Envelope:

@@ -12,7 +12,9 @@ comes from durable records.
 The work is split over :mod:`service.reads` (read shapes), :mod:`service.observations`,
 :mod:`service.compile`, :mod:`service.search`, :mod:`service.sharing`,
 :mod:`service.traces` and, for governance, :mod:`service.context_governance`
-(a base class of :class:`Context`); this module holds the rest of the API.
+(a base class of :class:`Context`); this module holds the rest of the API. It is
+long (over 600 lines) because it is the API's one surface: each method is a short
+call into those parts, with the docstring its callers read.
 """
 
 from __future__ import annotations
@@ -36,6 +38,21 @@ from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
+from protocol.replies import (
+    ClaimReply,
+    Counter,
+    DeliverReply,
+    EventPage,
+    EventReply,
+    FrameReply,
+    HistoryEntry,
+    MetaReply,
+    ObserveReply,
+    RecallReply,
+    SearchReply,
+    SnapshotReply,
+    StateReply,
+)
 from protocol.state import Event, Frame, Meta
 from protocol.turns import CompiledInput
 from protocol.tx import ContextTx
@@ -43,7 +60,7 @@ from protocol.view import BatchView, WriteView
 from protocol.wire import SubmittedTx
 from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
-from service.observations import Observation, check_items, new_event_id, record
+from service.observations import Observation, check_items, new_event_id, observed, record
 from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
 from service.search import SEARCH_CATCH_UP, Searcher
 from storage.backend import Backend
@@ -100,41 +117,49 @@ class Context(GovernanceAPI):
 
     # -- counters -----------------------------------------------------------
 
-    def meta(self) -> Meta:
+    def meta(self) -> MetaReply:
         """The context's counters, read fresh from the store."""
-        return self.backend.read(lambda v: v.meta())
+        return MetaReply.of(self.backend.read(lambda v: v.meta()).to_record())
 
     @property
-    def version(self) -> int:
-        """The current version: the number of committed transactions."""
-        return self.meta().version
+    def version(self) -> Counter:
+        """The current version: the number of committed transactions.
+
+        Call it, ``ctx.version()``, as on a Ray handle; the bare ``ctx.version``
+        still reads the number (a deprecated alias, see docs/api.md).
+        """
+        return Counter(self.backend.read(lambda v: v.meta()).version)
 
     @property
-    def tick(self) -> int:
-        """The current cognitive tick."""
-        return self.meta().tick
+    def tick(self) -> Counter:
+        """The current cognitive tick: ``ctx.tick()`` (the bare form is a deprecated alias)."""
+        return Counter(self.backend.read(lambda v: v.meta()).tick)
 
     # -- writes -------------------------------------------------------------
 
-    def observe(self, kind: str, text: str, *, session: str = "main", risky: bool = False) -> Event:
+    def observe(
+        self, kind: str, text: str, *, session: str = "main", risky: bool = False
+    ) -> ObserveReply:
         """Record an observation; it is immutable and waits until claimed.
 
-        *risky* flags it as unreviewed content: a frame derived from it enters
-        as a candidate (R42).
+        Answers ``{"ref", "id", "duplicate"}`` (an :class:`ObserveReply`, as a
+        Ray handle does); :meth:`event` reads the rest. *risky* flags it as
+        unreviewed content: a frame derived from it enters as a candidate (R42).
         """
         if not risky:
             return self.observe_many([(kind, text, session)])[0]
-        return self._observe_one(kind, text, session, {"risky": True})
+        return observed(self._observe_one(kind, text, session, {"risky": True}), False)
 
     def observe_retrieval(
         self, text: str, frames: Sequence[str], *, session: str = "main"
-    ) -> Event:
+    ) -> ObserveReply:
         """Record retrieved memory (e.g. search hits) as a ``recall_result`` observation.
 
         ``extra["recalled"]`` lists *frames*, the frames it names, for the usage
         traces of the calls that see it (R42).
         """
-        return self._observe_one("recall_result", text, session, {"recalled": list(frames)})
+        e = self._observe_one("recall_result", text, session, {"recalled": list(frames)})
+        return observed(e, False)
 
     def _observe_one(self, kind: str, text: str, session: str, extra: dict[str, Any]) -> Event:
         now = time.time()
@@ -151,20 +176,20 @@ class Context(GovernanceAPI):
 
     def observe_many(
         self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, float | None]]
-    ) -> list[Event]:
+    ) -> list[ObserveReply]:
         """Record many observations, in order, in one durable write.
 
         Each item is ``(kind, text, session)`` or ``(kind, text, session, time)``
         where *time* (seconds since the epoch) is when the input happened; it
-        defaults to now.
+        defaults to now. Answers one :class:`ObserveReply` per item, in order.
         """
         batch = []
         for item in items:
             at = item[3] if len(item) == 4 else None
             batch.append(Observation(item[0], item[1], item[2], at, new_event_id()))
-        return [e for e, _ in self._record(batch)]
+        return [observed(e, duplicate) for e, duplicate in self._record(batch)]
 
-    def observe_batch(self, items: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    def observe_batch(self, items: Sequence[Sequence[Any]]) -> list[ObserveReply]:
         """Record ``(kind, text, session, event_id | None)`` items in one durable write.
 
         Idempotent per event id (``ev:`` and 20 hex digits, chosen by the
@@ -175,17 +200,17 @@ class Context(GovernanceAPI):
         :func:`service.observations.check_items` for the argument errors.
         """
         batch = [Observation(k, t, s, None, eid) for k, t, s, eid in check_items(items)]
-        return [
-            {"ref": e.ref, "id": e.id, "duplicate": duplicate}
-            for e, duplicate in self._record(batch)
-        ]
+        return [observed(e, duplicate) for e, duplicate in self._record(batch)]
 
     def _record(self, batch: list[Observation]) -> list[tuple[Event, bool]]:
         now = time.time()
         return self.backend.transact(lambda w: record(w, batch, now))
 
-    def claim(self) -> ClaimResult:
-        """Claim every waiting input as one batch; see :func:`protocol.engine.claim`."""
+    def claim(self) -> ClaimReply:
+        """Claim every waiting input as one batch; see :func:`protocol.engine.claim`.
+
+        Answers ``{"tick", "advanced", "claimed", "finalized", "version"}``.
+        """
         now = time.time()
 
         def run(w: WriteView) -> ClaimResult:
@@ -193,7 +218,7 @@ class Context(GovernanceAPI):
             w.apply(cs)
             return result
 
-        return self.backend.transact(run)
+        return ClaimReply.of(self.backend.transact(run).to_dict())
 
     def commit(self, tx: ContextTx | str, *, client_id: str | None = None) -> Receipt:
         """Validate and commit one transaction durably; return its receipt.
@@ -213,6 +238,10 @@ class Context(GovernanceAPI):
             return outcome.receipt
 
         return self.backend.transact(run)
+
+    def submit(self, tx: ContextTx | str, client_id: str | None = None) -> Receipt:
+        """:meth:`commit` under the name a Ray handle gives it, so a script runs on both."""
+        return self.commit(tx, client_id=client_id)
 
     def commit_many(
         self,
@@ -241,7 +270,18 @@ class Context(GovernanceAPI):
 
         return self.backend.transact(run)
 
-    def deliver(self, ref: str) -> dict[str, Any]:
+    def check(self, tx: ContextTx | str | SubmittedTx, *, client_id: str | None = None) -> Receipt:
+        """Dry run: the receipt *tx* would get if committed now, writing nothing.
+
+        The engine decides it against a read view of the current state, exactly
+        as :meth:`commit` would, so it works on a read-only open too. A later
+        commit may still differ if another writer commits in between.
+        """
+        item, text = _prepare((tx, client_id))
+        now = time.time()
+        return self.backend.read(lambda v: evaluate(v, item, now=now, text=text).receipt)
+
+    def deliver(self, ref: str) -> DeliverReply:
         """Mark the user request *ref* delivered: it may now be retired (R19)."""
 
         def run(w: WriteView) -> Event:
@@ -251,17 +291,17 @@ class Context(GovernanceAPI):
             return e
 
         e = self.backend.transact(run)
-        return {"ref": e.ref, "id": e.id, "delivered": True}
+        return DeliverReply(ref=e.ref, id=e.id, delivered=True)
 
     # -- reads --------------------------------------------------------------
 
-    def frame(self, frame_id: str) -> dict[str, Any]:
-        """The current frame as a JSON-ready dict; raises NotFound for an unknown id."""
-        return self.backend.read(lambda v: reads.frame(v, frame_id))
+    def frame(self, frame_id: str) -> FrameReply:
+        """The current frame; raises NotFound for an unknown id."""
+        return FrameReply.of(self.backend.read(lambda v: reads.frame(v, frame_id)))
 
-    def frame_at(self, frame_id: str, version: int) -> dict[str, Any]:
+    def frame_at(self, frame_id: str, version: int) -> FrameReply:
         """The frame as it stood when *version* committed (R29 as-of read); NotFound if absent."""
-        return self.backend.read(lambda v: reads.frame_at(v, frame_id, version))
+        return FrameReply.of(self.backend.read(lambda v: reads.frame_at(v, frame_id, version)))
 
     def frame_record(self, frame_id: str) -> Frame:
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
@@ -270,32 +310,33 @@ class Context(GovernanceAPI):
             raise NotFound(f"no frame {frame_id!r}")
         return f
 
-    def event(self, ref: str) -> dict[str, Any]:
+    def event(self, ref: str) -> EventReply:
         """An event's metadata (reference, id, kind, lifecycle, size, preview)."""
-        return self.backend.read(lambda v: event_dict(resolve_event(v, ref)))
+        return EventReply.of(self.backend.read(lambda v: event_dict(resolve_event(v, ref))))
 
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> dict[str, Any]:
+    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> EventPage:
         """Characters ``[offset, offset+length)`` of an event's original text (R28).
 
         Retired events are readable too. *length* defaults to the rest, capped at
         1 MiB characters per call; offsets past the end give an empty chunk.
         """
-        return self.backend.read(lambda v: reads.read_event(v, ref, offset, length))
+        return EventPage.of(self.backend.read(lambda v: reads.read_event(v, ref, offset, length)))
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> StateReply:
         """Version, tick, every frame, event and relation, and the sessions."""
-        return self.backend.read(lambda v: reads.state(v, self.name))
+        return StateReply.of(self.backend.read(lambda v: reads.state(v, self.name)))
 
-    def history(self, frame_id: str) -> list[dict[str, Any]]:
+    def history(self, frame_id: str) -> list[HistoryEntry]:
         """Every committed write of *frame_id* (R29): op, revision, body, version, base.
 
         Reads the transaction log, not the current graph: the body shown is the
         one that transaction wrote. Lifecycle-only changes (retire, restore,
         protect, finalization at a tick) appear with ``op`` naming them.
         """
-        return self.backend.read(lambda v: reads.history(v, frame_id))
+        entries = self.backend.read(lambda v: reads.history(v, frame_id))
+        return [HistoryEntry.of(entry) for entry in entries]
 
-    def snapshot(self, frame_ids: Sequence[str]) -> dict[str, Any]:
+    def snapshot(self, frame_ids: Sequence[str]) -> SnapshotReply:
         """One consistent read: ``{"version", "tick", "frames": {id: summary | None}}``.
 
         A summary is ``{"revision", "lifecycle", "protected"}``; None means
@@ -307,7 +348,7 @@ class Context(GovernanceAPI):
             raise OutOfRange(
                 f"number of frames must be between 0 and {MAX_SNAPSHOT_FRAMES}, not {len(ids)}"
             )
-        return self.backend.read(lambda v: reads.snapshot(v, ids))
+        return SnapshotReply.of(self.backend.read(lambda v: reads.snapshot(v, ids)))
 
     def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
         """One page of the history after version *after*, for history checkers.
@@ -339,8 +380,32 @@ class Context(GovernanceAPI):
         view_version: int | None = None,
         *,
         session: str = "main",
+    ) -> RecallReply:
+        """Recall one page for the model, recorded as a ``recall_result`` observation (R30).
+
+        Answers what a Ray handle answers: the observation's ref, the page's
+        node and edge counts, the frame ids it returned and the next cursor.
+        :meth:`recall_recorded` is the same call answering the page itself.
+        """
+        page, e = self.recall_recorded(request, cursor, view_version, session=session)
+        return RecallReply(
+            ref=e.ref,
+            nodes=len(page.nodes),
+            edges=len(page.edges),
+            recalled=[str(f) for f in e.extra.get("recalled") or ()],
+            next_cursor=page.next_cursor,
+        )
+
+    def recall_recorded(
+        self,
+        request: RecallRequest | dict[str, Any] | str,
+        cursor: str | None = None,
+        view_version: int | None = None,
+        *,
+        session: str = "main",
     ) -> tuple[RecallPage, Event]:
-        """Recall one page for the model and record it as a ``recall_result`` observation (R30).
+        """Recall one page for the model and record it as a ``recall_result`` observation (R30);
+        the page and the recorded event.
 
         The result enters the context as tool output; no frame's lifecycle
         changes. Model-facing: without a ``trust`` filter the request gets
@@ -381,7 +446,7 @@ class Context(GovernanceAPI):
 
     def search(
         self, args: dict[str, Any], session: str = "main", *, catch_up: bool = True
-    ) -> dict[str, Any]:
+    ) -> SearchReply:
         """A model's search over this context, recorded as a ``recall_result`` observation.
 
         *args* are the ``search`` tool's (:func:`storage.search.model_search`:
@@ -395,7 +460,7 @@ class Context(GovernanceAPI):
         searcher = self.searcher
         if catch_up:
             searcher.catch_up(SEARCH_CATCH_UP)
-        return searcher.search(self, args, session)
+        return SearchReply.of(searcher.search(self, args, session))
 
     @property
     def searcher(self) -> Searcher:
@@ -500,9 +565,7 @@ class Context(GovernanceAPI):
         """
         return sharing.import_frame(self, package, key, as_id, holder=holder, tenant=tenant)
 
-    def frames_valid_at(
-        self, t: float | str, *, include_retired: bool = False
-    ) -> list[dict[str, Any]]:
+    def frames_valid_at(self, t: float | str, *, include_retired: bool = False) -> list[FrameReply]:
         """Frames whose valid time covers *t* (ISO date or epoch seconds), by id.
 
         Valid time is the envelope's ``[valid_from, valid_to)``, independent of
@@ -515,7 +578,8 @@ class Context(GovernanceAPI):
             when = valid_time(t)
         except ValueError as e:
             raise RequestError(str(e), code="bad_time") from e
-        return self.backend.read(lambda v: reads.frames_valid_at(v, when, include_retired))
+        found = self.backend.read(lambda v: reads.frames_valid_at(v, when, include_retired))
+        return [FrameReply.of(f) for f in found]
 
     def fork(self, target: Backend, *, at_version: int | None = None) -> Context:
         """A new context in *target* (an empty store) holding this one as of *at_version*.

@@ -10,11 +10,14 @@ a base of :class:`~service.context.Context`; it holds no state of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from protocol.governance import MAX_AUDIT_PAGE, AdmissionPolicy, Decision, Finding, ScanResult
 from protocol.state import Meta
 from storage.backend import Backend
+
+if TYPE_CHECKING:
+    from protocol.forget import ForgetReport
 
 
 class GovernanceAPI:
@@ -119,7 +122,9 @@ class GovernanceAPI:
     ) -> list[Finding]:
         """:func:`protocol.governance.find_low_quality` over this context and all its traces.
 
-        One snapshot; writes nothing. OutOfRange for *unused_ticks* below 1 or
+        Contradicted, failing and unused frames, and accepted frames holding
+        secrets or personal data (rule ``sensitive_content``). One snapshot;
+        writes nothing. OutOfRange for *unused_ticks* below 1 or
         *failed_uses* outside 1 to 1000.
         """
         from protocol.governance import all_traces, check_scan, find_low_quality
@@ -156,9 +161,12 @@ class GovernanceAPI:
         """Find low-quality frames and quarantine them in one audited write (R43).
 
         Like the actor's ``quarantine_scan`` and ``morphz review scan``: frames a
-        human accepted are reported under ``spared``, not quarantined. The audit
-        entry names *holder* (default ``embedded``). See
-        :func:`service.governance.run_quarantine_scan`.
+        human accepted are reported under ``spared``, not quarantined. Accepted
+        frames holding secrets or personal data are quarantined too, and every
+        observation is checked: ``ScanResult.sensitive`` locates what was found
+        (record, id, field, offsets, rule, a masked excerpt; an observation's
+        remedy is ``forget``). The audit entries name *holder* (default
+        ``embedded``). See :func:`service.governance.run_quarantine_scan`.
         """
         from service.governance import run_quarantine_scan
 
@@ -167,4 +175,38 @@ class GovernanceAPI:
             unused_ticks=unused_ticks,
             failed_uses=failed_uses,
             audit=self._governance_audit("quarantine_scan", holder),
+        )
+
+    def forget(
+        self,
+        target: str,
+        *,
+        reason: str | None,
+        by: str | None = None,
+        holder: str | None = None,
+    ) -> ForgetReport:
+        """Erase the content of *target* (``@eN``, an event id, or a frame id); keep a tombstone.
+
+        An observation's text, or every body a frame ever had (current record,
+        history rows, the log records that wrote it), and the recall results
+        that carried it, are overwritten in one write with the audit entry
+        (method ``forget``, holder *holder*, default ``embedded``): the digest
+        of what was erased, *by* (default the holder), when and *reason*
+        (required). The version does not change; forgetting twice answers the
+        first tombstone with ``duplicate``. See :mod:`service.forget` and
+        ``docs/forget.md``.
+        """
+        import time
+
+        from protocol.governance import EMBEDDED
+        from service.forget import forget_in_context
+
+        who = holder or EMBEDDED
+        return forget_in_context(
+            self,  # type: ignore[arg-type]
+            target,
+            reason=reason,
+            by=who if by is None else by,
+            now=time.time(),
+            holder=who,
         )

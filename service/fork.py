@@ -34,7 +34,12 @@ def fork_into(
         meta = v.meta()
         version = meta.version if at_version is None else at_version
         if not 0 <= version <= meta.version:
-            raise OutOfRange(f"version {version} is not between 0 and {meta.version}")
+            # A version not yet committed is refused (future_version, exit 1 on the command
+            # line); a negative one is malformed (out_of_range, exit 2).
+            raise OutOfRange(
+                f"version {version} is not between 0 and {meta.version}",
+                code="future_version" if version > meta.version else None,
+            )
         records = []
         for n in range(1, version + 1):
             rec = v.txlog(n)

@@ -46,6 +46,7 @@ from protocol.governance import (
     request_reasons,
     review_in,
     scan_in,
+    scan_observations,
 )
 from protocol.view import Changeset
 from storage.backend import Backend
@@ -161,13 +162,22 @@ def run_quarantine_scan(
     audit: Mapping[str, Any] | None = None,
 ) -> ScanResult:
     """:func:`~protocol.governance.find_low_quality` over every trace, then quarantine,
-    in one audited write.
+    in one audited write; and every observation checked for sensitive content.
 
+    Accepted frames holding sensitive content (secrets, personal data) are
+    quarantined with the others; what it found in frames and in observations
+    is reported under ``sensitive``, located (record, id, field, offsets,
+    rule) with a masked excerpt, and audited in the same write (outcome
+    ``flagged``). An observation cannot be quarantined: ``forget`` erases it.
     Frames a human accepted (``reviewed_by`` ``human:…``) are reported but
     spared: only a human undoes a human decision (``Context.quarantine([id])``
-    then a review). Nothing is written, nor audited, when nothing is quarantined.
+    then a review). Nothing is written, nor audited, when nothing is
+    quarantined and nothing sensitive was found. The observations are read
+    before the write (their text does not change; reading them does not hold
+    the writer lock).
     """
     check_scan(unused_ticks, failed_uses)
+    observed, _ = store.read(lambda v: scan_observations(v, 0))
     when = time.time() if now is None else now
     return store.transact(
         lambda w: scan_in(
@@ -177,6 +187,7 @@ def run_quarantine_scan(
             failed_uses=failed_uses,
             reviewer=reviewer,
             audit=audit,
+            observations=observed,
         )
     )
 
@@ -194,8 +205,10 @@ def apply_pass(
     quarantines something. Inside it, a decision applies only if its frame is
     still what was read; the others are left for the next pass (``deferred``,
     and held by the cursor). Answers ``{"decisions" (applied), "held",
-    "quarantined", "spared", "versions", "deferred", "full", "cursor"}``;
-    ``cursor`` is the :class:`~protocol.governance.PassCursor` for the next pass.
+    "quarantined", "spared", "versions", "deferred", "full", "cursor",
+    "sensitive"}``; ``cursor`` is the :class:`~protocol.governance.PassCursor`
+    for the next pass; ``sensitive`` the secrets and personal data found
+    (located, masked; audited in the same write, outcome ``flagged``).
     """
     when = time.time() if now is None else now
     if not plan.writes:
@@ -220,10 +233,11 @@ def run_pass(
     quarantine of what the scan finds in the state they leave, sparing frames a
     human accepted (a second transaction), both in one write that is opened
     only when there is something to write; each is audited when it changed
-    something. Without *cursor* the pass looks at everything; pass the
-    report's ``cursor`` to the next call to look only at what changed since.
-    Answers ``{"decisions", "held", "quarantined", "spared", "versions",
-    "deferred", "full", "cursor"}`` (see :func:`apply_pass`).
+    something. Without *cursor* the pass looks at everything (every
+    observation too, for sensitive content); pass the report's ``cursor`` to
+    the next call to look only at what changed since (and the observations
+    recorded since). Answers ``{"decisions", "held", "quarantined", "spared",
+    "versions", "deferred", "full", "cursor", "sensitive"}`` (see :func:`apply_pass`).
     """
     check_scan(unused_ticks, failed_uses)
     pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()

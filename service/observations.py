@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from protocol.engine import observe
 from protocol.errors import OutOfRange, RequestError
 from protocol.ids import is_event_id
+from protocol.replies import ObserveReply
 from protocol.state import Event
 from protocol.view import WriteView
 
@@ -76,6 +77,11 @@ def check_items(items: Any) -> list[tuple[str, str, str, str]]:
             )
         out.append((kind, text, session, eid))
     return out
+
+
+def observed(e: Event, duplicate: bool) -> ObserveReply:
+    """What ``observe`` answers for the recorded event *e* on every port."""
+    return ObserveReply(ref=e.ref, id=e.id, duplicate=duplicate)
 
 
 def record(w: WriteView, batch: Sequence[Observation], now: float) -> list[tuple[Event, bool]]:

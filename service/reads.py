@@ -72,6 +72,11 @@ def frame_dict(v: ReadView, f: Frame, *, relations: bool = True) -> dict[str, An
         "session": env.get("session"),
         "review_reasons": list(env.get("review_reasons") or ()),
     }
+    if env.get("forgotten") is not None:
+        out["envelope"]["forgotten"] = dict(env["forgotten"])
+    gone = forgotten_sources(v, f.sources)
+    if gone:
+        out["forgotten_sources"] = gone
     if relations:
         out["relations_out"] = [[f.id, lab, o] for lab, o in v.relations_from(f.id)]
         out["relations_in"] = [[s, lab, f.id] for s, lab in v.relations_to(f.id)]
@@ -94,6 +99,24 @@ def event_dict(e: Event) -> dict[str, Any]:
     }
     if e.kind == "user_message":
         out["delivered"] = bool(e.delivered)
+    if e.extra.get("forgotten") is not None:
+        out["forgotten"] = dict(e.extra["forgotten"])
+    return out
+
+
+def forgotten_sources(v: ReadView, sources: tuple[str, ...]) -> list[str]:
+    """The sources among *sources* whose content was forgotten, as the model reads them."""
+    out: list[str] = []
+    for s in sources:
+        if s.startswith("ev:"):
+            seq = v.event_seq(s)
+            e = v.event(seq) if seq is not None else None
+            if e is not None and e.extra.get("forgotten") is not None:
+                out.append(e.ref)
+        else:
+            src = v.frame(s)
+            if src is not None and src.envelope.get("forgotten") is not None:
+                out.append(s)
     return out
 
 
@@ -112,7 +135,9 @@ def frame_at(v: ReadView, frame_id: str, version: int) -> dict[str, Any]:
         raise OutOfRange(f"version must be >= 0, not {version}")
     current = v.meta().version
     if version > current:
-        raise OutOfRange(f"version {version} is after the current version {current}")
+        raise OutOfRange(
+            f"version {version} is after the current version {current}", code="future_version"
+        )
     f = v.frame_at(frame_id, version)
     if f is None:
         raise NotFound(f"no frame {frame_id!r} at version {version}")

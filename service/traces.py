@@ -63,7 +63,8 @@ def influence(
     assert version is not None
     current = ctx.version
     if not 1 <= version <= current:
-        raise OutOfRange(f"version must be between 1 and {current}, not {version}")
+        code = "future_version" if version > current else None  # not yet committed: refused
+        raise OutOfRange(f"version must be between 1 and {current}, not {version}", code=code)
     after = 0
     while rows := traces(ctx, after=after, limit=1000):
         for t in rows:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from protocol.errors import OutOfRange, StoreError
+from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
@@ -288,6 +289,19 @@ class _MemoryView:
             t["meta"].put("outbox", None, last + 1)
         if changes.audit:
             append_audit(_AuditRows(t), changes.audit, now=time.time())
+
+    def rewrite(self, rw: Rewrite) -> None:
+        """Overwrite records in place (forgetting, :mod:`protocol.forget`): an event's text
+        whole, frame history rows, log records."""
+        t = self._live()
+        if not self._writable:
+            raise StoreError("rewrite() needs a view from transact()")
+        for seq, text in rw.contents:
+            t["contents"].put(seq, None, text)
+        for frame_id, version, frame in rw.history:
+            t["history"].put(frame_id, version, _pack(frame.to_record()))
+        for record in rw.txlog:
+            t["txlog"].put(_txlog_version(record), None, _pack(record))
 
 
 class _AuditRows:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,26 +131,52 @@ class LoadAgent(AgentThread):
     """An :class:`~harness.agent_threads.AgentThread` that also runs for a time and replays.
 
     ``run(spec)`` (inherited) runs a fixed number of synthetic steps;
-    :meth:`run_for` runs synthetic steps until a deadline; :meth:`replay`
-    replays conversations. All answer ``pack(records)`` (see
+    :meth:`run_for` runs synthetic steps until a deadline or a step count;
+    :meth:`replay` replays conversations. All answer ``pack(records)`` (see
     :data:`harness.agent_threads.RECORD_KEYS`; replay records add ``source_events``).
+    :meth:`stop` ends the runs of :meth:`run_for` and :meth:`replay` early:
+    each logical thread finishes the step it is in, and the call answers the
+    records made so far (an interrupted load test checks what committed).
     """
 
-    async def run_for(self, spec: dict[str, Any], seconds: float) -> bytes:
-        """Run the synthetic workload of *spec* for *seconds*, plans of :data:`ROUND_STEPS` steps.
+    def __init__(self) -> None:
+        super().__init__()
+        self._stopped = False
+
+    async def stop(self) -> None:
+        """Stop the running workloads after their current steps (they answer their records)."""
+        self._stopped = True
+
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stopped
+
+    async def run_for(
+        self, spec: dict[str, Any], seconds: float | None, steps: int | None = None
+    ) -> bytes:
+        """Run the synthetic workload of *spec* for *seconds* (or *steps* steps per thread),
+        in plans of :data:`ROUND_STEPS` steps, until then or until :meth:`stop`.
 
         Each logical thread plans :data:`ROUND_STEPS` steps at a time (a new
-        seed per round) and stops planning at the deadline; its step numbers
-        run on across rounds. ``spec["transactions"]`` is ignored.
+        seed per round) and stops planning at the deadline, after *steps*
+        steps, or when stopped; its step numbers run on across rounds.
+        ``spec["transactions"]`` is ignored.
         """
         s = check_spec(spec)
+        if seconds is None and steps is None:
+            raise RequestError("run_for needs seconds or steps", code="bad_spec")
         handle = self._handle(s.context, s.namespace)
-        deadline = time.monotonic() + float(seconds)
+        deadline = None if seconds is None else time.monotonic() + float(seconds)
+
+        def more(rounds: int) -> bool:
+            if self._stopped or (steps is not None and rounds * ROUND_STEPS >= steps):
+                return False
+            return deadline is None or time.monotonic() < deadline
 
         async def loop(number: int) -> list[dict[str, Any]]:
             out: list[dict[str, Any]] = []
             rounds = 0
-            while time.monotonic() < deadline:
+            while more(rounds):
                 plan = s.model_copy(
                     update={"transactions": ROUND_STEPS, "seed": s.seed * 1_000_003 + rounds}
                 )
@@ -184,7 +210,7 @@ class LoadAgent(AgentThread):
             raise RequestError(f"bad trajectory spec: {e.errors()[0]}", code="bad_spec") from e
         handle = self._handle(s.context, s.namespace)
         deadline = None if s.seconds is None else time.monotonic() + s.seconds
-        runs = [_Replay(handle, s, t, deadline).run() for t in s.threads]
+        runs = [_Replay(handle, s, t, deadline, self.stopped).run() for t in s.threads]
         results = await asyncio.gather(*runs)
         return pack([r for records in results for r in records])
 
@@ -198,7 +224,9 @@ class _Replay:
         spec: TrajectorySpec,
         plan: TrajectoryThread,
         deadline: float | None,
+        stopped: Callable[[], bool] = lambda: False,
     ) -> None:
+        self.stopped = stopped
         self.handle = handle
         self.spec = spec
         self.plan = plan
@@ -210,8 +238,8 @@ class _Replay:
         self.domain = ""
 
     def more(self) -> bool:
-        """Whether the thread has steps and time left."""
-        if self.plan.steps is not None and self.steps >= self.plan.steps:
+        """Whether the thread has steps and time left (and was not stopped)."""
+        if self.stopped() or (self.plan.steps is not None and self.steps >= self.plan.steps):
             return False
         return self.deadline is None or time.monotonic() < self.deadline
 

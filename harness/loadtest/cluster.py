@@ -5,19 +5,17 @@ Ray is imported inside the functions that use it, never at module import.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
-import re
 import signal
-import socket
 import threading
 import time
 from typing import Any
 
 from actors.client import ContextHandle
 from actors.placement import alive_nodes, current_node_id
-from protocol.errors import MorphzError, StoreError
+from actors.transport import init_ray
+from protocol.errors import MorphzError
 
 
 class Killer:
@@ -112,35 +110,10 @@ def local_nodes() -> list[str]:
     return [here] + [n for n in same if n != here]
 
 
-def check_reachable(address: str) -> None:
-    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would wait for minutes)."""
-    m = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address)
-    if m is None:  # "auto" and the like: left to Ray
-        return
-    try:
-        socket.create_connection((m.group(1), int(m.group(2))), timeout=5).close()
-    except OSError as e:
-        raise StoreError(f"cannot reach Ray at {address}: {e}", code="ray_unavailable") from e
-
-
 def connect_ray(address: str | None) -> bool:
-    """Connect this process to Ray unless it is connected; True if this call connected it."""
-    import ray
+    """Connect this process to Ray unless it is connected; True if this call connected it.
 
-    if ray.is_initialized():
-        return False
-    target = address or os.environ.get("RAY_ADDRESS") or "local"
-    kwargs: dict[str, Any] = {
-        "address": target,
-        "log_to_driver": False,
-        "logging_level": logging.WARNING,
-    }
-    if target == "local":
-        kwargs["include_dashboard"] = False
-    else:
-        check_reachable(target)
-    try:
-        ray.init(**kwargs)
-    except (ConnectionError, ValueError, RuntimeError) as e:
-        raise StoreError(f"cannot connect to Ray at {target}: {e}", code="ray_unavailable") from e
-    return True
+    :func:`actors.transport.init_ray`: *address*, else ``RAY_ADDRESS``, else a
+    new local cluster; ``TransportError`` ``ray_unreachable`` if it cannot be joined.
+    """
+    return init_ray(address)

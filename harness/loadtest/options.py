@@ -28,6 +28,8 @@ class LoadtestOptions(BaseModel):
     one per thread). ``trajectories_dir`` is where the STATE-Bench trajectories
     are for the ``trajectories`` workload (None: the ``MORPHZ_TRAJECTORIES``
     environment variable, see :func:`~harness.loadtest.trajectories.trajectories_dir`).
+    ``store_dir`` is where the contexts' stores go; None (the default) makes a
+    temporary directory, removed after the run (kept with ``keep``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -43,7 +45,7 @@ class LoadtestOptions(BaseModel):
     conversations: int | None = Field(default=None, ge=1)
     kill_every_s: float | None = Field(default=None, gt=0.0)
     address: str | None = None
-    store_dir: str = ".morphz"
+    store_dir: str | None = None
     seed: int = 0
     agents: int | None = Field(default=None, ge=1, le=256)
     namespace: str = Field(default=DEFAULT_NAMESPACE, min_length=1)

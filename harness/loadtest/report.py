@@ -42,9 +42,15 @@ REPORT_KEYS = (
     "checked",
     "per_context",
     "store",
+    "store_kept",
     "namespace",
+    "interrupted",
 )
-"""Keys of the dict :func:`~harness.loadtest.run.run_loadtest` answers, in order."""
+"""Keys of the dict :func:`~harness.loadtest.run.run_loadtest` answers, in order.
+
+``interrupted`` is true when the run was cut short (SIGINT): the figures and
+the history check cover what was submitted until then. ``store_kept`` is false
+when the run made a temporary store and removed it."""
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -34,6 +36,10 @@ MAX_AGENTS = 8
 """Most agent actors the default spreads the threads over."""
 THREADS_PER_AGENT = 16
 """Logical threads per agent actor the default aims at (at least two agents)."""
+STOP_WAIT = 60.0
+"""Seconds an interrupted run waits for its agents to finish their current steps."""
+TEMP_PREFIX = "morphz-loadtest-"
+"""Prefix of the temporary store a run makes when it is given none."""
 
 
 @dataclass
@@ -100,13 +106,15 @@ class _Run:
         conversations: list[Conversation],
         progress: Progress | None,
         tamper: Tamper | None,
+        store: str,
     ) -> None:
         self.opts = opts
         self.conversations = conversations
         self.progress = progress
         self.tamper = tamper
         self.run_id = opts.run_id or uuid.uuid4().hex[:8]
-        self.store = os.path.abspath(opts.store_dir)
+        self.store = os.path.abspath(store)
+        self.interrupted = False
         self.handles: list[ContextHandle] = []
         self.nodes: list[str] = []
         self.agents: list[Any] = []
@@ -191,10 +199,15 @@ class _Run:
                         shared_plans=opts.shared_frames - 1,
                         seed=opts.seed,
                     ).model_dump()
-                    if opts.duration_s is None:
-                        work.append(_Work(agent, c, "run", (spec_doc,)))
-                    else:
-                        work.append(_Work(agent, c, "run_for", (spec_doc, opts.duration_s)))
+                    # run_for checks the agent's stop flag between steps (SIGINT)
+                    work.append(
+                        _Work(
+                            agent,
+                            c,
+                            "run_for",
+                            (spec_doc, opts.duration_s, None if opts.duration_s else steps),
+                        )
+                    )
         return work
 
     def _trajectory_threads(
@@ -240,23 +253,31 @@ class _Run:
         versions = [0] * len(self.handles)
         polls: dict[int, Any] = {}
         try:
-            waiting = list(refs)
-            while waiting:
-                _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0.5)
-                self._poll(polls, versions)
-                if self.progress is not None:
-                    self.progress(
-                        {
-                            "elapsed_s": time.monotonic() - started,
-                            "duration_s": opts.duration_s,
-                            "transactions": opts.transactions,
-                            "committed": sum(versions),
-                            "kills": 0 if killer is None else len(killer.kills),
-                            "done": False,
-                        }
-                    )
-            elapsed = time.monotonic() - started
-            raws = ray.get(refs)
+            try:
+                waiting = list(refs)
+                while waiting:
+                    _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0.5)
+                    self._poll(polls, versions)
+                    if self.progress is not None:
+                        self.progress(
+                            {
+                                "elapsed_s": time.monotonic() - started,
+                                "duration_s": opts.duration_s,
+                                "transactions": opts.transactions,
+                                "committed": sum(versions),
+                                "kills": 0 if killer is None else len(killer.kills),
+                                "done": False,
+                            }
+                        )
+                elapsed = time.monotonic() - started
+                raws: list[Any] = ray.get(refs)
+            except KeyboardInterrupt:
+                # SIGINT: stop the load and check what was submitted until now.
+                self.interrupted = True
+                elapsed = time.monotonic() - started
+                if killer is not None:
+                    killer.stop()
+                raws = self._stop_agents(refs)
         except RayTaskError as e:
             cause = getattr(e, "cause", None)
             if isinstance(cause, MorphzError):
@@ -269,6 +290,8 @@ class _Run:
                 killer.stop()
         by_context: dict[int, list[dict[str, Any]]] = defaultdict(list)
         for w, raw in zip(work, raws, strict=True):
+            if raw is None:  # an interrupted agent that did not answer
+                continue
             records = unpack(raw)
             if not isinstance(records, list):
                 raise StoreError("an agent answered no records", code="agent_error")
@@ -287,6 +310,24 @@ class _Run:
                 }
             )
         return by_context, elapsed, killer
+
+    def _stop_agents(self, refs: list[Any]) -> list[Any]:
+        """Tell every agent to stop after its current steps; their answers (None: no answer).
+
+        Waits up to :data:`STOP_WAIT` seconds in all; a second SIGINT aborts the wait.
+        """
+        import ray
+
+        for agent in self.agents:
+            agent.stop.remote()
+        deadline = time.monotonic() + STOP_WAIT
+        raws: list[Any] = []
+        for ref in refs:
+            try:
+                raws.append(ray.get(ref, timeout=max(0.1, deadline - time.monotonic())))
+            except Exception:  # a failed or late agent: its records are lost
+                raws.append(None)
+        return raws
 
     def _poll(self, polls: dict[int, Any], versions: list[int]) -> None:
         """Read the contexts' versions without blocking: collect answers, ask again."""
@@ -389,7 +430,9 @@ class _Run:
             "checked": checked,
             "per_context": per_context,
             "store": self.store,
+            "store_kept": True,
             "namespace": opts.namespace,
+            "interrupted": self.interrupted,
         }
         assert tuple(doc) == REPORT_KEYS
         return doc
@@ -407,8 +450,17 @@ def run_loadtest(
     ``duration_s``, ``transactions``, ``committed`` (the contexts' versions,
     polled), ``kills`` and ``done``, and once more at the end (``done`` true).
     *tamper* lets a test change a context's records before they are checked.
-    The contexts are stopped at the end unless ``keep``; their stores stay.
+    The contexts are stopped at the end unless ``keep``. Their stores go under
+    ``store_dir`` and stay there; without one they go into a temporary
+    directory that is removed at the end (kept with ``keep``, whose actors
+    still serve it), and the report says so (``store_kept``).
     A process not yet connected to Ray is connected, and disconnected at the end.
+
+    SIGINT (``KeyboardInterrupt``) while the load runs stops the agents after
+    their current steps and answers the report of what was submitted until
+    then, checked like a full run, with ``interrupted`` true; the caller
+    decides how to exit. A SIGINT before the load starts, or a second one,
+    propagates (after the same clean-up).
     """
     opts = check_options(options)
     conversations = (
@@ -417,10 +469,20 @@ def run_loadtest(
         else []
     )
     connected = connect_ray(opts.address)
+    temporary = opts.store_dir is None
+    store = tempfile.mkdtemp(prefix=TEMP_PREFIX) if temporary else str(opts.store_dir)
+    removed = False
     try:
-        return _Run(opts, conversations, progress, tamper).go()
+        doc = _Run(opts, conversations, progress, tamper, store).go()
     finally:
-        if connected:
-            import ray
+        try:
+            if connected:
+                import ray
 
-            ray.shutdown()
+                ray.shutdown()
+        finally:
+            if temporary and not opts.keep:
+                shutil.rmtree(store, ignore_errors=True)
+                removed = True
+    doc["store_kept"] = not removed
+    return doc

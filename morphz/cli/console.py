@@ -1,4 +1,11 @@
-"""Shared plumbing of the ``morphz`` commands: options object, output, typed-error exits."""
+"""Shared plumbing of the ``morphz`` commands: options object, output, typed-error exits.
+
+The exit-code contract (README, ``docs/cli.md``): 0 success; 1 refused,
+rejected, not found, locked or unreachable; 2 usage or malformed input (bad
+JSON, bad option value, parse error, unknown field, a bad reference); 130
+interrupted. With ``--json`` every error is one JSON object on stdout:
+``{"error": {"code": …, "message": …}}``.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +18,15 @@ from typing import Any, NoReturn
 import click
 
 from protocol.errors import MorphzError, ParseError, WireError
+from protocol.replies import plain
 
+EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+NOT_BAD_INPUT = frozenset({"bad_output"})
+"""``bad_*`` codes that are not about the input (a file that cannot be written)."""
 
 
 class Env:
@@ -24,46 +37,73 @@ class Env:
         self.context = context
         self.as_json = as_json
 
-    def open(self, **options: Any) -> Any:
-        """Open (creating on first use) this command's context."""
-        from service.store import Store
+    def open(self, *, create: bool = False, **options: Any) -> Any:
+        """Open this command's context for writing.
 
-        return Store(self.store).open(self.context, **options)
-
-    def read(self) -> Any:
-        """Open this command's context for reading: read-only (no writer lock) if it exists.
-
-        A read command therefore works while another process (a context actor,
-        a running agent) holds the context for writing.
+        Never creates it unless *create* (``morphz init``, or a write given
+        ``--create``): a missing context raises NotFound naming the contexts
+        that exist.
         """
         from service.store import Store
 
-        store = Store(self.store)
-        if store.exists(self.context):
-            return store.open(self.context, readonly=True)
-        return store.open(self.context)
+        return Store(self.store).open(self.context, create=create, **options)
+
+    def read(self) -> Any:
+        """Open this command's context read-only (no writer lock); never creates it.
+
+        A read command therefore works while another process (a context actor,
+        a running agent) holds the context for writing, and a mistyped
+        ``--store`` or ``--context`` is a ``not_found`` error, never an empty state.
+        """
+        from service.store import Store
+
+        return Store(self.store).open(self.context, readonly=True)
 
 
 def emit(env: Env, doc: Any, human: Callable[[Any], str]) -> None:
     """Print *doc* as one JSON document with ``--json``, else its human rendering."""
     if env.as_json:
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        click.echo(json.dumps(plain(doc), ensure_ascii=False))
     else:
         click.echo(human(doc))
+
+
+def is_bad_input(err: MorphzError) -> bool:
+    """True if *err* means the input itself was malformed (exit 2), not refused (exit 1).
+
+    Parse and wire errors, numbers outside their documented bounds
+    (``out_of_range``) and every ``bad_*`` code (bad argument, bad reference,
+    bad context name …) are bad input. A version the context has not reached
+    (``future_version``) is refused, like ``not_found``: the same request can
+    succeed later.
+    """
+    if isinstance(err, (ParseError, WireError)) or err.code == "out_of_range":
+        return True
+    return err.code.startswith("bad_") and err.code not in NOT_BAD_INPUT
+
+
+def error_doc(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The one JSON shape of an error: ``{"error": {"code", "message", …}}``."""
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def report_error(as_json: bool, code: str, message: str, **extra: Any) -> None:
+    """Print an error: one JSON object on stdout with ``--json``, else one line on stderr."""
+    if as_json:
+        click.echo(json.dumps(error_doc(code, message, **extra), ensure_ascii=False))
+    else:
+        click.echo(f"morphz: {code}: {message}", err=True)
 
 
 def fail(
     env: Env | None, err: MorphzError, usage: Callable[[MorphzError], bool] | None = None
 ) -> NoReturn:
-    """Report a typed error and exit: 2 for parse/wire errors (and what *usage* says is a
-    wrong command line), 1 for refusals."""
-    bad_input = isinstance(err, (ParseError, WireError)) or (usage is not None and usage(err))
-    code = EXIT_USAGE if bad_input else EXIT_REFUSED
-    if env is not None and env.as_json:
-        click.echo(json.dumps(err.to_dict(), ensure_ascii=False))
-    else:
-        click.echo(f"morphz: {err.code}: {err.message}", err=True)
-    sys.exit(code)
+    """Report a typed error and exit: 2 for bad input (:func:`is_bad_input`, and what
+    *usage* says is a wrong command line), 1 for refusals."""
+    bad_input = is_bad_input(err) or (usage is not None and usage(err))
+    extra = {k: v for k, v in err.to_dict().items() if k not in ("error", "message")}
+    report_error(env is not None and env.as_json, err.code, err.message, **extra)
+    sys.exit(EXIT_USAGE if bad_input else EXIT_REFUSED)
 
 
 def decode(data: bytes, what: str) -> str:

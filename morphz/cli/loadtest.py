@@ -3,8 +3,14 @@
 It runs :func:`harness.loadtest.run_loadtest` (see docs/loadtest.md) and prints
 a table, or with ``--json`` one JSON document on stdout. Exit 0 when the
 history checker found no violation, 1 otherwise (or when the run could not be
-made), 2 on a usage error. Register it on the ``morphz`` group with
-``cli.add_command(loadtest_cmd)``. Ray is imported only when the command runs.
+made, e.g. ``ray_unreachable``), 2 on a usage error, 130 after SIGINT (once the
+partial report and the history check of what committed are printed).
+
+The contexts go into a temporary store, removed afterwards, unless a store is
+given (``loadtest --store DIR``, or the global ``--store`` on the command line;
+``MORPHZ_STORE`` alone does not count: it names the user's own memory).
+Register it on the ``morphz`` group with ``cli.add_command(loadtest_cmd)``.
+Ray is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 import click
 
-from morphz.cli.console import EXIT_REFUSED, Env, run_command
+from morphz.cli.console import EXIT_INTERRUPTED, EXIT_REFUSED, Env, run_command
 
 
 class _Bar:
@@ -65,7 +71,10 @@ def _human(doc: Mapping[str, Any]) -> None:
         console = Console(width=120)
     lat = doc["latency_ms"]
     bound = doc["requested"]
-    summary = Table(title=f"morphz loadtest {doc['run_id']} ({doc['workload']})", show_header=False)
+    title = f"morphz loadtest {doc['run_id']} ({doc['workload']})"
+    if doc.get("interrupted"):
+        title += " — interrupted: what was submitted until then"
+    summary = Table(title=title, show_header=False)
     summary.add_column("figure", style="bold")
     summary.add_column("value", justify="right")
     rows = [
@@ -87,6 +96,9 @@ def _human(doc: Mapping[str, Any]) -> None:
             else f"[red]{doc['violation_count']} violation(s)[/red]",
         ),
     ]
+    if "store" in doc:
+        kept = doc.get("store_kept", True)
+        rows.append(("store", doc["store"] + ("" if kept else " (temporary, removed)")))
     for name, value in rows:
         summary.add_row(name, value)
     console.print(summary)
@@ -178,6 +190,13 @@ def _human(doc: Mapping[str, Any]) -> None:
 @click.option("--agents", type=click.IntRange(1, 256), default=None, help="Agent actors.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--keep", is_flag=True, help="Leave the context actors running afterwards.")
+@click.option(
+    "--store",
+    "store_dir",
+    default=None,
+    help="Store directory for the load test's contexts, kept afterwards "
+    "(default: a fresh temporary one, removed at the end).",
+)
 @click.pass_obj
 @run_command
 def loadtest_cmd(
@@ -196,6 +215,7 @@ def loadtest_cmd(
     agents: int | None,
     seed: int,
     keep: bool,
+    store_dir: str | None,
 ) -> None:
     """Load-test context actors with agent threads; check every history (exit 1 if not ok).
 
@@ -217,7 +237,7 @@ def loadtest_cmd(
         "conversations": conversations,
         "kill_every_s": kill_every,
         "address": address,
-        "store_dir": env.store,
+        "store_dir": store_dir or _given_store(env),
         "seed": seed,
         "agents": agents,
         "keep": keep,
@@ -237,5 +257,15 @@ def loadtest_cmd(
         click.echo(json.dumps(doc, ensure_ascii=False))
     else:
         _human(doc)
+    if doc.get("interrupted"):
+        sys.exit(EXIT_INTERRUPTED)
     if not doc["history_ok"]:
         sys.exit(EXIT_REFUSED)
+
+
+def _given_store(env: Env) -> str | None:
+    """The global ``--store`` if it was given on the command line, else None (temporary)."""
+    root = click.get_current_context().find_root()
+    if root.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE:
+        return env.store
+    return None

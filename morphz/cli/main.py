@@ -1,10 +1,13 @@
 """The ``morphz`` command line.
 
-Global options come before the command: ``--store DIR`` (env ``MORPHZ_STORE``,
-default ``./.morphz``), ``--context NAME`` (default ``default``) and ``--json``
-(one JSON document on stdout). Exit codes: 0 success; 1 a rejected transaction
-or a refused request (unknown frame id or event ref included); 2 a usage or
-parse error. Store commands never import Ray.
+Global options go before or after the command: ``--store DIR`` (env
+``MORPHZ_STORE``, default ``./.morphz``), ``--context NAME`` (default
+``default``) and ``--json`` (one JSON document on stdout). Reads never create:
+a missing store or context is ``not_found``; a context is created by ``init``
+or by a write given ``--create``. Exit codes (``docs/cli.md``): 0 success; 1
+refused, rejected, not found, locked or unreachable; 2 usage or malformed
+input; 130 interrupted. With ``--json`` every error is one JSON object
+``{"error": {"code", "message"}}`` on stdout. Store commands never import Ray.
 """
 
 from __future__ import annotations
@@ -14,10 +17,68 @@ from typing import Any
 
 import click
 
-from morphz.cli.console import EXIT_REFUSED, EXIT_USAGE, Env, decode, emit, run_command
+from morphz.cli.console import (
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Env,
+    decode,
+    emit,
+    report_error,
+    run_command,
+)
+from morphz.cli.target import address_option, writer_for
+
+GLOBAL_OPTIONS = {"--store": "store", "--context": "context", "--json": "as_json"}
+"""The global options every command also accepts after its name, and the Env field each sets."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _late_global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A global option given after the command: it overrides the one given before."""
+    if value is None or value is False:
+        return value
+    env = ctx.find_object(Env)
+    if env is not None and param.name is not None:
+        setattr(env, param.name, value)
+    return value
+
+
+def _accept_global_options(cmd: click.Command) -> None:
+    """Let *cmd* (and, for a group, its commands) take the global options after its name.
+
+    A command that defines an option of the same name itself (``demo --store``)
+    keeps its own.
+    """
+    taken = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
+    for flag, field in GLOBAL_OPTIONS.items():
+        if flag in taken:
+            continue
+        is_flag = field == "as_json"
+        cmd.params.append(
+            click.Option(
+                [flag, field],
+                is_flag=is_flag,
+                default=False if is_flag else None,
+                expose_value=False,
+                hidden=True,
+                callback=_late_global,
+            )
+        )
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            _accept_global_options(sub)
+
+
+class MorphzGroup(click.Group):
+    """The ``morphz`` group: every command registered on it accepts the global options
+    after its name too (``morphz state --json``)."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _accept_global_options(cmd)
+        super().add_command(cmd, name)
+
+
+@click.group(cls=MorphzGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--store",
     envvar="MORPHZ_STORE",
@@ -30,7 +91,12 @@ from morphz.cli.console import EXIT_REFUSED, EXIT_USAGE, Env, decode, emit, run_
 @click.version_option(package_name="morphz")
 @click.pass_context
 def cli(ctx: click.Context, store: str, context_name: str, as_json: bool) -> None:
-    """Morphz: structured, transactional memory for long-running agents."""
+    """Morphz: structured, transactional memory for long-running agents.
+
+    --store, --context and --json may also follow the command. Reads never
+    create a context: use init (or --create on a write). Exit codes: 0 ok,
+    1 refused/not found/locked, 2 usage or malformed input, 130 interrupted.
+    """
     ctx.obj = Env(store, context_name, as_json)
 
 
@@ -39,13 +105,13 @@ def cli(ctx: click.Context, store: str, context_name: str, as_json: bool) -> Non
 @click.pass_obj
 @run_command
 def init(env: Env, window: int | None) -> None:
-    """Create the context (other commands create it on first use with defaults)."""
+    """Create the context (reads never create one; writes only with --create)."""
     from protocol.errors import RequestError
     from service.store import Store
 
     store = Store(env.store)
     existed = store.exists(env.context)
-    with store.open(env.context, window=window) as ctx:
+    with store.open(env.context, window=window, create=True) as ctx:
         meta = ctx.meta()
         if existed and window is not None and meta.window != window:
             raise RequestError(
@@ -86,29 +152,39 @@ def init(env: Env, window: int | None) -> None:
     default=None,
     help="Read the text from a file ('-' for stdin).",
 )
+@click.option("--create", is_flag=True, help="Create the context if it does not exist.")
+@address_option
 @click.pass_obj
 @run_command
-def observe(env: Env, kind: str, session: str, text: str | None, path: Any) -> None:
+def observe(
+    env: Env,
+    kind: str,
+    session: str,
+    text: str | None,
+    path: Any,
+    create: bool,
+    address: str | None,
+) -> None:
     """Record an observation; it waits until claimed."""
     if (text is None) == (path is None):
         raise click.UsageError("give exactly one of --text or --file")
     body = text if text is not None else decode(path.read(), "the observation file")
-    with env.open() as ctx:
-        e = ctx.observe(kind, body, session=session)
-    doc = {"ref": e.ref, "id": e.id, "kind": e.kind, "session": e.session, "size": e.size}
+    with writer_for(env, address, create=create) as writer:
+        doc = writer.observe(kind, body, session)
     emit(env, doc, lambda d: f"{d['ref']}  {d['kind']}  ({d['size']} chars)  {d['id']}")
 
 
 @cli.command()
+@address_option
 @click.pass_obj
 @run_command
-def claim(env: Env) -> None:
+def claim(env: Env, address: str | None) -> None:
     """Claim all waiting inputs as one batch (advances the tick once)."""
-    with env.open() as ctx:
-        result = ctx.claim()
+    with writer_for(env, address) as writer:
+        result = writer.claim()
     emit(
         env,
-        result.to_dict(),
+        result,
         lambda d: (
             f"tick {d['tick']}: claimed {' '.join(d['claimed']) or 'nothing'}"
             + (f"; finalized {' '.join(d['finalized'])}" if d["finalized"] else "")
@@ -149,10 +225,28 @@ def _human_receipt(d: dict[str, Any]) -> str:
 @click.option(
     "--client-id", default=None, help="Idempotency key: a retry returns the original receipt."
 )
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Print the receipt the transaction would get now; write nothing (read-only).",
+)
+@click.option("--create", is_flag=True, help="Create the context if it does not exist.")
+@address_option
 @click.pass_obj
 @run_command
-def tx(env: Env, source: Any, client_id: str | None) -> None:
-    """Submit a (context-tx …) from FILE or stdin and print its receipt."""
+def tx(
+    env: Env,
+    source: Any,
+    client_id: str | None,
+    check: bool,
+    create: bool,
+    address: str | None,
+) -> None:
+    """Submit a (context-tx …) from FILE or stdin and print its receipt.
+
+    With --check: evaluate it against the current state and print the receipt
+    it would get, writing nothing (exit 1 if it would be rejected).
+    """
     from protocol.txlang import parse_tx
     from protocol.wire import SubmittedTx
 
@@ -160,12 +254,25 @@ def tx(env: Env, source: Any, client_id: str | None) -> None:
     # Parsed once, here: a parse error exits 2 before the store is touched, and the
     # service commits the parsed form and logs the text as given.
     submitted = SubmittedTx(parse_tx(text), text)
-    with env.open() as ctx:
-        receipt = ctx.commit_many([(submitted, client_id)])[0]
+    if check:
+        if create:
+            raise click.UsageError("--check writes nothing; it does not combine with --create")
+        with env.read() as ctx:
+            would = ctx.check(submitted, client_id=client_id)
+        emit(env, {**would.to_dict(), "check": True}, _human_check)
+        if not would.committed:
+            sys.exit(EXIT_REFUSED)
+        return
+    with writer_for(env, address, create=create) as writer:
+        receipt = writer.commit(submitted, client_id)
     doc = receipt.to_dict()
     emit(env, doc, _human_receipt)
     if not receipt.committed:
         sys.exit(EXIT_REFUSED)
+
+
+def _human_check(d: dict[str, Any]) -> str:
+    return "would be " + _human_receipt(d) + "\nchecked only: nothing written"
 
 
 def _human_frame(d: dict[str, Any]) -> str:
@@ -176,7 +283,8 @@ def _human_frame(d: dict[str, Any]) -> str:
         head += f"  (due at tick {d['due_tick']})"
     lines = [head, f"  body: {d['body']}"]
     if d["sources"]:
-        lines.append("  from: " + " ".join(d["sources"]))
+        gone = set(d.get("forgotten_sources") or ())
+        lines.append("  from: " + " ".join(s + " (forgotten)" * (s in gone) for s in d["sources"]))
     for s, lab, o in d["relations_out"] + d["relations_in"]:
         lines.append(f"  {s} {lab} {o}")
     return "\n".join(lines)
@@ -240,12 +348,13 @@ def state(env: Env) -> None:
 
 @cli.command()
 @click.argument("ref")
+@address_option
 @click.pass_obj
 @run_command
-def deliver(env: Env, ref: str) -> None:
+def deliver(env: Env, ref: str, address: str | None) -> None:
     """Mark the user request REF delivered; it may be retired afterwards."""
-    with env.open() as ctx:
-        doc = ctx.deliver(ref)
+    with writer_for(env, address) as writer:
+        doc = writer.deliver(ref)
     emit(env, doc, lambda d: f"{d['ref']} delivered")
 
 
@@ -373,26 +482,26 @@ def _influence_text(doc: dict[str, Any]) -> str:
 @click.pass_obj
 @run_command
 def fork(env: Env, new_context: str, at_version: int | None) -> None:
-    """Fork this context into NEW_CONTEXT as of a version, for new tasks to start from."""
-    from protocol.errors import RequestError
-    from service.fork import fork_into
+    """Fork this context into NEW_CONTEXT as of a version, for new tasks to start from.
+
+    Atomic: a failed fork leaves no NEW_CONTEXT behind.
+    """
     from service.store import Store
 
-    store = Store(env.store)
-    if store.exists(new_context):
-        raise RequestError(f"context {new_context!r} already exists", code="exists")
-    with env.read() as source, store.open(new_context) as target:
-        doc = fork_into(source.backend, target.backend, at_version=at_version, origin=env.context)
-    doc["context"] = new_context
+    doc = Store(env.store).fork(env.context, new_context, at_version=at_version)
     emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
 
 
+from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
+from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
 from morphz.cli.loadtest import loadtest_cmd  # noqa: E402
 from morphz.cli.recall import graph_cmd, recall_cmd  # noqa: E402
 from morphz.cli.review import audit_cmd, review_cmd  # noqa: E402
 from morphz.cli.search import import_cmd, reindex_cmd, search_cmd  # noqa: E402
 
+cli.add_command(contexts_cmd)
+cli.add_command(drop_cmd)
 cli.add_command(recall_cmd)
 cli.add_command(graph_cmd)
 cli.add_command(loadtest_cmd)
@@ -402,19 +511,49 @@ cli.add_command(reindex_cmd)
 cli.add_command(import_cmd)
 cli.add_command(review_cmd)
 cli.add_command(audit_cmd)
+cli.add_command(forget_cmd)
+cli.add_command(compact_cmd)
 
 
-def main() -> None:
-    """Entry point of the ``morphz`` command."""
+def _wants_json(argv: list[str]) -> bool:
+    """``--json`` anywhere on the command line (before a ``--``), for errors click raises
+    before any command has run."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``morphz`` command: one exit-code contract for every command.
+
+    0 success; 1 refused, rejected, not found, locked, unreachable; 2 usage or
+    malformed input; 130 interrupted (SIGINT). With ``--json`` a usage error is
+    one JSON object ``{"error": {"code": "usage_error", "message"}}`` on stdout.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    as_json = _wants_json(args)
     try:
-        cli.main(standalone_mode=False, prog_name="morphz")
+        cli.main(args=args, standalone_mode=False, prog_name="morphz")
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    except click.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        report_error(as_json, "interrupted", "interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+    except click.Abort as e:
+        if isinstance(e.__cause__ or e.__context__, KeyboardInterrupt):
+            report_error(as_json, "interrupted", "interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        report_error(as_json, "aborted", "aborted: no answer")
+        sys.exit(EXIT_REFUSED)
     except click.ClickException as e:
-        e.show()
+        if as_json:
+            code = "usage_error" if isinstance(e, click.UsageError) else "bad_file"
+            report_error(True, code, e.format_message())
+        else:
+            e.show()
         sys.exit(EXIT_USAGE)
 
 

@@ -110,7 +110,7 @@ def recall_cmd(
     if as_observation:
         # Recorded for the model: the model-facing path (trust default, extra["recalled"]).
         with env.open() as ctx:
-            page, e = ctx.recall_observation(request, cursor)
+            page, e = ctx.recall_recorded(request, cursor)
         doc = page.to_dict()
         doc["observation"] = {"ref": e.ref, "id": e.id}
     else:

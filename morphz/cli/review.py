@@ -21,7 +21,6 @@ reviewer, frame id or option values), nothing changed.
 from __future__ import annotations
 
 import getpass
-import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from morphz.cli.console import Env, emit, failing_as_usage
-from protocol.errors import OutOfRange, StoreError, StoreLocked
+from protocol.errors import StoreError, StoreLocked
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -42,7 +41,7 @@ BAD_INPUT = frozenset(
 MAX_CAPABILITY_BYTES = 16 << 10
 
 
-_run = failing_as_usage(lambda err: isinstance(err, OutOfRange) or err.code in BAD_INPUT)
+_run = failing_as_usage(lambda err: err.code in BAD_INPUT)
 """Typed errors become a clear message and an exit code: 2 bad input, 1 the rest."""
 
 
@@ -122,22 +121,10 @@ def _through_actor(env: Env, opts: ActorOptions, call: Callable[[Any], Any]) -> 
     import ray
 
     from actors.connection import lookup
+    from actors.transport import init_ray
 
     token = opts.token()
-    started = False
-    if not ray.is_initialized():
-        try:
-            ray.init(
-                address=opts.address,
-                namespace=opts.namespace,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise StoreError(
-                f"cannot reach the Ray cluster at {opts.address!r}: {e}", code="actor_unavailable"
-            ) from e
-        started = True
+    started = init_ray(opts.address, namespace=opts.namespace)
     try:
         handle = lookup(env.context, opts.namespace, capability=token)
         return call(handle)
@@ -207,6 +194,11 @@ def _human_review(d: dict[str, Any]) -> str:
 
 def _human_scan(d: dict[str, Any]) -> str:
     lines = [f"{f['rule']}  {f['frame']}: {f['detail']}" for f in d["findings"]]
+    for s in d.get("sensitive") or ():  # located and masked: never the secret itself
+        lines.append(
+            f"sensitive  {s['ref']} {s['field']}[{s['start']}:{s['end']}] {s['name']}:"
+            f" {s['excerpt']}  ({s['remedy']})"
+        )
     if d["spared"]:
         lines.append(f"spared (a human accepted them): {' '.join(d['spared'])}")
     if d["quarantined"]:

@@ -90,15 +90,14 @@ def valid_at_option(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 def _open_context(env: Env) -> Any:
-    """The context, for writing if possible, else read-only beside the process that writes it."""
+    """The context, for writing if possible (to catch the index up), else read-only beside
+    the process that writes it. Never creates it: a missing context is ``not_found``."""
     from service.store import Store
 
     store = Store(env.store)
     try:
-        return store.open(env.context)
+        return store.open(env.context, create=False)
     except StoreLocked:
-        if not store.exists(env.context):
-            raise
         return store.open(env.context, readonly=True)
 
 
@@ -260,9 +259,10 @@ def parse_observations(data: str) -> list[tuple[str, str, str, float | None]]:
     show_default=True,
     help="Observations per durable write.",
 )
+@click.option("--create", is_flag=True, help="Create the context if it does not exist.")
 @click.pass_obj
 @run_command
-def import_cmd(env: Env, source: Any, batch: int) -> None:
+def import_cmd(env: Env, source: Any, batch: int, create: bool) -> None:
     """Record observations from a JSON Lines FILE ('-' for stdin), in line order.
 
     Each line: {"kind": …, "text": …, "session": optional, "time": ISO-8601 or
@@ -270,7 +270,7 @@ def import_cmd(env: Env, source: Any, batch: int) -> None:
     """
     items = parse_observations(decode(source.read(), "the import file"))
     refs: list[str] = []
-    with env.open() as ctx:
+    with env.open(create=create) as ctx:
         for i in range(0, len(items), batch):
             refs.extend(e.ref for e in ctx.observe_many(items[i : i + batch]))
     doc = {"imported": len(refs), "refs": refs}

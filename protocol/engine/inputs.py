@@ -153,7 +153,7 @@ def resolve_event(view: ReadView, ref: str) -> Event:
     elif is_event_id(ref):
         seq = view.event_seq(ref)
     else:
-        raise NotFound(f"not an event reference: {ref!r} (expected @e<number>)")
+        raise NotFound(f"not an event reference: {ref!r} (expected @e<number>)", code="bad_ref")
     e = view.event(seq) if seq is not None else None
     if e is None:
         raise NotFound(f"no event {ref}")

@@ -15,7 +15,12 @@ reads a clock: time is passed in as ``now``. The runs over a store (``run_*``,
   recorded runtime transaction (log kind ``governance``); :func:`admit_in` and
   :func:`review_in` apply them inside a write with their audit entry.
 * :mod:`~protocol.governance.quarantine`: :func:`find_low_quality` (R43) and
-  the quarantine of what it finds (:func:`scan_in`, :func:`quarantine_in`).
+  the quarantine of what it finds (:func:`scan_in`, :func:`quarantine_in`);
+  :func:`scan_frames` and :func:`scan_observations` locate sensitive content
+  in accepted frames and in observations.
+* :mod:`~protocol.governance.sensitive`: the rules for secrets and personal
+  data (:data:`SENSITIVE_RULES`), :func:`locate_sensitive`,
+  :func:`mask_excerpt` and :class:`SensitiveFinding` (located, masked).
 * :mod:`~protocol.governance.audit`: :func:`audit_entry`,
   :func:`audit_template` and :func:`append_audit`, the one append rule both
   stores run inside a write (refusals coalesce and are capped).
@@ -70,9 +75,7 @@ from protocol.governance.passes import (
 )
 from protocol.governance.policy import (
     MAX_PENDING_BODY,
-    PERSONAL_PATTERNS,
     REVIEWABLE,
-    SECRET_PATTERNS,
     AdmissionPolicy,
     Decision,
     DefaultPolicy,
@@ -81,10 +84,10 @@ from protocol.governance.policy import (
     body_text,
     candidates,
     pending,
-    sensitive_findings,
 )
 from protocol.governance.quarantine import (
     CONTRADICTS,
+    MAX_AUDITED_FINDINGS,
     QUARANTINE_REVIEWER,
     Finding,
     ScanResult,
@@ -92,7 +95,22 @@ from protocol.governance.quarantine import (
     find_low_quality,
     quarantine_in,
     request_reasons,
+    scan_frames,
     scan_in,
+    scan_observations,
+    sensitive_audit,
+)
+from protocol.governance.sensitive import (
+    MASK,
+    PERSONAL_PATTERNS,
+    SECRET_PATTERNS,
+    SENSITIVE_RULES,
+    SensitiveFinding,
+    SensitiveRule,
+    SensitiveSpan,
+    locate_sensitive,
+    mask_excerpt,
+    sensitive_findings,
 )
 
 __all__ = [
@@ -105,6 +123,8 @@ __all__ = [
     "DefaultPolicy",
     "EMBEDDED",
     "Finding",
+    "MASK",
+    "MAX_AUDITED_FINDINGS",
     "MAX_AUDIT_PAGE",
     "MAX_AUDIT_REFUSALS",
     "MAX_AUDIT_TEXT",
@@ -120,7 +140,11 @@ __all__ = [
     "REVIEWABLE",
     "Ruling",
     "SECRET_PATTERNS",
+    "SENSITIVE_RULES",
     "ScanResult",
+    "SensitiveFinding",
+    "SensitiveRule",
+    "SensitiveSpan",
     "WORKER",
     "admission_decisions",
     "admit_in",
@@ -141,12 +165,17 @@ __all__ = [
     "decision_audit",
     "empty_report",
     "find_low_quality",
+    "locate_sensitive",
+    "mask_excerpt",
     "pending",
     "plan_pass",
     "quarantine_in",
     "replay_decisions",
     "request_reasons",
     "review_in",
+    "scan_frames",
     "scan_in",
+    "scan_observations",
+    "sensitive_audit",
     "sensitive_findings",
 ]

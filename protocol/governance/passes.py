@@ -5,7 +5,8 @@
 returns a :class:`PassPlan`; :func:`apply_plan` writes it inside a
 :class:`~protocol.view.WriteView`, each decision re-checked against the
 current frame. From a :class:`PassCursor` a pass looks only at what changed
-since the last one. Time is passed in.
+since the last one, and at the observations recorded since the last one (a
+full pass reads every observation). Time is passed in.
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ from protocol.governance.decisions import decide, decide_in
 from protocol.governance.policy import AdmissionPolicy, Decision, DefaultPolicy, admission_decisions
 from protocol.governance.quarantine import (
     CONTRADICTS,
-    find_low_quality,
     frame_age,
-    frame_findings,
-    is_scanned,
+    frame_checks,
+    is_checked,
     quarantine_in,
+    record_sensitive,
+    scan_frames,
+    scan_observations,
     triage,
     usage_of,
+    with_actions,
 )
+from protocol.governance.sensitive import SensitiveFinding
 from protocol.ids import SUPERSEDES
 from protocol.state import ACCEPTED, CANDIDATE, RETIRED, Frame
 from protocol.view import BatchView, ReadView, WriteView
@@ -43,7 +48,8 @@ class PassCursor:
     because their frame changed between the read and the write); ``swept``: the
     tick of the last scan over every frame (the ``unused`` rule); ``options``:
     the policy name, ``unused_ticks`` and ``failed_uses`` it was made with (a
-    pass with other options starts over with a full pass).
+    pass with other options starts over with a full pass); ``events``: the last
+    observation checked for sensitive content (a full pass reads them all).
     """
 
     version: int
@@ -51,6 +57,7 @@ class PassCursor:
     held: frozenset[str]
     swept: int
     options: tuple[str, int | None, int]
+    events: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +67,9 @@ class PassPlan:
     ``decisions`` are admission's, holds included, oldest candidate first;
     ``quarantine`` pairs a frame with the reasons of its findings; ``seen`` is
     the ``updated_version`` each decided frame had when it was read (the write
-    re-checks it); ``version``, ``tick`` and ``trace`` are what was read.
+    re-checks it); ``version``, ``tick`` and ``trace`` are what was read;
+    ``sensitive`` the sensitive content found, located and masked (in the frames
+    looked at and in the observations numbered up to ``events``).
     """
 
     version: int
@@ -73,11 +82,18 @@ class PassPlan:
     quarantine: tuple[tuple[str, tuple[str, ...]], ...]
     spared: tuple[str, ...]
     seen: Mapping[str, int]
+    sensitive: tuple[SensitiveFinding, ...] = ()
+    events: int = 0
 
     @property
     def writes(self) -> bool:
-        """Whether applying the plan may change something (an accept, a reject, a quarantine)."""
-        return bool(self.quarantine) or any(d.verdict != "hold" for d in self.decisions)
+        """Whether applying the plan may change something (an accept, a reject, a quarantine)
+        or has something to audit (sensitive content found)."""
+        return (
+            bool(self.quarantine)
+            or bool(self.sensitive)
+            or any(d.verdict != "hold" for d in self.decisions)
+        )
 
 
 class _Cached:
@@ -191,6 +207,12 @@ def plan_pass(
     frame and trace runs when ``max(1, unused_ticks // 4)`` ticks have passed
     since the last one. The decisions equal a full pass's on the same state,
     but for the ``unused`` rule, which may find a frame up to that many ticks late.
+
+    Sensitive content (:mod:`~protocol.governance.sensitive`) is looked for in
+    the accepted frames the pass looks at (the frames it finds are quarantined
+    like the others) and in the observations recorded after
+    ``cursor.events`` (every observation in a full pass); the plan carries what
+    it found, located and masked, for the report and the audit entry.
     """
     check_scan(unused_ticks, failed_uses)
     pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
@@ -206,7 +228,9 @@ def plan_pass(
         ds = admission_decisions(view, pol)
         rows = _traces_after(view, 0)
         trace = rows[-1][0] if rows else 0
+        observed, events = scan_observations(view, 0)
     else:
+        observed, events = scan_observations(view, cursor.events)
         rows = _traces_after(view, cursor.trace)
         trace = rows[-1][0] if rows else cursor.trace
         for _, t in rows:
@@ -237,19 +261,21 @@ def plan_pass(
         if changed is not None:  # a sweep: every trace, not only the new ones
             rows = _traces_after(view, 0)
         swept = tick
-        findings = find_low_quality(
+        findings, located = scan_frames(
             after,
             now_tick=tick,
             unused_ticks=unused_ticks,
             usage=(t for _, t in rows),
             failed_uses=failed_uses,
         )
+        if changed is not None:  # a sweep reports the sensitive content of what changed only
+            located = [s for s in located if s.ref in changed]
     else:
         # Frames admitted now were candidates, so they and what they contradict are in changed.
         scanned = [
             f
             for f in (now_frames.get(fid) or frame(fid) for fid in changed)
-            if f is not None and is_scanned(f)
+            if f is not None and is_checked(f)
         ]
         scanned.sort(key=frame_age)
         _, outcomes = usage_of(t for _, t in rows)
@@ -258,10 +284,9 @@ def plan_pass(
             for f in scanned
         ):  # the new traces do not settle a procedure: read its earlier uses too
             _, outcomes = usage_of(t for _, t in _traces_after(view, 0))
-        findings = [
-            item
-            for f in scanned
-            for item in frame_findings(
+        findings, located = [], []
+        for f in scanned:
+            found, where = frame_checks(
                 after,
                 f,
                 now_tick=tick,
@@ -270,7 +295,8 @@ def plan_pass(
                 outcomes=outcomes,
                 failed_uses=failed_uses,
             )
-        ]
+            findings += found
+            located += where
     reasons, spared = triage(after, findings)
     for fid in reasons:
         if fid not in seen:
@@ -288,6 +314,8 @@ def plan_pass(
         quarantine=tuple((fid, tuple(why)) for fid, why in reasons.items()),
         spared=tuple(spared),
         seen=seen,
+        sensitive=(*located, *observed),
+        events=events,
     )
 
 
@@ -327,10 +355,13 @@ def _apply_in(
         else:
             later.add(fid)
     quarantined, scanned = quarantine_in(w, reasons, now=now, reviewer=WORKER, audit=audit)
+    sensitive = with_actions(plan.sensitive, quarantined, plan.spared, later)
+    # A deferred frame is decided, reported and audited by the next pass.
+    record_sensitive(w, [s for s in sensitive if s.action != "deferred"], now=now, audit=audit)
     versions = [v for v in (admitted, scanned) if v is not None]
     # Nothing else was written since the read: what this write changed was judged already.
     version = w.meta().version if unmoved else plan.version
-    return _pass_report(plan, admit, quarantined, versions, later, version)
+    return _pass_report(plan, admit, quarantined, versions, later, version, sensitive)
 
 
 def _pass_report(
@@ -340,6 +371,7 @@ def _pass_report(
     versions: Sequence[int],
     later: set[str],
     version: int,
+    sensitive: Sequence[SensitiveFinding] = (),
 ) -> dict[str, Any]:
     held = [d.frame_id for d in plan.decisions if d.verdict == "hold"]
     cursor = PassCursor(
@@ -348,6 +380,7 @@ def _pass_report(
         held=frozenset(held) | later,
         swept=plan.swept,
         options=plan.options,
+        events=plan.events,
     )
     return {
         "decisions": [d.to_dict() for d in applied],
@@ -358,6 +391,7 @@ def _pass_report(
         "deferred": sorted(later),
         "full": plan.full,
         "cursor": cursor,
+        "sensitive": [s.to_dict() for s in sensitive],
     }
 
 
@@ -377,9 +411,10 @@ def apply_plan(
     and so are the quarantines when an admission decision was left (the scan
     judged the state admission was to leave). Accepts and rejects are one
     governance transaction, quarantines a second, each audited when it changed
-    something. Answers ``{"decisions" (applied), "held", "quarantined",
-    "spared", "versions", "deferred", "full", "cursor"}``; ``cursor`` is the
-    :class:`PassCursor` for the next pass.
+    something, and the sensitive content found is audited in the same write
+    (outcome ``flagged``, masked). Answers ``{"decisions" (applied), "held",
+    "quarantined", "spared", "versions", "deferred", "full", "cursor",
+    "sensitive"}``; ``cursor`` is the :class:`PassCursor` for the next pass.
     """
     batch = BatchView(w)  # the re-checks and the decisions read each frame once
     report = _apply_in(cast(WriteView, batch), plan, now=now, audit=audit)

@@ -10,11 +10,11 @@ computed read-only. Pure: nothing here reads a clock or writes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
+from protocol.governance.sensitive import sensitive_findings
 from protocol.ids import SUPERSEDES
 from protocol.sexpr import print_form
 from protocol.state import ACCEPTED, CANDIDATE, QUARANTINED, REJECTED, RETIRED, Frame
@@ -54,56 +54,6 @@ class AdmissionPolicy(Protocol):
     def review(self, frame: Frame, view: ReadView) -> Decision:
         """The decision on *frame*, judged against *view*."""
         ...
-
-
-SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("api key (sk-…)", re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")),
-    ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("private key block", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    (
-        "password or secret in key=value",
-        re.compile(r"(?i)\b(?:password|passwd|pwd|secret|api[_-]?key|token)\s*[=:]\s*\S{3,}"),
-    ),
-)
-"""Secrets a frame must not carry into long-term memory."""
-
-PERSONAL_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("email address", re.compile(r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+\b")),
-    (
-        "phone number",
-        re.compile(
-            r"(?<![\w+])(?:\+\d{1,3}[\s.\-]?\(?\d{1,4}\)?(?:[\s.\-]?\d{2,4}){2,4}"
-            r"|\(\d{3}\)\s?\d{3}-\d{4}|\d{3}-\d{3}-\d{4}|1[3-9]\d{9})(?!\w)"
-        ),
-    ),
-)
-"""Personal data: emails and phone numbers (cards are checked with Luhn)."""
-
-_CARD = re.compile(r"(?<!\d)(?:\d[ \-]?){12,18}\d(?!\d)")
-
-
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch)
-        if i % 2 == 1:
-            d *= 2
-            if d > 9:
-                d -= 9
-        total += d
-    return total % 10 == 0
-
-
-def sensitive_findings(text: str) -> list[str]:
-    """What sensitive content *text* holds: secrets, emails, phones, card-like numbers."""
-    found = [name for name, rx in SECRET_PATTERNS if rx.search(text)]
-    found += [name for name, rx in PERSONAL_PATTERNS if rx.search(text)]
-    for m in _CARD.finditer(text):
-        digits = re.sub(r"\D", "", m.group())
-        if 13 <= len(digits) <= 19 and _luhn(digits):
-            found.append("payment card number")
-            break
-    return found
 
 
 def body_text(f: Frame) -> str:

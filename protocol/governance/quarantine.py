@@ -1,7 +1,11 @@
 """Quarantine (R43): findings of low-quality memories, and their quarantine inside a write.
 
 * :func:`find_low_quality` is the unattended check: frames contradicted by
-  later evidence, procedures whose last uses failed, frames nobody used.
+  later evidence, procedures whose last uses failed, frames nobody used, and
+  accepted frames that hold sensitive content (secrets, personal data:
+  :mod:`~protocol.governance.sensitive`); :func:`scan_frames` also returns
+  those located and masked, :func:`scan_observations` finds them in
+  observations (which cannot be quarantined: they are reported).
 * :func:`scan_in` runs it over every trace inside a
   :class:`~protocol.view.WriteView` and quarantines what it finds, sparing the
   frames a human accepted; :func:`quarantine_in` quarantines by request
@@ -12,14 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from protocol.errors import RequestError
+from protocol.governance.audit import audit_entry
 from protocol.governance.decisions import decide_in
-from protocol.governance.policy import Decision
-from protocol.ids import SUPERSEDES
+from protocol.governance.policy import Decision, body_text
+from protocol.governance.sensitive import Action, SensitiveFinding, locate_in
+from protocol.ids import SUPERSEDES, event_ref
 from protocol.state import ACCEPTED, ACTIVE, RETIRED, Frame
-from protocol.view import ReadView, WriteView
+from protocol.view import Changeset, ReadView, WriteView
 
 CONTRADICTS = "contradicts"
 """The relation label that marks later evidence against a frame (R43)."""
@@ -30,7 +36,7 @@ QUARANTINE_REVIEWER = "runtime:quarantine"
 @dataclass(frozen=True, slots=True)
 class Finding:
     """A low-quality memory: which frame, which rule (``contradicted``,
-    ``failing_procedure``, ``unused``) and why."""
+    ``failing_procedure``, ``unused``, ``sensitive_content``) and why."""
 
     frame_id: str
     rule: str
@@ -49,7 +55,9 @@ def find_low_quality(
     usage: Iterable[Mapping[str, Any]] = (),
     failed_uses: int = 3,
 ) -> list[Finding]:
-    """Accepted, active, unprotected frames that look wrong or dead (R43).
+    """Accepted frames that look wrong or dead, or hold sensitive content (R43).
+
+    On accepted, active, unprotected frames:
 
     * ``contradicted``: a later accepted frame, not retired, relates to it with
       ``contradicts`` or ``supersedes`` while it is still active;
@@ -59,25 +67,173 @@ def find_low_quality(
       ``frames_present`` during the last *unused_ticks* ticks, and it is at least
       that old.
 
+    On every accepted, unretired frame (protected or retiring ones too):
+
+    * ``sensitive_content``: its body or keys match a rule of
+      :mod:`~protocol.governance.sensitive` (one finding per rule and field).
+
     *usage* is the traces, oldest first (``Context.traces()``). Pure; the caller
     decides whether to quarantine what it finds.
     """
+    findings, _ = scan_frames(
+        view, now_tick=now_tick, unused_ticks=unused_ticks, usage=usage, failed_uses=failed_uses
+    )
+    return findings
+
+
+def scan_frames(
+    view: ReadView,
+    *,
+    now_tick: int,
+    unused_ticks: int | None = None,
+    usage: Iterable[Mapping[str, Any]] = (),
+    failed_uses: int = 3,
+) -> tuple[list[Finding], list[SensitiveFinding]]:
+    """:func:`find_low_quality`, and the sensitive content it found, located and masked."""
     last_seen, outcomes = usage_of(usage)
     out: list[Finding] = []
+    located: list[SensitiveFinding] = []
     for f in sorted(view.iter_frames(), key=frame_age):
-        if is_scanned(f):
-            out.extend(
-                frame_findings(
-                    view,
-                    f,
-                    now_tick=now_tick,
-                    unused_ticks=unused_ticks,
-                    last_seen=last_seen,
-                    outcomes=outcomes,
-                    failed_uses=failed_uses,
-                )
+        if is_checked(f):
+            found, where = frame_checks(
+                view,
+                f,
+                now_tick=now_tick,
+                unused_ticks=unused_ticks,
+                last_seen=last_seen,
+                outcomes=outcomes,
+                failed_uses=failed_uses,
             )
+            out.extend(found)
+            located.extend(where)
+    return out, located
+
+
+def is_checked(f: Frame) -> bool:
+    """Whether any quarantine rule looks at *f*: accepted and not retired."""
+    return f.trust == ACCEPTED and f.lifecycle != RETIRED
+
+
+def frame_checks(
+    view: ReadView,
+    f: Frame,
+    *,
+    now_tick: int,
+    unused_ticks: int | None,
+    last_seen: Mapping[str, int],
+    outcomes: Mapping[str, Sequence[str]],
+    failed_uses: int,
+) -> tuple[list[Finding], list[SensitiveFinding]]:
+    """Every finding on one frame :func:`is_checked` admits, in the order a full scan makes
+    them (the quality rules, then sensitive content), and the sensitive content located."""
+    out: list[Finding] = []
+    if is_scanned(f):
+        out = frame_findings(
+            view,
+            f,
+            now_tick=now_tick,
+            unused_ticks=unused_ticks,
+            last_seen=last_seen,
+            outcomes=outcomes,
+            failed_uses=failed_uses,
+        )
+    located = sensitive_in_frame(f) if is_checked(f) else []
+    return out + content_findings(located), located
+
+
+def sensitive_in_frame(f: Frame) -> list[SensitiveFinding]:
+    """Sensitive content in a frame's printed body and in its retrieval keys, located."""
+    found = locate_in("frame", f.id, f.id, "body", body_text(f))
+    keys = f.envelope.get("keys") or ()
+    if keys:
+        found += locate_in("frame", f.id, f.id, "keys", " ".join(str(k) for k in keys))
+    return found
+
+
+def content_findings(located: Iterable[SensitiveFinding]) -> list[Finding]:
+    """One ``sensitive_content`` finding per frame, field and rule (the first match's offsets,
+    and how many more); the details never hold the secret."""
+    groups: dict[tuple[str, str, str], list[SensitiveFinding]] = {}
+    for s in located:
+        groups.setdefault((s.ref, s.field, s.rule), []).append(s)
+    out: list[Finding] = []
+    for (ref, field, _), items in groups.items():
+        first = items[0]
+        more = f" and {len(items) - 1} more" if len(items) > 1 else ""
+        detail = f"{first.name} in {field} at {first.start}-{first.end}{more}"
+        out.append(Finding(ref, "sensitive_content", detail))
     return out
+
+
+def scan_observations(view: ReadView, after: int = 0) -> tuple[list[SensitiveFinding], int]:
+    """Sensitive content in the text of every observation numbered above *after*, located and
+    masked; and the last sequence number looked at (the ``after`` of the next call)."""
+    upto = view.meta().next_seq - 1
+    out: list[SensitiveFinding] = []
+    for seq in range(after + 1, upto + 1):
+        e = view.event(seq)
+        if e is None:
+            continue
+        text = view.event_content(seq)
+        if text:
+            out.extend(locate_in("observation", e.id, event_ref(seq), "text", text))
+    return out, max(after, upto)
+
+
+def with_actions(
+    located: Iterable[SensitiveFinding],
+    quarantined: Iterable[str],
+    spared: Iterable[str],
+    deferred: Iterable[str] = (),
+) -> list[SensitiveFinding]:
+    """*located* with what the scan did: frames quarantined, spared or deferred; the
+    observations (and frames the scan left alone) reported."""
+    done: dict[str, Action] = {}
+    for ids, action in ((quarantined, "quarantined"), (spared, "spared"), (deferred, "deferred")):
+        done.update(dict.fromkeys(ids, cast(Action, action)))
+    return [
+        s.with_action(done.get(s.ref, "reported") if s.record == "frame" else "reported")
+        for s in located
+    ]
+
+
+MAX_AUDITED_FINDINGS = 100
+"""Located findings one audit entry lists (the first ones); ``sensitive_total`` counts all."""
+
+
+def sensitive_audit(
+    audit: Mapping[str, Any] | None, located: Sequence[SensitiveFinding], when: float
+) -> list[dict[str, Any]]:
+    """The audit entry of sensitive content found (outcome ``flagged``), masked: none without
+    a template or without findings."""
+    if audit is None or not located:
+        return []
+    frames = sorted({s.ref for s in located if s.record == "frame"})
+    events = sorted({s.ref for s in located if s.record == "observation"})
+    why = "sensitive content in " + ", ".join(
+        part
+        for part in (
+            f"{len(frames)} frame(s): {' '.join(frames)}" if frames else "",
+            f"{len(events)} observation(s): {' '.join(events)}" if events else "",
+        )
+        if part
+    )
+    return [
+        {
+            **audit,
+            **audit_entry(
+                str(audit.get("method", "governance")),
+                str(audit.get("op", "admin")),
+                holder=audit.get("holder"),
+                allowed=True,
+                outcome="flagged",
+                why=why,
+                at=when,
+            ),
+            "sensitive": [s.to_dict() for s in located[:MAX_AUDITED_FINDINGS]],
+            "sensitive_total": len(located),
+        }
+    ]
 
 
 def frame_age(f: Frame) -> tuple[int, str]:
@@ -166,12 +322,14 @@ def all_traces(view: ReadView, page: int = 10_000) -> list[dict[str, Any]]:
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """What a quarantine scan found and did: every finding, the frames it quarantined,
-    the frames it spared (a human accepted them), and the version it committed at."""
+    the frames it spared (a human accepted them), the version it committed at, and the
+    sensitive content it found in frames and observations, located and masked."""
 
     findings: tuple[Finding, ...]
     quarantined: tuple[str, ...]
     spared: tuple[str, ...]
     version: int | None
+    sensitive: tuple[SensitiveFinding, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -180,6 +338,7 @@ class ScanResult:
             "quarantined": list(self.quarantined),
             "spared": list(self.spared),
             "version": self.version,
+            "sensitive": [s.to_dict() for s in self.sensitive],
         }
 
 
@@ -191,10 +350,16 @@ def scan_in(
     failed_uses: int,
     reviewer: str,
     audit: Mapping[str, Any] | None,
+    observations: Sequence[SensitiveFinding] = (),
 ) -> ScanResult:
     """:func:`find_low_quality` over every trace of *w*, then the quarantine of what it
-    finds (as *reviewer*), with its audit entry; frames a human accepted are spared."""
-    findings = find_low_quality(
+    finds (as *reviewer*), with its audit entry; frames a human accepted are spared.
+
+    *observations* is the sensitive content found in observations (by
+    :func:`scan_observations`, on a read): reported with the frames' and, with
+    them, audited in the same write (outcome ``flagged``).
+    """
+    findings, located = scan_frames(
         w,
         now_tick=w.meta().tick,
         unused_ticks=unused_ticks,
@@ -203,7 +368,22 @@ def scan_in(
     )
     reasons, spared = triage(w, findings)
     quarantined, version = quarantine_in(w, reasons, now=now, reviewer=reviewer, audit=audit)
-    return ScanResult(tuple(findings), tuple(quarantined), tuple(spared), version)
+    sensitive = with_actions([*located, *observations], quarantined, spared)
+    record_sensitive(w, sensitive, now=now, audit=audit)
+    return ScanResult(tuple(findings), tuple(quarantined), tuple(spared), version, tuple(sensitive))
+
+
+def record_sensitive(
+    w: WriteView,
+    located: Sequence[SensitiveFinding],
+    *,
+    now: float,
+    audit: Mapping[str, Any] | None,
+) -> None:
+    """Append the audit entry of *located* inside *w* (version and state unchanged)."""
+    entries = sensitive_audit(audit, located, now)
+    if entries:
+        w.apply(Changeset(audit=entries))
 
 
 def quarantine_in(

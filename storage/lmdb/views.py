@@ -19,6 +19,7 @@ import lmdb
 import msgpack
 
 from protocol.errors import OutOfRange, StoreError
+from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset
@@ -388,6 +389,28 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
         if changes.audit:
             append_audit(_AuditRows(txn, db), changes.audit, now=time.time())
+
+    @_guard
+    def rewrite(self, rw: Rewrite) -> None:
+        """Overwrite records in place (forgetting, :mod:`protocol.forget`): an event's text
+        whole (every old chunk deleted first), frame history rows, log records."""
+        txn, db, pack = self._txn, self._db, self._pk.pack
+        for seq, text in rw.contents:
+            prefix = _u64(seq)
+            cursor = txn.cursor(db=db["contents"])
+            if cursor.set_range(prefix):
+                while cursor.key()[:8] == prefix:
+                    if not cursor.delete():
+                        break
+            self._put_content(seq, text)
+        for frame_id, version, frame in rw.history:
+            txn.put(
+                _enc(frame_id, 400) + b"\x00" + _u64(version),
+                pack(frame.to_record()),
+                db=db["history"],
+            )
+        for record in rw.txlog:
+            txn.put(_u64(_txlog_version(record)), pack(record), db=db["txlog"])
 
     def event(self, seq: int) -> Event | None:
         e = super().event(seq)

@@ -211,6 +211,8 @@ class LexicalIndex:
                 return 0, state.applied
             if intents[0][0] != state.applied + 1:
                 raise _Rebuild
+            if any(intent.get("forget") for _, intent in intents):
+                raise _Rebuild  # content was forgotten: no posting of it may survive
             frames: set[str] = set()
             events: set[int] = set()
             version = state.indexed_version

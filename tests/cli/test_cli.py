@@ -97,8 +97,19 @@ class Cli:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
+def bare(tmp_path: Path) -> Cli:
+    """A store path with nothing there yet: reads and writes never create it."""
     return Cli(tmp_path / "store", tmp_path)
+
+
+@pytest.fixture
+def cli(bare: Cli) -> Cli:
+    """A store whose context ``default`` exists (made as ``morphz init`` makes it)."""
+    from service.store import open_context
+
+    with open_context(bare.store, "default", create=True):
+        pass
+    return bare
 
 
 def _assert_clean_error(r: Run, code: int, *needles: str) -> None:
@@ -114,7 +125,8 @@ def _assert_clean_error(r: Run, code: int, *needles: str) -> None:
 # -- the seed release story -------------------------------------------------
 
 
-def test_release_story_through_the_cli(cli: Cli, tmp_path: Path) -> None:
+def test_release_story_through_the_cli(bare: Cli, tmp_path: Path) -> None:
+    cli = bare
     created = cli.ok("init", "--window", "8")
     assert created["created"] is True
     assert (created["window"], created["version"], created["tick"]) == (8, 0, 0)
@@ -284,15 +296,18 @@ def test_unknown_frame_event_and_version_exit_1(cli: Cli) -> None:
     cli.ok("observe", "--kind", "external", "--text", "it rained")
     r = cli("frame", "no-such-frame")
     assert r.code == 1
-    assert r.json()["error"] == "not_found"
-    assert "no-such-frame" in r.json()["message"]
+    assert r.json()["error"]["code"] == "not_found"
+    assert "no-such-frame" in r.json()["error"]["message"]
     human = cli("frame", "no-such-frame", as_json=False)
     _assert_clean_error(human, 1, "not_found", "no-such-frame")
 
-    for ref in ("@e99", "bogus-ref"):
-        e = cli("event", ref)
-        assert e.code == 1, ref
-        assert e.json()["error"] == "not_found"
+    e = cli("event", "@e99")
+    assert e.code == 1
+    assert e.json()["error"]["code"] == "not_found"
+    # A malformed reference is bad input (exit 2, bad_ref); it was exit 1 not_found before.
+    e = cli("event", "bogus-ref")
+    assert e.code == 2
+    assert e.json()["error"]["code"] == "bad_ref"
     _assert_clean_error(cli("deliver", "@e7", as_json=False), 1, "not_found")
     _assert_clean_error(cli("history", "ghost", as_json=False), 1, "not_found")
     _assert_clean_error(cli("log", "5", as_json=False), 1, "not_found")
@@ -300,12 +315,13 @@ def test_unknown_frame_event_and_version_exit_1(cli: Cli) -> None:
     assert cli("deliver", "@e1").code == 1
 
 
-def test_parse_error_exits_2_with_line_and_column(cli: Cli) -> None:
+def test_parse_error_exits_2_with_line_and_column(bare: Cli) -> None:
+    cli = bare
     bad = "(context-tx\n  (base-version 0)\n  (derive x (a \"b)\n"
     r = cli("tx", stdin=bad)
     assert r.code == 2
-    err = r.json()
-    assert err["error"] == "parse_error"
+    err = r.json()["error"]
+    assert err["code"] == "parse_error"
     assert (err["line"], err["column"]) == (3, 16)
     assert err["message"].startswith("3:16: ")
     _assert_clean_error(cli("tx", stdin=bad, as_json=False), 2, "parse_error", "3:16:")
@@ -325,22 +341,27 @@ def test_parse_error_exits_2_with_line_and_column(cli: Cli) -> None:
     ],
     ids=["missing-kind", "bad-kind", "text-and-file", "neither", "unknown-command", "bad-int"],
 )
-def test_usage_errors_exit_2(cli: Cli, args: list[str]) -> None:
-    r = cli(*args, stdin="x")
+def test_usage_errors_exit_2(bare: Cli, args: list[str]) -> None:
+    cli = bare
+    r = cli(*args, stdin="x", as_json=False)
     assert r.code == 2, (r.out, r.err)
     assert "Traceback" not in r.err
     assert "Error" in r.err or "error" in r.err
+    # With --json the usage error is one JSON object on stdout.
+    j = cli(*args, stdin="x")
+    assert j.code == 2 and j.json()["error"]["code"] in ("usage_error", "bad_file"), j
     assert not (cli.store / "default").exists()
 
 
-def test_bad_offset_and_context_name_are_refused(cli: Cli) -> None:
+def test_bad_offset_and_context_name_are_bad_input(cli: Cli) -> None:
     cli.ok("observe", "--kind", "external", "--text", "abc")
+    # Bad input exits 2 (the contract of docs/cli.md; these were 1 before).
     r = cli("event", "@e1", "--offset", "-1")
-    assert r.code == 1
-    assert r.json()["error"] == "out_of_range"
+    assert r.code == 2
+    assert r.json()["error"]["code"] == "out_of_range"
     bad = cli.raw("--store", str(cli.store), "--json", "--context", "../escape", "state")
-    assert bad.code == 1
-    assert bad.json()["error"] == "bad_context_name"
+    assert bad.code == 2
+    assert bad.json()["error"]["code"] == "bad_context_name"
     assert not (cli.store.parent / "escape").exists()
 
 
@@ -349,7 +370,7 @@ def test_bad_offset_and_context_name_are_refused(cli: Cli) -> None:
 
 def test_store_from_env_default_dir_and_contexts(cli: Cli, tmp_path: Path) -> None:
     env_store = tmp_path / "from-env"
-    r = cli.raw("--json", "observe", "--kind", "external", "--text", "via env",
+    r = cli.raw("--json", "observe", "--kind", "external", "--text", "via env", "--create",
                 env=_clean_env(MORPHZ_STORE=str(env_store)))
     assert r.code == 0, r.err
     assert r.json()["ref"] == "@e1"
@@ -362,16 +383,17 @@ def test_store_from_env_default_dir_and_contexts(cli: Cli, tmp_path: Path) -> No
     assert r.json()["events"] == []
 
     # Without either, the store is ./.morphz.
-    r = cli.raw("--json", "observe", "--kind", "external", "--text", "local")
+    r = cli.raw("--json", "observe", "--kind", "external", "--text", "local", "--create")
     assert r.code == 0, r.err
     assert (tmp_path / ".morphz" / "default" / "data.mdb").is_file()
 
     # Contexts are separate.
     a = cli.raw("--store", str(cli.store), "--context", "alpha", "--json", "observe",
-                "--kind", "external", "--text", "only in alpha")
+                "--kind", "external", "--text", "only in alpha", "--create")
     assert a.code == 0
-    beta = cli.raw("--store", str(cli.store), "--context", "beta", "--json", "state").json()
-    assert beta["context"] == "beta" and beta["events"] == []
+    beta = cli.raw("--store", str(cli.store), "--context", "beta", "--json", "state")
+    assert beta.code == 1 and beta.json()["error"]["code"] == "not_found"  # never created
+    assert not (cli.store / "beta").exists()
     alpha = cli.raw("--store", str(cli.store), "--context", "alpha", "--json", "state").json()
     assert [e["ref"] for e in alpha["events"]] == ["@e1"]
 
@@ -396,7 +418,9 @@ def test_tx_parses_the_text_once_and_logs_it_as_given(
     monkeypatch.setattr(txlang, "parse_tx", counting)
     text = "(context-tx  (base-version 0)\n    (derive note   (v 1)))\n"
     args = ["--store", str(tmp_path / "store"), "--json"]
-    done = CliRunner().invoke(morphz_cli, [*args, "tx", "--client-id", "c-1", "-"], input=text)
+    done = CliRunner().invoke(
+        morphz_cli, [*args, "tx", "--create", "--client-id", "c-1", "-"], input=text
+    )
     assert done.exit_code == 0, done.output
     assert json.loads(done.output)["status"] == "committed"
     assert parsed == [text]
@@ -436,7 +460,8 @@ def test_client_id_retry_returns_duplicate_receipt(cli: Cli, tmp_path: Path) -> 
 # -- human output --------------------------------------------------------------
 
 
-def test_human_output_carries_the_key_facts(cli: Cli, tmp_path: Path) -> None:
+def test_human_output_carries_the_key_facts(bare: Cli, tmp_path: Path) -> None:
+    cli = bare
     assert cli.human("init", "--window", "4").strip() == (
         "context default: window 4 ticks, version 0, tick 0 (created)"
     )
@@ -504,7 +529,7 @@ def test_second_writer_gets_store_locked(cli: Cli) -> None:
         assert line.strip() == "READY", holder.stderr.read() if holder.stderr else line
         r = cli("observe", "--kind", "external", "--text", "blocked")
         assert r.code == 1, (r.out, r.err)
-        assert r.json()["error"] == "store_locked"
+        assert r.json()["error"]["code"] == "store_locked"
         _assert_clean_error(
             cli("tx", stdin="(context-tx (base-version 0) (derive a (x 1)))", as_json=False),
             1,
@@ -547,6 +572,8 @@ def _imported(*args: str, cwd: Path) -> set[str]:
 @pytest.mark.parametrize("args", [["--help"], ["--json", "--store", "s", "state"]],
                          ids=["help", "state"])
 def test_cli_does_not_import_ray(tmp_path: Path, args: list[str]) -> None:
+    if "state" in args:
+        _imported("--store", "s", "init", cwd=tmp_path)
     names = _imported(*args, cwd=tmp_path)
     assert "click" in names  # the parse worked: it sees what the CLI does import
     if "state" in args:
@@ -579,7 +606,7 @@ def test_hostile_tx_text_exits_2_cleanly(cli: Cli, name: str) -> None:
     _assert_clean_error(cli("tx", stdin=text, as_json=False), 2, "morphz: parse_error: 1:")
     r = cli("tx", stdin=text)
     assert r.code == 2
-    assert r.json()["error"] == "parse_error"
+    assert r.json()["error"]["code"] == "parse_error"
     assert cli.ok("state") == before
 
 

@@ -111,8 +111,8 @@ def test_a_bad_trust_and_a_filter_given_twice_are_usage_errors(store: Path) -> N
     assert result.exit_code == 2 and "trust" in result.stderr
     bad = json.dumps({"frame_id": "top", "trust": ["sure"]})
     refused = run(store, "recall", bad)
-    assert refused.exit_code == 1
-    assert json.loads(refused.stdout)["error"] == "bad_request"
+    assert refused.exit_code == 2  # a bad field value is malformed input (was 1)
+    assert json.loads(refused.stdout)["error"]["code"] == "bad_request"
 
 
 def test_recall_cursors_bind_the_filter_flags(store: Path) -> None:
@@ -124,7 +124,7 @@ def test_recall_cursors_bind_the_filter_flags(store: Path) -> None:
     assert ids(second) == ["rule-2026", "@e1"]
     mismatch = run(store, "recall", request, "--cursor", cursor)
     assert mismatch.exit_code == 1
-    assert json.loads(mismatch.stdout)["error"] == "cursor_mismatch"
+    assert json.loads(mismatch.stdout)["error"]["code"] == "cursor_mismatch"
 
 
 def test_recall_as_observation_is_model_facing(store: Path) -> None:
@@ -138,7 +138,7 @@ def test_recall_as_observation_is_model_facing(store: Path) -> None:
     assert text["request"]["trust"] == ["candidate", "accepted"]
     refused = run(store, "recall", TOP, "--as-observation", "--trust", "quarantined")
     assert refused.exit_code == 1
-    assert json.loads(refused.stdout)["error"] == "not_permitted"
+    assert json.loads(refused.stdout)["error"]["code"] == "not_permitted"
 
 
 # -- search -------------------------------------------------------------------------------

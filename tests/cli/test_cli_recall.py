@@ -140,20 +140,23 @@ def test_recall_as_observation_records_a_recall_result(store: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "request_json, code",
+    "request_json, exit, code",
     [
-        ('{"frame_id": "nope"}', "not_found"),
-        ('{"frame_id": "release-procedure", "depth": 5}', "out_of_range"),
-        ('{"frame_id": "release-procedure", "max_nodes": 129}', "out_of_range"),
-        ('{"frame_id": "release-procedure", "max_bytes": 0}', "out_of_range"),
-        ('{"frame_id": "release-procedure", "colour": "red"}', "bad_request"),
-        ('["release-procedure"]', "bad_request"),
+        ('{"frame_id": "nope"}', 1, "not_found"),
+        # Malformed requests are bad input: exit 2 (docs/cli.md; they were 1 before).
+        ('{"frame_id": "release-procedure", "depth": 5}', 2, "out_of_range"),
+        ('{"frame_id": "release-procedure", "max_nodes": 129}', 2, "out_of_range"),
+        ('{"frame_id": "release-procedure", "max_bytes": 0}', 2, "out_of_range"),
+        ('{"frame_id": "release-procedure", "colour": "red"}', 2, "bad_request"),
+        ('["release-procedure"]', 2, "bad_request"),
     ],
 )
-def test_refused_requests_exit_1(store: Path, request_json: str, code: str) -> None:
+def test_refused_and_malformed_requests(
+    store: Path, request_json: str, exit: int, code: str
+) -> None:
     result = run(store, "--json", "recall", request_json)
-    assert result.exit_code == 1
-    assert doc(result)["error"] == code
+    assert result.exit_code == exit
+    assert doc(result)["error"]["code"] == code
 
 
 def test_refused_request_without_json_goes_to_stderr(store: Path) -> None:
@@ -165,22 +168,22 @@ def test_refused_request_without_json_goes_to_stderr(store: Path) -> None:
 
 def test_bad_and_stale_cursors_exit_1(store: Path) -> None:
     request = json.dumps({"frame_id": "release-procedure", "max_nodes": 2})
-    assert doc(run(store, "--json", "recall", request, "--cursor", "xyz"))["error"] == "bad_cursor"
+    assert doc(run(store, "--json", "recall", request, "--cursor", "xyz"))["error"]["code"] == "bad_cursor"
     cursor = doc(run(store, "--json", "recall", request))["next_cursor"]
     other = json.dumps({"frame_id": "release-procedure", "max_nodes": 3})
     mismatch = run(store, "--json", "recall", other, "--cursor", cursor)
-    assert (mismatch.exit_code, doc(mismatch)["error"]) == (1, "cursor_mismatch")
+    assert (mismatch.exit_code, doc(mismatch)["error"]["code"]) == (1, "cursor_mismatch")
     with Store(store).open() as ctx:
         ctx.commit(f"(context-tx (base-version {ctx.version}) (derive later (n 1)))")
     stale = run(store, "--json", "recall", request, "--cursor", cursor)
-    assert (stale.exit_code, doc(stale)["error"]) == (1, "stale_cursor")
+    assert (stale.exit_code, doc(stale)["error"]["code"]) == (1, "stale_cursor")
 
 
 @pytest.mark.parametrize("text", ["{bad json", '{"frame_id": "x",}', ""])
 def test_unparsable_json_exits_2(store: Path, text: str) -> None:
     result = run(store, "--json", "recall", text)
     assert result.exit_code == 2
-    assert doc(result)["error"] == "parse_error"
+    assert doc(result)["error"]["code"] == "parse_error"
 
 
 # -- graph ---------------------------------------------------------------------------
@@ -212,9 +215,9 @@ def test_graph_depth_and_direction(store: Path) -> None:
     down = run(store, "graph", "release-case-a", "--direction", "descendants").stdout
     assert '"release-procedure" -> "release-case-a" [label="source"];' in down
     bad = run(store, "--json", "graph", "release-procedure", "--depth", "9")
-    assert (bad.exit_code, doc(bad)["error"]) == (1, "out_of_range")
+    assert (bad.exit_code, doc(bad)["error"]["code"]) == (2, "out_of_range")
     missing = run(store, "--json", "graph", "nope")
-    assert (missing.exit_code, doc(missing)["error"]) == (1, "not_found")
+    assert (missing.exit_code, doc(missing)["error"]["code"]) == (1, "not_found")
 
 
 def test_graph_writes_to_a_file(store: Path, tmp_path: Path) -> None:
@@ -266,7 +269,7 @@ def test_failing_graphviz_is_reported(
     monkeypatch.setattr("morphz.cli.recall.shutil.which", lambda name: str(fake))
     result = run(store, "--json", "graph", "release-procedure", "--format", "svg")
     assert result.exit_code == 1
-    assert doc(result)["error"] == "graphviz_failed"
+    assert doc(result)["error"]["code"] == "graphviz_failed"
 
 
 def test_dot_quoting_of_awkward_ids() -> None:

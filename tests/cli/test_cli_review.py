@@ -126,7 +126,7 @@ def test_bad_input_is_a_typed_error_and_changes_nothing(
     v = version(store)
     r = run(store, *args)
     assert r.exit_code == code, r.output
-    assert json.loads(r.output)["error"] == error
+    assert json.loads(r.output)["error"]["code"] == error
     assert version(store) == v
     assert json.loads(run(store, "audit").output)["entries"] == []
 
@@ -137,7 +137,7 @@ def test_missing_reviewer_and_bad_context_names(store: Path) -> None:
     r = run(store, "review", "list", context="bad/name", json_out=False)
     assert r.exit_code == 2 and "bad_context_name" in r.output
     r = run(store, "review", "list", context="missing")
-    assert r.exit_code == 1 and json.loads(r.output)["error"] == "not_found"
+    assert r.exit_code == 1 and json.loads(r.output)["error"]["code"] == "not_found"
     assert not Store(store).exists("missing")  # a listing never creates a context
 
 

@@ -51,7 +51,9 @@ class Cli:
 
 @pytest.fixture
 def c(tmp_path: Path) -> Cli:
-    return Cli(tmp_path / "store")
+    cli_ = Cli(tmp_path / "store")
+    assert cli_.run("init").exit_code == 0  # reads and writes never create it
+    return cli_
 
 
 def write_lines(path: Path, records: list[Any]) -> Path:
@@ -159,7 +161,7 @@ def test_import_bad_line_exits_2_and_imports_nothing(
     path = write_lines(tmp_path / "bad.jsonl", [good, good, line, good])
     result = c.run("import", str(path))
     assert result.exit_code == 2
-    err = json.loads(result.output)
+    err = json.loads(result.output)["error"]
     assert "line 3" in err["message"] and why in err["message"]
     with Store(c.store).open("default") as ctx:
         assert ctx.meta().next_seq == 1  # nothing recorded

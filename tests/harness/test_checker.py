@@ -218,7 +218,7 @@ def build_story() -> Story:
     ctx.observe("tool_result", "deploy log")
     ctx.claim()
     ctx.observe("external", "calendar: freeze")
-    assert ctx.claim().finalized == ("constraints",)
+    assert ctx.claim().finalized == ["constraints"]
     v["finalized"] = ctx.version
     revived = b.submit("(restore constraints)")
     assert revived is not None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,7 +36,7 @@ from harness.loadtest import (
     spread,
     trajectories_dir,
 )
-from protocol.errors import NotFound, RequestError
+from protocol.errors import MorphzError, NotFound, RequestError
 from protocol.wire import unpack
 from tests.actors.cluster import RayCluster
 from tests.actors.local import LocalHandle
@@ -385,7 +387,8 @@ def test_the_command_says_how_to_give_the_trajectories(tmp_path: Path) -> None:
     )
     assert p.returncode == 1, p.stderr[-2000:]
     doc = json.loads(p.stdout)
-    assert doc["error"] == "no_trajectories" and TRAJECTORIES_ENV in doc["message"]
+    assert doc["error"]["code"] == "no_trajectories"
+    assert TRAJECTORIES_ENV in doc["error"]["message"]
 
 
 @pytest.mark.ray
@@ -475,3 +478,121 @@ def test_the_human_report_shows_figures_and_violations(capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "lt-abc-0" in out and "1 violation(s)" in out and "lost_ack" in out
     assert "[/odd]" in out  # details are printed as text, never as markup
+
+
+# -- stopping early, temporary stores, SIGINT --------------------------------------------
+
+
+def test_a_stopped_agent_answers_the_records_made_so_far(tmp_path: Path) -> None:
+    actor = ContextActor(str(tmp_path), "ctx")
+    agent = LoadAgent()
+    _local_agent(actor, agent)
+    spec = {"context": "ctx", "threads": 3, "transactions": 1, "conflict_rate": 0.3}
+
+    async def run_then_stop() -> bytes:
+        task = asyncio.ensure_future(agent.run_for(spec, None, 1_000_000))
+        while actor._ctx is None or actor._ctx.meta().version < 10:
+            await asyncio.sleep(0.01)
+        await agent.stop()
+        return await task
+
+    try:
+        records = unpack(asyncio.run(run_then_stop()))
+        export = _export(actor)
+    finally:
+        actor.close()
+    assert 10 <= export["version"] < 1_000_000
+    assert sum(r["outcome"] == "committed" for r in records) == export["version"]
+    assert check_context(records, export).ok
+    with pytest.raises(RequestError):
+        asyncio.run(LoadAgent().run_for(spec, None, None))
+
+
+@pytest.mark.ray
+def test_without_a_store_the_run_uses_a_temporary_one_and_removes_it(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    options = _options(ray_cluster, tmp_path, namespace, threads=2, transactions=20)
+    del options["store_dir"]
+    doc = run_loadtest(options)
+    assert doc["history_ok"] and doc["committed"] > 0 and doc["interrupted"] is False
+    assert doc["checked"]["acknowledged_on_disk"] == doc["committed"]  # checked before removal
+    assert doc["store_kept"] is False and not os.path.exists(doc["store"])
+    assert list(tmp_path.iterdir()) == []  # nothing in the working directory
+    kept = run_loadtest({**options, "store_dir": str(tmp_path / "mine")})
+    assert kept["store_kept"] is True and kept["store"] == str(tmp_path / "mine")
+    assert {p.name for p in (tmp_path / "mine").iterdir()} == {
+        c["name"] for c in kept["per_context"]
+    }
+
+
+@pytest.mark.ray
+def test_the_command_leaves_the_users_store_alone(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(MORPHZ_STORE=str(mine), RAY_ADDRESS=ray_cluster.cluster.address)
+    p = subprocess.run(
+        [*MORPHZ, "--json", "loadtest", "--threads", "2", "--transactions", "10"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["committed"] == 10 and doc["store_kept"] is False
+    assert not os.path.exists(doc["store"])
+    assert list(tmp_path.iterdir()) == []  # neither MORPHZ_STORE nor ./.morphz was written
+
+
+@pytest.mark.ray
+def test_sigint_prints_the_partial_report_and_its_history_check(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    from service.store import Store
+
+    env = {k: v for k, v in os.environ.items() if k != "MORPHZ_STORE"}
+    env["RAY_ADDRESS"] = ray_cluster.cluster.address
+    store = tmp_path / "lt"
+    p = subprocess.Popen(
+        [*MORPHZ, "--store", str(store), "--json", "loadtest", "--threads", "4"]
+        + ["--contexts", "2", "--duration", "600", "--conflict-rate", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # mid-run: both contexts have committed something
+            assert p.poll() is None and time.monotonic() < deadline, "the load did not start"
+            names = [d.name for d in store.iterdir()] if store.is_dir() else []
+            versions = []
+            for name in names:
+                try:
+                    with Store(store).open(name, readonly=True) as ctx:
+                        versions.append(int(ctx.meta().version))
+                except MorphzError:
+                    versions.append(0)
+            if len(versions) == 2 and min(versions) >= 5:
+                break
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err[-2000:]
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    doc = json.loads(lines[0])
+    assert tuple(doc) == REPORT_KEYS
+    assert doc["interrupted"] is True and doc["duration_s"] < 600
+    assert doc["history_ok"] is True, doc["violations"]
+    assert doc["committed"] >= 10
+    assert doc["checked"]["log_records"] == doc["committed"]  # every commit, checked
+    assert doc["checked"]["acknowledged_on_disk"] == doc["committed"]
+    assert doc["store"] == str(store) and doc["store_kept"] is True

@@ -1,7 +1,8 @@
 """Hypothesis strategies for forms and context transactions, shared by the protocol tests.
 
 Everything generated is valid: frame ids pass ``is_frame_id``, labels ``is_label``,
-bodies ``check_form(…, 1)``; strings are valid Unicode (no lone surrogates).
+bodies ``check_form(…, 1)`` and hold no reserved form (``misplaced_form``); strings
+are valid Unicode (no lone surrogates).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from protocol.tx import (
     Revise,
     Unprotect,
     Unrelate,
+    misplaced_form,
 )
 
 _LETTERS = st.characters(categories=["Lu", "Ll", "Lo"])
@@ -94,18 +96,23 @@ def nested(depth: int, leaf: Any) -> Any:
 
 
 _body_starts = st.sampled_from(
-    [(), ((Symbol("from"),),), ((Symbol("from"), Symbol("x")),), (nested(MAX_DEPTH - 1, 1),)]
+    [
+        (),
+        (("from", Symbol("x")),),  # a string head is content; only the atom `from` is reserved
+        ((Symbol("steps"), (Symbol("retire"), Symbol("x"))),),  # an op name deeper is content
+        (nested(MAX_DEPTH - 1, 1),),
+    ]
 )
 
 bodies: st.SearchStrategy[tuple[Any, ...]] = st.builds(
     lambda start, rest: start + tuple(rest), _body_starts, st.lists(forms(), max_size=3)
-)
+).filter(lambda body: misplaced_form("derive", "a", body, has_sources=False) is None)
 
 _sources = st.lists(refs, max_size=3).map(tuple)
 
 ops: st.SearchStrategy[Any] = st.one_of(
     st.builds(Derive, id=frame_ids, sources=_sources, body=bodies),
-    st.builds(Revise, id=frame_ids, sources=_sources, body=bodies),
+    st.builds(Revise, id=frame_ids, sources=_sources, body=bodies.filter(bool)),
     st.builds(Relate, subject=frame_ids, label=labels, object=frame_ids),
     st.builds(Unrelate, subject=frame_ids, label=labels, object=frame_ids),
     st.builds(Retire, refs=st.lists(refs, min_size=1, max_size=3).map(tuple)),

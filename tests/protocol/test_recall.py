@@ -549,7 +549,7 @@ def test_recall_result_enters_as_an_observation_and_changes_no_lifecycle(ctx: Co
     e = ctx.observe("recall_result", as_recall_observation(page, request))
     claimed = ctx.claim()
 
-    assert claimed.claimed == (e.ref,) and not claimed.advanced  # tool output, no tick
+    assert claimed.claimed == [e.ref] and not claimed.advanced  # tool output, no tick
     after = ctx.state()
     assert after["frames"] == before["frames"]
     assert after["version"] == before["version"]

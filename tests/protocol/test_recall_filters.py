@@ -302,7 +302,7 @@ def stored(ctx: Context, e: Event) -> Event:
 def test_model_facing_recall_hides_quarantined_and_rejected_frames(ctx: Context) -> None:
     refs = governed(ctx)
 
-    page, e = ctx.recall_observation({"frame_id": "top"})
+    page, e = ctx.recall_recorded({"frame_id": "top"})
 
     assert ids(page) == ["top", "cand", "ok", refs["risky"]]
     assert e.extra == {"recalled": ["top", "cand", "ok"]}
@@ -312,7 +312,7 @@ def test_model_facing_recall_hides_quarantined_and_rejected_frames(ctx: Context)
     assert text["request"]["trust"] == ["candidate", "accepted"]
     assert [n["id"] for n in text["nodes"]] == ids(page)
 
-    narrower, e2 = ctx.recall_observation({"frame_id": "ok", "trust": ["accepted"]})
+    narrower, e2 = ctx.recall_recorded({"frame_id": "ok", "trust": ["accepted"]})
     assert ids(narrower) == ["ok"] and e2.extra["recalled"] == ["ok"]
 
 
@@ -338,9 +338,9 @@ def test_model_facing_recall_refuses_hidden_trust_and_hidden_starts(ctx: Context
 
 def test_model_facing_cursors_continue_and_bind_the_default(ctx: Context) -> None:
     refs = governed(ctx)
-    first, e1 = ctx.recall_observation({"frame_id": "top", "max_nodes": 2})
+    first, e1 = ctx.recall_recorded({"frame_id": "top", "max_nodes": 2})
     assert ids(first) == ["top", "cand"] and first.next_cursor is not None
-    second, e2 = ctx.recall_observation({"frame_id": "top", "max_nodes": 2}, first.next_cursor)
+    second, e2 = ctx.recall_recorded({"frame_id": "top", "max_nodes": 2}, first.next_cursor)
     assert ids(second) == ["ok", refs["risky"]] and second.next_cursor is None
     assert (e1.extra["recalled"], e2.extra["recalled"]) == (["top", "cand"], ["ok"])
     with pytest.raises(RequestError) as info:  # the plain request has no trust filter
@@ -354,7 +354,7 @@ def test_model_facing_cursors_continue_and_bind_the_default(ctx: Context) -> Non
 
 def test_events_and_missing_nodes_are_not_in_recalled(ctx: Context) -> None:
     log = policies(ctx)
-    page, e = ctx.recall_observation({"frame_id": "hub", "valid_at": "2025-02-01"})
+    page, e = ctx.recall_recorded({"frame_id": "hub", "valid_at": "2025-02-01"})
     assert ids(page) == ["hub", "p2025", "popen", log]
     assert e.extra["recalled"] == ["hub", "p2025", "popen"]
     assert all(isinstance(x, str) for x in stored(ctx, e).extra["recalled"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,10 +12,30 @@ from hypothesis import strategies as st
 
 from protocol.errors import ParseError
 from protocol.forms import MAX_DEPTH, Symbol, check_form
+from protocol.ids import is_event_ref, is_ref
 from protocol.sexpr import MAX_TEXT_BYTES, print_form, read_forms
-from protocol.tx import ContextTx, Derive, Protect, Relate, Restore, Retire, Revise, Unrelate
+from protocol.tx import (
+    OP_NAMES,
+    ContextTx,
+    Derive,
+    Protect,
+    Relate,
+    Restore,
+    Retire,
+    Revise,
+    Unrelate,
+    misplaced_form,
+)
 from protocol.txlang import parse_tx, print_tx
-from tests.protocol.strategies import forms, nested, strict_key, transactions, typed
+from tests.protocol.strategies import (
+    event_refs,
+    forms,
+    nested,
+    refs,
+    strict_key,
+    transactions,
+    typed,
+)
 from tests.seed_texts import CONSOLIDATE_TX, RELEASE_TX
 
 S = Symbol
@@ -175,13 +197,10 @@ def test_clauses_in_any_order_before_operations() -> None:
     _roundtrips(tx)
 
 
-def test_body_that_starts_with_a_from_list_survives_printing() -> None:
-    tx = ContextTx(
-        base_version=1,
-        ops=(Derive(id="a", body=((S("from"), S("b")), S("x"))),),
-    )
-    assert "(derive a (from) (from b) x)" in print_tx(tx)
-    _roundtrips(tx)
+def test_a_body_cannot_start_with_a_from_list() -> None:
+    # It would print as the sources clause: the model refuses it, as the text does.
+    with pytest.raises(ValueError, match="right after the frame id"):
+        Derive(id="a", body=((S("from"), S("b")), S("x")))
 
 
 def test_empty_from_means_no_sources() -> None:
@@ -189,13 +208,15 @@ def test_empty_from_means_no_sources() -> None:
     assert isinstance(op, Revise)
     assert op.sources == ()
     assert typed(op.body) == typed(((S("k"), S("v")),))
+    assert "(revise a (k v))" in print_tx(ContextTx(base_version=1, ops=(op,)))
 
 
 def test_only_the_first_form_after_the_id_can_be_sources() -> None:
-    (op,) = parse_tx("(context-tx (base-version 1) (derive a (x) (from b)))").ops
-    assert isinstance(op, Derive)
-    assert op.sources == ()
-    assert typed(op.body) == typed(((S("x"),), (S("from"), S("b"))))
+    with pytest.raises(ParseError) as info:
+        parse_tx("(context-tx (base-version 1) (derive a (x) (from b)))")
+    assert str(info.value) == (
+        "1:44: (from …) must come right after the frame id: (derive a (from b) BODY…)"
+    )
 
 
 def test_depth_limits() -> None:
@@ -313,6 +334,321 @@ def test_deep_nesting_is_a_parse_error() -> None:
 def test_non_text_input() -> None:
     with pytest.raises(ParseError):
         parse_tx(b"(context-tx)")  # type: ignore[arg-type]
+
+
+# --- reserved forms: a misplaced clause is an error, never body text --------------
+
+_MISPLACED = [
+    # the issue's two cases: provenance after the body
+    (
+        "(context-tx (base-version 1) (derive b (x 1) (from @e1)))",
+        1,
+        46,
+        "(from …) must come right after the frame id: (derive b (from @e1) BODY…)",
+    ),
+    (
+        "(context-tx (base-version 1) (derive Foo Bar (from @e3)))",
+        1,
+        46,
+        "(from …) must come right after the frame id: (derive Foo (from @e3) BODY…)",
+    ),
+    (
+        "(context-tx\n  (base-version 1)\n  (revise release (stage packaging)\n"
+        "    (from @e7 test-result)))",
+        4,
+        5,
+        "(revise release (from @e7 test-result) BODY…)",
+    ),
+    # deeper in the body: from is reserved at any depth
+    (
+        "(context-tx (base-version 1) (derive b (from @e1) (x (y (from @e2)))))",
+        1,
+        57,
+        'the head from is reserved at any depth in a body: to keep the word, write it as a string, ("from" …)',
+    ),
+    # twice: the second one would be body text
+    (
+        "(context-tx (base-version 1) (derive b (from @e1) (x) (from @e2)))",
+        1,
+        55,
+        "(from …) appears twice in (derive b …): list every source in the one (from …) "
+        "right after the frame id: (derive b (from @e1 @e2) BODY…)",
+    ),
+    (
+        "(context-tx (base-version 1) (derive b (from) (from @e2)))",
+        1,
+        47,
+        "appears twice",
+    ),
+    # before the frame id, or a body where the id goes
+    (
+        "(context-tx (base-version 1) (derive (from @e2) b (x)))",
+        1,
+        38,
+        "derive: (from …) comes after the frame id: (derive ID (from @e2) BODY…)",
+    ),
+    (
+        "(context-tx (base-version 1) (derive (x 1) (from @e2)))",
+        1,
+        38,
+        "derive: the frame id must be an atom, got a list: (derive ID (from REF…) BODY…)",
+    ),
+    (
+        "(context-tx (base-version 1) (revise 42 (x)))",
+        1,
+        38,
+        "revise: the frame id must be an atom, got integer 42",
+    ),
+    # an event reference where a frame id goes
+    ("(context-tx (base-version 1) (derive @e1 (x 1)))", 1, 30, "'@e1' is an event"),
+    ("(context-tx (base-version 1) (relate @e1 supports a))", 1, 30, "'@e1' is an event"),
+    ("(context-tx (base-version 1) (relate a supports @e1))", 1, 30, "cited in (from @e1)"),
+    ("(context-tx (base-version 1) (protect @e4))", 1, 30, "retired with (retire @e4)"),
+    ("(context-tx (base-version 1) (envelope @e4 (risk low)))", 1, 30, "'@e4' is an event"),
+    (
+        "(context-tx (base-version 1) (revise ev:0123456789abcdef0123 (x)))",
+        1,
+        30,
+        "is an event",
+    ),
+    # the sources without their (from …), or misspelt
+    (
+        "(context-tx (base-version 1) (derive b @e2 (x)))",
+        1,
+        40,
+        "@e2 right after the frame id is a source: write it in (from …): "
+        "(derive b (from @e2) BODY…)",
+    ),
+    (
+        "(context-tx (base-version 1) (derive b (form @e2 a) (x)))",
+        1,
+        40,
+        "(form …) looks like a misspelt (from …)",
+    ),
+    ("(context-tx (base-version 1) (derive b (FROM @e2)))", 1, 40, "misspelt (from …)"),
+    ("(context-tx (base-version 1) (derive b (x) (frm @e2)))", 1, 44, "misspelt"),
+    # an operation or a clause inside a body: a parenthesis closed too late
+    (
+        "(context-tx (base-version 1)\n  (derive a (from @e1) (x 1)\n  (retire @e1)))",
+        3,
+        3,
+        "(retire …) is inside the body of (derive a …): close that operation before it",
+    ),
+    (
+        "(context-tx (base-version 1) (revise a (x) (relate a uses b)))",
+        1,
+        44,
+        "(relate …) is inside the body of (revise a …)",
+    ),
+    ("(context-tx (base-version 1) (derive a (x) (base-version 2)))", 1, 44, "clause of the"),
+    ("(context-tx (base-version 1) (derive a (client-id c)))", 1, 40, "clause of the"),
+    ("(context-tx (base-version 1) (derive a (context-tx)))", 1, 40, "one transaction"),
+    # an empty revise would erase the body
+    (
+        "(context-tx (base-version 1) (revise release (from @e9)))",
+        1,
+        30,
+        "revise replaces the whole body, and this one is empty",
+    ),
+    ("(context-tx (base-version 1) (revise release))", 1, 30, "restate the body"),
+    # an envelope has fields, not sources
+    ("(context-tx (base-version 1) (envelope a (from @e1)))", 1, 42, "unknown field 'from'"),
+    # sources are atoms
+    ('(context-tx (base-version 1) (derive a (from "@e1")))', 1, 46, "source must be an atom"),
+    ("(context-tx (base-version 1) (derive a (from (@e1))))", 1, 46, "source must be an atom"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "column", "words"), _MISPLACED)
+def test_a_misplaced_form_is_a_positioned_error(
+    text: str, line: int, column: int, words: str
+) -> None:
+    with pytest.raises(ParseError) as info:
+        parse_tx(text)
+    err = info.value
+    assert (err.line, err.column) == (line, column), str(err)
+    assert words in err.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a string head is content: the escape for the word itself
+        '(context-tx (base-version 1) (derive trip (route ("from" Paris) (to Berlin))))',
+        # operation and clause names deeper than the body's own forms are content
+        "(context-tx (base-version 1) (derive plan (steps (retire old) (derive new))))",
+        '(context-tx (base-version 1) (derive d (choice pg) (reason "faster")))',
+        # an event reference that does not open the body
+        "(context-tx (base-version 1) (derive n (from @e1) (seen @e1) @e2))",
+        # a misspelling without an event reference is just a word
+        "(context-tx (base-version 1) (derive n (form release) (fro x)))",
+        # an empty body is a marker frame for derive
+        "(context-tx (base-version 1) (derive marker))",
+    ],
+)
+def test_legitimate_bodies_still_parse_and_round_trip(text: str) -> None:
+    tx = parse_tx(text)
+    _roundtrips(tx)
+
+
+def test_the_model_refuses_what_the_text_refuses() -> None:
+    # The rule lives in the model, so every port (text, JSON, msgpack, Python) obeys it.
+    for build, words in (
+        (lambda: Derive(id="a", body=((S("x"),), (S("from"), S("@e1")))), "right after"),
+        (lambda: Derive(id="a", sources=("@e1",), body=((S("from"), S("@e2")),)), "twice"),
+        (lambda: Revise(id="a", sources=("@e1",)), "this one is empty"),
+        (lambda: Revise(id="a", body=((S("retire"), S("@e1")),)), "(retire …) is inside"),
+        (lambda: Derive(id="@e1"), "is an event"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            build()
+
+
+def test_every_operation_name_is_reserved_directly_in_a_body() -> None:
+    for name in OP_NAMES:
+        text = f"(context-tx (base-version 1) (derive a (k v) ({name} x)))"
+        with pytest.raises(ParseError, match=rf"\({name} …\)") as info:
+            parse_tx(text)
+        assert info.value.column == text.index(f"({name} x)") + 1
+        parse_tx(f"(context-tx (base-version 1) (derive a (k ({name} x))))")
+
+
+def test_the_reference_shows_the_whole_message() -> None:
+    # docs/language.md's parse-error table, read strictly: every piece between
+    # the elisions appears, in order, in the parser's message.
+    doc = Path(__file__).resolve().parents[2] / "docs" / "language.md"
+    rows = re.findall(r"^\| `(\(context-tx.*?)` \| `(.*?)` \|$", doc.read_text("utf-8"), re.M)
+    assert len(rows) >= 15
+    for text, shown in rows:
+        with pytest.raises(ParseError) as info:
+            parse_tx(text.replace("\\\\", "\\"))
+        at = 0
+        for piece in shown.split("…"):
+            found = info.value.message.find(piece, at)
+            assert found >= 0, (text, piece, info.value.message)
+            at = found + len(piece)
+
+
+def _wrap(inner: Any, levels: list[tuple[list[Any], list[Any]]]) -> Any:
+    for before, after in levels:
+        inner = (S("note"), *before, inner, *after)
+    return inner
+
+
+def _clean(form: Any) -> bool:
+    return misplaced_form("derive", "a", ((S("note"), form),), has_sources=False) is None
+
+
+_clean_forms = forms(8).filter(_clean)
+_ref_atoms = refs.map(S)
+
+
+@FAST
+@given(
+    st.lists(_clean_forms, max_size=2),
+    st.lists(st.tuples(st.lists(_clean_forms, max_size=2), st.lists(_clean_forms, max_size=2))),
+    st.lists(_ref_atoms, max_size=3),
+    st.lists(_clean_forms, max_size=2),
+)
+def test_a_from_form_at_any_depth_is_rejected_where_it_stands(
+    before: list[Any], levels: list[Any], sources: list[Any], after: list[Any]
+) -> None:
+    body = ((S("k"), S("v")), *before, _wrap((S("from"), *sources), levels), *after)
+    text = "(context-tx (base-version 1) (derive a " + " ".join(map(print_form, body)) + "))"
+    with pytest.raises(ParseError) as info:
+        parse_tx(text)
+    err = info.value
+    lines = text.split("\n")
+    offset = sum(len(line) + 1 for line in lines[: err.line - 1]) + err.column - 1
+    assert text[offset:].startswith("(from"), str(err)
+    assert "(from …)" in err.message
+    with pytest.raises(ValueError):
+        Derive(id="a", body=body)
+
+
+_heads = st.sampled_from(
+    [S("from"), S("form"), S("FROM"), S("retire"), S("derive"), S("base-version"), "from"]
+    + [S("note"), S("reason"), S("steps")]
+)
+_headed = st.builds(
+    lambda head, rest: (head, *rest), _heads, st.lists(st.one_of(_ref_atoms, forms(4)), max_size=3)
+)
+_rich_forms = st.recursive(
+    st.one_of(_headed, forms(4), event_refs.map(S)),
+    lambda children: st.builds(
+        lambda head, rest: (head, *rest), _heads, st.lists(children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal-string-alignment distance, written plainly as the oracle."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
+
+
+def _sym(x: Any) -> bool:
+    return isinstance(x, Symbol)
+
+
+def _reserved_anywhere(form: Any) -> bool:
+    if not isinstance(form, tuple):
+        return False
+    if form and _sym(form[0]):
+        head, items = str(form[0]), form[1:]
+        if head == "from":
+            return True
+        if (
+            items
+            and _edits(head.lower(), "from") <= 1
+            and all(_sym(r) and is_ref(r) for r in items)
+            and any(is_event_ref(r) for r in items)
+        ):
+            return True
+    return any(_reserved_anywhere(x) for x in form)
+
+
+_BODY_HEADS = {*OP_NAMES, "context-tx", "base-version", "client-id"}
+
+
+def _naive_reserved(body: tuple[Any, ...]) -> bool:
+    """The rule of docs/language.md ("Reserved forms"), without the parser's shortcuts."""
+    if body and _sym(body[0]) and is_event_ref(body[0]):
+        return True
+    for form in body:
+        if isinstance(form, tuple) and form and _sym(form[0]) and form[0] in _BODY_HEADS:
+            return True
+        if _reserved_anywhere(form):
+            return True
+    return False
+
+
+@FAST
+@given(st.lists(_rich_forms, max_size=4).map(tuple))
+def test_the_parser_accepts_exactly_the_bodies_the_model_accepts(body: tuple[Any, ...]) -> None:
+    text = "(context-tx (base-version 1) (derive a (from) " + " ".join(map(print_form, body)) + "))"
+    assert (misplaced_form("derive", "a", body, has_sources=True) is None) == (
+        not _naive_reserved(body)
+    )
+    if not _naive_reserved(body):
+        (op,) = parse_tx(text).ops
+        assert isinstance(op, Derive)
+        assert typed(op.body) == typed(body)
+        assert Derive(id="a", body=body) == op
+        _roundtrips(ContextTx(base_version=1, ops=(op,)))
+    else:
+        with pytest.raises(ParseError):
+            parse_tx(text)
+        with pytest.raises(ValueError):
+            Derive(id="a", body=body)
 
 
 # --- properties -----------------------------------------------------------------

@@ -109,7 +109,7 @@ def test_every_operation_kind() -> None:
         client_id="abc",
         ops=(
             Derive(id="a", sources=("@e1",), body=(S("k"), "v", -7, ())),
-            Revise(id="a"),
+            Revise(id="a", body=(S("k"),)),
             Relate(subject="a", label="uses", object="b"),
             Retire(refs=("a", "@e2")),
             Restore(ref="@e2"),
@@ -135,6 +135,46 @@ def test_optional_fields_may_be_missing_or_null() -> None:
     assert tx.ops == (Derive(id="a"),)
     assert tx_from_dict({**base, "reason": None, "client_id": None}) == tx
     assert "reason" not in tx_to_dict(tx) and "client_id" not in tx_to_dict(tx)
+
+
+_DERIVE = {"op": "derive", "id": "b"}
+
+
+@pytest.mark.parametrize(
+    ("op", "words"),
+    [
+        # the text's mistakes, in the dict form: provenance in the body is refused
+        ({**_DERIVE, "body": [["x", 1], ["from", "@e1"]]}, "(from …) must come right after"),
+        ({**_DERIVE, "body": [["x", ["y", ["from", "@e1"]]]]}, "reserved at any depth"),
+        ({**_DERIVE, "sources": ["@e1"], "body": [["from", "@e2"]]}, "appears twice"),
+        ({**_DERIVE, "body": [["form", "@e2"]]}, "misspelt (from …)"),
+        ({**_DERIVE, "body": ["@e2", "x"]}, "write it in (from …)"),
+        ({**_DERIVE, "body": [["retire", "@e1"]]}, "(retire …) is inside the body"),
+        ({**_DERIVE, "from": ["@e1"]}, "unknown key 'from'; a frame's sources go in \"sources\""),
+        ({"op": "revise", "id": "b", "source": ["@e1"]}, "unknown key 'source'"),
+        ({"op": "revise", "id": "b", "sources": ["@e1"]}, "revise replaces the whole body"),
+        ({"op": "derive", "id": "@e1"}, "'@e1' is an event"),
+        ({"op": "relate", "subject": "a", "label": "l", "object": "@e1"}, "is an event"),
+    ],
+)
+def test_the_dict_form_refuses_the_same_mistakes(op: dict[str, Any], words: str) -> None:
+    d = {"base_version": 1, "ops": [op]}
+    for decode in (
+        tx_from_dict,
+        lambda x: tx_from_json(json.dumps(x)),
+        lambda x: tx_from_msgpack(pack(x)),
+    ):
+        with pytest.raises(WireError) as info:
+            decode(d)
+        assert words in info.value.message
+        assert info.value.message.startswith("ops[0]")
+
+
+def test_content_that_merely_looks_reserved_travels() -> None:
+    body = [["route", [{"s": "from"}, "Paris"]], ["steps", ["retire", "old"]], ["seen", "@e1"]]
+    tx = tx_from_dict({"base_version": 1, "ops": [{**_DERIVE, "body": body}]})
+    _same(tx_from_json(tx_to_json(tx)), tx)
+    assert tx_to_dict(tx)["ops"][0]["body"] == body
 
 
 def test_big_integers_travel_as_one_extension_type() -> None:

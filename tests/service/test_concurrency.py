@@ -74,7 +74,7 @@ def test_runtime_finalization_counts_as_a_change(make_ctx: Callable[..., Context
     ctx.commit("(context-tx (base-version 0) (derive a (x 1)) (retire a))")
     base = ctx.version
     ctx.observe("tool_result", "tick")
-    assert ctx.claim().finalized == ("a",)
+    assert ctx.claim().finalized == ["a"]
     r = ctx.commit(f"(context-tx (base-version {base}) (restore a))")
     assert [(c.id, c.version) for c in r.conflicts] == [("a", base + 1)]
 

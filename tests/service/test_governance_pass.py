@@ -63,12 +63,24 @@ def apply_op(ctx: Context, op: tuple[Any, ...], n: int) -> object:
             return type(e).__name__
     if kind == "quarantine":
         return ctx.quarantine([op[1]])
+    if kind == "observe":  # a tool result, maybe holding a secret
+        text = f"out {n} password=hunter{n}x" if op[1] else f"out {n}"
+        return ctx.observe("tool_result", text).ref
     if kind == "use":
         ctx.record_trace({"tick": ctx.tick, "cited": [op[1]], "outcome": op[2]})
         return None
     assert kind == "tick"
     tick(ctx)
     return None
+
+
+def located(report: dict[str, Any], record: str) -> set[tuple[str, int, str, str]]:
+    """The sensitive content a pass reported in *record*s: (ref, offset, rule, action)."""
+    return {
+        (s["ref"], s["start"], s["rule"], s["action"])
+        for s in report["sensitive"]
+        if s["record"] == record
+    }
 
 
 def state(ctx: Context) -> dict[str, Any]:
@@ -79,7 +91,9 @@ class Governed(RuleBasedStateMachine):
     """The same operations on two contexts: one governed by a chain of incremental passes (each
     from the last one's cursor), the other by full passes. After every step they must hold the
     same frames, record for record (trust, reviewers, reasons, versions), and every pass must
-    have decided the same."""
+    have decided the same. Sensitive content: the incremental chain reports each observation
+    once, and together exactly what a full pass reports; frames quarantined for it are the
+    same."""
 
     frames = Bundle("frames")
 
@@ -90,6 +104,7 @@ class Governed(RuleBasedStateMachine):
         self.passes = 0
         self.n = 0
         self.failed_uses = 3
+        self.observed: set[tuple[str, int, str, str]] = set()
 
     def both(self, *op: Any) -> None:
         self.n += 1
@@ -139,6 +154,10 @@ class Governed(RuleBasedStateMachine):
     def use(self, fid: str, outcome: str) -> None:
         self.both("use", fid, outcome)
 
+    @rule(secret=st.booleans())
+    def observe(self, secret: bool) -> None:
+        self.both("observe", secret)
+
     @rule()
     def claim(self) -> None:
         self.both("tick")
@@ -152,6 +171,13 @@ class Governed(RuleBasedStateMachine):
         assert (a["decisions"], a["quarantined"]) == (b["decisions"], b["quarantined"])
         assert a["held"] == b["held"] and a["deferred"] == b["deferred"] == []
         assert set(a["spared"]) <= set(b["spared"])
+        new = located(a, "observation")
+        assert not new & self.observed  # each observation is reported by one pass of the chain
+        self.observed |= new
+        assert self.observed == located(b, "observation")
+        quarantined = {x for x in located(a, "frame") if x[3] == "quarantined"}
+        assert quarantined == {x for x in located(b, "frame") if x[3] == "quarantined"}
+        assert {x[0] for x in quarantined} <= set(a["quarantined"])
 
     @invariant()
     def same_frames(self) -> None:

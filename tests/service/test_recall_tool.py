@@ -18,7 +18,7 @@ def test_recall_result_is_an_observation_and_restore_brings_a_frame_back(ctx: Co
     assert ctx.frame("case-b")["lifecycle"] == "retired"
     before = ctx.state()
 
-    page, event = ctx.recall_observation({"frame_id": "procedure", "depth": 2})
+    page, event = ctx.recall_recorded({"frame_id": "procedure", "depth": 2})
 
     ids = [n["id"] for n in page.nodes]
     assert ids == ["procedure", "case-b", run.ref]

@@ -621,7 +621,7 @@ class TestStoreContract:
     def test_append_and_page_back_without_touching_the_state(self, store: Backend) -> None:
         ctx = Context(store)
         ctx.commit("(context-tx (base-version 0) (derive a (x)))")
-        before = (ctx.meta().to_record(), ctx.state(), ctx.txlog(1))
+        before = (ctx.meta().to_dict(), ctx.state(), ctx.txlog(1))
         record_audit(store, [denial(at=1000.0), denial(holder="eve", at=1001.0)])
         record_audit(store, [denial(at=1002.0)])  # coalesced into row 1
         for i in range(5):
@@ -629,7 +629,7 @@ class TestStoreContract:
                 "export_frame", "read", holder="curator", allowed=True, why=f"x{i}", at=1003.0 + i
             )
             record_audit(store, [entry])
-        assert (ctx.meta().to_record(), ctx.state(), ctx.txlog(1)) == before
+        assert (ctx.meta().to_dict(), ctx.state(), ctx.txlog(1)) == before
         rows = read_audit(store, 0, 100)
         assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
         assert rows[0]["count"] == 2 and rows[0]["holder"] == "mallory"

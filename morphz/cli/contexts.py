@@ -1,0 +1,108 @@
+"""``morphz contexts`` and ``morphz drop``: a store's contexts, listed and deleted.
+
+Both call the service (:class:`service.store.Store`): ``contexts`` reads every
+context read-only (so it works beside a running context actor); ``drop`` asks
+for confirmation (``--yes`` for scripts) and is refused with ``store_locked``
+while a writer holds the context. See ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from morphz.cli.console import Env, emit, run_command
+
+__all__ = ["contexts_cmd", "drop_cmd"]
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
+def _human_contexts(d: dict[str, Any]) -> str:
+    if not d["contexts"]:
+        return f"no contexts in {d['store']}; create one with `morphz init`"
+    rows = [("context", "version", "tick", "frames", "events", "size")]
+    for c in d["contexts"]:
+        rows.append(
+            (
+                c["name"],
+                str(c["version"]),
+                str(c["tick"]),
+                str(c["frames"]),
+                str(c["events"]),
+                _size(c["bytes"]),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+        for r in rows
+    )
+
+
+@click.command("contexts")
+@click.pass_obj
+@run_command
+def contexts_cmd(env: Env) -> None:
+    """List the store's contexts: version, tick, frames, events and size on disk."""
+    from service.store import Store
+
+    infos = Store(env.store).contexts_info()
+    doc = {"store": env.store, "contexts": [i.model_dump() for i in infos]}
+    emit(env, doc, _human_contexts)
+
+
+@click.command("drop")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (for scripts).")
+@click.pass_obj
+@run_command
+def drop_cmd(env: Env, name: str, yes: bool) -> None:
+    """Delete the context NAME and everything it holds, after confirmation.
+
+    Refused (store_locked) while a context actor or another writer holds it.
+    """
+    from protocol.errors import RequestError
+    from service.store import Store
+    from storage import check_context_name
+
+    check_context_name(name)
+    store = Store(env.store)
+    info = store.info(name)  # not_found before any question
+    if not yes:
+        question = (
+            f"drop context {name!r} ({info.frames} frames, {info.events} events, "
+            f"{_size(info.bytes)}) from {env.store}? This cannot be undone"
+        )
+        try:
+            confirmed = click.confirm(question, default=False, err=True)
+        except click.Abort as e:
+            if isinstance(e.__context__, KeyboardInterrupt):
+                raise
+            click.echo(err=True)  # end the unanswered prompt's line
+            confirmed = False  # no answer (stdin closed)
+        if not confirmed:
+            raise RequestError(
+                f"context {name!r} not dropped: not confirmed (pass --yes in scripts)",
+                code="not_confirmed",
+            )
+    dropped = store.drop(name)
+    doc = {"dropped": name, "store": env.store, **dropped.model_dump()}
+    emit(
+        env,
+        doc,
+        lambda d: f"dropped context {d['dropped']} ({d['frames']} frames, {d['events']} events)",
+    )

@@ -1,0 +1,326 @@
+"""Forgetting content: what a tombstone looks like and which records must be rewritten (pure).
+
+Forgetting erases the *content* of one record — an observation's text or every
+body a frame ever had — and keeps the record: its id, its place in the log,
+the frames that cite it. What stays is a :class:`Tombstone`: the digest of the
+erased content (:func:`content_digest`, ``sha256:`` and 64 hex digits), who
+forgot it, when and why. The rules here are functions of their inputs; the
+service (:mod:`service.forget`) reads the records, the store rewrites them.
+
+* an observation's text becomes :func:`event_tombstone_text`, its preview the
+  same, its ``extra["forgotten"]`` the tombstone (:func:`tombstone_event`);
+* a frame's body becomes :func:`frame_tombstone_body` — one form,
+  ``(forgotten "sha256:…")`` — in its current record and in every history row,
+  its envelope gains ``forgotten`` (:func:`tombstone_frame`);
+* every ``model`` log record whose operation wrote that body is rewritten so
+  that it holds the tombstone body instead (:func:`redact_log_record`): a fork,
+  which replays the log, then rebuilds the tombstone, never the content;
+* a ``recall_result`` observation that carried the content (a recall or search
+  that returned it, :func:`carries`) is forgotten with it.
+
+Forgetting is not a transaction a model can emit: it rewrites history rather
+than adding to it, so it is a governance operation (``admin`` through the
+actor) and leaves the version unchanged. See ``docs/forget.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from protocol.errors import RequestError
+from protocol.forms import Form, Symbol
+from protocol.replies import Reply
+from protocol.state import Event, Frame, estimate_tokens
+from protocol.tx import ContextTx, Derive, Revise
+
+FORGOTTEN = "forgotten"
+"""The head of a tombstone form, and the key of the tombstone in an event's ``extra``
+and a frame's envelope."""
+MAX_REASON = 512
+"""Longest reason accepted, in characters (what the audit log keeps)."""
+MAX_BY = 256
+"""Longest name of whoever forgets, in characters."""
+DIGEST_PREFIX = "sha256:"
+
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}\Z")
+
+
+class ForgetReport(Reply):
+    """What a forget did, the same from the embedded API, the Ray handle and the CLI.
+
+    ``target`` is the reference as the model reads it (``@eN`` or the frame
+    id), ``id`` the stable id; ``digest``, ``by``, ``at``, ``reason`` the
+    tombstone; ``version`` the context's version (unchanged by forgetting);
+    ``duplicate`` is true when the record was forgotten before (nothing was
+    written; the first tombstone is answered); ``cascade`` lists the
+    ``recall_result`` observations that carried the content and were forgotten
+    with it; ``log_versions`` the log records rewritten; ``history_rows`` the
+    frame history rows rewritten.
+    """
+
+    target: str
+    kind: str
+    id: str
+    digest: str
+    by: str
+    at: float
+    reason: str
+    version: int
+    duplicate: bool = False
+    cascade: list[str] = []
+    log_versions: list[int] = []
+    history_rows: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Tombstone:
+    """What remains of forgotten content: its digest, who forgot it, when and why."""
+
+    digest: str
+    by: str
+    at: float
+    reason: str
+
+    def to_record(self) -> dict[str, Any]:
+        """The plain form kept in an event's ``extra`` and a frame's envelope."""
+        return {"digest": self.digest, "by": self.by, "at": self.at, "reason": self.reason}
+
+    @classmethod
+    def from_record(cls, rec: Any) -> Tombstone | None:
+        """The tombstone a stored plain form describes; None if it is not one."""
+        if not isinstance(rec, dict):
+            return None
+        digest, by, at, reason = rec.get("digest"), rec.get("by"), rec.get("at"), rec.get("reason")
+        if not (isinstance(digest, str) and isinstance(by, str) and isinstance(reason, str)):
+            return None
+        if not isinstance(at, (int, float)) or isinstance(at, bool):
+            return None
+        return cls(digest, by, float(at), reason)
+
+
+@dataclass(slots=True)
+class Rewrite:
+    """Records a forget overwrites in place, beside its changeset.
+
+    ``contents``: ``(seq, text)`` — an event's text replaced whole (every old
+    chunk goes); ``history``: frame history rows ``(frame id, version, record)``
+    overwritten; ``txlog``: log records overwritten (each names its version).
+    """
+
+    contents: list[tuple[int, str]] = field(default_factory=list)
+    history: list[tuple[str, int, Frame]] = field(default_factory=list)
+    txlog: list[dict[str, Any]] = field(default_factory=list)
+
+
+@runtime_checkable
+class RewriteView(Protocol):
+    """A write view that can overwrite records in place (both stores offer it)."""
+
+    def rewrite(self, rw: Rewrite) -> None:
+        """Overwrite the records *rw* names, inside the current write."""
+
+
+def check_reason(reason: object) -> str:
+    """The reason of a forget, stripped; RequestError ``missing_reason`` / ``bad_argument``."""
+    if reason is None or (isinstance(reason, str) and not reason.strip()):
+        raise RequestError(
+            "forgetting needs a reason (why this content must go), e.g. --reason 'leaked key'",
+            code="missing_reason",
+        )
+    if not isinstance(reason, str):
+        raise RequestError("a reason is text", code="bad_argument")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON:
+        raise RequestError(
+            f"a reason is at most {MAX_REASON} characters, not {len(reason)}", code="bad_argument"
+        )
+    return reason
+
+
+def check_by(by: object) -> str:
+    """Who forgets: 1 to :data:`MAX_BY` printable characters; RequestError ``bad_argument``."""
+    if not isinstance(by, str) or not 1 <= len(by) <= MAX_BY or not by.isprintable():
+        raise RequestError(
+            f"who forgets is named by 1 to {MAX_BY} printable characters", code="bad_argument"
+        )
+    return by
+
+
+def content_digest(text: str) -> str:
+    """The digest a tombstone keeps of erased text: ``sha256:`` and the hex SHA-256 of its UTF-8."""
+    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def body_text(body: tuple[Form, ...]) -> str:
+    """A frame body as printed (what a frame's digest is taken of)."""
+    from protocol.sexpr import print_form
+
+    return " ".join(print_form(f) for f in body)
+
+
+def event_tombstone_text(digest: str) -> str:
+    """The text a forgotten observation reads as: ``(forgotten sha256:…)``."""
+    return f"({FORGOTTEN} {digest})"
+
+
+def frame_tombstone_body(digest: str) -> tuple[Form, ...]:
+    """The body a forgotten frame holds: the one form ``(forgotten "sha256:…")``."""
+    return ((Symbol(FORGOTTEN), digest),)
+
+
+def is_tombstone_body(body: tuple[Form, ...]) -> bool:
+    """True if *body* is a tombstone body."""
+    if len(body) != 1:
+        return False
+    form = body[0]
+    return (
+        isinstance(form, tuple)
+        and len(form) == 2
+        and isinstance(form[0], Symbol)
+        and form[0] == FORGOTTEN
+        and isinstance(form[1], str)
+        and not isinstance(form[1], Symbol)
+        and bool(_DIGEST_RE.match(form[1]))
+    )
+
+
+def event_tombstone(e: Event) -> Tombstone | None:
+    """The tombstone of a forgotten event; None if it was not forgotten."""
+    return Tombstone.from_record(e.extra.get(FORGOTTEN))
+
+
+def frame_tombstone(f: Frame) -> Tombstone | None:
+    """The tombstone of a forgotten frame; None if it was not forgotten."""
+    return Tombstone.from_record(f.envelope.get(FORGOTTEN))
+
+
+def tombstone_event(e: Event, stone: Tombstone) -> tuple[Event, str]:
+    """*e* forgotten: its new record and its new text (the tombstone text)."""
+    text = event_tombstone_text(stone.digest)
+    w = e.copy()
+    w.preview = text
+    w.size = len(text)
+    w.tokens = estimate_tokens(text)
+    w.extra[FORGOTTEN] = stone.to_record()
+    return w, text
+
+
+def tombstone_frame(f: Frame, stone: Tombstone) -> Frame:
+    """*f* (a current record or a history row) forgotten: the tombstone body and envelope mark.
+
+    Revision, versions, sources and lifecycle stay as they were.
+    """
+    w = f.copy()
+    w.body = frame_tombstone_body(stone.digest)
+    w.envelope[FORGOTTEN] = stone.to_record()
+    return w
+
+
+def _logged_tx(record: dict[str, Any]) -> ContextTx:
+    if record.get("text") is not None:
+        from protocol.txlang import parse_tx
+
+        return parse_tx(record["text"])
+    from protocol.wire import tx_from_dict
+
+    return tx_from_dict(record["tx"])
+
+
+def redact_log_record(
+    record: dict[str, Any], frame_id: str, body: tuple[Form, ...]
+) -> dict[str, Any] | None:
+    """*record* with every operation that wrote *frame_id*'s body now writing *body*.
+
+    Only ``model`` records carry bodies (runtime and governance records name
+    frames, never bodies). None when *record* wrote no body of *frame_id*. The
+    text is reprinted canonically (``print_tx``), or the dict form rewritten,
+    whichever the record kept, so replaying it yields *body*.
+    """
+    if record.get("kind") != "model":
+        return None
+    indexes = {
+        w["index"]
+        for w in record.get("writes") or ()
+        if isinstance(w, dict) and w.get("frame") == frame_id and isinstance(w.get("index"), int)
+    }
+    if not indexes:
+        return None
+    tx = _logged_tx(record)
+    ops = list(tx.ops)
+    changed = False
+    for i in sorted(indexes):
+        if i < len(ops):
+            op = ops[i]
+            if isinstance(op, (Derive, Revise)) and op.id == frame_id and op.body != body:
+                ops[i] = op.model_copy(update={"body": body})
+                changed = True
+    if not changed:
+        return None
+    new_tx = tx.model_copy(update={"ops": tuple(ops)})
+    out = dict(record)
+    if record.get("text") is not None:
+        from protocol.txlang import print_tx
+
+        out["text"] = print_tx(new_tx)
+    else:
+        from protocol.wire import tx_to_dict
+
+        out["tx"] = tx_to_dict(new_tx)
+    return out
+
+
+def carries(e: Event, text: str, *, frame_id: str | None = None, ref: str | None = None) -> bool:
+    """True if the ``recall_result`` observation *e* (text *text*) carried forgotten content.
+
+    It did if it recalled frame *frame_id* (``extra["recalled"]``) or names
+    *frame_id* or the event reference *ref* in its text (a recall page or a
+    search hit quotes what it found). Deliberately broad: a recall result is
+    derived tool output, and keeping one that quoted the content would keep
+    the content.
+    """
+    if e.kind != "recall_result" or event_tombstone(e) is not None:
+        return False
+    if frame_id is not None:
+        if frame_id in (e.extra.get("recalled") or ()):
+            return True
+        if re.search(r"(?<![\w:/.-])" + re.escape(frame_id) + r"(?![\w:/.-])", text):
+            return True
+    if ref is not None and re.search(re.escape(ref) + r"(?![0-9])", text):
+        return True
+    return False
+
+
+def forget_audit(
+    *,
+    kind: str,
+    target: str,
+    record_id: str,
+    stone: Tombstone,
+    cascade: list[str],
+    holder: str | None,
+    context: str | None,
+    tenant: str | None,
+) -> dict[str, Any]:
+    """The audit entry of one forget (method ``forget``, op ``admin``), written in its write."""
+    from protocol.governance import audit_entry
+
+    return audit_entry(
+        "forget",
+        "admin",
+        holder=holder if holder is not None else stone.by,
+        allowed=True,
+        why=stone.reason,
+        at=stone.at,
+        outcome="allowed",
+        context=context,
+        tenant=tenant,
+        target=target,
+        kind=kind,
+        id=record_id,
+        digest=stone.digest,
+        by=stone.by,
+        cascade=list(cascade),
+    )

@@ -1,0 +1,81 @@
+"""One script body against an embedded context and a Ray handle: the same reply types and
+the same dumps (docs/api.md), and the same typed errors for the same bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import ContextHandle, connect
+from protocol.errors import MorphzError
+from service.context import Context
+from service.store import open_context
+from tests.actors.cluster import RayCluster
+from tests.service.test_shapes import check_types, normalise, script
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture
+def handle(
+    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
+) -> Iterator[ContextHandle]:
+    h = connect(context_name, store_dir=tmp_path / "ray", namespace=namespace)
+    yield h
+    h.shutdown()
+
+
+@pytest.fixture
+def embedded(tmp_path: Path, context_name: str) -> Iterator[Context]:
+    # The actor settles its scope (tenant and project "default"); open the embedded
+    # context in the same scope, so the frames' envelopes compare equal.
+    ctx = open_context(
+        tmp_path / "embedded", context_name, sync=False, tenant="default", project="default"
+    )
+    yield ctx
+    ctx.close()
+
+
+def test_one_script_body_gives_the_same_types_and_dumps(
+    handle: ContextHandle, embedded: Context
+) -> None:
+    here, there = script(embedded), script(handle)
+    check_types(here)
+    check_types(there)
+    assert [(c, type(r)) for c, r in here] == [(c, type(r)) for c, r in there]
+    for (call, mine), (_, theirs) in zip(here, there, strict=True):
+        assert normalise(mine) == normalise(theirs), call
+    # The typed form and the mapping form read the same on both.
+    for replies in (here, there):
+        frame = dict(replies)["frame"]
+        assert frame.body == frame["body"] == "(tests passed)"
+
+
+BAD: list[tuple[str, Callable[[Any], Any]]] = [
+    ("unknown frame", lambda c: c.frame("nope")),
+    ("unknown event", lambda c: c.event("@e99")),
+    ("unknown history", lambda c: c.history("nope")),
+    ("negative offset", lambda c: c.read_event("@e1", -1, 4)),
+    ("too many snapshot ids", lambda c: c.snapshot(["f"] * 5000)),
+    ("deliver a tool result", lambda c: c.deliver("@e1")),
+    ("empty kind", lambda c: c.observe("", "x")),
+]
+
+
+def test_bad_input_gets_the_same_typed_error_on_both_and_changes_nothing(
+    handle: ContextHandle, embedded: Context
+) -> None:
+    for ctx in (embedded, handle):
+        ctx.observe("tool_result", "x")
+    before = [normalise(c.state()) for c in (embedded, handle)]
+    for what, call in BAD:
+        errors = []
+        for ctx in (embedded, handle):
+            with pytest.raises(MorphzError) as info:
+                call(ctx)
+            errors.append((type(info.value), info.value.code))
+        assert errors[0] == errors[1], (what, errors)
+    assert [normalise(c.state()) for c in (embedded, handle)] == before
