@@ -376,6 +376,14 @@ class ContextHandle:
     read_event_async = read_event.aio
 
     @Remote
+    def frame_at(self, frame_id: str, version: int) -> Call[FrameReply]:
+        """The frame as it stood when *version* committed (as-of read); NotFound."""
+        args = (check_text(frame_id, "frame id"), _integer(version, "version"))
+        return Call("frame_at", args, _typed(FrameReply))
+
+    frame_at_async = frame_at.aio
+
+    @Remote
     def history(self, frame_id: str) -> Call[list[HistoryEntry]]:
         """Every committed write of *frame_id* (R29)."""
         return Call("history", (check_text(frame_id, "frame id"),), _history)

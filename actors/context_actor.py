@@ -136,6 +136,7 @@ class ContextActor(ContextHost):
             tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
         except WireError as e:
             self._wire_rejections += 1
+            self.metrics.rejected("wire_error")
             try:
                 meta = await self._run(Context.meta)
             except MorphzError as err:
@@ -237,6 +238,16 @@ class ContextActor(ContextHost):
         except MorphzError as e:
             return failed(e)
         return await self._reply(Context.read_event, ref, offset, length)
+
+    @guarded("read")
+    async def frame_at(self, frame_id: str, version: int) -> bytes:
+        """The frame as it stood when *version* committed (as-of read); ``NotFound``."""
+        try:
+            _text(frame_id, "frame id")
+            _count(version, "version")
+        except MorphzError as e:
+            return failed(e)
+        return await self._reply(Context.frame_at, frame_id, version)
 
     @guarded("read")
     async def history(self, frame_id: str) -> bytes:
@@ -359,6 +370,7 @@ class ContextActor(ContextHost):
             _text(session, "session")
             searcher = self._context().searcher
             searcher.start_worker()
+            self._indexing = True
         except MorphzError as e:
             return failed(e)
         loop = asyncio.get_running_loop()

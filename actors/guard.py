@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actors.metrics import NO_METRICS, ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import MorphzError, RequestError
@@ -215,6 +216,8 @@ class Guard:
         self.enforce = enforce
         self.denials = 0
         """Calls refused since this guard was made."""
+        self.metrics: ContextMetrics = NO_METRICS
+        """Where each denial is counted (the hosting actor's metrics)."""
         self._key: bytes | None = None
         self._verified: dict[bytes, Capability] = {}
 
@@ -248,9 +251,11 @@ class Guard:
                 )
         except PermissionDenied as e:
             self.denials += 1
+            self.metrics.denied(op)
             return e, self.entry(method, op, holder_of(token), allowed=False, why=e.message)
         except MorphzError as e:
             self.denials += 1
+            self.metrics.denied(op)
             denied = PermissionDenied(f"cannot check capabilities: {e.message}")
             return denied, self.entry(method, op, None, allowed=False, why=denied.message)
         return None

@@ -40,6 +40,7 @@ from actors.guard import (
     settle_scope,
 )
 from actors.inbox import MAX_BATCH, AuditBuffer, Inbox
+from actors.metrics import ContextMetrics
 from actors.replies import error_doc, failed, ok
 from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
 from protocol.governance import (
@@ -121,7 +122,12 @@ class ContextHost:
         self._pass_errors = 0
         self._closing = False
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
-        self._inbox = Inbox(self._executor, lambda txs: self._context().commit_many(txs), max_batch)
+        self.metrics = ContextMetrics(name, namespace)
+        self.guard.metrics = self.metrics
+        self._inbox = Inbox(
+            self._executor, lambda txs: self._context().commit_many(txs), max_batch, self.metrics
+        )
+        self._indexing = False  # set by the first search: the index lag is sampled from then on
         self.audit_buffer = AuditBuffer(
             self._executor,
             lambda entries: record_audit(self._context().backend, entries),
@@ -149,6 +155,7 @@ class ContextHost:
                 self._ctx = None
             self._open_error = self._open_error or e
         self._ensure_worker()  # under Ray the constructor runs on the actor's event loop
+        self._sampler = self.metrics.start_sampler(self._sample_metrics)
 
     def _open(
         self,
@@ -349,6 +356,12 @@ class ContextHost:
         self._passes += 1
         return report
 
+    async def _sample_metrics(self) -> None:
+        """Set the gauges: inbox depth, and the index lag once the index worker runs."""
+        self.metrics.inbox_depth(self._inbox.pending)
+        if self._indexing and self._ctx is not None and not self._closing:
+            self.metrics.index_lag(await self._run(lambda ctx: ctx.searcher.index.lag()))
+
     # -- introspection (plain values, no store access) ------------------------
 
     @guarded("admin", raises=True)
@@ -358,7 +371,9 @@ class ContextHost:
         ``batches`` counts LMDB writes that committed submissions,
         ``transactions`` the submissions they decided, ``largest_batch`` the
         biggest group, ``pending`` what waits now, ``wire_rejections`` the
-        payloads that did not decode.
+        payloads that did not decode; ``commits``, ``rejections``, ``rebases``,
+        ``duplicates`` and (once sampled) ``index_lag`` from the actor's metrics
+        (:meth:`actors.metrics.ContextMetrics.totals`).
         """
         return {
             "batches": self._inbox.batches,
@@ -368,6 +383,7 @@ class ContextHost:
             "wire_rejections": self._wire_rejections,
             "governance_passes": self._passes,
             "governance_errors": self._pass_errors,
+            **self.metrics.totals(),
         }
 
     @guarded("admin", raises=True)
@@ -417,6 +433,11 @@ class ContextHost:
         The context's search index (and its worker) closes with the context.
         """
         self._closing = True
+        if self._sampler is not None and not self._sampler.done():
+            try:
+                self._sampler.cancel()
+            except RuntimeError:  # its event loop is gone
+                pass
         if self._worker is not None and not self._worker.done():
             try:
                 self._worker.cancel()

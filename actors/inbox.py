@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
+from actors.metrics import NO_METRICS, ContextMetrics
 from protocol.errors import MorphzError
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
@@ -38,6 +40,7 @@ class Inbox:
     in one write (:meth:`service.context.Context.commit_many`). A group that
     fails as a whole (nothing written) is decided again one transaction at a
     time, so one transaction the store refuses cannot take the others down.
+    *metrics* records each write, the commit latency and the inbox depth.
     """
 
     def __init__(
@@ -45,9 +48,11 @@ class Inbox:
         executor: Executor,
         commit_many: Callable[[list[SubmittedTx]], list[Receipt]],
         max_batch: int = MAX_BATCH,
+        metrics: ContextMetrics = NO_METRICS,
     ) -> None:
         self._executor = executor
         self._commit_many = commit_many
+        self._metrics = metrics
         self.max_batch = max(1, min(int(max_batch), 4096))
         self._pending: list[tuple[SubmittedTx, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
@@ -66,12 +71,14 @@ class Inbox:
     async def submit(self, tx: SubmittedTx) -> dict[str, Any] | MorphzError:
         """Decide *tx* in the next group; its receipt's dict form once durable, or the
         typed error that refused it. Other exceptions propagate."""
+        started = time.perf_counter()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((tx, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = loop.create_task(self._flush())
         result: dict[str, Any] | MorphzError = await future
+        self._metrics.latency(time.perf_counter() - started)
         return result
 
     async def _flush(self) -> None:
@@ -80,6 +87,7 @@ class Inbox:
         while self._pending:
             batch = self._pending[: self.max_batch]
             del self._pending[: self.max_batch]
+            self._metrics.inbox_depth(len(self._pending))
             txs = [tx for tx, _ in batch]
             try:
                 results = await loop.run_in_executor(self._executor, self._commit, txs)
@@ -95,21 +103,28 @@ class Inbox:
 
     def _commit(self, txs: list[SubmittedTx]) -> list[Any]:
         """On the store thread: one durable write for *txs*; receipt dicts or exceptions."""
+        started = time.perf_counter()
         try:
             receipts = self._commit_many(txs)
         except Exception as e:
             if len(txs) == 1:
+                self._metrics.group([e], time.perf_counter() - started)
                 return [e]
         else:
+            seconds = time.perf_counter() - started
             self._count(len(txs))
-            return [r.to_dict() for r in receipts]
+            done = [r.to_dict() for r in receipts]
+            self._metrics.group(done, seconds)
+            return done
         out: list[Any] = []
         for tx in txs:
+            started = time.perf_counter()
             try:
                 out.append(self._commit_many([tx])[0].to_dict())
                 self._count(1)
             except Exception as e:
                 out.append(e)
+            self._metrics.group(out[-1:], time.perf_counter() - started)
         return out
 
     def _count(self, n: int) -> None:

@@ -61,8 +61,9 @@ def _validation_message(e: ValidationError) -> str:
 class _TxReader:
     """Turns the forms of one ``(context-tx …)`` into a :class:`ContextTx`."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, legacy: bool = False) -> None:
         self.text = text
+        self.legacy = legacy
         self.clause_index = 0
 
     def fail(self, where: Any, message: str) -> ParseError:
@@ -127,6 +128,9 @@ class _TxReader:
         try:
             return ContextTx(ops=tuple(ops), **fields)
         except ValidationError as e:
+            if self.legacy and isinstance(e.errors()[0].get("ctx", {}).get("error"), MisplacedForm):
+                # The ops were read leniently above; the transaction was valid when logged.
+                return ContextTx.model_construct(ops=tuple(ops), **fields)
             loc = e.errors()[0].get("loc", ())
             key = str(loc[0]) if loc else ""
             if key == "ops" and len(loc) > 1 and isinstance(loc[1], int) and loc[1] < len(ops):
@@ -227,6 +231,10 @@ class _TxReader:
             bad = e.errors()[0].get("ctx", {}).get("error")
             if not isinstance(bad, MisplacedForm):
                 raise
+            if self.legacy:
+                # A record logged before the reserved-form rule: replay it as it was
+                # committed (the form stays body content), never refuse history.
+                return cls.model_construct(id=frame_id, sources=sources, body=body)
             if bad.path:
                 # The model knows whether sources were listed, not whether an empty
                 # (from) was written: ask again with what the text holds.
@@ -313,7 +321,7 @@ def _is_from_list(form: Form) -> bool:
     )
 
 
-def parse_tx(text: str) -> ContextTx:
+def parse_tx(text: str, *, legacy: bool = False) -> ContextTx:
     """Parse the text of exactly one ``(context-tx …)`` into a validated :class:`ContextTx`.
 
     ``(base-version N)`` must appear once; ``(reason "…")`` and ``(client-id …)``
@@ -321,8 +329,13 @@ def parse_tx(text: str) -> ContextTx:
     operation. Bodies are kept exactly as read. Raises :class:`ParseError`
     (with the line and column of the offending character, clause or operation)
     on any malformed text or invalid transaction, and on nothing else.
+
+    ``legacy=True`` is for re-reading the commit log: a record committed before a
+    form was reserved in bodies (``(from …)`` out of place, an empty ``revise``)
+    reads back exactly as it was committed instead of failing. Never use it for
+    new input.
     """
-    return _TxReader(text).parse()
+    return _TxReader(text, legacy=legacy).parse()
 
 
 def _print_op(op: _AnyOp) -> str:

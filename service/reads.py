@@ -37,7 +37,7 @@ def logged_tx(record: dict[str, Any]) -> ContextTx:
     if record.get("text") is not None:
         from protocol.txlang import parse_tx
 
-        return parse_tx(record["text"])
+        return parse_tx(record["text"], legacy=True)
     from protocol.wire import tx_from_dict
 
     return tx_from_dict(record["tx"])

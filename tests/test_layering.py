@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "storage", "service", "actors", "agents", "harness", "morphz")
+PACKAGES = ("protocol", "storage", "service", "actors", "servers", "agents", "harness", "morphz")
 INIT_PACKAGES = (*PACKAGES, "morphz.cli", "storage.search")
 
 # Standard-library modules that touch the world: threads, clocks, the OS, randomness,
@@ -79,6 +79,11 @@ LAYERS: dict[str, Layer] = {
     "service": _layer("protocol storage service", "pydantic pydantic_core msgpack"),
     "actors": _layer(
         "protocol storage service actors", "ray msgpack pydantic", lazy=frozenset({"ray"})
+    ),
+    "servers": _layer(
+        "protocol service actors servers",
+        "pydantic msgpack mcp fastapi starlette uvicorn anyio httpx ray",
+        lazy=frozenset({"ray"}),
     ),
     "agents": _layer("protocol service actors agents", "pydantic msgpack"),
     "harness": _layer(

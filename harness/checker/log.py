@@ -69,7 +69,7 @@ def logged_txs(
             continue
         try:
             if rec.get("text") is not None:
-                tx = parse_tx(rec["text"])
+                tx = parse_tx(rec["text"], legacy=True)
             else:
                 tx = tx_from_dict(rec.get("tx"))
         except (MorphzError, TypeError, ValueError) as e:

@@ -496,9 +496,12 @@ from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
 from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
 from morphz.cli.loadtest import loadtest_cmd  # noqa: E402
+from morphz.cli.mcp import mcp_cmd  # noqa: E402
 from morphz.cli.recall import graph_cmd, recall_cmd  # noqa: E402
 from morphz.cli.review import audit_cmd, review_cmd  # noqa: E402
 from morphz.cli.search import import_cmd, reindex_cmd, search_cmd  # noqa: E402
+from morphz.cli.serve import serve_cmd  # noqa: E402
+from morphz.cli.top import top_cmd  # noqa: E402
 
 cli.add_command(contexts_cmd)
 cli.add_command(drop_cmd)
@@ -513,6 +516,9 @@ cli.add_command(review_cmd)
 cli.add_command(audit_cmd)
 cli.add_command(forget_cmd)
 cli.add_command(compact_cmd)
+cli.add_command(top_cmd)
+cli.add_command(mcp_cmd)
+cli.add_command(serve_cmd)
 
 
 def _wants_json(argv: list[str]) -> bool:

@@ -546,7 +546,11 @@ _ref_atoms = refs.map(S)
 @FAST
 @given(
     st.lists(_clean_forms, max_size=2),
-    st.lists(st.tuples(st.lists(_clean_forms, max_size=2), st.lists(_clean_forms, max_size=2))),
+    # at most 8 wrapping levels: with forms 8 deep they stay inside MAX_DEPTH (32)
+    st.lists(
+        st.tuples(st.lists(_clean_forms, max_size=2), st.lists(_clean_forms, max_size=2)),
+        max_size=8,
+    ),
     st.lists(_ref_atoms, max_size=3),
     st.lists(_clean_forms, max_size=2),
 )
@@ -738,3 +742,34 @@ def test_mutated_transactions_only_raise_parse_error(tx: ContextTx, data: st.Dat
     insert = data.draw(st.one_of(st.just(""), st.sampled_from(_TOKENS), st.text(max_size=3)))
     _only_parse_errors(text[:cut])
     _only_parse_errors(text[:cut] + insert + text[end:])
+
+
+LEGACY_TEXTS = [
+    "(context-tx (base-version 1) (derive b (x 1) (from @e1)))",
+    "(context-tx (base-version 1) (derive Foo Bar (from @e3)))",
+    "(context-tx (base-version 2) (revise b (from @e1)))",
+]
+
+
+@pytest.mark.parametrize("text", LEGACY_TEXTS)
+def test_log_records_from_before_the_reserved_forms_still_read_back(text: str) -> None:
+    """New input with a misplaced (from …) is refused; the same text in the commit log
+    reads back exactly as it was committed then (the form kept as body content)."""
+    with pytest.raises(ParseError):
+        parse_tx(text)
+    tx = parse_tx(text, legacy=True)
+    op = tx.ops[0]
+    assert isinstance(op, (Derive, Revise))
+    if isinstance(op, Revise):  # an empty revise: sources only, as it was committed
+        assert op.sources == ("@e1",) and op.body == ()
+    else:  # the misplaced form stayed body content, as committed
+        assert op.sources == () and op.body[-1][0] == Symbol("from")
+
+
+def test_log_reader_uses_the_legacy_reading() -> None:
+    from service.reads import logged_tx
+
+    tx = logged_tx({"text": LEGACY_TEXTS[0]})
+    op = tx.ops[0]
+    assert isinstance(op, Derive)
+    assert op.sources == () and op.body == ((Symbol("x"), 1), (Symbol("from"), "@e1"))

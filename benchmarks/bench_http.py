@@ -1,0 +1,190 @@
+"""HTTP transactions/s against one context, beside the Ray handle's rate in the same run.
+
+On one Ray cluster (a new local one unless ``--address``), one context actor
+with a durable store, and the HTTP API (:mod:`servers.http_api`) served by Ray
+Serve on a free loopback port:
+
+* **http**: N concurrent clients (1, 8, 32; httpx ``AsyncClient`` tasks in
+  this process, one connection each) each POSTing transactions as
+  ``text/plain`` to ``/v1/contexts/{c}/transactions``, one after the other;
+* **handle** (the baseline): N concurrent asyncio tasks in this process, each
+  calling :meth:`actors.client.ContextHandle.submit_async` with the same text.
+
+Every transaction revises the client's own frame based on its last receipt, so
+everything is rebased and nothing conflicts; each is a durable commit. The two
+sides alternate in rounds so drift on a shared machine hits both. Printed:
+commits/s, p50/p99 latency in ms and the ratio http / handle (the issue's aim:
+≥ 0.5 at 32 clients). Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import testbed  # first: puts this checkout on sys.path
+
+from actors.client import ContextHandle
+from actors.connection import connect
+from harness.loadtest import percentile
+
+LEVELS = (1, 8, 32)
+NAMESPACE = "morphz-bench-http"
+
+Submit = Callable[[int, str], Awaitable[int]]
+"""Submit the text for client *i*; answers the committed version."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _clients(n: int, count: int, submit: Submit, tag: str) -> dict[str, Any]:
+    """*n* clients, *count* commits each, one after the other; rate and latencies."""
+    latencies: list[float] = []
+
+    async def one(i: int) -> None:
+        frame = f"{tag}-{i}"
+        version = await submit(i, f"(context-tx (base-version 0) (derive {frame} (step 0)))")
+        for step in range(1, count):
+            start = time.perf_counter()
+            version = await submit(
+                i, f"(context-tx (base-version {version}) (revise {frame} (step {step})))"
+            )
+            latencies.append((time.perf_counter() - start) * 1000)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    seconds = time.perf_counter() - start
+    done = n * count
+    return {
+        "commits": done,
+        "rate": round(done / seconds, 1),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+    }
+
+
+async def _http_round(url: str, n: int, count: int) -> dict[str, Any]:
+    import httpx
+
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    clients = [httpx.AsyncClient(base_url=url, timeout=120, limits=limits) for _ in range(n)]
+    headers = {"content-type": "text/plain"}
+
+    async def submit(i: int, text: str) -> int:
+        r = await clients[i].post("/transactions", content=text, headers=headers)
+        doc = r.json()
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}: {doc}")
+        return int(doc["version"])
+
+    try:
+        return await _clients(n, count, submit, "h" + uuid.uuid4().hex[:6])
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def _handle_round(handle: ContextHandle, n: int, count: int) -> dict[str, Any]:
+    async def submit(i: int, text: str) -> int:
+        receipt = await handle.submit_async(text)
+        if not receipt.committed:
+            raise RuntimeError(f"rejected: {receipt.errors}")
+        return receipt.version
+
+    return await _clients(n, count, submit, "r" + uuid.uuid4().hex[:6])
+
+
+def _merge(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    rates = sorted(r["rate"] for r in rounds)
+    return {
+        "rate": rates[len(rates) // 2],
+        "p50_ms": sorted(r["p50_ms"] for r in rounds)[len(rounds) // 2],
+        "p99_ms": max(r["p99_ms"] for r in rounds),
+        "rounds": len(rounds),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start Ray, the context and Serve; measure every level; stop what was started."""
+    import ray
+    from ray import serve
+
+    from actors.transport import init_ray
+    from servers.http_api import serve_app
+
+    commits = 15 if args.quick else 60
+    rounds = 2 if args.quick else 3
+    parent = args.dir or testbed.scratch_parent()
+    store = tempfile.mkdtemp(prefix="morphz-bench-http-", dir=parent)
+    started = init_ray(args.address)
+    port = _free_port()
+    results: dict[str, Any] = {"machine": testbed.machine(store), "levels": {}}
+    try:
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        serve.run(serve_app(store, namespace=NAMESPACE), name="morphz-bench", route_prefix="/")
+        name = "bench-" + uuid.uuid4().hex[:6]
+        handle = connect(name, store_dir=store, namespace=NAMESPACE)
+        url = f"http://127.0.0.1:{port}/v1/contexts/{name}"
+        asyncio.run(_http_round(url, 1, 3))  # warm: the replica finds the actor
+        for n in LEVELS:
+            count = max(3, commits // max(1, n // 4))
+            http: list[dict[str, Any]] = []
+            base: list[dict[str, Any]] = []
+            for _ in range(rounds):
+                base.append(asyncio.run(_handle_round(handle, n, count)))
+                http.append(asyncio.run(_http_round(url, n, count)))
+            h, b = _merge(http), _merge(base)
+            results["levels"][str(n)] = {
+                "http": h,
+                "handle": b,
+                "ratio": round(h["rate"] / b["rate"], 2) if b["rate"] else None,
+            }
+            if not args.json:
+                print(
+                    f"{n:>3} clients  http {h['rate']:>8.1f} tx/s (p50 {h['p50_ms']:.1f} ms,"
+                    f" p99 {h['p99_ms']:.1f} ms)   handle {b['rate']:>8.1f} tx/s"
+                    f" (p50 {b['p50_ms']:.1f} ms, p99 {b['p99_ms']:.1f} ms)"
+                    f"   ratio {results['levels'][str(n)]['ratio']}",
+                    flush=True,
+                )
+        handle.shutdown()
+    finally:
+        serve.shutdown()
+        if started:
+            ray.shutdown()
+        shutil.rmtree(store, ignore_errors=True)
+    return results
+
+
+def main() -> None:
+    """Parse the options, run, print the figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs")
+    parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
+    parser.add_argument("--address", default=None, help="Ray cluster (default: a new local one)")
+    parser.add_argument("--dir", default=None, help="scratch parent directory for the store")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not args.json:
+        print(f"load average (1 min): {os.getloadavg()[0]:.2f}; cpus {os.cpu_count()}")
+    results = run(args)
+    if args.json:
+        json.dump(results, sys.stdout, indent=2)
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,691 @@
+"""A LangGraph ``BaseStore`` over a Morphz context that loses no updates.
+
+:class:`MorphzStore` keeps each LangGraph item (namespace, key, value) as one
+frame of a context — an embedded :class:`~service.context.Context` or a Ray
+:class:`~actors.client.ContextHandle`; both answer the same calls — and writes
+it through the transaction language, so the context's conflict check decides
+every write:
+
+* a ``put`` of a key this store has read (or written) is a ``revise`` based on
+  the version at which it read it: if another writer changed the frame since,
+  the engine rejects it ``conflict`` and the store raises :class:`StoreConflict`
+  (or, with a ``merge`` function, re-reads, merges and tries again);
+* a ``put`` of a key never read is a ``derive``: it fails the same way if the
+  key exists;
+* a ``delete`` retires the frame (its history stays readable).
+
+The memory of what was read is kept per execution context (thread or asyncio
+task, :mod:`contextvars`), so threads sharing one store never base a write on
+each other's reads. docs/langgraph.md describes the mapping and the semantics.
+
+The module is long (over 600 lines) and kept as one module because the adapter is
+one class with the id mapping, body encoding and filters it alone uses.
+
+LangGraph is imported here only: ``import morphz`` does not need it (the
+``morphz[langgraph]`` extra installs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.forms import MAX_STRING_CHARS, Symbol, from_plain
+from protocol.ids import MAX_FRAME_ID, is_frame_id
+from protocol.receipts import Receipt
+from protocol.replies import FrameReply
+from protocol.tx import ContextTx, Derive, Restore, Retire, Revise
+from service.context import Context
+
+__all__ = ["Merge", "MorphzStore", "StoreConflict", "frame_id_for"]
+
+Merge = Callable[[dict[str, Any] | None, dict[str, Any]], dict[str, Any]]
+"""``merge(current, mine)``: the value to write when *mine* lost a race to *current*
+(``None`` when the key is absent or deleted now)."""
+
+DEFAULT_ROOT = "lg"
+SEARCH_LIMIT = 50
+"""Most hits one query search takes from the context's index (its model-search limit)."""
+_HASH_HEX = 16
+_PLAIN_LABEL = 40  # longer escaped labels are hashed, so deep namespaces still fit
+_HASHED = 2 + _HASH_HEX  # ".h" and the digest
+_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+_CONFLICTS = frozenset({"conflict", "frame_exists"})
+_SEARCH_LOCK = threading.Lock()  # an embedded context's index is caught up by one thread at a time
+
+
+class StoreConflict(RequestError):
+    """A write lost a race: the key changed after the version this store read it at
+    (or a create found the key existing). Nothing was written.
+
+    ``namespace`` and ``key`` name the item, ``frame_id`` its frame,
+    ``base_version`` the version the write was based on (the read), and
+    ``conflicts`` the ``(id, version)`` pairs of the changes that beat it.
+    """
+
+    code = "conflict"
+
+    def __init__(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        frame_id: str,
+        base_version: int,
+        conflicts: tuple[tuple[str, int], ...],
+        reason: str,
+    ) -> None:
+        super().__init__(
+            f"{'/'.join(namespace)} {key!r}: {reason} (the write was based on version"
+            f" {base_version}); read the key again and retry"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.frame_id = frame_id
+        self.base_version = base_version
+        self.conflicts = conflicts
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **super().to_dict(),
+            "namespace": list(self.namespace),
+            "key": self.key,
+            "frame_id": self.frame_id,
+            "base_version": self.base_version,
+            "conflicts": [list(c) for c in self.conflicts],
+        }
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What this store last saw of one frame: whether it existed, whether it was live
+    (not deleted), the version a write is based on, and the item's creation time."""
+
+    exists: bool
+    live: bool
+    version: int
+    created_at: str = ""
+
+
+# -- frame ids ------------------------------------------------------------------------
+
+
+def _escape(text: str, what: str) -> str:
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f"{what} {text!r} is not valid Unicode", code="bad_key") from e
+    if not data:
+        return "."
+    return "".join(chr(b) if b in _PLAIN else f".{b:02x}" for b in data)
+
+
+def _unescape(segment: str) -> str | None:
+    """The label a plain segment encodes; None for a hashed one."""
+    if segment == ".":
+        return ""
+    if segment.startswith(".h"):
+        return None
+    out = bytearray()
+    i = 0
+    while i < len(segment):
+        if segment[i] == ".":
+            out.append(int(segment[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(segment[i]))
+            i += 1
+    return out.decode("utf-8")
+
+
+def _label(segment: str) -> str | None:
+    """:func:`_unescape`, None for a segment this store did not write."""
+    try:
+        return _unescape(segment)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _hashed(text: str) -> str:
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_HASH_HEX // 2)
+    return ".h" + digest.hexdigest()
+
+
+def _namespace_part(root: str, namespace: tuple[str, ...]) -> str:
+    """The frame-id prefix of *namespace*: each label escaped, or hashed when the escaped
+    label is over 40 characters or would not leave room for a hashed key. Each label's
+    form depends only on the labels before it, so a namespace prefix maps to an id
+    prefix."""
+    out = root
+    for label in namespace:
+        segment = _escape(label, "namespace label")
+        if len(segment) > _PLAIN_LABEL or len(out) + len(segment) + 2 + _HASHED > MAX_FRAME_ID:
+            segment = _hashed(label)
+            if len(out) + 2 * (_HASHED + 1) > MAX_FRAME_ID:
+                raise OutOfRange(
+                    f"namespace {namespace!r} is too deep for a frame id of at most "
+                    f"{MAX_FRAME_ID} characters; use fewer or shorter labels"
+                )
+        out += "/" + segment
+    return out
+
+
+def frame_id_for(namespace: tuple[str, ...], key: str, root: str = DEFAULT_ROOT) -> str:
+    """The frame id of item (*namespace*, *key*) under *root*: ``root/label…/key``.
+
+    Letters, digits, ``-`` and ``_`` stay as they are; every other byte of the UTF-8
+    text is written ``.xx`` (hex), the empty string ``.``; so the id reads back to
+    the namespace and key. A label or key too long for the 128-character limit is
+    replaced by ``.h`` and a 16-hex-digit BLAKE2b digest (the original is kept in
+    the frame's body).
+    """
+    if not isinstance(key, str):
+        raise RequestError(f"a key is a string, not {type(key).__name__}", code="bad_key")
+    prefix = _namespace_part(root, namespace)
+    segment = _escape(key, "key")
+    if len(prefix) + 1 + len(segment) > MAX_FRAME_ID:
+        segment = _hashed(key)
+    return f"{prefix}/{segment}"
+
+
+# -- bodies ---------------------------------------------------------------------------
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    """Refuse what JSON cannot carry back exactly: non-string keys, NaN and infinities."""
+    if depth > 64:
+        raise RequestError("the value nests deeper than 64 levels", code="bad_value")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise RequestError(
+                    f"value keys are strings, not {type(k).__name__} ({k!r})", code="bad_value"
+                )
+            _check_json(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _check_json(v, depth + 1)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise RequestError(f"the value holds {value!r}, which JSON cannot carry", code="bad_value")
+
+
+def _value_text(value: Any) -> str:
+    if not isinstance(value, Mapping):
+        raise RequestError(
+            f"a value is a dict of JSON values, not {type(value).__name__}", code="bad_value"
+        )
+    _check_json(value)
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise RequestError(f"the value is not JSON: {e}", code="bad_value") from e
+    if any("\ud800" <= ch <= "\udfff" for ch in text):  # lone surrogates: escape them
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False)
+    if len(text) > MAX_STRING_CHARS:
+        raise OutOfRange(
+            f"the value is {len(text)} characters of JSON; at most {MAX_STRING_CHARS} fit a frame"
+        )
+    return text
+
+
+def _body(
+    namespace: tuple[str, ...], key: str, value_text: str, created: str, updated: str
+) -> tuple[Any, ...]:
+    for label in (*namespace, key):
+        if any("\ud800" <= ch <= "\udfff" for ch in label):
+            raise RequestError(f"{label!r} holds a lone surrogate", code="bad_key")
+    head = (
+        Symbol("item"),
+        (Symbol("namespace"), *namespace),
+        (Symbol("key"), key),
+        (Symbol("created-at"), created),
+        (Symbol("updated-at"), updated),
+    )
+    return (head, (Symbol("value"), value_text))
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+    def item(self) -> Item:
+        return Item(
+            value=self.value,
+            key=self.key,
+            namespace=self.namespace,
+            created_at=datetime.fromisoformat(self.created_at),
+            updated_at=datetime.fromisoformat(self.updated_at),
+        )
+
+
+def _decode(frame: FrameReply) -> _Decoded | None:
+    """The item a frame's body holds, or None when the frame is not an item."""
+    try:
+        forms = [from_plain(f) for f in frame.body_forms]
+        head, value = forms
+        if head[0] != "item" or value[0] != "value" or len(value) != 2:
+            return None
+        fields = {f[0]: f[1:] for f in head[1:]}
+        namespace = tuple(fields["namespace"])
+        (key,) = fields["key"]
+        (created,) = fields["created-at"]
+        (updated,) = fields["updated-at"]
+        parsed = json.loads(value[1])
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    if not all(isinstance(s, str) and not isinstance(s, Symbol) for s in (*namespace, key)):
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return _Decoded(namespace, key, parsed, created, updated)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+# -- filters (LangGraph's documented semantics) -------------------------------------
+
+
+def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    if condition.match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif condition.match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise RequestError(f"unknown match type {condition.match_type!r}", code="bad_argument")
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+def _compare(value: Any, wanted: Any) -> bool:
+    if isinstance(wanted, dict):
+        if any(str(k).startswith("$") for k in wanted):
+            return all(_operator(value, op, arg) for op, arg in wanted.items())
+        return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list | tuple):
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(wanted)
+            and all(_compare(a, b) for a, b in zip(value, wanted, strict=True))
+        )
+    return bool(value == wanted)
+
+
+def _operator(value: Any, op: str, arg: Any) -> bool:
+    if op == "$eq":
+        return bool(value == arg)
+    if op == "$ne":
+        return bool(value != arg)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        try:
+            a, b = float(value), float(arg)
+        except (TypeError, ValueError):
+            return False
+        return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
+    raise RequestError(f"unsupported filter operator {op!r}", code="bad_argument")
+
+
+def _check_namespace(op: Op) -> None:
+    """LangGraph's namespace rules, for ops given to ``batch`` directly (its methods check
+    them first): labels are non-empty strings without ``.`` or NUL; a put's namespace is
+    not empty and not rooted at ``langgraph``."""
+    if isinstance(op, GetOp | PutOp):
+        labels: tuple[Any, ...] = tuple(op.namespace)
+    elif isinstance(op, SearchOp):
+        labels = tuple(op.namespace_prefix)
+    elif isinstance(op, ListNamespacesOp):
+        labels = tuple(p for c in op.match_conditions or () for p in c.path)
+    else:
+        return
+    for label in labels:
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+            raise InvalidNamespaceError(
+                f"invalid namespace label {label!r}: labels are non-empty strings"
+                " without '.' or NUL"
+            )
+    if isinstance(op, PutOp) and (not op.namespace or op.namespace[0] == "langgraph"):
+        raise InvalidNamespaceError(
+            f"a namespace is not empty and not rooted at 'langgraph': {tuple(op.namespace)}"
+        )
+
+
+# -- the store ------------------------------------------------------------------------
+
+
+class MorphzStore(BaseStore):
+    """A LangGraph store whose writes are conditional on what this store read.
+
+    *context* is an embedded :class:`~service.context.Context` or a Ray
+    :class:`~actors.client.ContextHandle`. *root* is the first segment of every
+    item's frame id (a frame id, default ``lg``), so one context can hold
+    several stores. *merge*, when given, resolves a lost race instead of
+    raising :class:`StoreConflict`: it gets the current value (None if the key
+    is gone) and the value being written, and answers the value to write; it
+    is tried at most *max_attempts* times. *session* names the session that
+    query searches are recorded under (a search is an observation).
+
+    Each operation of a batch is its own transaction (a batch is not atomic).
+    TTLs are not supported (``supports_ttl`` is false: a ``ttl`` raises
+    ``NotImplementedError``), and ``index`` arguments are ignored: every
+    item is in the context's lexical index.
+    """
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        context: Any,
+        *,
+        root: str = DEFAULT_ROOT,
+        merge: Merge | None = None,
+        max_attempts: int = 100,
+        session: str = "main",
+    ) -> None:
+        if not isinstance(root, str) or not is_frame_id(root) or len(root) > 32:
+            raise RequestError(
+                f"root must be a frame id of at most 32 characters, not {root!r}",
+                code="bad_argument",
+            )
+        if merge is not None and not callable(merge):
+            raise RequestError(
+                "merge must be a function (current, mine) -> value", code="bad_argument"
+            )
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise OutOfRange(f"max_attempts must be at least 1, not {max_attempts!r}")
+        self.context = context
+        self.root = root
+        self.merge = merge
+        self.max_attempts = max_attempts
+        self.session = session
+        self._embedded = isinstance(context, Context)
+        self._root_depth = root.count("/") + 1
+        self._seen: contextvars.ContextVar[dict[str, _Seen] | None] = contextvars.ContextVar(
+            f"morphz_store_seen_{id(self):x}", default=None
+        )
+
+    # -- BaseStore ------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run *ops* in order, each as its own read or transaction; see the class."""
+        seen = dict(self._seen.get() or {})
+        try:
+            return self._run(list(ops), seen)
+        finally:
+            self._seen.set(seen)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch` run on a worker thread; the reads it makes are remembered in the
+        calling task."""
+        seen = dict(self._seen.get() or {})
+        try:
+            return await asyncio.to_thread(self._run, list(ops), seen)
+        finally:
+            self._seen.set(seen)
+
+    def seen_version(self, namespace: tuple[str, ...], key: str) -> int | None:
+        """The version the next ``put`` of this key is based on here; None if never read."""
+        seen = (self._seen.get() or {}).get(frame_id_for(tuple(namespace), key, self.root))
+        return None if seen is None else seen.version
+
+    # -- operations -------------------------------------------------------------------
+
+    def _run(self, ops: list[Op], seen: dict[str, _Seen]) -> list[Result]:
+        for op in ops:
+            _check_namespace(op)
+        results: list[Result] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(self._get(tuple(op.namespace), op.key, seen))
+            elif isinstance(op, PutOp):
+                if op.ttl is not None:
+                    raise NotImplementedError("MorphzStore does not support TTLs")
+                if op.value is None:
+                    self._delete(tuple(op.namespace), op.key, seen)
+                else:
+                    self._put(tuple(op.namespace), op.key, op.value, seen)
+                results.append(None)
+            elif isinstance(op, SearchOp):
+                results.append(self._search(op, seen))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(self._list_namespaces(op))
+            else:
+                raise RequestError(
+                    f"unknown store operation {type(op).__name__}", code="bad_argument"
+                )
+        return results
+
+    def _read(self, fid: str, seen: dict[str, _Seen]) -> _Decoded | None:
+        """Read frame *fid* and remember what was seen; the live item or None."""
+        while True:
+            try:
+                frame = self.context.frame(fid)
+            except NotFound:
+                snap = self.context.snapshot([fid])
+                if snap.frames.get(fid) is not None:
+                    continue  # created between the two reads: read it
+                seen[fid] = _Seen(exists=False, live=False, version=snap.version)
+                return None
+            decoded = _decode(frame)
+            if decoded is None:
+                raise RequestError(f"frame {fid} is not a store item", code="not_an_item")
+            live = frame.lifecycle == "active"
+            seen[fid] = _Seen(True, live, frame.updated_version, decoded.created_at)
+            return decoded if live else None
+
+    def _get(self, namespace: tuple[str, ...], key: str, seen: dict[str, _Seen]) -> Item | None:
+        fid = frame_id_for(namespace, key, self.root)
+        decoded = self._read(fid, seen)
+        if decoded is None:
+            return None
+        if (decoded.namespace, decoded.key) != (namespace, key):
+            raise RequestError(
+                f"frame {fid} holds another item (a digest collision)", code="not_an_item"
+            )
+        return decoded.item()
+
+    def _submit(self, base: int, ops: tuple[Any, ...], reason: str) -> Receipt:
+        receipt: Receipt = self.context.submit(ContextTx(base_version=base, reason=reason, ops=ops))
+        return receipt
+
+    def _put(
+        self, namespace: tuple[str, ...], key: str, value: Any, seen: dict[str, _Seen]
+    ) -> None:
+        fid = frame_id_for(namespace, key, self.root)
+        text = _value_text(value)  # a bad value is refused before anything is read or written
+        for attempt in range(self.max_attempts):
+            before = seen.get(fid)
+            now = _now()
+            ops: tuple[Any, ...]
+            if before is None or not before.exists:
+                base = self.context.version() if before is None else before.version
+                ops = (Derive(id=fid, body=_body(namespace, key, text, now, now)),)
+            else:
+                base = before.version
+                revise = Revise(id=fid, body=_body(namespace, key, text, before.created_at, now))
+                ops = (revise,) if before.live else (Restore(ref=fid), revise)
+            receipt: Receipt | None = self._submit(base, ops, "langgraph store put")
+            if receipt is not None and receipt.status == "rejected" and before is not None:
+                if receipt.errors[0].code == "too_old":
+                    receipt = self._rebase(fid, before, ops, "langgraph store put")
+            if receipt is not None and receipt.status == "committed":
+                created = before.created_at if before is not None and before.exists else now
+                seen[fid] = _Seen(True, True, receipt.version, created)
+                return
+            if receipt is not None and receipt.errors[0].code not in _CONFLICTS:
+                error = receipt.errors[0]
+                raise RequestError(f"put {fid}: {error.message}", code=error.code)
+            if self.merge is None or attempt + 1 == self.max_attempts:
+                raise self._conflict(namespace, key, fid, base, receipt, seen)
+            current = self._read(fid, seen)
+            value = self.merge(None if current is None else dict(current.value), dict(value))
+            text = _value_text(value)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rebase(self, fid: str, before: _Seen, ops: tuple[Any, ...], reason: str) -> Receipt | None:
+        """A write based on a read older than the history kept (``too_old``): if the frame
+        has not changed since that read, base it on a fresh version; None if it has."""
+        snap = self.context.snapshot([fid])
+        try:
+            frame = self.context.frame(fid)
+        except NotFound:
+            frame = None
+        if frame is None and not before.exists:
+            return self._submit(snap.version, ops, reason)
+        if frame is not None and before.exists and frame.updated_version == before.version:
+            return self._submit(snap.version, ops, reason)
+        return None
+
+    def _delete(self, namespace: tuple[str, ...], key: str, seen: dict[str, _Seen]) -> None:
+        fid = frame_id_for(namespace, key, self.root)
+        before = seen.get(fid)
+        base = self.context.version() if before is None else before.version
+        retire = (Retire(refs=(fid,)),)
+        receipt: Receipt | None = self._submit(base, retire, "langgraph store delete")
+        if receipt is not None and receipt.status == "rejected" and before is not None:
+            if receipt.errors[0].code == "too_old":
+                receipt = self._rebase(fid, before, retire, "langgraph store delete")
+        if receipt is not None and receipt.status == "committed":
+            created = before.created_at if before is not None else ""
+            seen[fid] = _Seen(True, False, receipt.version, created)
+            return
+        if receipt is not None and receipt.errors[0].code == "unknown_ref":
+            seen[fid] = _Seen(False, False, receipt.version)  # deletes are idempotent
+            return
+        if receipt is not None and receipt.errors[0].code not in _CONFLICTS:
+            error = receipt.errors[0]
+            raise RequestError(f"delete {fid}: {error.message}", code=error.code)
+        raise self._conflict(namespace, key, fid, base, receipt, seen)
+
+    @staticmethod
+    def _conflict(
+        namespace: tuple[str, ...],
+        key: str,
+        fid: str,
+        base: int,
+        receipt: Receipt | None,
+        seen: dict[str, _Seen],
+    ) -> StoreConflict:
+        """The error of a lost race; forgets the read, so the next write reads again."""
+        seen.pop(fid, None)
+        if receipt is None:
+            return StoreConflict(namespace, key, fid, base, (), "changed since it was read")
+        conflicts = tuple((c.id, c.version) for c in receipt.conflicts)
+        return StoreConflict(namespace, key, fid, base, conflicts, receipt.errors[0].message)
+
+    def _prefix(self, namespace: tuple[str, ...]) -> str | None:
+        try:
+            return _namespace_part(self.root, namespace) + "/"
+        except OutOfRange:
+            return None  # deeper than any item can be
+
+    def _active_ids(self, prefix: str) -> list[str]:
+        frames = self.context.state().frames
+        return sorted(
+            f["id"] for f in frames if f["id"].startswith(prefix) and f["lifecycle"] == "active"
+        )
+
+    def _search(self, op: SearchOp, seen: dict[str, _Seen]) -> list[SearchItem]:
+        for name in ("limit", "offset"):
+            n = getattr(op, name)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise OutOfRange(f"{name} must be a non-negative integer, not {n!r}")
+        namespace = tuple(op.namespace_prefix)
+        prefix = self._prefix(namespace)
+        if prefix is None or op.limit == 0:
+            return []
+        if op.query:
+            args = {
+                "query": op.query,
+                "id_prefix": prefix,
+                "kinds": ["frame"],
+                "lifecycle": "active",
+                "limit": SEARCH_LIMIT,
+            }
+            if self._embedded:
+                with _SEARCH_LOCK:
+                    ids = list(self.context.search(args, self.session).recalled)
+            else:
+                ids = list(self.context.search(args, self.session).recalled)
+        else:
+            ids = self._active_ids(prefix)
+        wanted = op.offset + op.limit
+        found: list[SearchItem] = []
+        matched = 0
+        for fid in ids:
+            if not op.filter and not op.query and matched >= wanted:
+                break
+            decoded = self._read(fid, seen)
+            if decoded is None or decoded.namespace[: len(namespace)] != namespace:
+                continue
+            if op.filter and not all(
+                _compare(decoded.value.get(k), v) for k, v in op.filter.items()
+            ):
+                continue
+            matched += 1
+            if matched > op.offset and len(found) < op.limit:
+                item = decoded.item()
+                found.append(
+                    SearchItem(
+                        namespace=item.namespace,
+                        key=item.key,
+                        value=item.value,
+                        created_at=item.created_at,
+                        updated_at=item.updated_at,
+                    )
+                )
+        return found
+
+    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        for name in ("limit", "offset"):
+            n = getattr(op, name)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise OutOfRange(f"{name} must be a non-negative integer, not {n!r}")
+        if op.max_depth is not None and (
+            isinstance(op.max_depth, bool) or not isinstance(op.max_depth, int) or op.max_depth < 1
+        ):
+            raise OutOfRange(f"max_depth must be a positive integer, not {op.max_depth!r}")
+        namespaces: set[tuple[str, ...]] = set()
+        for fid in self._active_ids(self.root + "/"):
+            segments = fid.split("/")[self._root_depth : -1]
+            labels = [_label(s) for s in segments]
+            if all(label is not None for label in labels):
+                namespace = tuple(str(label) for label in labels)
+            else:  # a hashed label: the body holds the original
+                decoded = _decode(self.context.frame(fid))
+                if decoded is None:
+                    continue
+                namespace = decoded.namespace
+            if not namespace:
+                continue
+            if all(_matches(c, namespace) for c in op.match_conditions or ()):
+                namespaces.add(namespace[: op.max_depth] if op.max_depth else namespace)
+        return sorted(namespaces)[op.offset : op.offset + op.limit]

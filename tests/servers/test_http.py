@@ -1,0 +1,350 @@
+"""The HTTP API (servers/http_api.py) as a real Ray Serve application on loopback, driven by httpx.
+
+One Serve app for the module (started on a free port of 127.0.0.1 in the session cluster,
+shut down at the end); every test uses contexts of its own.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from protocol.errors import RequestError
+from servers.binding import check_bind
+from servers.http_api import bearer
+from tests.actors.cluster import RayCluster
+
+pytestmark = pytest.mark.filterwarnings(
+    # Ray Serve's own models, on import (not ours): targeted, never a blanket ignore.
+    "ignore:Using extra keyword arguments on `Field`:pydantic.warnings.PydanticDeprecatedSince20"
+)
+
+
+@dataclass(frozen=True)
+class Server:
+    """The running app: its base URL, store directory and Ray namespace."""
+
+    url: str
+    store: Path
+    namespace: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    from ray import serve
+
+    from servers.http_api import serve_app
+
+    store = tmp_path_factory.mktemp("http-store")
+    namespace = "morphz-http-" + uuid.uuid4().hex[:8]
+    port = _free_port()
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    app = serve_app(store, namespace=namespace, node_id=ray_cluster.head_node_id)
+    serve.run(app, name="morphz-test", route_prefix="/")
+    try:
+        yield Server(f"http://127.0.0.1:{port}", store, namespace)
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def _new_context(client: httpx.Client) -> str:
+    name = "h-" + uuid.uuid4().hex[:10]
+    r = client.post("/v1/contexts", json={"name": name})
+    assert r.status_code == 201, r.text
+    return name
+
+
+def _error(r: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    doc = r.json()
+    assert set(doc) == {"error"} and {"code", "message"} <= set(doc["error"]), doc
+    if code is not None:
+        assert doc["error"]["code"] == code, doc
+    return dict(doc["error"])
+
+
+def _version(client: httpx.Client, name: str) -> int:
+    return int(client.get(f"/v1/contexts/{name}/state").json()["version"])
+
+
+# -- the document and the contexts --------------------------------------------------
+
+
+def test_openapi_document_and_docs_are_served(client: httpx.Client) -> None:
+    doc = client.get("/openapi.json").json()
+    assert doc["info"]["title"] == "Morphz"
+    paths = doc["paths"]
+    for path in (
+        "/v1/contexts",
+        "/v1/contexts/{context}/transactions",
+        "/v1/contexts/{context}/frames/{frame_id}",
+        "/v1/contexts/{context}/frames/{frame_id}/history",
+        "/v1/contexts/{context}/events/{ref}",
+        "/v1/contexts/{context}/review/{frame_id}",
+    ):
+        assert path in paths, path
+    assert set(paths["/v1/contexts/{context}/search"]) == {"get", "post"}
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+def test_contexts_create_list_and_refusals(client: httpx.Client, server: Server) -> None:
+    name = _new_context(client)
+    listed = client.get("/v1/contexts").json()["contexts"]
+    assert {"name": name, "served": True} in listed
+    _error(client.post("/v1/contexts", json={"name": name}), 409, "exists")
+    _error(client.post("/v1/contexts", json={"name": "../escape"}), 422)
+    _error(client.post("/v1/contexts", json={"name": "x", "extra": 1}), 422, "bad_request")
+    _error(client.post("/v1/contexts", json={"name": "y", "window": "big"}), 422, "bad_request")
+    _error(
+        client.post("/v1/contexts", content=b"{", headers={"content-type": "application/json"}), 422
+    )
+    names = {c["name"] for c in client.get("/v1/contexts").json()["contexts"]}
+    assert names.isdisjoint({"x", "y", "../escape"})  # nothing was created by bad input
+
+
+def test_unknown_context_route_and_method(client: httpx.Client) -> None:
+    _error(client.get("/v1/contexts/nobody-here/state"), 404, "not_found")
+    _error(client.post("/v1/contexts/nobody-here/claim"), 404, "not_found")
+    _error(client.get("/v1/nothing"), 404, "not_found")
+    _error(client.delete("/v1/contexts"), 405)
+
+
+# -- every route's success path ---------------------------------------------------------
+
+
+def test_every_route_on_one_context(client: httpx.Client) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    r = client.post(
+        base + "/observations",
+        json={"kind": "tool_result", "text": "production config: region=cn-shanghai"},
+    )
+    assert r.status_code == 201, r.text
+    ref = r.json()["ref"]
+    claimed = client.post(base + "/claim").json()
+    assert ref in claimed["claimed"] and claimed["advanced"]
+
+    tx = f"(context-tx (base-version 0) (derive target (from {ref}) (region cn-shanghai)))"
+    r = client.post(base + "/transactions", content=tx, headers={"content-type": "text/plain"})
+    assert r.status_code == 200 and r.json()["status"] == "committed", r.text
+    first = r.json()["version"]
+    r = client.post(
+        base + "/transactions",
+        json={"text": f"(context-tx (base-version {first}) (revise target (region eu-west)))"},
+    )
+    assert r.json()["status"] == "committed", r.text
+    json_form = {
+        "base_version": r.json()["version"],
+        "ops": [
+            {"op": "derive", "id": "release", "sources": ["target"], "body": [["goal", "ship"]]}
+        ],
+    }
+    r = client.post(base + "/transactions", json=json_form)
+    assert r.json()["status"] == "committed", r.text
+
+    frame = client.get(base + "/frames/target").json()
+    assert frame["id"] == "target" and "eu-west" in frame["body"]
+    old = client.get(base + "/frames/target", params={"version": first}).json()
+    assert "cn-shanghai" in old["body"] and old["as_of"] == first
+    history = client.get(base + "/frames/target/history").json()["history"]
+    assert len(history) == 2
+
+    event = client.get(f"{base}/events/{ref}").json()
+    assert event["ref"] == ref and event["kind"] == "tool_result"
+    chunk = client.get(f"{base}/events/{ref}", params={"offset": 11, "length": 6}).json()
+    assert chunk["text"] == "config"
+
+    state = client.get(base + "/state").json()
+    assert {f["id"] for f in state["frames"]} >= {"target", "release"}
+
+    found = client.get(base + "/search", params={"query": "region", "limit": 5}).json()
+    assert "target" in found["recalled"]
+    found = client.post(base + "/search", json={"query": "goal", "kinds": ["frame"]}).json()
+    assert found["recalled"] == ["release"]
+    page = client.post(
+        base + "/recall", json={"frame_id": "target", "direction": "descendants", "max_nodes": 5}
+    ).json()
+    assert set(page["recalled"]) == {"target", "release"}
+
+    marked = client.post(
+        base + "/transactions",
+        json={
+            "text": f"(context-tx (base-version {state['version']}) (envelope release (trust candidate)))"
+        },
+    )
+    assert marked.json()["status"] == "committed", marked.text
+    pending = client.get(base + "/review").json()
+    assert "release" in str(pending["items"])
+    accepted = client.post(
+        base + "/review/release", json={"decision": "accept", "reviewer": "ops:alice"}
+    )
+    assert accepted.status_code == 200 and accepted.json()["decision"], accepted.text
+    again = client.post(base + "/review/release", json={"decision": "accept", "reviewer": "ops:a"})
+    _error(again, 409, "not_reviewable")
+    assert client.get(base + "/audit").json()["entries"]  # the review decision is audited
+    after = client.get(base + "/audit", params={"after": 1_000_000}).json()["entries"]
+    assert after == []
+
+
+# -- error paths ---------------------------------------------------------------------------
+
+
+def test_malformed_input_is_422_and_writes_nothing(client: httpx.Client) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    text = {"content-type": "text/plain"}
+    bad = [
+        client.post(base + "/transactions", content="(context-tx (base-version 0", headers=text),
+        client.post(base + "/transactions", content=b"\xff\xfe", headers=text),
+        client.post(base + "/transactions", content="(drop-table frames)", headers=text),
+        client.post(base + "/transactions", json={"text": 42}),
+        client.post(base + "/transactions", json={"base_version": 0, "ops": [], "evil": 1}),
+        client.post(base + "/transactions", json={"base_version": "0", "ops": []}),
+        client.post(base + "/transactions", json=[1, 2]),
+        client.post(
+            base + "/transactions", content=b"{nope", headers={"content-type": "application/json"}
+        ),
+        client.post(base + "/transactions", content=b"x", headers={"content-type": "image/png"}),
+        client.post(base + "/transactions", content="(" * 50_000, headers=text),
+        client.post(base + "/transactions", content="x" * (1 << 21), headers=text),
+        client.post(base + "/observations", json={"kind": "tool_result"}),
+        client.post(base + "/observations", json={"kind": 3, "text": "t"}),
+        client.post(base + "/observations", json={"kind": "k", "text": "t", "event_id": "bad"}),
+        client.get(base + "/frames/x", params={"version": "abc"}),
+        client.get(base + "/frames/x", params={"version": "-1"}),
+        client.get(base + "/events/@e1", params={"offset": "-5"}),
+        client.get(base + "/search", params={"query": "x", "limit": "100000"}),
+        client.post(base + "/search", json={"query": "x", "drop": True}),
+        client.post(base + "/search", json=["query"]),
+        client.post(base + "/recall", json="frame"),
+        client.post(base + "/review/x", json={"decision": "maybe", "reviewer": "ops:a"}),
+    ]
+    for r in bad:
+        error = _error(r, 422)
+        assert error["message"]
+    assert _version(client, name) == 0
+    assert client.get(base + "/state").json()["events"] == []
+
+
+def test_not_found_paths(client: httpx.Client) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    _error(client.get(base + "/frames/ghost"), 404, "not_found")
+    _error(client.get(base + "/frames/ghost/history"), 404)
+    _error(client.get(base + "/events/@e99"), 404, "not_found")
+    _error(client.get(base + "/events/@e99", params={"offset": 0}), 404, "not_found")
+
+
+def test_a_rejected_transaction_is_409_with_its_receipt(client: httpx.Client) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    r = client.post(
+        base + "/transactions", json={"text": "(context-tx (base-version 0) (revise ghost (a b)))"}
+    )
+    error = _error(r, 409)
+    receipt = error["receipt"]
+    assert receipt["status"] == "rejected" and receipt["errors"][0]["code"] == error["code"]
+    assert _version(client, name) == 0
+
+
+def test_idempotency_key_replay_returns_the_original_receipt(client: httpx.Client) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    headers = {"content-type": "text/plain", "Idempotency-Key": "order-7f3a"}
+    tx = "(context-tx (base-version 0) (derive note (stage one)))"
+    first = client.post(base + "/transactions", content=tx, headers=headers)
+    again = client.post(base + "/transactions", content=tx, headers=headers)
+    assert first.status_code == again.status_code == 200
+    one, two = first.json(), again.json()
+    assert one["status"] == two["status"] == "committed"
+    assert one["client_id"] == two["client_id"] == "order-7f3a"
+    assert not one["duplicate"] and two["duplicate"] and two["version"] == one["version"]
+    assert _version(client, name) == one["version"] == 1  # committed once
+    assert len(client.get(base + "/frames/note/history").json()["history"]) == 1
+    other = client.post(base + "/transactions", content=tx, headers={"Idempotency-Key": "x" * 500})
+    _error(other, 422, "bad_client_id")
+
+
+# -- capabilities --------------------------------------------------------------------------
+
+
+def test_capabilities_401_403_and_allowed(client: httpx.Client, server: Server) -> None:
+    from actors import connect
+    from actors.guard import issue_capability
+
+    name = "acme-" + uuid.uuid4().hex[:8]
+    admin = issue_capability(
+        server.store, holder="ops", tenant="acme", grants=[(name, ["read", "commit", "admin"])]
+    )
+    reader = issue_capability(server.store, holder="r", tenant="acme", grants=[(name, ["read"])])
+    handle = connect(
+        name,
+        store_dir=server.store,
+        namespace=server.namespace,
+        tenant="acme",
+        project="p",
+        enforce=True,
+        capability=admin,
+    )
+    try:
+        base = f"/v1/contexts/{name}"
+        tx = {"text": "(context-tx (base-version 0) (derive note (stage one)))"}
+        _error(client.post(base + "/transactions", json=tx), 401, "permission_denied")
+        _error(client.get(base + "/state"), 401, "permission_denied")
+        as_reader = {"Authorization": bearer(reader)}
+        _error(client.post(base + "/transactions", json=tx, headers=as_reader), 403)
+        _error(client.get(base + "/audit", headers=as_reader), 403, "permission_denied")
+        _error(client.get(base + "/state", headers={"Authorization": "Bearer !!"}), 403)
+        _error(client.get(base + "/state", headers={"Authorization": "Basic abc"}), 403)
+        forged = bytearray(reader)
+        forged[-3] ^= 1
+        _error(client.get(base + "/state", headers={"Authorization": bearer(bytes(forged))}), 403)
+        assert handle.version() == 0  # nothing was committed by a refused call
+        assert client.get(base + "/state", headers=as_reader).json()["version"] == 0
+        ok = client.post(base + "/transactions", json=tx, headers={"Authorization": bearer(admin)})
+        assert ok.status_code == 200 and ok.json()["status"] == "committed", ok.text
+    finally:
+        handle.shutdown()
+
+
+# -- safe by default -------------------------------------------------------------------------
+
+
+def test_a_non_loopback_bind_is_refused_unless_enforced_or_insecure(tmp_path: Path) -> None:
+    from morphz.cli.main import cli
+
+    assert check_bind("127.0.0.1", False, False) == []
+    with pytest.raises(RequestError) as err:
+        check_bind("0.0.0.0", False, False)
+    assert err.value.code == "insecure_bind"
+    result = CliRunner().invoke(
+        cli, ["--json", "--store", str(tmp_path), "serve", "--host", "0.0.0.0"]
+    )
+    assert result.exit_code == 1
+    assert '"code": "insecure_bind"' in result.output
+    result = CliRunner().invoke(
+        cli, ["--json", "--store", str(tmp_path), "serve", "--host", "10.0.0.1", "--enforce"]
+    )
+    assert result.exit_code == 2 and "--tenant" in result.output  # refused before listening
+    assert list(tmp_path.iterdir()) == []
