@@ -29,6 +29,8 @@ one class: one short call spec per method of the embedded API it mirrors.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterable
 from functools import cache
@@ -45,6 +47,7 @@ from actors.transport import (
     check_int,
     check_text,
 )
+from actors.updates import UpdateFn, Updater, UpdateResult
 from protocol.errors import RequestError, WireError
 from protocol.forget import ForgetReport
 from protocol.governance import (
@@ -69,6 +72,7 @@ from protocol.replies import (
     SearchReply,
     SnapshotReply,
     StateReply,
+    UpdateReadReply,
 )
 from protocol.tx import ContextTx
 from protocol.wire import tx_to_msgpack, unpack
@@ -84,6 +88,11 @@ __all__ = [
     "RetryPolicy",
     "new_client_id",
 ]
+
+
+UPDATE_BACKOFF = RetryPolicy(attempts=8, initial=0.002, multiplier=2.0, max_delay=0.05)
+"""How long :meth:`ContextHandle.update` waits before retry *n* after a conflict:
+2 ms doubling to 50 ms, each scaled by a random factor in [0.5, 1]."""
 
 
 def new_client_id() -> str:
@@ -349,6 +358,89 @@ class ContextHandle:
         return Call("snapshot", (ids,), _typed(SnapshotReply))
 
     snapshot_async = snapshot.aio
+
+    @Remote
+    def read_for_update(self, frame_ids: Iterable[str]) -> Call[UpdateReadReply]:
+        """One consistent read of the version and some frames with their bodies (what a
+        writer bases its next transaction on); see ContextActor.read_for_update."""
+        if isinstance(frame_ids, (str, bytes)):
+            raise RequestError("frame ids must be a list, not one string", code="bad_argument")
+        ids = [check_text(f, "frame id") for f in frame_ids]
+        return Call("read_for_update", (ids,), _typed(UpdateReadReply))
+
+    read_for_update_async = read_for_update.aio
+
+    def _updater(
+        self,
+        frame_id: str,
+        fn: UpdateFn,
+        reason: str,
+        max_attempts: int,
+        known: dict[str, Any] | None,
+        backoff: RetryPolicy | None,
+    ) -> tuple[Updater, RetryPolicy]:
+        check_text(frame_id, "frame id")
+        if backoff is not None and not isinstance(backoff, RetryPolicy):
+            raise RequestError("backoff must be a RetryPolicy", code="bad_argument")
+        up = Updater(frame_id, fn, reason, max_attempts)
+        if known is not None:
+            up.known(known)
+        return up, backoff or UPDATE_BACKOFF
+
+    def update(
+        self,
+        frame_id: str,
+        fn: UpdateFn,
+        *,
+        reason: str = "update",
+        max_attempts: int = 100,
+        known: dict[str, Any] | None = None,
+        backoff: RetryPolicy | None = None,
+    ) -> UpdateResult:
+        """Read-modify-write *frame_id* with *fn* (frame state or None -> new body forms).
+
+        One read, then one round trip per attempt: a ``conflict`` rejection carries
+        the frame as it stands now, so the retry is rebuilt from the receipt after a
+        jittered backoff (*backoff*, default :data:`UPDATE_BACKOFF`). *known* (an
+        earlier :attr:`UpdateResult.frame`) skips the first read. Never commits an
+        attempt twice (each carries its own client id); see :mod:`actors.updates`.
+        """
+        up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
+        if known is None:
+            up.read(self.read_for_update([frame_id]))
+        while True:
+            tx, payload = self.prepare(up.tx())
+            receipt = self.submit_payload(payload)
+            done = up.outcome(tx, receipt)
+            if done is not None:
+                return up.result(receipt)
+            if not up.rebased(receipt):
+                up.read(self.read_for_update([frame_id]))
+            time.sleep(policy.delay(min(up.rejections - 1, policy.attempts - 1)) or 0.0)
+
+    async def update_async(
+        self,
+        frame_id: str,
+        fn: UpdateFn,
+        *,
+        reason: str = "update",
+        max_attempts: int = 100,
+        known: dict[str, Any] | None = None,
+        backoff: RetryPolicy | None = None,
+    ) -> UpdateResult:
+        """:meth:`update` for event loops."""
+        up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
+        if known is None:
+            up.read(await self.read_for_update_async([frame_id]))
+        while True:
+            tx, payload = self.prepare(up.tx())
+            receipt = await self.submit_payload_async(payload)
+            done = up.outcome(tx, receipt)
+            if done is not None:
+                return up.result(receipt)
+            if not up.rebased(receipt):
+                up.read(await self.read_for_update_async([frame_id]))
+            await asyncio.sleep(policy.delay(min(up.rejections - 1, policy.attempts - 1)) or 0.0)
 
     @Remote
     def state(self) -> Call[StateReply]:

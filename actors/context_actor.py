@@ -214,6 +214,21 @@ class ContextActor(ContextHost):
         return await self._reply(Context.snapshot, ids)
 
     @guarded("read")
+    async def read_for_update(self, frame_ids: list[str]) -> bytes:
+        """One consistent read of the version and some frames with their bodies: what a
+        writer bases its next transaction on. See
+        :meth:`service.context.Context.read_for_update`.
+        """
+        try:
+            if not isinstance(frame_ids, (list, tuple)):
+                raise RequestError("frame ids must be a list", code="bad_argument")
+            _count(len(frame_ids), "number of frames", 0, MAX_SNAPSHOT_FRAMES)
+            ids = [_text(f, "frame id") for f in frame_ids]
+        except MorphzError as e:
+            return failed(e)
+        return await self._reply(Context.read_for_update, ids)
+
+    @guarded("read")
     async def state(self) -> bytes:
         """Version, tick, every frame, event and relation, and the sessions."""
         return await self._reply(Context.state)

@@ -7,11 +7,16 @@ to context actors only through the public client (:mod:`actors.client`).
 asyncio tasks, so 32 threads need not be 32 processes on a small machine; each
 logical thread is sequential (read, build, submit, wait) like a real agent.
 
-The retry policy for rejected transactions (R24): on ``conflict`` or
-``too_old`` the thread re-reads the version and the frames it needs, rebuilds
-the transaction and submits it again after a backoff with jitter, up to
-``spec.max_attempts`` attempts. A rebuilt transaction is a new transaction
-and gets a new client id; a resubmission after a lost reply (inside
+The retry policy for rejected transactions (R24): on ``conflict`` the thread
+rebuilds the transaction from the receipt alone (its ``version`` and the
+conflicting frames as they stand now, ``current``: one round trip per
+attempt), on ``too_old`` it re-reads the version and the frames it needs; it
+submits again after a backoff with jitter, up to ``spec.max_attempts``
+attempts. After a conflict the thread's base is the receipt's version, and
+the frames other threads wrote since its old base (``changed_since_base``) are
+known to exist, so its next read is still only due after ``spec.read_every``
+steps. A rebuilt
+transaction is a new transaction and gets a new client id; a resubmission after a lost reply (inside
 :meth:`~actors.client.ContextHandle.submit_async`) keeps the same id (R25).
 Any other rejection is final for that step.
 
@@ -44,7 +49,7 @@ from harness.workload import (
     written_frames,
 )
 from protocol.errors import MorphzError, RequestError, StoreError, WireError
-from protocol.receipts import Receipt
+from protocol.receipts import MAX_CHANGES_LISTED, Receipt
 from protocol.wire import pack, unpack
 
 RECORD_KEYS = (
@@ -148,11 +153,7 @@ class AgentThread:
                     continue
                 event_ref = str(event["ref"])
             for attempt in range(1, spec.max_attempts + 1):
-                if (
-                    attempt > 1
-                    or since_read >= spec.read_every
-                    or any(f not in known for f in step.frames())
-                ):
+                if since_read >= spec.read_every or any(f not in known for f in step.frames()):
                     try:
                         snap = await handle.snapshot_async(step.frames())
                     except MorphzError as e:
@@ -191,13 +192,17 @@ class AgentThread:
                 records.append(
                     submission_record(step, attempt, **fields, **receipt_fields(receipt, latency))
                 )
+                code = receipt.errors[0].code if receipt.errors else None
                 if receipt.committed:
                     for frame in written_frames(tx):
                         known[frame] = True
                     since_read += 1
                     break
-                since_read = spec.read_every
-                code = receipt.errors[0].code if receipt.errors else None
+                learned = learn(known, receipt)
+                if learned is None:
+                    since_read = spec.read_every
+                else:
+                    base = learned
                 if code not in RETRY_CODES or attempt == spec.max_attempts:
                     break
                 delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
@@ -211,6 +216,23 @@ class AgentThread:
     def pid(self) -> int:
         """The agent's process id."""
         return os.getpid()
+
+
+def learn(known: dict[str, bool], receipt: Receipt) -> int | None:
+    """What a ``conflict`` rejection tells a thread without a read: which frames exist
+    (those written since its base, and the conflicting ones as they stand now), and the
+    version to base the rebuilt transaction on; None when the thread must read again
+    (another rejection, or more versions behind than the receipt lists)."""
+    code = receipt.errors[0].code if receipt.errors else None
+    if receipt.committed or code != "conflict" or not receipt.current:
+        return None
+    if receipt.version - receipt.base_version > MAX_CHANGES_LISTED:
+        return None
+    for c in receipt.changed_since_base:
+        known[c.id] = True
+    for f in receipt.current:
+        known[f.id] = f.body is not None
+    return receipt.version
 
 
 def receipt_fields(receipt: Receipt, latency_ms: float) -> dict[str, Any]:

@@ -22,7 +22,9 @@ seeded random generator (seed and thread number), so a plan is reproducible:
 :func:`build_tx` turns a step into a transaction from what the thread last read
 (which frames exist) and the version it read them at: the transaction is based
 on that version, so when other threads committed meanwhile it is rebased (no
-overlap) or rejected (overlap), and the thread re-reads and rebuilds.
+overlap) or rejected (overlap), and the thread rebuilds it from what the
+rejection's receipt carries (its version and the conflicting frames as they
+stand now), re-reading only when the receipt cannot tell (``too_old``).
 """
 
 from __future__ import annotations

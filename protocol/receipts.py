@@ -25,6 +25,11 @@ ERROR_CODES = {
 }
 
 
+MAX_CHANGES_LISTED = 256
+"""Most versions a rejection's ``changed_since_base`` covers: when more lie between the base
+and the rejection, the list is empty and the writer reads again."""
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -45,6 +50,18 @@ class Conflict(_Model):
 
     id: str
     version: int
+
+
+class Current(_Model):
+    """A frame as it stands now, carried by a rejected receipt so the writer can rebuild
+    without a read: its revision, the version that last changed it (``version``), its
+    lifecycle and its body as S-expression text (None when the frame does not exist)."""
+
+    id: str
+    version: int
+    revision: int | None = None
+    lifecycle: str | None = None
+    body: str | None = None
 
 
 class Retiring(_Model):
@@ -68,6 +85,16 @@ class Receipt(_Model):
     ``version`` is the version the transaction committed at, or the context's
     current version when rejected. ``duplicate`` is true when a resubmission
     with a known client id returned the original receipt (R25).
+
+    So that a rejected writer rebuilds without a separate read, a ``conflict``
+    rejection carries in ``current`` each conflicting frame as it stands now,
+    to rebuild on ``version``, and lists in ``changed_since_base`` every frame
+    other transactions wrote after the base, up to ``version`` (id and the last
+    version that wrote it, sorted by id; empty when more than
+    :data:`MAX_CHANGES_LISTED` versions lie between). Both are empty on other
+    receipts, and absent from receipts written before they existed. A commit's
+    receipt does not list what changed since its base: reading the log for it
+    made group commits several times slower (docs/actors.md).
     """
 
     status: Literal["committed", "rejected"]
@@ -85,6 +112,8 @@ class Receipt(_Model):
     relief_pending: Relief = Relief()
     errors: tuple[OpError, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
+    changed_since_base: tuple[Conflict, ...] = ()
+    current: tuple[Current, ...] = ()
 
     @property
     def committed(self) -> bool:
@@ -159,6 +188,8 @@ def committed_receipt(
         "relief_pending": {"events": [], "frames": pending_frames, "tokens": pending_tokens},
         "errors": [],
         "conflicts": [],
+        "changed_since_base": [],
+        "current": [],
     }
     receipt = _trusted(
         Receipt,
@@ -180,6 +211,8 @@ def committed_receipt(
             "relief_pending": _relief([], pending_frames, pending_tokens),
             "errors": (),
             "conflicts": (),
+            "changed_since_base": (),
+            "current": (),
         },
     )
     return receipt, doc

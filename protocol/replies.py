@@ -220,6 +220,16 @@ class SnapshotReply(Reply):
     frames: dict[str, dict[str, Any] | None]
 
 
+class UpdateReadReply(Reply):
+    """What a writer bases its next transaction on, from one consistent read: the
+    version, the tick and, per frame id, ``{"revision", "version", "lifecycle",
+    "protected", "body", "body_forms"}``, or None when absent."""
+
+    version: int
+    tick: int
+    frames: dict[str, dict[str, Any] | None]
+
+
 class HistoryEntry(Reply):
     """One committed write of a frame, from the transaction log (R29).
 
@@ -301,5 +311,6 @@ __all__ = [
     "SearchReply",
     "SnapshotReply",
     "StateReply",
+    "UpdateReadReply",
     "plain",
 ]

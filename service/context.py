@@ -52,6 +52,7 @@ from protocol.replies import (
     SearchReply,
     SnapshotReply,
     StateReply,
+    UpdateReadReply,
 )
 from protocol.state import Event, Frame, Meta
 from protocol.turns import CompiledInput
@@ -349,6 +350,17 @@ class Context(GovernanceAPI):
                 f"number of frames must be between 0 and {MAX_SNAPSHOT_FRAMES}, not {len(ids)}"
             )
         return SnapshotReply.of(self.backend.read(lambda v: reads.snapshot(v, ids)))
+
+    def read_for_update(self, frame_ids: Sequence[str]) -> UpdateReadReply:
+        """:meth:`snapshot` with each frame's body and last-written version, from one read:
+        what a writer bases its next transaction on (:func:`service.reads.read_for_update`).
+        OutOfRange for more than :data:`~service.reads.MAX_SNAPSHOT_FRAMES` ids."""
+        ids = list(frame_ids)
+        if len(ids) > MAX_SNAPSHOT_FRAMES:
+            raise OutOfRange(
+                f"number of frames must be between 0 and {MAX_SNAPSHOT_FRAMES}, not {len(ids)}"
+            )
+        return UpdateReadReply.of(self.backend.read(lambda v: reads.read_for_update(v, ids)))
 
     def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
         """One page of the history after version *after*, for history checkers.

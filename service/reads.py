@@ -1,5 +1,6 @@
 """Consistent reads of one context, as the ports show them: frames, events, the state,
-a frame's write history, a snapshot of some frames, and a page of the exported history.
+a frame's write history, a snapshot of some frames (with their bodies, to base an
+update on: :func:`read_for_update`), and a page of the exported history.
 
 Every function here reads one :class:`~protocol.view.ReadView` (one snapshot) and returns
 plain JSON-ready values; none writes. :class:`~service.context.Context` runs them through
@@ -263,6 +264,35 @@ def snapshot(v: ReadView, frame_ids: list[str]) -> dict[str, Any]:
             None
             if f is None
             else {"revision": f.revision, "lifecycle": f.lifecycle, "protected": f.protected}
+        )
+    return {"version": meta.version, "tick": meta.tick, "frames": frames}
+
+
+def read_for_update(v: ReadView, frame_ids: list[str]) -> dict[str, Any]:
+    """What a writer bases its next transaction on, from one snapshot:
+    ``{"version", "tick", "frames": {id: state | None}}``.
+
+    A state is ``{"revision", "version", "lifecycle", "protected", "body",
+    "body_forms"}`` (``version``: the version that last wrote the frame); None
+    means absent. Base the transaction on ``version``: the bodies are the ones
+    that stood at that version, so a revise built from them is rejected only
+    if another writer commits first.
+    """
+    meta = v.meta()
+    frames: dict[str, Any] = {}
+    for fid in frame_ids:
+        f = v.frame(fid)
+        frames[fid] = (
+            None
+            if f is None
+            else {
+                "revision": f.revision,
+                "version": f.updated_version,
+                "lifecycle": f.lifecycle,
+                "protected": f.protected,
+                "body": print_body(f.body),
+                "body_forms": [to_plain(x) for x in f.body],
+            }
         )
     return {"version": meta.version, "tick": meta.tick, "frames": frames}
 

@@ -10,15 +10,17 @@ it is now:
   refused (``future_base``), further behind than the kept history is refused
   (``too_old``), and behind but with a footprint key changed since the base
   is refused (``conflict``, naming each key and the version that changed it,
-  :func:`footprint_conflicts`); behind with nothing changed is a rebase.
+  :func:`footprint_conflicts`, and carrying the changed frames as they stand
+  now, :func:`current_frames`); behind with nothing changed is a rebase.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from protocol.engine.records import Outcome, reject
-from protocol.receipts import Conflict, OpError, Receipt
+from protocol.engine.records import Outcome, changed_since, reject
+from protocol.receipts import Conflict, Current, OpError, Receipt
+from protocol.sexpr import print_form
 from protocol.state import Meta
 from protocol.tx import ContextTx, key_display
 from protocol.view import ReadView
@@ -102,8 +104,40 @@ def check_base(view: ReadView, meta: Meta, tx: ContextTx) -> Outcome | None:
                     ),
                 ),
                 conflicts=found,
+                current=current_frames(view, tx, base),
+                changed_since_base=tuple(
+                    Conflict(id=i, version=v) for i, v in changed_since(view, base, meta.version)
+                ),
             )
     return None
+
+
+def current_frames(view: ReadView, tx: ContextTx, base: int) -> tuple[Current, ...]:
+    """The frames of *tx*'s footprint changed after *base*, as they stand now, sorted by id.
+
+    A rejected writer rebuilds its transaction from these and the receipt's version
+    instead of reading again. A frame that no longer exists has no body.
+    """
+    reads, writes = tx.footprint()
+    out: list[Current] = []
+    for key in sorted(k for k in reads | writes if k.startswith("f:")):
+        changed_at = view.lastmod(key)
+        if changed_at <= base:
+            continue
+        f = view.frame(key_display(key))
+        if f is None:
+            out.append(Current(id=key_display(key), version=changed_at))
+            continue
+        out.append(
+            Current(
+                id=f.id,
+                version=changed_at,
+                revision=f.revision,
+                lifecycle=f.lifecycle,
+                body=" ".join(print_form(x) for x in f.body),
+            )
+        )
+    return tuple(out)
 
 
 def footprint_conflicts(view: ReadView, tx: ContextTx, base: int) -> tuple[Conflict, ...]:

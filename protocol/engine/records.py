@@ -20,10 +20,18 @@ from typing import Any
 
 from protocol.engine.overlay import Decision
 from protocol.ids import event_ref
-from protocol.receipts import Conflict, OpError, Receipt, Relief, committed_receipt
+from protocol.receipts import (
+    MAX_CHANGES_LISTED,
+    Conflict,
+    Current,
+    OpError,
+    Receipt,
+    Relief,
+    committed_receipt,
+)
 from protocol.state import RETIRED, RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx, Retire, edge_key, key_display
-from protocol.view import Changeset
+from protocol.view import Changeset, ReadView
 from protocol.wire import tx_to_dict
 
 
@@ -41,8 +49,14 @@ def reject(
     *,
     errors: tuple[OpError, ...] = (),
     conflicts: tuple[Conflict, ...] = (),
+    current: tuple[Current, ...] = (),
+    changed_since_base: tuple[Conflict, ...] = (),
 ) -> Outcome:
-    """The outcome of refusing *tx* against a context at *meta*: a rejected receipt, no changes."""
+    """The outcome of refusing *tx* against a context at *meta*: a rejected receipt, no changes.
+
+    A ``conflict`` rejection carries *current* (the conflicting frames as they stand
+    now) and *changed_since_base* (every frame written after the base).
+    """
     return Outcome(
         Receipt(
             status="rejected",
@@ -53,9 +67,30 @@ def reject(
             tick=meta.tick,
             errors=errors,
             conflicts=conflicts,
+            current=current,
+            changed_since_base=changed_since_base,
         ),
         None,
     )
+
+
+def changed_since(view: ReadView, base: int, upto: int) -> list[tuple[str, int]]:
+    """``(frame id, last version that wrote it)`` for the frames written by the committed
+    transactions after *base* up to *upto*, sorted by id (from the log's write lists).
+
+    Empty when more than :data:`~protocol.receipts.MAX_CHANGES_LISTED` versions lie
+    between: reading that many log records costs more than the read it would save.
+    """
+    if upto - base > MAX_CHANGES_LISTED:
+        return []
+    last: dict[str, int] = {}
+    for version in range(base + 1, upto + 1):
+        rec = view.txlog(version)
+        if rec is None:
+            continue
+        for w in rec.get("writes") or ():
+            last[w["frame"]] = version
+    return sorted(last.items())
 
 
 def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | None) -> Outcome:
