@@ -24,6 +24,29 @@ from protocol.view import ReadView, WriteView
 T = TypeVar("T")
 
 
+TABLES = (
+    "meta",
+    "frames",
+    "events",
+    "event_ids",
+    "contents",
+    "rel_fwd",
+    "rel_rev",
+    "cites",
+    "lastmod",
+    "clients",
+    "txlog",
+    "history",
+    "due",
+    "inbox",
+    "outbox",
+    "traces",
+)
+"""The tables every backend keeps (one LMDB database or one in-memory map each)."""
+OPTIONAL_TABLES = ("audit",)
+"""Tables newer than the store format: an older LMDB store lacks them until a writer opens it."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What a context needs of a store: snapshot reads, all-or-nothing writes, outbox, audit.

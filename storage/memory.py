@@ -24,31 +24,14 @@ from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
+from storage.backend import OPTIONAL_TABLES, TABLES
 
 T = TypeVar("T")
 
 _GONE = object()
 """Overlay marker of a deleted row."""
 
-_TABLES = (
-    "meta",
-    "frames",
-    "events",
-    "event_ids",
-    "contents",
-    "rel_fwd",
-    "rel_rev",
-    "cites",
-    "lastmod",
-    "clients",
-    "txlog",
-    "history",
-    "due",
-    "inbox",
-    "outbox",
-    "traces",
-    "audit",
-)
+_TABLES = TABLES + OPTIONAL_TABLES
 
 
 def _pack(obj: Any) -> bytes:

@@ -51,6 +51,7 @@ import msgpack
 
 from protocol.errors import StoreError
 from protocol.state import Frame, Meta
+from storage.backend import OPTIONAL_TABLES, TABLES
 
 T = TypeVar("T")
 
@@ -60,25 +61,8 @@ STORE_FORMAT = 1
 """Version of the key layout and record encoding, kept under ``meta/format``."""
 
 _MAX_DBS = 32
-_DB_NAMES = (
-    "meta",
-    "frames",
-    "events",
-    "event_ids",
-    "contents",
-    "rel_fwd",
-    "rel_rev",
-    "cites",
-    "lastmod",
-    "clients",
-    "txlog",
-    "history",
-    "due",
-    "inbox",
-    "outbox",
-    "traces",
-)
-_OPTIONAL_DBS = ("audit",)
+_DB_NAMES = TABLES
+_OPTIONAL_DBS = OPTIONAL_TABLES
 """Databases newer than the format: created by a writer, absent from older stores."""
 _META = b"meta"
 _FORMAT = b"format"
