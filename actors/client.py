@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from actors.context_actor import MAX_SUBMIT_MANY
 from actors.placement import actor_name
 from actors.replies import open_reply, raise_error
 from actors.transport import (
@@ -95,6 +96,18 @@ UPDATE_BACKOFF = RetryPolicy(attempts=8, initial=0.002, multiplier=2.0, max_dela
 2 ms doubling to 50 ms, each scaled by a random factor in [0.5, 1]."""
 
 
+def _retry_delay(policy: RetryPolicy, rejections: int) -> float:
+    """How long to wait before the retry after the *rejections*-th rejection of one update.
+
+    The first retry goes at once: the context actor answers a conflict on a frame
+    when it is this writer's turn on it (actors/inbox.py), so waiting would only
+    leave the frame idle. Later ones (another writer got in first) back off.
+    """
+    if rejections <= 1:
+        return 0.0
+    return policy.delay(min(rejections - 2, policy.attempts - 1)) or 0.0
+
+
 def new_client_id() -> str:
     """A fresh client id: ``c-`` and a uuid4 in hex."""
     return "c-" + uuid.uuid4().hex
@@ -112,6 +125,13 @@ def _receipt(raw: Any) -> Receipt:
         return Receipt.from_dict(doc)
     except Exception as e:  # pydantic's ValidationError, or a non-dict
         raise WireError(f"malformed receipt from the context actor: {e}") from e
+
+
+def _receipts(raw: Any) -> list[Receipt]:
+    """The receipts a ``submit_many`` reply holds, in order; a refused call's typed error."""
+    if not isinstance(raw, list):
+        return [_receipt(raw)]  # an error envelope: raises
+    return [_receipt(item) for item in raw]
 
 
 def _value(raw: Any) -> Any:
@@ -198,10 +218,12 @@ class ContextHandle:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         capability: bytes | None = None,
+        ray_name: str | None = None,
     ) -> None:
+        # ray_name: the actor's Ray name when it is not ``ctx:<name>`` (a promoted primary)
         self.transport = Transport(
             actor,
-            actor_name(name),
+            ray_name or actor_name(name),
             label=name,
             namespace=namespace,
             retry=retry,
@@ -294,6 +316,28 @@ class ContextHandle:
         return Call("submit", (payload,), _receipt, timeout=timeout)
 
     submit_async = submit.aio
+
+    @Remote
+    def submit_many(
+        self, txs: Iterable[ContextTx | str], *, timeout: float | None = None
+    ) -> Call[list[Receipt]]:
+        """Submit several transactions in one call; their durable receipts, in order.
+
+        Each is decided on its own, in order (a rejected one changes nothing for
+        the others), and each has its own client id, so a retried call applies
+        none twice. A writer pipelines its submissions this way.
+        """
+        if isinstance(txs, (str, bytes, ContextTx)):
+            raise RequestError("submit_many takes a list of transactions", code="bad_argument")
+        payloads = [self.prepare(tx)[1] for tx in txs]
+        if not 1 <= len(payloads) <= MAX_SUBMIT_MANY:
+            raise RequestError(
+                f"submit_many takes 1 to {MAX_SUBMIT_MANY} transactions, not {len(payloads)}",
+                code="bad_argument",
+            )
+        return Call("submit_many", (payloads,), _receipts, timeout=timeout)
+
+    submit_many_async = submit_many.aio
 
     @Remote
     def submit_payload(self, payload: bytes, *, timeout: float | None = None) -> Call[Receipt]:
@@ -416,7 +460,7 @@ class ContextHandle:
                 return up.result(receipt)
             if not up.rebased(receipt):
                 up.read(self.read_for_update([frame_id]))
-            time.sleep(policy.delay(min(up.rejections - 1, policy.attempts - 1)) or 0.0)
+            time.sleep(_retry_delay(policy, up.rejections))
 
     async def update_async(
         self,
@@ -440,7 +484,7 @@ class ContextHandle:
                 return up.result(receipt)
             if not up.rebased(receipt):
                 up.read(await self.read_for_update_async([frame_id]))
-            await asyncio.sleep(policy.delay(min(up.rejections - 1, policy.attempts - 1)) or 0.0)
+            await asyncio.sleep(_retry_delay(policy, up.rejections))
 
     @Remote
     def state(self) -> Call[StateReply]:

@@ -52,6 +52,7 @@ from protocol.governance import (
     MAX_AUDIT_PAGE,
 )
 from protocol.receipts import OpError, Receipt
+from protocol.replies import SearchReply
 from protocol.wire import pack, submitted_from_msgpack
 from service import sharing
 from service.compile import compile_args
@@ -63,6 +64,9 @@ from service.governance import (
 )
 from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES
 from service.search import SEARCH_CATCH_UP
+
+MAX_SUBMIT_MANY = 1024
+"""Most transactions one ``submit_many`` call carries."""
 
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
@@ -132,6 +136,33 @@ class ContextActor(ContextHost):
         changes nothing. A refused request (the store cannot be opened or
         written) answers ``pack({"error": …})`` instead of a receipt.
         """
+        return await self._submit(payload)
+
+    @guarded("commit")
+    async def submit_many(self, payloads: list[bytes]) -> list[bytes] | bytes:
+        """Decide several transactions sent in one call: the list of what :meth:`submit`
+        would answer for each, in order.
+
+        They join the inbox together, so they are decided in order, in the same
+        group commit when they fit, each on its own: one rejected changes nothing
+        for the others. A writer pipelines its submissions this way for one call's
+        cost. Not a list of at most :data:`MAX_SUBMIT_MANY` byte strings:
+        ``failed(RequestError)`` (bytes, not a list), nothing decided.
+        """
+        if (
+            not isinstance(payloads, (list, tuple))
+            or not 1 <= len(payloads) <= MAX_SUBMIT_MANY
+            or not all(isinstance(p, bytes) for p in payloads)
+        ):
+            return failed(
+                RequestError(
+                    f"submit_many takes a list of 1 to {MAX_SUBMIT_MANY} payloads (bytes)",
+                    code="bad_argument",
+                )
+            )
+        return list(await asyncio.gather(*(self._submit(p) for p in payloads)))
+
+    async def _submit(self, payload: bytes) -> bytes:
         try:
             tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
         except WireError as e:
@@ -375,11 +406,15 @@ class ContextActor(ContextHost):
     async def search(self, args: dict[str, Any], session: str = "main") -> bytes:
         """A model's search (:meth:`service.context.Context.search`) as a ``recall_result``.
 
-        The context's lexical index is opened at the first search, with an
-        index worker thread in this process keeping it current from the outbox;
-        each search waits off the store thread (up to
+        The context's lexical index is opened at the first search (with an
+        embedder, at the actor's start, with the vector index), with index worker
+        threads in this process keeping them current from the outbox; each
+        search waits off the store thread (up to
         :data:`~service.search.SEARCH_CATCH_UP` seconds) for what was committed
-        before it. Answers ``{"ref", "hits", "recalled", "lag"}``.
+        before it, and searches (embedding the query, when hybrid) off the store
+        thread too: only recording the result is a store write. Answers
+        ``{"ref", "hits", "recalled", "lag"}`` (hybrid: also ``semantic_lag`` and,
+        when the embedder failed, ``degraded``).
         """
         try:
             _text(session, "session")
@@ -390,7 +425,11 @@ class ContextActor(ContextHost):
             return failed(e)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, searcher.catch_up, SEARCH_CATCH_UP)
-        return await self._reply(lambda ctx: ctx.search(args, session, catch_up=False))
+        try:
+            result = await loop.run_in_executor(None, searcher.model_find, args)
+        except MorphzError as e:
+            return failed(e)
+        return await self._reply(lambda ctx: SearchReply.of(searcher.record(ctx, result, session)))
 
     # -- governance: audit, admission, review, quarantine -------------------------
 

@@ -5,6 +5,18 @@ one-thread executor every store access of the actor goes through). What arrives
 while a write is in progress forms the next write, so concurrent callers share
 durable writes. A caller is answered only after the write holding its request
 returned: an acknowledged commit or audit entry is durable (R44).
+
+Turns on a hot frame: when a transaction is rejected with ``conflict`` on a
+frame (its receipt carries the frame as it stands, ``current``), the rejected
+writer is told at once and holds that frame's *turn*: it is expected to
+rebuild from the receipt and retry. Another writer rejected on the same frame
+while the turn is held is not answered yet: its submission waits, and when a
+commit writes the frame (or the turn lapses after *hold* seconds) it is
+decided again, so its rejection carries the frame as it stands after that
+commit, and it takes the turn. Writers on one frame therefore retry one after
+the other on fresh state instead of all at once on the same stale state,
+where all but one would be rejected again (docs/actors.md). A held
+submission is only ever decided again, never answered from an old decision.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -27,8 +40,13 @@ log = logging.getLogger("morphz.context_actor")
 Submission = ContextTx | SubmittedTx
 """What the inbox commits: a transaction, with the text it was parsed from when there is one."""
 
+_Item = tuple[SubmittedTx, "asyncio.Future[Any]"]
+
 MAX_BATCH = 256
 """Most transactions one group commit decides in one LMDB write."""
+HOLD_SECONDS = 0.1
+"""How long a conflicting writer's turn on a frame lasts at most: the others rejected on
+that frame are decided again when it commits its retry, or after this long if it does not."""
 MAX_AUDIT_BATCH = 1024
 """Most audit entries one durable audit write carries (denials are group-committed)."""
 
@@ -41,6 +59,8 @@ class Inbox:
     fails as a whole (nothing written) is decided again one transaction at a
     time, so one transaction the store refuses cannot take the others down.
     *metrics* records each write, the commit latency and the inbox depth.
+    *hold* is the longest turn on a hot frame (see the module docstring); 0
+    answers every rejection at once.
     """
 
     def __init__(
@@ -49,13 +69,22 @@ class Inbox:
         commit_many: Callable[[list[SubmittedTx]], list[Receipt]],
         max_batch: int = MAX_BATCH,
         metrics: ContextMetrics = NO_METRICS,
+        *,
+        hold: float = HOLD_SECONDS,
     ) -> None:
         self._executor = executor
         self._commit_many = commit_many
         self._metrics = metrics
         self.max_batch = max(1, min(int(max_batch), 4096))
-        self._pending: list[tuple[SubmittedTx, asyncio.Future[Any]]] = []
+        self.hold = max(0.0, min(float(hold), 10.0))
+        self._pending: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._turn: dict[str, asyncio.Future[Any]] = {}  # frame -> the writer whose turn it is
+        self._held: dict[str, deque[_Item]] = {}  # frame -> writers waiting for the turn
+        self._released: set[asyncio.Future[Any]] = set()  # held, now being decided again
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.held = 0
+        """Rejections held back until the frame they conflicted on changed."""
         self.batches = 0
         """LMDB writes that committed submissions."""
         self.transactions = 0
@@ -75,8 +104,7 @@ class Inbox:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((tx, future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush())
+        self._wake(loop)
         result: dict[str, Any] | MorphzError = await future
         self._metrics.latency(time.perf_counter() - started)
         return result
@@ -93,13 +121,87 @@ class Inbox:
                 results = await loop.run_in_executor(self._executor, self._commit, txs)
             except Exception as e:  # the executor itself failed: answer every waiter
                 results = [e] * len(batch)
-            for (_, future), result in zip(batch, results, strict=True):
+            for (tx, future), result in zip(batch, results, strict=True):
+                if self.hold and isinstance(result, dict) and self._route(tx, future, result):
+                    continue  # held: decided again when its frame changes
+                self._released.discard(future)
                 if future.done():  # the caller went away; its transaction is decided anyway
                     continue
                 if isinstance(result, BaseException) and not isinstance(result, MorphzError):
                     future.set_exception(result)
                 else:
                     future.set_result(result)
+
+    def _wake(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+
+    # -- turns on a hot frame -------------------------------------------------
+
+    def _route(self, tx: SubmittedTx, future: asyncio.Future[Any], result: dict[str, Any]) -> bool:
+        """Keep the turns up to date with one decided submission; True if it is held.
+
+        Every turn has a timer, so a turn whose writer never retries lapses.
+        """
+        was_held = future in self._released
+        self._released.discard(future)
+        if result.get("status") == "committed":
+            if self._turn:
+                for key in tx.tx.footprint()[1]:
+                    if key.startswith("f:") and key[2:] in self._turn:
+                        self._pass_turn(key[2:])
+            return False
+        frame = _hot_frame(result)
+        if frame is None or future.done():
+            return False  # a turn it holds lapses
+        owner = self._turn.get(frame)
+        if owner is None or owner is future:
+            self._start_turn(frame, future)
+            return False
+        self.held += 1
+        queue = self._held.setdefault(frame, deque())
+        if was_held:
+            queue.appendleft((tx, future))  # it waited already: first in line again
+        else:
+            queue.append((tx, future))
+        return True
+
+    def _start_turn(self, frame: str, future: asyncio.Future[Any]) -> None:
+        self._turn[frame] = future
+        old = self._timers.pop(frame, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[frame] = loop.call_later(self.hold, self._lapse, frame, future)
+
+    def _lapse(self, frame: str, future: asyncio.Future[Any]) -> None:
+        if self._turn.get(frame) is not future:
+            return
+        self._timers.pop(frame, None)
+        if future in self._released:  # still being decided again: give it its time
+            self._start_turn(frame, future)
+        else:
+            self._pass_turn(frame)
+
+    def _pass_turn(self, frame: str) -> None:
+        """The turn on *frame* ends: the first writer waiting for it is decided again."""
+        if self._turn.get(frame) in self._released:
+            return  # the next writer is being decided again already: it will see this commit
+        timer = self._timers.pop(frame, None)
+        if timer is not None:
+            timer.cancel()
+        queue = self._held.get(frame)
+        while queue:
+            tx, future = queue.popleft()
+            if future.done():
+                continue
+            self._start_turn(frame, future)
+            self._released.add(future)
+            self._pending.insert(0, (tx, future))
+            self._wake(asyncio.get_running_loop())
+            return
+        self._held.pop(frame, None)
+        self._turn.pop(frame, None)
 
     def _commit(self, txs: list[SubmittedTx]) -> list[Any]:
         """On the store thread: one durable write for *txs*; receipt dicts or exceptions."""
@@ -131,6 +233,15 @@ class Inbox:
         self.batches += 1
         self.transactions += n
         self.largest = max(self.largest, n)
+
+
+def _hot_frame(result: dict[str, Any]) -> str | None:
+    """The frame a ``conflict`` rejection's writer will retry on: the first one it carries."""
+    current = result.get("current")
+    if not current or not any(e.get("code") == "conflict" for e in result.get("errors", ())):
+        return None
+    frame = current[0].get("id")
+    return frame if isinstance(frame, str) else None
 
 
 class AuditBuffer:

@@ -22,6 +22,12 @@ outside the timed part; so is parsing, except in the "from text" figure.
 
 Rounds interleave the measured and baseline runs so drift on a shared machine
 hits both. Timings are printed, never asserted.
+
+``--instructions`` counts instructions instead, which do not move with the
+machine's load: each kind of write (single commit, group commit, and their raw
+put baselines) runs in a child under ``valgrind --tool=callgrind`` twice, once
+writing nothing and once writing N transactions after the same setup; the
+difference over N is the instructions per transaction (Python included).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import resource
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -390,6 +397,87 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
     return figures
 
 
+INSTRUCTION_KINDS = ("single", "group", "raw_single", "raw_group")
+
+
+def instructions_child(kind: str, n: int, total: int, batch: int, where: str) -> None:
+    """The setup every count shares, then *n* writes of *kind* (run under callgrind).
+
+    The setup parses *total* transactions whatever *n* is, so the difference
+    between two children is the writes alone.
+    """
+    store = LmdbStore.open(os.path.join(where, "context"), sync=True)
+    try:
+        ctx = Context(store)
+        _check(ctx.commit(BASE_TX))
+        work = Workload(ctx, observe_all(ctx, total + WARM_UP + 1))
+        size = write_size(store, parse_tx(work.texts(1)[0]))["bytes"]
+        commit_each(ctx, [parse_tx(t) for t in work.texts(WARM_UP)])
+        txs = [parse_tx(t) for t in work.texts(total)]
+        raw = RawLmdb(os.path.join(where, "raw"), size)
+        raw.puts(WARM_UP, 1)
+        if kind == "single":
+            commit_each(ctx, txs[:n])
+        elif kind == "group":
+            commit_groups(ctx, txs[:n], batch)
+        elif kind == "raw_single":
+            raw.puts(n, 1)
+        else:
+            raw.puts(n // batch, batch)
+        raw.close()
+    finally:
+        store.close()
+
+
+def _callgrind(kind: str, n: int, total: int, batch: int, parent: str) -> int:
+    """Instructions a child running :func:`instructions_child` executed, in all."""
+    where = tempfile.mkdtemp(prefix="morphz-bench-commit-cg-", dir=parent)
+    out = os.path.join(where, "callgrind.out")
+    try:
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                os.path.abspath(__file__),
+                "--instructions-child",
+                kind,
+                str(n),
+                str(total),
+                str(batch),
+                where,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with open(out, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+        raise RuntimeError("callgrind wrote no totals")
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def count_instructions(n: int, batch: int, parent: str) -> dict[str, Any]:
+    """Instructions per transaction of each kind of write, by difference of two children."""
+    per_tx: dict[str, int] = {}
+    for kind in INSTRUCTION_KINDS:
+        empty = _callgrind(kind, 0, n, batch, parent)
+        full = _callgrind(kind, n, n, batch, parent)
+        per_tx[kind] = round((full - empty) / n)
+    return {
+        "benchmark": "bench_commit --instructions",
+        "transactions": n,
+        "batch": batch,
+        "instructions_per_tx": per_tx,
+        "single_over_raw": testbed.ratio(per_tx["single"], per_tx["raw_single"]),
+        "group_over_raw": testbed.ratio(per_tx["group"], per_tx["raw_group"]),
+    }
+
+
 def _row(label: str, t: dict[str, Any], unit: str) -> str:
     return (
         f"{label:<28}{t['per_s']:>9,.0f} {unit:<7}{t['wall_us_per_op']:>8,.0f} µs/op  CPU "
@@ -467,7 +555,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also profile group commit with cProfile"
     )
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        metavar="N",
+        help="count instructions per transaction over N transactions under callgrind "
+        "(needs valgrind; N a multiple of --batch, e.g. 640) instead of timing",
+    )
+    parser.add_argument("--instructions-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.instructions_child:
+        kind, n, total, batch, where = args.instructions_child
+        instructions_child(kind, int(n), int(total), int(batch), where)
+        return
+    if args.instructions is not None:
+        if args.instructions < args.batch or args.instructions % args.batch:
+            parser.error("--instructions wants a positive multiple of --batch")
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind on the PATH")
+        parent = args.dir or testbed.scratch_parent()
+        counts = count_instructions(args.instructions, args.batch, parent)
+        if args.json:
+            print(json.dumps(counts, indent=2))
+        else:
+            per = counts["instructions_per_tx"]
+            print(f"instructions per transaction over {args.instructions} (callgrind):")
+            for kind in INSTRUCTION_KINDS:
+                print(f"  {kind:<12}{per[kind]:>12,}")
+            print(
+                f"  single commit / raw put {counts['single_over_raw']:.1f}x, "
+                f"group / raw group {counts['group_over_raw']:.1f}x"
+            )
+        return
     if args.single is None:
         args.single = 150 if args.quick else 1500
     if args.groups is None:

@@ -150,7 +150,9 @@ class Writer:
         committed state is known, each retry rebuilt from the rejection's receipt."""
 
         def append(state: dict[str, Any] | None) -> tuple[Any, ...]:
-            return _shared_body([*_tokens_of(state["body"] if state else ""), token])
+            forms = state["body_forms"] if state else []
+            tokens = [str(t) for t in forms[0][1:]] if forms and isinstance(forms[0], list) else []
+            return _shared_body([*tokens, token])
 
         rejections = trips = 0
         while True:
@@ -168,6 +170,7 @@ class Writer:
         rejections = trips = 0
         committed: list[str] = []
         one = self.api == "one-trip" and hasattr(self.handle, "update_async")
+        cpu = time.process_time()
         started = time.perf_counter()
         for i in range(updates):
             token = f"w{k}-{i}"
@@ -184,6 +187,7 @@ class Writer:
             "rejections": rejections,
             "round_trips": trips,
             "committed": committed,
+            "cpu": time.process_time() - cpu,
         }
 
     async def own(self, k: int, updates: int, window: int, start_at: float) -> dict[str, Any]:
@@ -220,8 +224,41 @@ class Writer:
                 latencies.append((time.perf_counter() - t) * 1000)
                 committed.append(frame)
 
+        async def batches() -> None:
+            # The window's transactions in one call (submit_many): one round trip for all.
+            nonlocal base, rejections, trips
+            for start in range(0, updates, window):
+                todo = {f"own/w{k}/u{i}": i for i in range(start, min(updates, start + window))}
+                t = time.perf_counter()
+                while todo:
+                    txs = [
+                        ContextTx(
+                            base_version=base,
+                            reason="own",
+                            ops=(
+                                Derive(id=f, sources=(SHARED,), body=((Symbol("update"), k, i),)),
+                                Relate(subject=f, label="extends", object=SHARED),
+                            ),
+                        )
+                        for f, i in todo.items()
+                    ]
+                    receipts = await self.handle.submit_many_async(txs)
+                    trips += 1
+                    for frame, receipt in zip(list(todo), receipts, strict=True):
+                        base = max(base, receipt.version)
+                        if receipt.committed:
+                            del todo[frame]
+                            committed.append(frame)
+                            latencies.append((time.perf_counter() - t) * 1000)
+                        else:
+                            rejections += 1
+
+        cpu = time.process_time()
         started = time.perf_counter()
-        await asyncio.gather(*(lane() for _ in range(max(1, window))))
+        if self.api == "one-trip" and hasattr(self.handle, "submit_many_async"):
+            await batches()
+        else:
+            await asyncio.gather(*(lane() for _ in range(max(1, window))))
         return {
             "start": started,
             "end": time.perf_counter(),
@@ -229,6 +266,7 @@ class Writer:
             "rejections": rejections,
             "round_trips": trips,
             "committed": committed,
+            "cpu": time.process_time() - cpu,
         }
 
 
@@ -247,7 +285,20 @@ def _merge(parts: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
     if all("round_trips" in p for p in parts) and committed:
         trips = sum(p["round_trips"] for p in parts)
         summary["round_trips_per_update"] = round(trips / len(committed), 3)
+    if all("cpu" in p for p in parts) and committed:
+        cpu = sum(p["cpu"] for p in parts)
+        summary["writers_cpu_us_per_update"] = round(cpu / len(committed) * 1e6)
     return summary, committed
+
+
+def _process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) process *pid* used so far; None when it is not local."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _check_tokens(committed: list[str], present: list[str]) -> dict[str, int]:
@@ -406,8 +457,10 @@ class Bench:
         actors: list[Any] = [
             ray.remote(Writer).options(**options).remote(name, api) for _ in range(writers)
         ]
+        pid = int(handle.describe()["pid"])
         try:
             ray.get([a.ready.remote() for a in actors])
+            actor_cpu = _process_cpu(pid)
             start_at = time.perf_counter() + 0.5
             if workload == "rmw":
                 refs = [a.rmw.remote(k, updates, start_at) for k, a in enumerate(actors)]
@@ -417,12 +470,25 @@ class Bench:
                     for k, a in enumerate(actors)
                 ]
             summary, committed = _merge(ray.get(refs))
+            after = _process_cpu(pid)
+            if actor_cpu is not None and after is not None and committed:
+                summary["actor_cpu_us_per_update"] = round(
+                    (after - actor_cpu) / len(committed) * 1e6
+                )
             if workload == "rmw":
                 present = _tokens_of(handle.frame(SHARED).body)
             else:
                 state = handle.state()
                 present = [f["id"] for f in state.frames if str(f["id"]).startswith("own/")]
             summary.update(_check_tokens(committed, present))
+            stats = handle.stats()
+            writes = max(1, int(stats.get("batches", 0)))
+            summary["actor"] = {
+                "writes": writes,
+                "decided": stats.get("transactions", 0),
+                "held": stats.get("held", 0),
+                "decided_per_write": round(stats.get("transactions", 0) / writes, 2),
+            }
         finally:
             for a in actors:
                 ray.kill(a)
@@ -444,6 +510,14 @@ class Bench:
             f"trips/update {got.get('round_trips_per_update', '-')}  "
             f"lost {got['lost']} dup {got['duplicated']}  load {load}{flag}"
         )
+        if "actor" in got:
+            a = got["actor"]
+            self.say(
+                f"          actor: {a['writes']} writes, {a['decided']} decided "
+                f"({a['decided_per_write']}/write), {a['held']} rejections held for a turn; "
+                f"CPU µs/update: actor {got.get('actor_cpu_us_per_update', '-')}, "
+                f"writers {got.get('writers_cpu_us_per_update', '-')}"
+            )
 
     def run(self) -> None:
         levels = self.args.writers

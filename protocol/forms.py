@@ -49,6 +49,12 @@ def check_form(form: Form, depth: int = 0) -> None:
     """Raise :class:`WireError` unless *form* is a well-formed, bounded form."""
     if depth > MAX_DEPTH:
         raise WireError(f"forms nest deeper than {MAX_DEPTH} levels")
+    if type(form) is tuple and depth < MAX_DEPTH:  # the common shapes first, by exact type
+        for item in form:
+            if type(item) is Symbol and 0 < len(item) <= MAX_ATOM_CHARS and is_atom_text(item):
+                continue
+            check_form(item, depth + 1)
+        return
     if isinstance(form, Symbol):
         if not form or len(form) > MAX_ATOM_CHARS:
             raise WireError("atoms must be 1 to 4096 characters")
@@ -70,16 +76,16 @@ def check_form(form: Form, depth: int = 0) -> None:
 
 
 _ATOM_FORBIDDEN = set('()";') | {"\\"}
+# Every whitespace character but the ASCII space is also unprintable, so one C-level
+# isprintable() and this search decide what the per-character loop did.
+_ATOM_BREAKS = re.compile(r'[()";\\ ]')
 
 
 def is_atom_text(text: str) -> bool:
     """True if *text* can be printed bare as an atom and read back as the same Symbol."""
     if not text or is_int_text(text):
         return False
-    for ch in text:
-        if ch in _ATOM_FORBIDDEN or ch.isspace() or not ch.isprintable():
-            return False
-    return True
+    return text.isprintable() and _ATOM_BREAKS.search(text) is None
 
 
 def to_plain(form: Form) -> Any:

@@ -321,7 +321,10 @@ def emit(form: Form, out: list[str], depth: int) -> None:
             if not first:
                 out.append(" ")
             first = False
-            emit(item, out, depth + 1)
+            if type(item) is Symbol and depth < MAX_DEPTH and _is_bare_atom(item):
+                out.append(item)  # the common case inline: one call less per atom
+            else:
+                emit(item, out, depth + 1)
         out.append(")")
     else:
         raise TypeError(f"not a form: {type(form).__name__}")

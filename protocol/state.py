@@ -269,6 +269,13 @@ class Event:
 
 
 def _plain(form: Form) -> Any:
+    cls = type(form)  # the common types by exact type first; subclasses below
+    if cls is Symbol:
+        return str(form)
+    if cls is tuple:
+        return [_plain(x) for x in form]
+    if cls is int:
+        return form
     if isinstance(form, Symbol):
         return str(form)
     if isinstance(form, str):

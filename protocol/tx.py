@@ -11,7 +11,14 @@ import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from protocol.errors import WireError
 from protocol.forms import Form, Symbol, check_form
@@ -63,7 +70,14 @@ def _refs(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(_ref(v) for v in values)
 
 
-def _body(values: tuple[Any, ...]) -> tuple[Form, ...]:
+FORMS_CHECKED = "forms_checked"
+"""Validation context key: the body's forms were each checked by :func:`check_form` already
+(the wire decoder checks every atom as it builds it), so the model does not walk them again."""
+
+
+def _body(values: tuple[Any, ...], info: ValidationInfo) -> tuple[Form, ...]:
+    if info.context and info.context.get(FORMS_CHECKED) is True:
+        return values
     try:
         for form in values:
             check_form(form, 1)
@@ -125,10 +139,12 @@ def _near_from(form: Any) -> bool:
     head = form[0]
     if not isinstance(head, str) or head == FROM or not 2 <= len(head) <= 6:
         return False
+    if not _one_edit(head.lower(), FROM):  # cheap: decides most lists before their items
+        return False
     items = form[1:]
     if not all(isinstance(r, str) and type(r) is not str and is_ref(r) for r in items):
         return False
-    return any(is_event_ref(r) for r in items) and _one_edit(head.lower(), FROM)
+    return any(is_event_ref(r) for r in items)
 
 
 def _one_edit(a: str, b: str) -> bool:

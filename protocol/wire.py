@@ -58,6 +58,7 @@ from protocol.errors import WireError
 from protocol.forms import MAX_INT_DIGITS, Symbol, from_plain, is_int_text, to_plain
 from protocol.tx import (
     ENVELOPE_FIELDS,
+    FORMS_CHECKED,
     MAX_OPS,
     MAX_REFS,
     OP_NAMES,
@@ -403,6 +404,9 @@ def _texts(value: Any, where: str) -> tuple[str, ...]:
     return tuple(_text(v, where) for v in value)
 
 
+_FORMS_CHECKED = {FORMS_CHECKED: True}
+
+
 def _op_from_dict(value: Any, index: int) -> _AnyOp:
     where = f"ops[{index}]"
     if not isinstance(value, dict):
@@ -428,11 +432,13 @@ def _op_from_dict(value: Any, index: int) -> _AnyOp:
             except WireError as e:
                 raise WireError(f"{where}: body: {e.message}") from e
             cls = Derive if name == "derive" else Revise
-            return cls(
-                id=_text(value["id"], f"{where}: id"),
-                sources=_texts(value.get("sources", []), f"{where}: sources"),
-                body=forms,
-            )
+            fields = {
+                "id": _text(value["id"], f"{where}: id"),
+                "sources": _texts(value.get("sources", []), f"{where}: sources"),
+                "body": forms,
+            }
+            # from_plain checked every form: the model need not walk the body again.
+            return cls.model_validate(fields, context=_FORMS_CHECKED)
         if name in ("relate", "unrelate"):
             subject, label, obj = (
                 _text(value[k], f"{where}: {k}") for k in ("subject", "label", "object")

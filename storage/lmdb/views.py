@@ -350,8 +350,13 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(cite, pack(frame_id), db=db["cites"])
         if changes.lastmod:
             lastmod_db = db["lastmod"]
+            # A changeset's keys all carry its one version: encode it once.
+            last_version: int | None = None
+            value = b""
             for key, version in changes.lastmod.items():
-                txn.put(_enc(key, 400), _u64(version), db=lastmod_db)
+                if version != last_version or last_version is None:
+                    last_version, value = version, _u64(version)
+                txn.put(_enc(key, 400), value, db=lastmod_db)
         for tick, frame_id in changes.due_del:
             txn.delete(_u64(tick) + _enc(frame_id, 400), db=db["due"])
         for tick, frame_id, gen, revision in changes.due_add:
@@ -412,10 +417,17 @@ class _LmdbWriteView(_LmdbReadView):
         for record in rw.txlog:
             txn.put(_u64(_txlog_version(record)), pack(record), db=db["txlog"])
 
+    @_guard
     def event(self, seq: int) -> Event | None:
-        e = super().event(seq)
-        if e is not None:
-            self._indexed[e.seq] = e.id
+        # _LmdbReadView.event, inlined (every transaction that cites or retires an
+        # observation reads it here), noting the event's id as known to event_ids.
+        if not 0 <= seq <= _U64_MAX:
+            return None
+        data = self._txn.get(_U64.pack(seq), db=self._db["events"])
+        if data is None:
+            return None
+        e = Event.from_record(_unpack(data))
+        self._indexed[e.seq] = e.id
         return e
 
     def _finish(self) -> None:

@@ -29,7 +29,7 @@ def item_tx(i: int, base: int, ref: str) -> str:
     """The transaction text of item *i*, citing observation *ref*."""
     if i == 0:
         return (
-            f"(context-tx (base-version {base}) (reason \"item {i}\")"
+            f'(context-tx (base-version {base}) (reason "item {i}")'
             f" (derive root (kind chain-root))"
             f" (derive {ITEM}0 (from {ref} root) (n 0))"
             f" (relate {ITEM}0 follows root)"
@@ -37,7 +37,7 @@ def item_tx(i: int, base: int, ref: str) -> str:
         )
     prev = f"{ITEM}{i - 1}"
     return (
-        f"(context-tx (base-version {base}) (reason \"item {i}\")"
+        f'(context-tx (base-version {base}) (reason "item {i}")'
         f" (derive {ITEM}{i} (from {ref} {prev}) (n {i}))"
         f" (relate {ITEM}{i} follows {prev})"
         f" (retire {ref}))"

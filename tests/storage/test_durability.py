@@ -189,7 +189,7 @@ def test_sigkilled_writer_keeps_every_ack_and_leaves_nothing_partial(tmp_path: P
         # The writer continued exactly where the store was.
         assert start == items, (round_no, start, items)
         for k, (i, v) in enumerate(acks):
-            assert i == start + k and v == i + 1, (round_no, acks[:k + 1])
+            assert i == start + k and v == i + 1, (round_no, acks[: k + 1])
             acked[i] = v
         items = _check_store(store, acked)
         assert items >= start + len(acks)

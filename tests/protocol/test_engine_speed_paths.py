@@ -1,0 +1,119 @@
+"""The engine's and the wire's fast paths give exactly what the plain paths gave.
+
+``tx_digest`` is stored for every client id (a retry is told from a reused id by
+it), so its input must stay ``repr(tx.model_dump())`` value for value; the wire
+decoder skips the model's second walk over a body it checked already, so a bad
+body must still be refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+
+from protocol.engine.conflicts import _dump, tx_digest
+from protocol.errors import WireError
+from protocol.forms import Symbol, check_form, is_atom_text
+from protocol.sexpr import print_form, read_forms
+from protocol.tx import ContextTx, Revise
+from protocol.wire import tx_from_msgpack, tx_to_msgpack
+from tests.protocol.strategies import forms, transactions
+
+
+@settings(max_examples=300, deadline=None)
+@given(transactions)
+def test_the_digest_input_is_model_dump_value_for_value(tx: ContextTx) -> None:
+    assert repr(_dump(tx)) == repr(tx.model_dump())
+    old = hashlib.blake2b(repr(tx.model_dump()).encode(), digest_size=16).digest()
+    assert tx_digest(tx) == old
+
+
+@settings(max_examples=300, deadline=None)
+@given(forms())
+def test_printing_and_checking_a_form_agree_with_reading_it_back(form: object) -> None:
+    check_form(form)
+    assert read_forms(print_form(form)) == [form]
+
+
+def test_atom_text_is_decided_as_per_character() -> None:
+    for text in ("a", "w1-3", "é", "漢字", "a b", "a\u00a0b", "a\u2028", "x(", 'x"', "x;", "x\\y"):
+        per_char = not any(ch in '()";\\' or ch.isspace() or not ch.isprintable() for ch in text)
+        assert is_atom_text(text) == per_char, text
+    assert not is_atom_text("12") and not is_atom_text("")
+
+
+def test_the_wire_still_refuses_a_bad_atom_in_a_body() -> None:
+    tx = ContextTx(base_version=0, ops=(Revise(id="a", body=((Symbol("n"), 1),)),))
+    good = tx_to_msgpack(tx)
+    assert tx_from_msgpack(good) == tx
+    bad = good.replace(b"\xa1n", b"\xa3a b")  # the atom n becomes "a b": not an atom
+    with pytest.raises(WireError, match="not a valid atom"):
+        tx_from_msgpack(bad)
+
+
+def _plain_reference(form: object) -> object:
+    """The frame record's body encoding as it was before its exact-type fast path."""
+    if isinstance(form, Symbol):
+        return str(form)
+    if isinstance(form, str):
+        return {"s": form}
+    if isinstance(form, tuple):
+        return [_plain_reference(x) for x in form]
+    return form
+
+
+class _Sym(Symbol):
+    """A Symbol subclass: the fast path must leave it to the isinstance checks."""
+
+
+class _Str(str):
+    pass
+
+
+class _Tuple(tuple):  # type: ignore[type-arg]
+    pass
+
+
+def _typed(value: object) -> object:
+    """*value* with the exact type of every part beside it (1 and True differ here)."""
+    if isinstance(value, list):
+        return ("list", [_typed(v) for v in value])
+    if isinstance(value, dict):
+        return ("dict", {k: _typed(v) for k, v in value.items()})
+    return (type(value).__name__, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(forms())
+def test_a_frame_body_record_is_what_it_was_before_the_fast_path(form: object) -> None:
+    from protocol.state import _plain
+
+    assert _typed(_plain(form)) == _typed(_plain_reference(form))
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        True,
+        False,
+        0,
+        -7,
+        2.5,
+        None,
+        "text",
+        Symbol("s"),
+        _Sym("sub"),
+        _Str("x"),
+        _Tuple((Symbol("a"), 1)),
+        (Symbol("run"), (True, _Str("q")), "t"),
+    ],
+)
+def test_the_body_fast_path_keeps_bools_and_subclasses(form: object) -> None:
+    from protocol.state import _plain
+
+    got, want = _plain(form), _plain_reference(form)
+    assert _typed(got) == _typed(want)
+    assert msgpack.packb(got) == msgpack.packb(want)
