@@ -100,7 +100,8 @@ MEMORY_TOOL_SPECS: tuple[dict[str, Any], ...] = (
     ),
     _function_tool(
         "search",
-        "Keyword search over frames and events, retired content included.",
+        "Search frames and events by keywords (and by meaning, when the context has an"
+        " embedder), retired content included.",
         {
             "type": "object",
             "properties": {

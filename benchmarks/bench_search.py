@@ -2,9 +2,11 @@
 
 Two corpora, the same documents and queries for every engine, in one run:
 
-* **STATE-Bench** training trajectories (``--state-bench``, default
-  ``../shared/data/state-bench`` from the checkout): every message and every
-  tool call (name, arguments, result) is one event. Queries are four-word
+* **STATE-Bench** training trajectories (``--trajectories DIR`` or the
+  ``MORPHZ_TRAJECTORIES`` environment variable: the directory of
+  ``<domain>/<n>-<name>.json`` files; skipped, saying so, when neither is
+  given): every message and every tool call (name, arguments, result) is one
+  event. Queries are four-word
   windows cut from random messages; a query is *found* when its message is in
   the top 10.
 * **Synthetic**: ``--events`` events (default 1,000,000; ``--quick`` 100,000)
@@ -25,6 +27,17 @@ query's words OR-ed (``"w1" OR "w2"``), ranked by ``bm25`` with
 ``snippet()``. Index throughput: Morphz ``rebuild`` (bulk) and incremental
 ``apply_intents`` in batches of 1,000; FTS5 ``INSERT`` of all rows in one
 transaction. Timings are printed, never asserted.
+
+``--vectors [DIM]`` adds, on the synthetic corpus, Morphz's vector index fed by
+:class:`HashEmbedder` (a cheap deterministic stand-in: latency depends on the
+vectors' number and dimension, not on the model) and the dense and hybrid
+searches; query embedding is timed apart. ``--dev-set`` runs only the judged
+dev set (:mod:`search_eval`, ``benchmarks/search_dev``): recall and MRR of the
+lexical, FTS5, dense and hybrid engines per language and split.
+
+Longer than 600 lines because every engine a figure is compared with is built
+and measured here, beside the others, in the same run (the dev set's engines
+live in :mod:`search_eval`).
 """
 
 from __future__ import annotations
@@ -34,22 +47,25 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import search_eval
 import testbed  # first: puts this checkout on sys.path
 
+from harness.loadtest.trajectories import TRAJECTORIES_ENV, NoTrajectories, trajectories_dir
 from service.store import Store
 from storage.search.index import LexicalIndex
 
-STATE_BENCH = testbed.ROOT.parent / "shared" / "data" / "state-bench"
 SYLLABLES = "ka lo mi ra te su no vi de po zu xa qi be ho fy ne ta ri mo".split()
 COMMON_ZH = (
     "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能"
@@ -170,7 +186,7 @@ class Synthetic:
 def state_bench_docs(path: Path) -> list[tuple[str, str]]:
     """``(kind, text)`` per message and per tool call of every trajectory, in file order."""
     out: list[tuple[str, str]] = []
-    for f in sorted((path / "train_task_trajectories").glob("*/*.json")):
+    for f in sorted(path.glob("*/*.json")):
         for m in json.loads(f.read_text(encoding="utf-8"))["conversation"]:
             kind = "user_message" if m["role"] == "user" else "external"
             if m.get("content"):
@@ -338,6 +354,114 @@ def measure(
     return out
 
 
+class HashEmbedder:
+    """A cheap deterministic embedder for latency at scale (never for quality figures).
+
+    Each word maps (by its digest) to one of 4,096 fixed random unit directions; a
+    text's vector is the normalized sum of its words' directions. Documents sharing
+    words are near each other, and the vectors are dense and of MiniLM's dimension,
+    which is what nearest-neighbour latency depends on (not the model).
+    """
+
+    model_id = "bench:hash-words"
+
+    def __init__(self, dimension: int = 384) -> None:
+        import numpy as np
+
+        self._np = np
+        self.dimension = dimension
+        self._table = np.random.default_rng(5).standard_normal((4096, dimension)).astype(np.float32)
+        self._words = re.compile(r"\w+")
+
+    def vectors(self, texts: Sequence[str]) -> Any:
+        np = self._np
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            rows = [zlib.crc32(w.encode()) & 4095 for w in self._words.findall(text.lower())]
+            if rows:
+                out[i] = self._table[rows].sum(axis=0)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+    def embed(self, texts: Sequence[str], *, kind: str = "document") -> list[list[float]]:
+        return [list(map(float, row)) for row in self.vectors(texts)]
+
+
+class MorphzVectors:
+    """Morphz's vector index of the Morphz engine's context, fed by :class:`HashEmbedder`."""
+
+    name = "morphz-dense"
+
+    def __init__(self, lexical: Morphz, dimension: int, log: Any) -> None:
+        from storage.vectors.index import VectorIndex
+
+        self.lexical = lexical
+        self.embedder = HashEmbedder(dimension)
+        self.index = VectorIndex.for_backend(lexical.ctx.backend)
+        started = time.perf_counter()
+        stats = self.index.rebuild(self.embedder)
+        self.figures: dict[str, Any] = {"rebuild_s": round(time.perf_counter() - started, 1)}
+        log(f"  vector index: {stats} in {self.figures['rebuild_s']} s")
+        started = time.perf_counter()
+        self.index.search(self.embedder.vectors(["warm up"])[0], limit=10)
+        self._wait_for_graph()
+        self.figures["graph_s"] = round(time.perf_counter() - started, 1)
+        log(f"  first search (loads vectors, builds the graph): {self.figures['graph_s']} s")
+        self.query_vectors: dict[str, Any] = {}
+
+    def _wait_for_graph(self, timeout: float = 7200.0) -> None:
+        """Wait until the HNSW graph is ready (searches scan exactly meanwhile; timing
+        before it is ready would time exact scans)."""
+        if not self.index.wait_ready(timeout):
+            raise RuntimeError("the HNSW graph was not built in time, or its build failed")
+
+    def prepare(self, queries: list[tuple[str, list[str], set[int]]]) -> None:
+        """Embed every query before timing (query embedding is reported apart)."""
+        texts = sorted({" ".join(words) for _, words, _ in queries})
+        started = time.perf_counter()
+        vecs = self.embedder.vectors(texts)
+        self.figures["query_embed_us"] = round(
+            (time.perf_counter() - started) / max(1, len(texts)) * 1e6, 1
+        )
+        self.query_vectors = dict(zip(texts, vecs, strict=True))
+
+    def ranked(self, words: list[str], limit: int) -> list[str]:
+        result = self.index.search(self.query_vectors[" ".join(words)], limit=limit)
+        return [h.id for h in result.hits]
+
+    def search(self, words: list[str]) -> list[int]:
+        return [int(i[2:]) for i in self.ranked(words, 10) if i.startswith("@e")]
+
+    def close(self) -> None:
+        self.index.close()
+
+
+class MorphzHybrid:
+    """Morphz lexical and vector rankings (top 50 each) fused by reciprocal rank."""
+
+    name = "morphz-hybrid"
+
+    def __init__(self, lexical: Morphz, vectors: MorphzVectors) -> None:
+        self.lexical, self.vectors = lexical, vectors
+        self.figures = vectors.figures
+
+    def search(self, words: list[str]) -> list[int]:
+        from storage.vectors.fusion import fuse
+
+        lex = self.lexical.index.search(" ".join(words), limit=50)
+        sem = self.vectors.ranked(words, 50)
+        fused = fuse(
+            [
+                ("lexical", [(h.id, h.score) for h in lex.hits]),
+                ("semantic", [(i, 0.0) for i in sem]),
+            ]
+        )
+        return [int(i[2:]) for i, _, _ in fused[:10] if i.startswith("@e")]
+
+    def close(self) -> None:
+        pass
+
+
 def run_corpus(
     name: str,
     root: Path,
@@ -345,20 +469,28 @@ def run_corpus(
     queries: list[tuple[str, list[str], set[int]]],
     rounds: int,
     log: Any,
+    vectors: int = 0,
 ) -> dict[str, Any]:
+    """Build every engine over *docs*, then measure; *vectors* is the hash embedder's
+    dimension (0: no vector index, no hybrid)."""
     log(f"{name}: {len(docs)} documents, {len(queries)} queries")
     root.mkdir(parents=True, exist_ok=True)
     incremental = min(20_000, len(docs) // 10)
-    engines: list[Any] = [Morphz(root, docs, incremental, log)]
-    for tokenizer in ("unicode61", "trigram"):
-        engines.append(Fts5(root, tokenizer, docs))
-        log(f"  {engines[-1].name}: {engines[-1].figures}")
+    morphz = Morphz(root, docs, incremental, log)
+    engines: list[Any] = [morphz]
     try:
+        for tokenizer in ("unicode61", "trigram"):
+            engines.append(Fts5(root, tokenizer, docs))
+            log(f"  {engines[-1].name}: {engines[-1].figures}")
+        if vectors:
+            vec = MorphzVectors(morphz, vectors, log)
+            vec.prepare(queries)
+            engines += [vec, MorphzHybrid(morphz, vec)]
         figures = measure(engines, queries, rounds)
         for e in engines:
             figures[e.name]["index"] = e.figures
     finally:
-        for e in engines:
+        for e in reversed(engines):
             e.close()
     return {"documents": len(docs), "queries": len(queries), **figures}
 
@@ -372,7 +504,8 @@ def print_report(name: str, doc: dict[str, Any]) -> None:
         f"{'engine':<16}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'cpu p50':>9}{'cpu p99':>9}"
         "   recall@10 by query kind"
     )
-    for engine in ("morphz", "fts5-unicode61", "fts5-trigram"):
+    engines = [e for e in ENGINES if e in doc]
+    for engine in engines:
         f = doc[engine]
         recall = "  ".join(f"{k} {v:.3f}" for k, v in f["recall_at_10"].items())
         print(
@@ -400,6 +533,41 @@ def print_report(name: str, doc: dict[str, Any]) -> None:
         f = doc[engine]["index"]
         line += f"; {engine} {f['docs_per_s']:,} docs/s, {f['db_mib']} MiB"
     print(line)
+    if "morphz-dense" in doc:
+        v = doc["morphz-dense"]["index"]
+        print(
+            f"vectors ({HashEmbedder.model_id}): index rebuild {v['rebuild_s']} s, first search "
+            f"(load + graph) {v['graph_s']} s, query embedding {v['query_embed_us']} us "
+            "(excluded from the search times above)"
+        )
+
+
+ENGINES = ("morphz", "fts5-unicode61", "fts5-trigram", "morphz-dense", "morphz-hybrid")
+
+
+def print_dev_set(report: dict[str, Any]) -> None:
+    """The dev-set figures: one table per scope, language and split."""
+    print(
+        f"\n== judged dev set: {report['questions']} questions (load "
+        f"{os.getloadavg()[0]:.2f}); morphz-lexical stems {report['languages']} =="
+    )
+    metrics = ("recall@5", "recall@10", "hit@10", "mrr")
+    for scope, by_engine in report["figures"].items():
+        for lang in search_eval.LANGS:
+            for split in search_eval.SPLITS:
+                print(f"\n{scope} scope, {lang}, {split} split")
+                print(f"{'engine':<24}" + "".join(f"{m:>11}" for m in metrics))
+                for engine, figs in by_engine.items():
+                    f = figs[lang][split]
+                    if f:
+                        print(f"{engine:<24}" + "".join(f"{f[m]:>11.3f}" for m in metrics))
+    if "embedding" in report:
+        e = report["embedding"]
+        print(
+            f"\nembeddings ({e['model']}): {e['embedded']} texts embedded this run in "
+            f"{e['seconds']} s ({e['texts_per_s']} texts/s; the rest came from the cache); "
+            f"Morphz vector indexes built in {report.get('morphz_vectors_build_s')} s"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -410,7 +578,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     parser.add_argument(
-        "--state-bench", default=str(STATE_BENCH), help="STATE-Bench data directory"
+        "--trajectories",
+        default=None,
+        help=f"STATE-Bench trajectory directory (default: ${TRAJECTORIES_ENV})",
     )
     parser.add_argument(
         "--events", type=int, default=None, help="synthetic events (default 1,000,000)"
@@ -424,11 +594,43 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="passes over the queries (default 1; 2 with --quick)",
     )
+    parser.add_argument(
+        "--vectors",
+        type=int,
+        nargs="?",
+        const=384,
+        default=0,
+        metavar="DIM",
+        help="synthetic corpus: also a vector index (a cheap deterministic embedder of DIM "
+        "dimensions, default 384) and the hybrid search's latency",
+    )
+    parser.add_argument(
+        "--dev-set",
+        action="store_true",
+        help="only the judged dev set (benchmarks/search_dev): recall and MRR of every engine",
+    )
+    parser.add_argument(
+        "--no-dense", action="store_true", help="dev set: skip the embedding engines"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="dev set: where document embeddings are cached (default: a directory in the "
+        "system temp dir)",
+    )
     args = parser.parse_args(argv)
     events = args.events or (100_000 if args.quick else 1_000_000)
     n_queries = args.queries or (200 if args.quick else 400)
     rounds = args.rounds or (2 if args.quick else 1)
     log = log_line(not args.json)
+    try:
+        trajectories: Path | None = trajectories_dir(args.trajectories)
+    except NoTrajectories as e:
+        if args.dev_set:
+            raise SystemExit(f"bench_search --dev-set: {e.message}") from None
+        trajectories = None
+    if trajectories is not None and not trajectories.is_dir():
+        raise SystemExit(f"bench_search: no trajectory directory {trajectories}")
 
     probe = sqlite3.connect(":memory:")
     try:
@@ -443,20 +645,30 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {
         "machine": testbed.machine(str(root)),
         "sqlite": sqlite3.sqlite_version,
-        "events": events,
     }
     if not args.json:
         print(testbed.describe(report["machine"]) + f", SQLite {sqlite3.sqlite_version}")
     try:
-        sb = Path(args.state_bench)
-        if (sb / "train_task_trajectories").is_dir():
-            docs = state_bench_docs(sb)
+        if args.dev_set:
+            assert trajectories is not None
+            cache = Path(args.cache_dir or Path(tempfile.gettempdir()) / "morphz-search-eval")
+            report["dev_set"] = search_eval.run(
+                trajectories, root / "dev", cache, log, dense=not args.no_dense
+            )
+            if args.json:
+                print(json.dumps(report))
+            else:
+                print_dev_set(report["dev_set"])
+            return
+        report["events"] = events
+        if trajectories is not None:
+            docs = state_bench_docs(trajectories)
             queries = state_bench_queries(docs, n_queries)
             report["state_bench"] = run_corpus(
                 "STATE-Bench", root / "sb", docs, queries, rounds, log
             )
         else:
-            log(f"STATE-Bench data not found under {sb}; skipped")
+            log(f"STATE-Bench corpus skipped: pass --trajectories DIR or set {TRAJECTORIES_ENV}")
         t0 = time.perf_counter()
         corpus = Synthetic(events)
         log(f"synthetic corpus generated in {time.perf_counter() - t0:.1f} s")
@@ -464,7 +676,9 @@ def main(argv: list[str] | None = None) -> None:
         docs = [(kinds[i % 3], text) for i, text in enumerate(corpus.docs)]
         queries = corpus.queries(n_queries)
         del corpus
-        report["synthetic"] = run_corpus("synthetic", root / "syn", docs, queries, rounds, log)
+        report["synthetic"] = run_corpus(
+            "synthetic", root / "syn", docs, queries, rounds, log, vectors=args.vectors
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:

@@ -249,12 +249,17 @@ class HistoryEntry(Reply):
 class SearchReply(Reply):
     """A model's search recorded as a ``recall_result`` observation: its reference,
     the number of hits, the frame ids found and how many committed updates the
-    index had not applied yet (``lag``)."""
+    index had not applied yet (``lag``); a hybrid search also sends
+    ``semantic_lag`` and, when the embedder failed, ``degraded``."""
 
     ref: str
     hits: int
     recalled: list[str]
     lag: int
+    semantic_lag: int | None = None
+    """Hybrid search only: updates not embedded yet (None if unknown)."""
+    degraded: str | None = None
+    """Hybrid search only, when the semantic side did not answer: why (``code: message``)."""
 
 
 class RecallReply(Reply):

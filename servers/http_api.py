@@ -195,6 +195,8 @@ class ActorResolver:
                     code="scope_mismatch",
                 )
         except NotFound:
+            from service.search import embedder_from_env
+
             found = connect(
                 name,
                 store_dir=self.store_dir,
@@ -203,6 +205,7 @@ class ActorResolver:
                 namespace=self.namespace,
                 tenant=self.tenant,
                 project=self.project,
+                embedder=embedder_from_env(),  # MORPHZ_EMBED_*: hybrid search
             )
         self.handles[name] = found
         return found
@@ -222,6 +225,8 @@ class ActorResolver:
             raise RequestError(f"context {name!r} exists", code="exists")
         if self.enforce:
             self._check_admin(name, capability)
+        from service.search import embedder_from_env
+
         handle = connect(
             name,
             store_dir=self.store_dir,
@@ -232,6 +237,7 @@ class ActorResolver:
             tenant=self.tenant,
             project=self.project,
             enforce=self.enforce,
+            embedder=embedder_from_env(),  # MORPHZ_EMBED_*: hybrid search
         )
         self.handles[name] = handle
         return handle

@@ -173,12 +173,16 @@ def open_memory(
                 code="bad_argument",
             )
         return _actor_memory(store, context, None, capability, create, may_start=False)
+    from service.search import embedder_from_env
     from service.store import Store
 
+    embedder = embedder_from_env()  # MORPHZ_EMBED_*: hybrid search
     try:
         ctx = Store(store).open(context, create=create)
     except StoreLocked as locked:
         return _actor_memory(store, context, None, None, create, may_start=False, locked=locked)
+    if embedder is not None:
+        ctx.use_embedder(embedder)
     return Memory(ctx, via="store", context=context, close=ctx.close)
 
 
@@ -221,6 +225,8 @@ def _actor_memory(
         except NotFound:
             if not may_start:
                 raise
+            from service.search import embedder_from_env
+
             handle = connect(
                 context,
                 store_dir=store,
@@ -228,6 +234,7 @@ def _actor_memory(
                 create=create,
                 lifetime="detached",
                 capability=capability,
+                embedder=embedder_from_env(),  # MORPHZ_EMBED_*: the actor's search is hybrid
             )
     except BaseException:
         leave()
@@ -439,9 +446,10 @@ def build_server(memory: Memory, *, name: str = "morphz") -> MCPServer:
 
     @server.tool(
         description=(
-            "Keyword search over frames and events (retired content too). The result is"
-            " recorded as a recall_result observation and returned as text: each hit's id,"
-            " kind, lifecycle, score and snippet."
+            "Search frames and events (retired content too) by keywords, and by meaning"
+            " when the server has an embedder (MORPHZ_EMBED_*). The result is recorded as a"
+            " recall_result observation and returned as text: each hit's id, kind,"
+            " lifecycle, the signals that found it (hybrid) and snippet."
         ),
         annotations=recorded,
     )

@@ -86,6 +86,7 @@ class Context(GovernanceAPI):
         name: str = "default",
         tenant: str | None = None,
         project: str | None = None,
+        embedder: Any = None,
     ):
         self.backend = backend
         self.name = name
@@ -115,6 +116,7 @@ class Context(GovernanceAPI):
         self._meta = meta
         self._compilers = CompilerCache()
         self._searcher: Searcher | None = None
+        self._embedder: Any = embedder  # a config or an embedder: search is hybrid
 
     # -- counters -----------------------------------------------------------
 
@@ -466,8 +468,10 @@ class Context(GovernanceAPI):
         only when ``kinds`` names it). The index beside the store is opened at
         the first search and brought up to what was committed before the call
         (unless *catch_up* is false: a caller that waited already). Answers
-        ``{"ref", "hits", "recalled", "lag"}``; see :meth:`service.search.Searcher.search`.
-        A context not stored in a directory has no index (StoreError).
+        ``{"ref", "hits", "recalled", "lag"}`` (hybrid, with an embedder: also
+        ``semantic_lag`` and, if the embedder failed, ``degraded``); see
+        :meth:`service.search.Searcher.search`. A context not stored in a
+        directory has no index (StoreError).
         """
         searcher = self.searcher
         if catch_up:
@@ -478,15 +482,24 @@ class Context(GovernanceAPI):
     def searcher(self) -> Searcher:
         """This context's search index and its upkeep, made on first use."""
         if self._searcher is None:
-            self._searcher = Searcher(self.backend)
+            self._searcher = Searcher(self.backend, embedder=self._embedder)
         return self._searcher
+
+    def use_embedder(self, embedder: Any) -> None:
+        """Make search hybrid with *embedder* (an ``EmbedderConfig``, built at the first
+        search and closed with the context, or an ``Embedder`` the caller closes); None
+        makes it lexical again. See docs/search.md."""
+        if self._searcher is not None:
+            self._searcher.close()
+            self._searcher = None
+        self._embedder = embedder
 
     def use_index(self, index: Any) -> None:
         """Search *index* (a :class:`~storage.search.LexicalIndex` the caller opened and
         closes) instead of the one beside the store."""
         if self._searcher is not None:
             self._searcher.close()
-        self._searcher = Searcher(self.backend, index)
+        self._searcher = Searcher(self.backend, index, embedder=self._embedder)
 
     # -- model inputs and usage traces ----------------------------------------
 

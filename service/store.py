@@ -15,6 +15,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -73,8 +74,12 @@ def open_context(
     sync: bool = True,
     tenant: str | None = None,
     project: str | None = None,
+    embedder: Any = None,
 ) -> Context:
     """Open context *name* of the store at *store_dir*; durable unless ``sync=False``.
+
+    *embedder* (a :class:`storage.embeddings.EmbedderConfig` or an
+    :class:`~storage.embeddings.Embedder`) makes search hybrid (docs/search.md).
 
     *window*, *history_keep*, *tenant* and *project* apply when the context is
     created here; an existing context keeps its own (see ``docs/permissions.md``).
@@ -98,6 +103,7 @@ def open_context(
             name=name,
             tenant=tenant,
             project=project,
+            embedder=embedder,
         )
     except BaseException:
         backend.close()

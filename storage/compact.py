@@ -26,8 +26,8 @@ def compact_context(path: str | os.PathLike[str]) -> dict[str, Any]:
     ``before``/``after`` are the sizes of ``data.mdb`` in bytes. NotFound if no
     store is there; StoreLocked if it is in use; StoreError if the disk fails.
     """
-    # The index's environments open in this process (shared only inside storage.search).
-    from storage.search.format import _OPEN as _INDEX_OPEN
+    # The index environments open in this process.
+    from storage.derived import OPEN as _INDEX_OPEN
     from storage.search.format import INDEX_DIR
 
     where = os.fspath(path)

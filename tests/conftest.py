@@ -20,6 +20,7 @@ from service.context import Context
 from storage import LmdbStore
 from storage.memory import MemoryBackend
 from tests.actors.cluster import NODE2, RayCluster
+from tests.embedding_server import embedding_server  # noqa: F401  (the fixture, for every test)
 
 
 @pytest.fixture(params=["lmdb", "memory"])

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -76,6 +76,16 @@ class Conversation(BaseModel):
     turns: tuple[Turn, ...]
 
 
+def tool_call_text(call: dict[str, Any]) -> str:
+    """The text a trajectory's tool call is observed (and searched) as: its name, arguments
+    and result as one JSON object with sorted keys, non-ASCII kept."""
+    return json.dumps(
+        {"name": call["name"], "arguments": call.get("arguments"), "result": call.get("result")},
+        ensure_ascii=False,
+        sort_keys=True,
+    )
+
+
 def slug(text: str) -> str:
     """*text* as an id segment: word characters, ``.`` and ``-``, starting with a letter."""
     out = re.sub(r"[^\w.\-]+", "-", text).strip("-_.") or "x"
@@ -113,18 +123,7 @@ def load_conversations(
                 if msg["role"] not in ("user", "assistant"):
                     continue
                 tools = tuple(
-                    ToolCall(
-                        name=str(call["name"]),
-                        text=json.dumps(
-                            {
-                                "name": call["name"],
-                                "arguments": call.get("arguments"),
-                                "result": call.get("result"),
-                            },
-                            ensure_ascii=False,
-                            sort_keys=True,
-                        ),
-                    )
+                    ToolCall(name=str(call["name"]), text=tool_call_text(call))
                     for call in msg.get("tool_calls") or ()
                 )
                 turns.append(

@@ -7,6 +7,9 @@ context's searcher (:attr:`service.Context.searcher`), closed with the context.
 
 A one-shot CLI has no background index worker, so ``search`` first applies the
 pending index intents itself (``--no-catch-up`` skips that and shows the lag).
+With an embedder (``--embed-url``/``--embed-model`` or ``MORPHZ_EMBED_*``) search
+is hybrid and catching up embeds what is pending too; ``reindex`` rebuilds the
+vectors as well (docs/search.md, "Hybrid search").
 ``search`` and ``reindex`` open the context for writing so they can
 acknowledge applied intents; if another process holds the writer lock, they
 fall back to a read-only open (the index is updated, the outbox is left for
@@ -89,6 +92,54 @@ def valid_at_option(ctx: click.Context, param: click.Parameter, value: str | Non
         raise click.BadParameter(e.message, ctx=ctx, param=param) from e
 
 
+def embedder_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback for ``--embed-url``/``--embed-model``: a non-empty string."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty", ctx=ctx, param=param)
+    return value
+
+
+def embedder_config(url: str | None, model: str | None) -> Any:
+    """The embedder of ``--embed-url``/``--embed-model`` over the ``MORPHZ_EMBED_*``
+    variables (the flags win), or None when neither names one: search stays lexical.
+
+    A bad value is a usage error (exit 2) naming the flag or variable.
+    """
+    import os
+
+    from storage.embeddings import EmbedderConfig
+    from storage.embeddings.base import ENV_MODEL, ENV_URL
+
+    env = dict(os.environ)
+    if url is not None:
+        env[ENV_URL] = url
+    if model is not None:
+        env[ENV_MODEL] = model
+    try:
+        return EmbedderConfig.from_env(env)
+    except RequestError as e:
+        hint = "--embed-url/--embed-model (or MORPHZ_EMBED_*)"
+        raise click.BadParameter(e.message, param_hint=hint) from e
+
+
+def _embed_options(fn: Any) -> Any:
+    fn = click.option(
+        "--embed-model",
+        callback=embedder_option,
+        default=None,
+        metavar="NAME",
+        help="Embedding model: hybrid search (env MORPHZ_EMBED_MODEL).",
+    )(fn)
+    return click.option(
+        "--embed-url",
+        callback=embedder_option,
+        default=None,
+        metavar="URL",
+        help="OpenAI-compatible embeddings API root, e.g. http://localhost:8000/v1"
+        " (env MORPHZ_EMBED_URL).",
+    )(fn)
+
+
 def _open_context(env: Env) -> Any:
     """The context, for writing if possible (to catch the index up), else read-only beside
     the process that writes it. Never creates it: a missing context is ``not_found``."""
@@ -107,9 +158,20 @@ def _human_search(d: dict[str, Any]) -> str:
         f"{len(d['hits'])} hits; context version {d['version']}, "
         f"indexed version {d['indexed_version']}{lag}"
     ]
+    sem = d.get("semantic")
+    if sem is not None:
+        if sem["degraded"]:
+            lines.append(f"semantic search unavailable ({sem['degraded']}): keyword hits only")
+        else:
+            behind = f", {sem['lag']} intents not embedded" if sem["lag"] else ""
+            lines.append(
+                f"hybrid with {sem['model']}, vectors at version {sem['indexed_version']}{behind}"
+            )
     for h in d["hits"]:
         trust = f"  {h['trust']}" if "trust" in h else ""
-        lines.append(f"{h['score']:8.3f}  {h['id']}  {h['kind']}  {h['lifecycle']}{trust}")
+        found = "".join(f"  {s['name']}#{s['rank']}" for s in h.get("signals", ()))
+        score = f"{h['score']:8.4f}" if sem is not None else f"{h['score']:8.3f}"
+        lines.append(f"{score}  {h['id']}  {h['kind']}  {h['lifecycle']}{trust}{found}")
         lines.append(f"          {h['snippet']}")
     return "\n".join(lines)
 
@@ -149,6 +211,7 @@ def _human_search(d: dict[str, Any]) -> str:
 )
 @click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--no-catch-up", is_flag=True, help="Search the index as it is (may lag).")
+@_embed_options
 @click.pass_obj
 @run_command
 def search_cmd(
@@ -163,15 +226,21 @@ def search_cmd(
     valid_at: float | None,
     limit: int,
     no_catch_up: bool,
+    embed_url: str | None,
+    embed_model: str | None,
 ) -> None:
-    """Keyword search over frames and events, retired ones included."""
+    """Search frames and events, retired ones included: by keywords, and by meaning too
+    when an embedder is configured (--embed-url/--embed-model or MORPHZ_EMBED_*)."""
     if since is not None and until is not None and since > until:
         raise click.BadParameter("--since is after --until", param_hint="--since")
+    embedder = embedder_config(embed_url, embed_model)
     with _open_context(env) as ctx:
-        searcher = ctx.searcher  # the context's index; closed with the context
+        if embedder is not None:
+            ctx.use_embedder(embedder)
+        searcher = ctx.searcher  # the context's indexes; closed with the context
         if not no_catch_up:
             searcher.catch_up()
-        result = searcher.index.search(
+        result = searcher.find(
             query,
             limit=limit,
             since=since,
@@ -185,22 +254,32 @@ def search_cmd(
     emit(env, result.to_dict(), _human_search)
 
 
+def _human_reindex(d: dict[str, Any]) -> str:
+    text = (
+        f"indexed {d['documents']} documents at version {d['indexed_version']} in {d['seconds']} s"
+    )
+    v = d.get("vectors")
+    if v is not None:
+        text += (
+            f"\nembedded {v['documents']} documents with {v['model']} at version "
+            f"{v['indexed_version']} in {v['seconds']} s"
+        )
+    return text
+
+
 @click.command("reindex")
+@_embed_options
 @click.pass_obj
 @run_command
-def reindex_cmd(env: Env) -> None:
-    """Drop the search index and rebuild it from the durable records."""
+def reindex_cmd(env: Env, embed_url: str | None, embed_model: str | None) -> None:
+    """Drop the search index and rebuild it from the durable records (with an embedder,
+    the vectors too: everything is embedded again)."""
+    embedder = embedder_config(embed_url, embed_model)
     with _open_context(env) as ctx:
-        stats = ctx.searcher.index.rebuild()
-    doc = {k: stats[k] for k in ("indexed_version", "documents", "seconds")}
-    emit(
-        env,
-        doc,
-        lambda d: (
-            f"indexed {d['documents']} documents at version {d['indexed_version']} "
-            f"in {d['seconds']} s"
-        ),
-    )
+        if embedder is not None:
+            ctx.use_embedder(embedder)
+        doc = ctx.searcher.reindex()
+    emit(env, doc, _human_reindex)
 
 
 def _bad_line(number: int, message: str) -> ParseError:

@@ -9,7 +9,8 @@ Modules by concern: :mod:`~storage.search.text` (analysis), :mod:`~storage.searc
 (the model's search tool).
 """
 
-from storage.search.documents import IntentSource, frame_text
+from storage.derived import IntentSource
+from storage.search.documents import frame_text
 from storage.search.format import FRAME_BASE, INDEX_DIR, INDEX_FORMAT, KINDS, LIFECYCLES, IndexState
 from storage.search.index import LexicalIndex
 from storage.search.results import Hit, SearchResult

@@ -14,14 +14,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 import lmdb
 
 from protocol.errors import StoreError
 from protocol.state import Event, Frame
 from protocol.view import ReadView
+from storage.derived import IntentSource
 from storage.search.format import (
     _DOC,
     _U32,
@@ -33,9 +33,9 @@ from storage.search.format import (
     _pack,
     _unpack,
 )
+from storage.search.morphology import Morphology, morphology
 from storage.search.postings import _Postings
-from storage.search.text import MAX_ANALYZED_CHARS
-from storage.search.text import terms as text_terms
+from storage.search.text import MAX_ANALYZED_CHARS, index_terms
 
 T = TypeVar("T")
 
@@ -58,22 +58,6 @@ def _frame_time(view: ReadView, frame: Frame) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-class IntentSource(Protocol):
-    """What the index needs of a context store: snapshot reads and its outbox."""
-
-    def read(self, fn: Callable[[ReadView], T]) -> T:
-        """Run *fn* against one consistent snapshot."""
-
-    def outbox_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
-        """Up to *limit* index intents numbered above *after*, oldest first."""
-
-    def outbox_ack(self, upto: int) -> None:
-        """Delete the intents numbered *upto* and below."""
-
-    def outbox_last(self) -> int:
-        """The number of the newest intent ever appended; 0 if none."""
-
-
 def _index_event(
     txn: lmdb.Transaction[bytes],
     dbs: dict[str, lmdb._Database],
@@ -81,6 +65,7 @@ def _index_event(
     postings: _Postings,
     view: ReadView,
     e: Event,
+    morph: Morphology | None,
 ) -> None:
     if not 0 < e.seq < FRAME_BASE:
         raise StoreError(f"the search index holds events @e1 to @e{FRAME_BASE - 1}, not @e{e.seq}")
@@ -94,7 +79,7 @@ def _index_event(
             txn.put(key, new, db=dbs["docs"])
         return
     text = view.event_chunk(e.seq, 0, MAX_ANALYZED_CHARS) or ""
-    length = postings.add_doc(e.seq, text_terms(text))
+    length = postings.add_doc(e.seq, *index_terms(text, morph))
     txn.put(key, _doc_record(e.kind, e.lifecycle, e.time, length), db=dbs["docs"])
     state.documents += 1
     state.total_length += length
@@ -107,6 +92,7 @@ def _index_frame(
     postings: _Postings,
     view: ReadView,
     f: Frame,
+    morph: Morphology | None,
 ) -> None:
     text = frame_text(f)
     digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
@@ -134,10 +120,10 @@ def _index_frame(
             txn.put(key, _frame_record(f, when, old_length), db=dbs["docs"])
             return
         postings.remove_doc(doc, old_terms)
-    terms = text_terms(text)
-    length = postings.add_doc(doc, terms)
+    terms, stems = index_terms(text, morph)
+    length = postings.add_doc(doc, terms, stems)
     key = _U32.pack(doc)
-    txn.put(key, _pack([digest, sorted(set(terms))]), db=dbs["fterms"])
+    txn.put(key, _pack([digest, sorted({*terms, *stems})]), db=dbs["fterms"])
     txn.put(key, _frame_record(f, when, length), db=dbs["docs"])
     state.total_length += length - old_length
 
@@ -151,15 +137,16 @@ def _apply_records(
     frames: list[str],
     events: set[int],
 ) -> None:
+    morph = morphology(state.languages)
     for seq in sorted(events):
         e = view.event(seq)
         if e is not None:
-            _index_event(txn, dbs, state, postings, view, e)
+            _index_event(txn, dbs, state, postings, view, e, morph)
     # New frames take docnums in (created_version, id) order, as a rebuild gives them.
     found = [f for f in (view.frame(fid) for fid in frames) if f is not None]
     found.sort(key=lambda f: (f.created_version, f.id))
     for f in found:
-        _index_frame(txn, dbs, state, postings, view, f)
+        _index_frame(txn, dbs, state, postings, view, f, morph)
 
 
 def _bulk_load(
@@ -181,6 +168,7 @@ def _bulk_load(
     state.indexed_version = meta.version
     docs_db = dbs["docs"]
     put = txn.put
+    morph = morphology(state.languages)
 
     def page(view: ReadView, start: int) -> int:
         last = 0
@@ -188,7 +176,7 @@ def _bulk_load(
             if not 0 < e.seq < FRAME_BASE:
                 raise StoreError(f"the search index holds events up to @e{FRAME_BASE - 1}")
             text = view.event_chunk(e.seq, 0, MAX_ANALYZED_CHARS) or ""
-            length = postings.add_doc(e.seq, text_terms(text))
+            length = postings.add_doc(e.seq, *index_terms(text, morph))
             put(_U32.pack(e.seq), _doc_record(e.kind, e.lifecycle, e.time, length), db=docs_db)
             state.documents += 1
             state.total_length += length
@@ -203,7 +191,7 @@ def _bulk_load(
 
     def frames(view: ReadView) -> None:
         for f in sorted(view.iter_frames(), key=lambda f: (f.created_version, f.id)):
-            _index_frame(txn, dbs, state, postings, view, f)
+            _index_frame(txn, dbs, state, postings, view, f, morph)
             if postings.pending >= BULK_DOCS:
                 postings.flush()
 

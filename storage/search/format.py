@@ -1,4 +1,4 @@
-"""The stored form of the lexical index: format version, key layout, record codecs, environment.
+"""The stored form of the lexical index: format version, key layout and record codecs.
 
 The index lives in ``<context dir>/index/``, apart from the durable records, so
 deleting that directory loses nothing. An index whose :data:`INDEX_FORMAT` or
@@ -13,12 +13,13 @@ index was built)::
 
     meta       b"state"          -> msgpack {format, byteorder, built, created, applied,
                                              indexed_version, documents, total_length,
-                                             next_frame}
+                                             next_frame, languages}
     docs       u32(docnum)       -> <BBdI kind, lifecycle, time, length>               (events)
                                     <BBdI …> <Bdd trust, valid_from, valid_to> + frame id (UTF-8)
     frame_ids  enc(frame id)     -> u32(docnum)
     fterms     u32(docnum)       -> msgpack [digest of the text, [distinct terms]]  (frames)
     terms      term (UTF-8)      -> <I document frequency>
+               (a word, or a stem term "\\x01" + language + ":" + stem)
     postings   term 00 u32(first docnum) -> n × u32 docnum, then n × u16 (tf << 8 | norm),
                                             native byte order, docnums ascending
 
@@ -29,6 +30,10 @@ its envelope's trust (index into :data:`~protocol.state.TRUST`) and valid time
 frame (every write, envelope change and governance decision has one) rewrites
 them. Posting chunks are :mod:`storage.search.postings`.
 
+``languages`` are the Snowball languages the index was built for
+(:mod:`storage.search.morphology`): their stem terms sit beside the words'
+terms, and a document's length counts only the words.
+
 Names with a leading underscore are shared between the modules of
 :mod:`storage.search` only; :mod:`storage.search` lists the public ones.
 """
@@ -37,10 +42,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import struct
 import sys
-import threading
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -49,21 +52,22 @@ from typing import Any
 import lmdb
 import msgpack
 
-from protocol.errors import StoreError
 from protocol.state import ACTIVE, EVENT_KINDS, RETIRED, RETIRING, TRUST, Frame
 
 INDEX_DIR = "index"
 """Subdirectory of a context directory that holds its lexical index."""
-INDEX_FORMAT = 2
-"""Bumped when the stored layout changes (2: frames carry trust and valid time).
+INDEX_FORMAT = 4
+"""Bumped when the stored layout changes (2: frames carry trust and valid time; 3: stem terms;
+4: identifier-part terms).
 
 An index of another format is rebuilt by the next
 :meth:`~storage.search.index.LexicalIndex.apply_intents`.
 """
 FRAME_BASE = 1 << 31
 """Docnums of frames start here; events use their sequence number, below it."""
-MAP_SIZE = 1 << 40 if sys.maxsize > 1 << 32 else 1 << 30
-"""Address space reserved for the index map; the file only grows as pages are written."""
+MAP_SIZE = 64 << 20
+"""Initial map of the index environment; it doubles whenever a write fills it
+(:mod:`storage.derived`), so many indexes fit in one process's address space."""
 
 KINDS = ("frame", *EVENT_KINDS)
 """What a document can be: a frame, or an event of one of the observation kinds."""
@@ -146,6 +150,8 @@ class IndexState:
     documents: int = 0
     total_length: int = 0
     next_frame: int = FRAME_BASE
+    languages: tuple[str, ...] = ()
+    """The Snowball languages whose stem terms the index holds (none: no stemming)."""
 
     def to_record(self) -> dict[str, Any]:
         """The ``meta/state`` record (msgpack-ready)."""
@@ -159,56 +165,21 @@ class IndexState:
             "documents": self.documents,
             "total_length": self.total_length,
             "next_frame": self.next_frame,
+            "languages": list(self.languages),
         }
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> IndexState:
         """The state stored as *rec*; unknown keys are ignored, missing ones take defaults."""
         known = {k: rec[k] for k in cls.__dataclass_fields__ if k in rec}
+        if "languages" in known:
+            known["languages"] = tuple(known["languages"])
         return cls(**known)
 
     @property
     def usable(self) -> bool:
         """True if the stored index can be read and updated as it is."""
         return self.built and self.format == INDEX_FORMAT and self.byteorder == sys.byteorder
-
-
-class _Shared:
-    """One index environment open in this process (LMDB forbids opening it twice)."""
-
-    def __init__(self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database]) -> None:
-        self.key = key
-        self.env = env
-        self.dbs = dbs
-        self.refs = 0
-        self.write_lock = threading.Lock()
-
-
-_OPEN: dict[str, _Shared] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def _open_env(path: str) -> _Shared:
-    try:
-        os.makedirs(path, exist_ok=True)
-        env = lmdb.open(
-            path,
-            map_size=MAP_SIZE,
-            subdir=True,
-            max_dbs=len(_DB_NAMES) + 1,
-            sync=True,
-            metasync=True,
-            readahead=False,
-        )
-    except (OSError, lmdb.Error) as e:
-        raise StoreError(f"cannot open the search index {path}: {e}") from e
-    try:
-        with env.begin(write=True) as txn:
-            dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DB_NAMES}
-    except lmdb.Error as e:
-        env.close()
-        raise StoreError(f"cannot open the search index {path}: {e}") from e
-    return _Shared(path, env, dbs)
 
 
 def _load_state(txn: lmdb.Transaction[bytes], dbs: dict[str, lmdb._Database]) -> IndexState:

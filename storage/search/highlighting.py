@@ -1,4 +1,10 @@
-"""Snippets of search hits: about 160 characters around the best window of query-term matches."""
+"""Snippets of search hits: about 160 characters around the best window of query-term matches.
+
+Word terms are found in the normalized text by a pattern (word edges required
+for spaced scripts); stem terms by stemming the text's words
+(:data:`~storage.search.morphology.WORDS`) with the index's languages, so
+``keybindings`` is highlighted for the query ``keybinding``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,8 @@ import re
 from protocol.view import ReadView
 from storage.search.documents import frame_text
 from storage.search.format import FRAME_BASE, _frame_id
-from storage.search.text import is_spaced, normalize
+from storage.search.morphology import WORDS, Morphology
+from storage.search.text import Normalized, _plain_word, is_spaced, normalize
 
 SNIPPET_CHARS = 160
 """Characters of a snippet, not counting the match markers and ellipses."""
@@ -30,8 +37,15 @@ class _Highlighter:
     CLOSE = "»"
     MAX_MATCHES = 256
 
-    def __init__(self, weights: dict[str, float]) -> None:
-        self.weights = weights
+    def __init__(
+        self,
+        weights: dict[str, float],
+        stems: dict[str, float] | None = None,
+        morphology: Morphology | None = None,
+    ) -> None:
+        self.stems = stems if stems and morphology is not None else {}
+        self.morphology = morphology
+        self.weights = {**weights, **self.stems}
         parts = []
         for term in sorted(weights, key=lambda t: (-len(t), t)):
             escaped = re.escape(term)
@@ -48,6 +62,11 @@ class _Highlighter:
                 matches.append((m.start(), m.end(), m.group()))
                 if len(matches) >= self.MAX_MATCHES:
                     break
+        # Stem matches are looked for in the whole text only when no word matched;
+        # otherwise the words choose the window and stems are marked inside it.
+        stems_in_window = bool(self.stems and matches)
+        if self.stems and not matches:
+            matches = self._stem_matches(text, norm, matches, 0, len(norm.text))
         if not matches:
             return _clip(text, 0, SNIPPET_CHARS)
         # The window (in normalized offsets) holding the most weight of distinct terms.
@@ -72,6 +91,8 @@ class _Highlighter:
             if space >= 0:
                 win_start = space + 1
         win_end = min(size, win_start + SNIPPET_CHARS)
+        if stems_in_window:
+            matches = self._stem_matches(text, norm, matches, win_start, win_end)
         spans: list[tuple[int, int]] = []
         for s, e, _ in matches:
             if s < win_start or e > win_end:
@@ -93,6 +114,60 @@ class _Highlighter:
         if o_end < len(text):
             out.append("…")
         return "".join(out)
+
+    def _stem_matches(
+        self,
+        text: str,
+        norm: Normalized,
+        matches: list[tuple[int, int, str]],
+        start: int,
+        end: int,
+    ) -> list[tuple[int, int, str]]:
+        """*matches* and the words in ``norm.text[start:end]`` whose stem terms the query
+        looks up, in order of start."""
+        assert self.morphology is not None
+        morph = self.morphology
+        get = morph._cache.get
+        wanted = self.stems
+        found_at: list[tuple[int, int, str]] = []
+        if end - start <= 4 * SNIPPET_CHARS:
+            # A window: stem each word.
+            for m in WORDS.finditer(norm.text, start, end):
+                word = m.group()
+                stems = get(word)
+                if stems is None:
+                    stems = morph.stems(word)
+                for term in stems:
+                    if term in wanted:
+                        found_at.append((m.start(), m.end(), term))
+                        break
+        else:
+            # A whole text: stem each distinct word once, then find the ones that match.
+            forms: dict[str, str] = {}
+            for word in set(WORDS.findall(norm.text, start, end)):
+                stems = get(word)
+                if stems is None:
+                    stems = morph.stems(word)
+                for term in stems:
+                    if term in wanted:
+                        forms[word] = term
+                        break
+            if forms:
+                alternatives = "|".join(
+                    re.escape(f) for f in sorted(forms, key=lambda f: (-len(f), f))
+                )
+                pattern = re.compile(rf"(?<![\w'\u2019])(?:{alternatives})(?![\w'\u2019])")
+                for m in pattern.finditer(norm.text, start, end):
+                    found_at.append((m.start(), m.end(), forms[m.group()]))
+        added = 0
+        for s, e, term in found_at:
+            if _plain_word(text, *norm.span(s, e)):
+                matches.append((s, e, term))
+                added += 1
+                if added >= self.MAX_MATCHES:
+                    break
+        matches.sort(key=lambda x: (x[0], x[1]))
+        return matches
 
 
 def _clip(text: str, start: int, width: int) -> str:

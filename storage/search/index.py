@@ -20,39 +20,36 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 import lmdb
 
-from protocol.errors import OutOfRange, RequestError, StoreError
+from protocol.errors import OutOfRange, RequestError
 from protocol.state import TRUST
 from protocol.view import ReadView
-from storage.search.documents import IntentSource, _apply_records, _bulk_load
+from storage.derived import DerivedIndex, IntentSource, SharedEnv, ack, open_env
+from storage.search.documents import _apply_records, _bulk_load
 from storage.search.format import (
     _DB_NAMES,
     _DOC,
     _ENV,
-    _OPEN,
-    _OPEN_LOCK,
     FRAME_BASE,
     INDEX_DIR,
     KINDS,
     LIFECYCLES,
+    MAP_SIZE,
     IndexState,
     _frame_id,
     _load_state,
-    _open_env,
     _save_state,
-    _Shared,
 )
 from storage.search.highlighting import _doc_text, _Highlighter
+from storage.search.morphology import Morphology, languages_from, morphology
 from storage.search.postings import _Postings
 from storage.search.ranking import _make_filter, _rank, _Ranked
 from storage.search.results import Hit, SearchResult
-from storage.search.text import query_terms
-
-T = TypeVar("T")
+from storage.search.text import query_plan
 
 MAX_LIMIT = 1000
 """Most hits one search returns."""
@@ -68,7 +65,7 @@ class _Rebuild(Exception):
     """Raised inside an index write when the index cannot be brought up to date incrementally."""
 
 
-class LexicalIndex:
+class LexicalIndex(DerivedIndex[SharedEnv]):
     """The keyword index of one context, kept in ``<context dir>/index/``.
 
     Guarantees: searches see one committed snapshot of the index; the index
@@ -80,92 +77,63 @@ class LexicalIndex:
     their writes and each write re-reads the index state).
     """
 
-    def __init__(self, shared: _Shared, path: str, backend: IntentSource | None) -> None:
+    WHAT = "search index"
+
+    def __init__(
+        self,
+        shared: SharedEnv,
+        path: str,
+        backend: IntentSource | None,
+        languages: tuple[str, ...] = (),
+    ) -> None:
         """Use :meth:`open` or :meth:`for_backend`."""
-        self._shared = shared
-        self._path = path
-        self._backend = backend
-        self._closed = False
+        super().__init__(shared, path, backend)
+        self._languages = languages
+
+    @classmethod
+    def _open_shared(cls, key: str) -> SharedEnv:
+        return open_env(key, _DB_NAMES, cls.WHAT, MAP_SIZE, SharedEnv)
 
     @classmethod
     def open(
-        cls, context_dir: str | os.PathLike[str], *, backend: IntentSource | None = None
+        cls,
+        context_dir: str | os.PathLike[str],
+        *,
+        backend: IntentSource | None = None,
+        languages: str | Iterable[str] | None = None,
     ) -> LexicalIndex:
         """Open (creating if needed) the index of the context stored at *context_dir*.
 
         *backend* is the context's store: the default for :meth:`apply_intents`,
         :meth:`rebuild` and the snippets and version of :meth:`search`.
+        *languages* are the Snowball languages whose stems the index holds
+        (:func:`~storage.search.morphology.languages_from`: None is the default,
+        English unless ``MORPHZ_SEARCH_LANGUAGES`` says otherwise; ``()`` turns
+        stemming off). An index built for other languages is rebuilt by the
+        next :meth:`apply_intents`; until then searches use the languages it was
+        built for. An unknown language is a ``RequestError`` (``bad_language``).
         """
+        langs = languages_from(languages)
         path = os.path.join(os.fspath(context_dir), INDEX_DIR)
-        key = os.path.realpath(path)
-        with _OPEN_LOCK:
-            shared = _OPEN.get(key)
-            if shared is None:
-                shared = _open_env(key)
-                _OPEN[key] = shared
-            shared.refs += 1
-        return cls(shared, path, backend)
+        return cls(cls._acquire(path), path, backend, langs)
 
     @classmethod
-    def for_backend(cls, backend: Any) -> LexicalIndex:
-        """The index of the context whose store is *backend* (an :class:`LmdbStore`)."""
-        path = getattr(backend, "path", None)
-        if not isinstance(path, str):
-            raise StoreError("the search index needs a context stored in a directory")
-        return cls.open(path, backend=backend)
+    def for_backend(
+        cls, backend: Any, *, languages: str | Iterable[str] | None = None
+    ) -> LexicalIndex:
+        """The index of the context whose store is *backend* (an :class:`LmdbStore`).
+
+        *languages* as for :meth:`open`.
+        """
+        langs = languages_from(languages)
+        return cls.open(cls._backend_dir(backend), backend=backend, languages=langs)
 
     @property
-    def path(self) -> str:
-        """The index directory."""
-        return self._path
-
-    def close(self) -> None:
-        """Release the index environment. Idempotent."""
-        with _OPEN_LOCK:
-            if self._closed:
-                return
-            self._closed = True
-            shared = self._shared
-            shared.refs -= 1
-            if shared.refs == 0:
-                del _OPEN[shared.key]
-                shared.env.close()
-
-    def __enter__(self) -> LexicalIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def languages(self) -> tuple[str, ...]:
+        """The languages this handle builds the index for (sorted Snowball names)."""
+        return self._languages
 
     # -- state ---------------------------------------------------------------
-
-    def _env(self) -> _Shared:
-        if self._closed:
-            raise StoreError(f"search index {self._path} is closed")
-        return self._shared
-
-    def _source(self, backend: IntentSource | None) -> IntentSource:
-        source = backend if backend is not None else self._backend
-        if source is None:
-            raise RequestError("no context store given to the search index", code="no_backend")
-        return source
-
-    def _read(self, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T:
-        shared = self._env()
-        try:
-            with shared.env.begin() as txn:
-                return fn(txn)
-        except lmdb.Error as e:
-            raise StoreError(f"search index read failed: {e}") from e
-
-    def _write(self, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T:
-        shared = self._env()
-        with shared.write_lock:
-            try:
-                with shared.env.begin(write=True) as txn:
-                    return fn(txn)
-            except lmdb.Error as e:
-                raise StoreError(f"search index write failed: {e}") from e
 
     def state(self) -> IndexState:
         """The index's counters as last committed."""
@@ -202,7 +170,7 @@ class LexicalIndex:
 
         def run(txn: lmdb.Transaction[bytes]) -> tuple[int, int]:
             state = _load_state(txn, dbs)
-            if not state.usable or state.created != created:
+            if not state.usable or state.created != created or state.languages != self._languages:
                 raise _Rebuild
             intents = source.outbox_read(state.applied, limit)
             if not intents:
@@ -237,7 +205,7 @@ class LexicalIndex:
             after: int = self.rebuild(source)["applied"]
             return max(0, after - before)
         if count:
-            _ack(source, upto)
+            ack(source, upto)
         return count
 
     def catch_up(self, backend: IntentSource | None = None, batch: int = DEFAULT_BATCH) -> int:
@@ -264,7 +232,7 @@ class LexicalIndex:
         def run(txn: lmdb.Transaction[bytes]) -> IndexState:
             for name in _DB_NAMES:
                 txn.drop(dbs[name], delete=False)
-            state = IndexState(built=True, applied=last)
+            state = IndexState(built=True, applied=last, languages=self._languages)
             postings = _Postings(txn, dbs)
             _bulk_load(txn, dbs, state, postings, source)
             postings.flush()
@@ -272,7 +240,7 @@ class LexicalIndex:
             return state
 
         state = self._write(run)
-        _ack(source, last)
+        ack(source, last)
         return {
             "indexed_version": state.indexed_version,
             "documents": state.documents,
@@ -318,17 +286,22 @@ class LexicalIndex:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise OutOfRange(f"limit must be between 1 and {MAX_LIMIT}, not {limit!r}")
         filt = _make_filter(kinds, lifecycle, since, until, id_prefix, trust, valid_at)
-        qterms = query_terms(query)[:MAX_QUERY_TERMS]
         dbs = self._env().dbs
 
-        def run(txn: lmdb.Transaction[bytes]) -> tuple[IndexState, _Ranked]:
+        def run(
+            txn: lmdb.Transaction[bytes],
+        ) -> tuple[IndexState, _Ranked, Morphology | None, list[str]]:
             state = _load_state(txn, dbs)
-            if not state.usable:
-                # Another format or byte order: answer as an empty index until it is rebuilt.
-                return IndexState(), _Ranked()
-            return state, _rank(txn, dbs, state, qterms, limit, filt)
+            if not _readable(state):
+                # Another format, byte order or stemmer: answer as an empty index until it
+                # is rebuilt.
+                return IndexState(), _Ranked(), None, query_plan(query, None, MAX_QUERY_TERMS)[0]
+            # The query is analyzed with the languages the index was built for.
+            morph = morphology(state.languages)
+            qterms, stems = query_plan(query, morph, MAX_QUERY_TERMS)
+            return state, _rank(txn, dbs, state, qterms, limit, filt, stems), morph, qterms
 
-        state, ranked = self._read(run)
+        state, ranked, morph, qterms = self._read(run)
         source = backend if backend is not None else self._backend
         texts: list[str] = []
         version = context_version
@@ -342,7 +315,7 @@ class LexicalIndex:
             if version is None:
                 version = current
             lag = max(0, source.outbox_last() - state.applied)
-        highlight = _Highlighter(ranked.weights)
+        highlight = _Highlighter(ranked.weights, ranked.stems, morph)
         hits = []
         for i, (score, doc, rec) in enumerate(ranked.top):
             kind, life, when, _ = _DOC.unpack_from(rec)
@@ -377,7 +350,11 @@ class LexicalIndex:
         )
 
 
-def _ack(source: IntentSource, upto: int) -> None:
-    if upto <= 0 or getattr(source, "readonly", False):
-        return
-    source.outbox_ack(upto)
+def _readable(state: IndexState) -> bool:
+    """True if searches can use the stored index: its layout and its stemmers are this build's."""
+    if not state.usable:
+        return False
+    try:
+        return languages_from(state.languages) == state.languages
+    except RequestError:
+        return False

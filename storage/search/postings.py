@@ -36,15 +36,20 @@ class _Postings:
         self.removes: dict[str, list[int]] = {}
         self.pending = 0
 
-    def add_doc(self, doc: int, terms: list[str]) -> int:
-        """Buffer the postings of document *doc*; return its length in terms."""
+    def add_doc(self, doc: int, terms: list[str], stems: Iterable[str] = ()) -> int:
+        """Buffer the postings of document *doc*; return its length in terms.
+
+        *stems* (its stem terms) get postings too but do not count in its length.
+        """
         n = len(terms)
         if not n:
             return 0
         base = doc << 16 | norm_code(n)
         adds = self.adds
+        counts = Counter(terms)
+        counts.update(stems)
         # One int per posting (docnum << 16 | tf << 8 | norm) keeps this loop short.
-        for term, tf in Counter(terms).items():
+        for term, tf in counts.items():
             posting = base | (tf << 8 if tf < 255 else 0xFF00)
             entry = adds.get(term)
             if entry is None:

@@ -10,6 +10,18 @@ its score when older (at most :data:`PROBE_CAP` of them, best first); results
 then carry ``approximate=True``. Ties rank by docnum, higher first (frames,
 then newer events).
 
+Stems (:mod:`storage.search.morphology`): a query word's stem lookups score
+with :data:`STEM_WEIGHT` times the smaller of their own idf and the word's, so
+a document with the exact word ranks above one with only another form of it
+(other things equal). The same holds for a query word found as a part of an
+identifier (:data:`PART_WEIGHT`) and for a lone ideograph of a Chinese or
+Japanese query that only its bigrams would look up (:data:`CHAR_WEIGHT`).
+A document with an inflected query word (``refunded``)
+also holds its stem term; the word's own term then scores its idf less the
+stem term's weight, so the two add up to what the word scored without
+stemming and an inflected query word weighs no more than one that is its own
+stem.
+
 Names with a leading underscore are shared between the modules of
 :mod:`storage.search` only; :mod:`storage.search` lists the public ones.
 """
@@ -20,14 +32,13 @@ import heapq
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
 
-from protocol.errors import OutOfRange, RequestError
-from protocol.recall import trust_filter, valid_at_seconds
+from storage.search.filters import make_filter
 from storage.search.format import (
     _DF,
     _DOC,
@@ -39,11 +50,11 @@ from storage.search.format import (
     _U32,
     FRAME_BASE,
     KINDS,
-    LIFECYCLES,
     IndexState,
     _decode,
     _frame_id,
 )
+from storage.search.morphology import QueryStem
 from storage.search.postings import _chunks_newest, _locate
 
 K1 = 1.2
@@ -56,6 +67,13 @@ PROBE_CAP = 512
 """Most already-found documents looked up in a term's postings per query term."""
 PRUNE_DF = 1024
 """MaxScore pruning is tried before terms in more documents than this."""
+STEM_WEIGHT = 0.5
+"""Weight of a match through a stem relative to an exact match of the query word (below 1)."""
+PART_WEIGHT = 0.5
+"""Weight of a query word found as a part of an identifier (``meal`` in ``meal_preference``)."""
+CHAR_WEIGHT = 0.25
+"""Weight of a lone ideograph of the query that its bigrams cover (``鞋`` of ``运动鞋``)."""
+_KIND_WEIGHT = {"stem": STEM_WEIGHT, "part": PART_WEIGHT, "char": CHAR_WEIGHT}
 
 
 @dataclass(slots=True)
@@ -124,42 +142,17 @@ def _make_filter(
     trust: Iterable[str] | str | None = None,
     valid_at: float | str | None = None,
 ) -> _Filter:
-    filt = _Filter(since=since, until=until, id_prefix=id_prefix or None)
-    if trust is not None:
-        wanted = trust_filter(tuple(trust) if isinstance(trust, (set, frozenset)) else trust)
-        filt.trusts = frozenset(_TRUST_CODE[t] for t in wanted)
-    if valid_at is not None:
-        filt.valid_at = valid_at_seconds(valid_at)
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
-        ):
-            raise OutOfRange(f"{name} is seconds since the epoch, not {value!r}")
-    if since is not None and until is not None and since > until:
-        raise OutOfRange(f"since ({since}) is after until ({until})")
-    if kinds is not None:
-        names = {kinds} if isinstance(kinds, str) else set(kinds)
-        unknown = sorted(names - set(KINDS))
-        if unknown or not names:
-            raise RequestError(
-                f"unknown kind {', '.join(unknown) or '(none given)'}; use {', '.join(KINDS)}",
-                code="bad_kind",
-            )
-        filt.kinds = frozenset(_KIND_CODE[k] for k in names)
-        filt.frames = "frame" in names
-        filt.events = bool(names - {"frame"})
-    if lifecycle is not None:
-        names = {lifecycle} if isinstance(lifecycle, str) else set(lifecycle)
-        unknown = sorted(names - set(LIFECYCLES))
-        if unknown or not names:
-            raise RequestError(
-                f"unknown lifecycle {', '.join(unknown) or '(none given)'}; "
-                f"use {', '.join(LIFECYCLES)}",
-                code="bad_lifecycle",
-            )
-        filt.lifecycles = frozenset(_LIFE_CODE[k] for k in names)
-    if id_prefix is not None and not isinstance(id_prefix, str):
-        raise RequestError("an id prefix is a string", code="bad_prefix")
+    """The filter of a search's arguments (checked by :func:`make_filter`), in codes."""
+    f = make_filter(kinds, lifecycle, since, until, id_prefix, trust, valid_at)
+    filt = _Filter(since=f.since, until=f.until, id_prefix=f.id_prefix, valid_at=f.valid_at)
+    if f.trusts is not None:
+        filt.trusts = frozenset(_TRUST_CODE[t] for t in f.trusts)
+    if f.kinds is not None:
+        filt.kinds = frozenset(_KIND_CODE[k] for k in f.kinds)
+        filt.frames = "frame" in f.kinds
+        filt.events = bool(f.kinds - {"frame"})
+    if f.lifecycles is not None:
+        filt.lifecycles = frozenset(_LIFE_CODE[k] for k in f.lifecycles)
     return filt
 
 
@@ -196,6 +189,9 @@ class _Weights(dict[int, float]):
 class _Ranked:
     top: list[tuple[float, int, bytes]] = field(default_factory=list)
     weights: dict[str, float] = field(default_factory=dict)
+    """Weight of each word term found in the index (exact terms and stems' word forms)."""
+    stems: dict[str, float] = field(default_factory=dict)
+    """Weight of each stem term found in the index."""
     approximate: bool = False
 
 
@@ -309,22 +305,51 @@ def _rank(
     qterms: list[str],
     limit: int,
     filt: _Filter,
+    stems: Sequence[tuple[str, QueryStem]] = (),
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
     if not n_docs or not qterms:
         return ranked
     tn = _TfNorm(state.total_length / n_docs)
-    infos: list[tuple[float, str, int]] = []
     terms_db, postings_db = dbs["terms"], dbs["postings"]
+
+    def idf_of(df: int) -> float:
+        return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+
+    found: dict[str, tuple[float, int]] = {}  # term -> (weight, df)
+    word_idf: dict[str, float] = {}  # exact query term -> its idf (df 0 if not indexed)
     for term in qterms:
         raw = txn.get(term.encode(), db=terms_db)
+        df = _DF.unpack(raw)[0] if raw is not None else 0
+        word_idf[term] = idf_of(df)
+        if df:
+            found[term] = (word_idf[term], df)
+            ranked.weights[term] = word_idf[term]
+    exact = set(qterms)
+    for source, extra in stems:
+        if extra.term in exact:
+            continue  # an exact term of the query scores as one
+        raw = txn.get(extra.term.encode(), db=terms_db)
         if raw is None:
             continue
         df = _DF.unpack(raw)[0]
-        idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-        infos.append((idf, term, df))
-        ranked.weights[term] = idf
+        idf = idf_of(df)
+        weight = _KIND_WEIGHT[extra.kind] * min(idf, word_idf.get(source, idf))
+        if weight > found.get(extra.term, (0.0, 0))[0]:
+            found[extra.term] = (weight, df)
+            if extra.kind != "part":  # part terms are not words the highlighter marks
+                (ranked.stems if extra.stem else ranked.weights)[extra.term] = weight
+    # A document with an inflected query word also holds its stem term: the word's
+    # own term scores what is left, so the two together score as the word alone.
+    for source, extra in stems:
+        if extra.with_word and extra.term in found and source in found:
+            weight, df = found[source]
+            found[source] = (weight - found[extra.term][0], df)
+    for term in qterms:
+        if term in found and found[term][0] <= 0:
+            del found[term]
+    infos = [(weight, term, df) for term, (weight, df) in found.items()]
     infos.sort(key=lambda x: (-x[0], x[1]))
     bounds = [idf * (K1 + 1) for idf, _, _ in infos]
     rest = [sum(bounds[i:]) for i in range(len(bounds))]

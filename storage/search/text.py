@@ -22,6 +22,12 @@ Steps, in order (docs/search.md says why):
    letters is a term too (``部署地区`` → ``部署 署地 地区``), so text is found
    even where the dictionary splits a query and a document differently; a
    bigram identical to the word at the same position is not repeated.
+5. **Stems** (:func:`index_terms`, :func:`query_plan`): with a
+   :class:`~storage.search.morphology.Morphology`, a word of a language's
+   script also gives a stem term (``keybindings`` → ``\\x01english:keybind``)
+   unless it is camelCase or a path component (next to ``/`` or ``\\``);
+   words with digits, underscores or dots are never stemmed, and stem terms
+   do not count in a document's length.
 
 Terms are at most :data:`MAX_TERM_CHARS` characters (longer words are cut),
 and only the first :data:`MAX_ANALYZED_CHARS` characters of a text are
@@ -32,6 +38,7 @@ characters cut at whitespace, so memory stays bounded.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from array import array
@@ -39,6 +46,8 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from icu4py.breakers import WordBreaker
+
+from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
 
 MAX_TERM_CHARS = 64
 """Longest term kept; longer words are cut to this many characters."""
@@ -70,6 +79,22 @@ _BIGRAM_CLASSES = frozenset({"cj", "hangul"})
 _WORDLIKE = re.compile(r"[^\W_]")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
 _BLOCK_CUT = re.compile(r"\s")
+_MID = ".:'\u2019\u00b7"
+"""Characters that join two word characters into one word (ICU's MidLetter, MidNumLet)."""
+_PATH_MARK = re.compile(r"[\\.:_@0-9]")
+_PART_JOIN = re.compile(r"[_.:]+")
+"""Runs of the characters that join the parts of one ICU word into an identifier."""
+_RUN_EDGES = "\"'`()[]{}<>,;:.!?*"
+"""Punctuation stripped from the ends of a run before :func:`_in_name` looks at it."""
+JOINERS = "/\\-"
+"""Characters that join the parts of paths and identifiers (and, in prose, words)."""
+PATH_SCAN = 256
+"""Characters looked at on each side of a joiner to tell a name from ``and/or``."""
+_CASES = bytes(
+    ord("a") if 97 <= c <= 122 else ord("A") if 65 <= c <= 90 else ord("/") if c in b"/\\-" else 32
+    for c in range(256)
+)
+"""ASCII bytes to ``a`` (lowercase), ``A`` (uppercase), ``/`` (joiners) or a space."""
 # Characters that join the preceding one when normalizing: combining marks are
 # found with unicodedata.combining; these have class 0 but still compose.
 _JOINERS = re.compile("[\u1160-\u11ff\ud7b0-\ud7ff\ufe00-\ufe0f\u200c\u200d\u3099\u309a]")
@@ -292,6 +317,24 @@ def terms(text: str) -> list[str]:
     return [t[0] for t in _normalized_tokens(text)[1]]
 
 
+def _query_tokens(text: str, tokens: list[Token] | None = None) -> list[Token]:
+    """The tokens of a query that are looked up (see :func:`query_terms`), with repeats.
+
+    *tokens* are ``analyze(text)`` when the caller has them already.
+    """
+    if tokens is None:
+        tokens = analyze(text)
+    covered: set[int] = set()
+    for t in tokens:
+        if t.end - t.start == 2 and _RUNS.fullmatch(t.term) and len(t.term) == 2:
+            covered.update((t.start, t.start + 1))
+    return [
+        t
+        for t in tokens
+        if not (len(t.term) == 1 and t.start in covered and _SPECIAL.match(t.term))
+    ]
+
+
 def query_terms(text: str) -> list[str]:
     """The distinct terms of a query, in order of first appearance.
 
@@ -300,17 +343,237 @@ def query_terms(text: str) -> list[str]:
     ideograph (``的``) is in most Chinese documents and costs a long scan for
     nothing. A query that is one ideograph keeps it.
     """
-    tokens = analyze(text)
-    covered: set[int] = set()
-    for t in tokens:
-        if t.end - t.start == 2 and _RUNS.fullmatch(t.term) and len(t.term) == 2:
-            covered.update((t.start, t.start + 1))
-    out = [
-        t.term
-        for t in tokens
-        if not (len(t.term) == 1 and t.start in covered and _SPECIAL.match(t.term))
+    return list(dict.fromkeys(t.term for t in _query_tokens(text)))
+
+
+def query_plan(
+    text: str, morphology: Morphology | None, max_terms: int | None = None
+) -> tuple[list[str], list[tuple[str, QueryStem]]]:
+    """The exact terms of a query (:func:`query_terms`, at most *max_terms*) and its extra lookups.
+
+    Each extra lookup is ``(source term, what it adds)``: for every exact term
+    that is a word to stem where it stands in the query (by the rules
+    :func:`index_terms` applies to documents), the terms that find the other
+    words with its stem (:meth:`~storage.search.morphology.Morphology.query_stems`);
+    for every exact term, its part term (kind ``"part"``: the word inside
+    identifiers); and each single Han/Kana/Hangul character that
+    :func:`query_terms` leaves out, as its own source (kind ``"char"``).
+    """
+    every = analyze(text)
+    tokens = _query_tokens(text, every)
+    exact = list(dict.fromkeys(t.term for t in tokens))
+    if max_terms is not None:
+        exact = exact[:max_terms]
+    kept = set(exact)
+    # Every exact word (outside Han/Kana/Hangul) is also looked up as a part of identifiers.
+    extra = [
+        (term, QueryStem(part_term(term), True, False, "part"))
+        for term in exact
+        if not (_PART_JOIN.search(term) or _SPECIAL.search(term))
     ]
-    return list(dict.fromkeys(out))
+    # Ideographs the bigrams cover are looked up too, at a low weight: a document
+    # may hold the character in another word (鞋 of 跑鞋 for 运动鞋).
+    lone = dict.fromkeys(
+        t.term for t in every if len(t.term) == 1 and t.term not in kept and _SPECIAL.match(t.term)
+    )
+    extra.extend((c, QueryStem(c, False, False, "char")) for c in lone)
+    if morphology is None:
+        return exact, extra
+    plain: dict[str, None] = {}
+    for t in tokens:
+        if t.term in kept and t.term not in plain and _plain_word(text, t.start, t.end):
+            plain[t.term] = None
+    stems = [(term, q) for term in exact if term in plain for q in morphology.query_stems(term)]
+    # The stem as a word of its own is looked up as a part too (seating → seat_type).
+    extra.extend(
+        (term, QueryStem(part_term(q.term), True, False, "part")) for term, q in stems if not q.stem
+    )
+    return exact, stems + extra
+
+
+def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:
+    """The terms of *text* (as :func:`terms` gives them) and the extra terms its words add.
+
+    A word adds the stem terms :meth:`~storage.search.morphology.Morphology.stems`
+    gives it unless it is camelCase or a path component (:func:`_plain_word`).
+    A word joined with ``_``, ``.`` or ``:`` (``meal_preference``,
+    ``order.status``) adds a part term for each of its parts
+    (:func:`~storage.search.morphology.part_term`) and the parts' stem terms.
+    Extra terms do not count in a document's length.
+    """
+    words, extra = _word_terms(text, morphology)
+    if any(_PART_JOIN.search(w) for w in words):
+        extra = extra + _part_terms(words, morphology)
+    return words, extra
+
+
+def identifier_parts(word: str) -> list[str]:
+    """The parts of a *word* joined with ``_``, ``.`` or ``:`` that hold a letter or digit.
+
+    ``meal_preference`` → ``meal``, ``preference``; a word without joiners has none.
+    """
+    if not _PART_JOIN.search(word):
+        return []
+    wordlike = _WORDLIKE.search
+    return [p for p in _PART_JOIN.split(word) if p and p != word and wordlike(p)]
+
+
+def _part_terms(words: list[str], morphology: Morphology | None) -> list[str]:
+    """The part terms (and the parts' stem terms) of the identifiers among *words*."""
+    join = _PART_JOIN.search
+    return list(itertools.chain.from_iterable(_word_parts(w, morphology) for w in words if join(w)))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _word_parts(word: str, morphology: Morphology | None) -> tuple[str, ...]:
+    """The part terms and the parts' stem terms of one identifier (cached: JSON repeats keys)."""
+    out: list[str] = []
+    for part in identifier_parts(word):
+        out.append(part_term(part))
+        if morphology is not None:
+            out.extend(morphology.stems(part))
+    return tuple(out)
+
+
+def _word_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:
+    """The terms of *text* and the stem terms its plain words add (see :func:`index_terms`)."""
+    if morphology is None:
+        return terms(text), []
+    # Only a text with a camelCase joint or a joiner needs its words' positions.
+    names = _has_names(text)
+    norm = normalize(text) if len(text) <= BLOCK_CHARS else None
+    spans: list[tuple[str, int, int]] | None = None
+    wordlike = _WORDLIKE.search
+    if norm is not None and (
+        norm.text.isascii() or not (_SPECIAL.search(norm.text) or _ASTRAL.search(norm.text))
+    ):
+        # One script class and no surrogate pairs: ICU's words as they are.
+        n = norm.text
+        if not n:
+            return [], []
+        words = [n[s:e] for s, e in WordBreaker(n, LOCALE).segments()]
+        out = [w[:MAX_TERM_CHARS] for w in words if wordlike(w)]
+    else:
+        norm, spans = _normalized_tokens(text)
+        out = [t[0] for t in spans]
+    found = list(map(morphology._cache.get, out))
+    try:
+        stems = list(itertools.chain.from_iterable(found))  # type: ignore[arg-type]
+    except TypeError:  # words not stemmed before
+        found = [
+            f if f is not None else morphology.stems(w) for f, w in zip(found, out, strict=True)
+        ]
+        stems = list(itertools.chain.from_iterable(found))  # type: ignore[arg-type]
+    if not names or not stems:
+        return out, stems
+    if spans is None and norm.starts is None:
+        # Positions are the original's: only the words at a joint or joiner can be names.
+        for word in _name_words(text, norm.text):
+            for stem in morphology.stems(word):
+                if stem in stems:
+                    stems.remove(stem)
+        return out, stems
+    if spans is None:
+        spans = _normalized_tokens(text)[1]
+    stems = []
+    for (_, s, e), w in zip(spans, out, strict=True):
+        found_w = morphology.stems(w)
+        if found_w and _plain_word(text, *norm.span(s, min(e, s + MAX_TERM_CHARS))):
+            stems.extend(found_w)
+    return out, stems
+
+
+def _has_names(text: str) -> bool:
+    """True if *text* has a joiner or a camelCase joint (:data:`NAMES` matches)."""
+    if text.isascii():
+        shape = text.encode("ascii").translate(_CASES)
+        return b"/" in shape or b"aA" in shape
+    return NAMES.search(text) is not None
+
+
+def _name_words(text: str, norm: str) -> list[str]:
+    """The words :func:`_plain_word` rejects in *text*, one per occurrence, as terms.
+
+    *norm* is *text* normalized with the same length and positions. The word
+    at a camelCase joint or next to a joiner is found by ICU's word rules as far
+    as words that can be stemmed need them (a larger run holds a digit, dot or
+    colon, so it has no stems either way).
+    """
+    out: dict[tuple[int, int], str] = {}
+    for m in NAMES.finditer(text):
+        p = m.start()
+        # A joiner at p: the words ending at p and starting at p + 1; a joint: its word.
+        if m.end() - p == 1 and not _in_name(text, p):
+            continue
+        for q in (p - 1, p + 1) if m.end() - p == 1 else (p,):
+            if 0 <= q < len(norm) and _word_char(norm[q]):
+                lo, hi = q, q + 1
+                # ICU's word rules, as far as they matter here: letters, digits, marks
+                # and "_" join; ".", ":" and apostrophes join two letters, or two digits.
+                while lo > 0 and (
+                    _word_char(norm[lo - 1])
+                    or (lo > 1 and _mid_joins(norm[lo - 2], norm[lo - 1], norm[lo]))
+                ):
+                    lo -= 1
+                while hi < len(norm) and (
+                    _word_char(norm[hi])
+                    or (hi + 1 < len(norm) and _mid_joins(norm[hi - 1], norm[hi], norm[hi + 1]))
+                ):
+                    hi += 1
+                out[lo, hi] = norm[lo:hi][:MAX_TERM_CHARS]
+    return list(out.values())
+
+
+def _mid_joins(before: str, mid: str, after: str) -> bool:
+    """True if *mid* joins *before* and *after* into one word (UAX #29 WB6/7, WB11/12)."""
+    if mid not in _MID:
+        return False
+    if _letter(before) and _letter(after):
+        return True
+    return mid != ":" and before.isdigit() and after.isdigit()
+
+
+def _letter(ch: str) -> bool:
+    return ch.isalpha() or unicodedata.category(ch)[0] == "M"
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
+
+
+def _plain_word(text: str, start: int, end: int) -> bool:
+    """True unless ``text[start:end]`` is camelCase or a part of a path or identifier.
+
+    Such words are names (``keyBinding``, ``src/runner.py``, ``ORD-1234``):
+    they are found by their exact form only. A word next to ``/``, ``\\`` or
+    ``-`` is part of a name when :func:`_in_name` says so;
+    ``returned/exchanged`` and ``follow-up`` are prose.
+    """
+    if start > 0 and text[start - 1] in JOINERS and _in_name(text, start - 1):
+        return False
+    if end < len(text) and text[end] in JOINERS and _in_name(text, end):
+        return False
+    word = text[start:end]
+    return word.islower() or word.isupper() or CAMEL.search(word) is None
+
+
+def _in_name(text: str, at: int) -> bool:
+    """True if the joiner ``text[at]`` (``/ \\ -``) is in a path, URL or identifier.
+
+    The run of non-space characters around it (without the punctuation around
+    a run) is a name if it starts with ``/``, ``\\`` or ``~``, or holds a
+    backslash, dot, colon, underscore, ``@`` or digit (``src/app.py``,
+    ``/usr/bin``, ``api/v1``, ``https://…``, ``ORD-1234``); ``and/or`` and
+    ``follow-up`` are not.
+    """
+    lo = at
+    while lo > 0 and at - lo < PATH_SCAN and not text[lo - 1].isspace():
+        lo -= 1
+    hi = at + 1
+    while hi < len(text) and hi - at < PATH_SCAN and not text[hi].isspace():
+        hi += 1
+    run = text[lo:hi].strip(_RUN_EDGES)
+    return run[:1] in ("/", "\\", "~") or _PATH_MARK.search(run) is not None
 
 
 def is_spaced(term: str) -> bool:

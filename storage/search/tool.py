@@ -1,4 +1,4 @@
-"""The model's ``search`` tool over the lexical index: its arguments checked, governance applied."""
+"""The model's ``search`` tool: its arguments checked, governance applied, its answer as text."""
 
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ MODEL_KINDS = tuple(k for k in KINDS if k != LEDGER)
 """What a model's search covers by default: everything but the action ledger (R43)."""
 
 
-def model_search(index: LexicalIndex, args: Any) -> SearchResult:
-    """One search for a model's ``search`` tool call: its arguments checked, governance applied.
+def model_search_args(args: Any) -> dict[str, Any]:
+    """A model's ``search`` tool arguments checked, governance applied, as search keywords.
 
     Like recall for a model (:func:`protocol.recall.for_model`): without a
     ``trust`` argument only candidate and accepted frames come back, and naming
     rejected or quarantined is refused (``not_permitted``); the action ledger
     is searched only when ``kinds`` names it. An unknown argument or a value of
     the wrong type is a :class:`RequestError`; *limit* is 1 to
-    :data:`MODEL_SEARCH_LIMIT` (default 10).
+    :data:`MODEL_SEARCH_LIMIT` (default 10). The answer holds ``query`` and
+    the keyword arguments of :meth:`LexicalIndex.search` (the filters are
+    checked there, and by the vector index in the same way).
     """
     if not isinstance(args, dict):
         raise RequestError("search arguments are an object", code="bad_argument")
@@ -59,29 +61,47 @@ def model_search(index: LexicalIndex, args: Any) -> SearchResult:
     query = args.get("query")
     if not isinstance(query, str):
         raise RequestError("search needs a query string", code="bad_query")
-    return index.search(
-        query,
-        limit=limit,
-        since=args.get("since"),
-        until=args.get("until"),
-        kinds=args.get("kinds", MODEL_KINDS),
-        lifecycle=args.get("lifecycle"),
-        id_prefix=id_prefix,
-        trust=trust,
-        valid_at=args.get("valid_at"),
-    )
+    return {
+        "query": query,
+        "limit": limit,
+        "since": args.get("since"),
+        "until": args.get("until"),
+        "kinds": args.get("kinds", MODEL_KINDS),
+        "lifecycle": args.get("lifecycle"),
+        "id_prefix": id_prefix,
+        "trust": trust,
+        "valid_at": args.get("valid_at"),
+    }
+
+
+def model_search(index: LexicalIndex, args: Any) -> SearchResult:
+    """One lexical search for a model's ``search`` tool call (:func:`model_search_args`)."""
+    kw = model_search_args(args)
+    return index.search(kw.pop("query"), **kw)
 
 
 def search_text(result: SearchResult) -> str:
-    """A search result as the model reads it in a ``recall_result`` observation."""
+    """A search result as the model reads it in a ``recall_result`` observation.
+
+    A hybrid search also says, per hit, which signals found it
+    (``[lexical+semantic]``) and, in the head, how far the vectors lag or
+    why the semantic side did not answer.
+    """
     lag = f", {result.lag} updates not yet indexed" if result.lag else ""
     head = (
         f"search {result.query!r}: {len(result.hits)} hits"
         f" (index at version {result.indexed_version}{lag})"
     )
+    sem = result.semantic
+    if sem is not None:
+        if sem.degraded is not None:
+            head += f"; semantic search unavailable ({sem.degraded}), keyword hits only"
+        elif sem.lag:
+            head += f"; {sem.lag} updates not yet embedded"
     lines = [head]
     for h in result.hits:
         trust = f" [{h.trust}]" if h.trust is not None and h.trust != "accepted" else ""
         label = "frame" if h.type == "frame" else h.kind
-        lines.append(f"- {h.id} {label} {h.lifecycle}{trust}: {h.snippet}")
+        found = f" [{'+'.join(s.name for s in h.signals)}]" if sem is not None else ""
+        lines.append(f"- {h.id} {label} {h.lifecycle}{trust}{found}: {h.snippet}")
     return "\n".join(lines)

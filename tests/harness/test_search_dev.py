@@ -1,0 +1,304 @@
+"""The judged search dev set (benchmarks/search_dev) and its evaluation harness.
+
+The data tests check what the judging promised: the files parse, the counts the
+README gives hold, no question is asked twice, the dev and test splits share no
+conversation, and every judged turn exists in the STATE-Bench trajectories (the
+translated corpora cover every message of their source). The harness tests run
+its metrics on hand-made cases and the whole evaluation, without embeddings, over
+a two-conversation set built here (real LMDB contexts, real SQLite FTS5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.loadtest.trajectories import TRAJECTORIES_ENV
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
+
+import search_eval  # noqa: E402
+
+DEV = BENCHMARKS / "search_dev"
+# The STATE-Bench training trajectories: $MORPHZ_TRAJECTORIES, else beside the checkout.
+TRAJECTORIES = Path(
+    os.environ.get(TRAJECTORIES_ENV)
+    or Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "data"
+    / "state-bench"
+    / "train_task_trajectories"
+)
+needs_trajectories = pytest.mark.skipif(
+    not TRAJECTORIES.is_dir(), reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
+)
+CJK = re.compile("[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def questions() -> list[search_eval.Question]:
+    return search_eval.load_questions(DEV)
+
+
+def _corpus(lang: str) -> list[dict[str, Any]]:
+    lines = (DEV / f"corpus_{lang}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+# -- the data --------------------------------------------------------------------
+
+
+def test_the_dev_set_has_the_promised_size_and_spread(
+    questions: list[search_eval.Question],
+) -> None:
+    by_lang = Counter(q.lang for q in questions)
+    assert by_lang["en"] >= 150 and by_lang["zh"] >= 40 and by_lang["mixed"] >= 40
+    assert set(by_lang) == {"en", "zh", "mixed"}
+    en_convs = {q.conversation for q in questions if q.lang == "en"}
+    assert len(en_convs) >= 30
+    assert {q.domain for q in questions if q.lang == "en"} == {
+        "customer_support",
+        "shopping_assistant",
+        "travel",
+    }
+    for lang in ("zh", "mixed"):
+        assert len({q.domain for q in questions if q.lang == lang}) == 3
+
+
+def test_questions_are_well_formed_unique_and_judged(
+    questions: list[search_eval.Question],
+) -> None:
+    assert len({q.id for q in questions}) == len(questions)
+    texts = Counter((q.lang, q.question.strip().casefold()) for q in questions)
+    assert [t for t, n in texts.items() if n > 1] == []
+    for q in questions:
+        assert q.split in ("dev", "test") and q.question.strip() and q.turns
+        assert len(set(q.turns)) == len(q.turns)
+        prefix = q.source if q.lang == "en" else f"{q.lang}/{q.source}"
+        assert q.conversation == prefix and q.domain == q.source.split("/")[0]
+        for turn in q.turns:
+            conv, _, ref = turn.partition("#")
+            assert conv == prefix and re.fullmatch(r"\d+(\.\d+)?", ref), turn
+        if q.lang != "en":
+            assert CJK.search(q.question), q.id
+        if q.lang == "mixed":
+            assert re.search("[A-Za-z]", q.question), q.id
+
+
+def test_splits_are_disjoint_by_conversation(questions: list[search_eval.Question]) -> None:
+    split_of: dict[str, set[str]] = {}
+    for q in questions:
+        split_of.setdefault(q.conversation, set()).add(q.split)
+    assert all(len(s) == 1 for s in split_of.values())
+    for lang in ("en", "zh", "mixed"):
+        assert {q.split for q in questions if q.lang == lang} == {"dev", "test"}
+
+
+def test_translated_corpora_are_chinese_and_keep_their_provenance() -> None:
+    for lang in ("zh", "mixed"):
+        rows = _corpus(lang)
+        assert rows
+        seen = set()
+        for row in rows:
+            assert row["conversation"] == f"{lang}/{row['source']}"
+            assert row["role"] in ("user", "assistant") and row["text"].strip()
+            assert (row["conversation"], row["turn"]) not in seen
+            seen.add((row["conversation"], row["turn"]))
+            if "[TASK_DONE]" not in row["text"]:
+                assert CJK.search(row["text"]), (lang, row["conversation"], row["turn"])
+        if lang == "mixed":
+            assert sum(bool(re.search("[A-Za-z]{3}", r["text"])) for r in rows) > len(rows) // 2
+
+
+def test_the_readme_states_the_licence_and_how_it_was_judged() -> None:
+    text = (DEV / "README.md").read_text(encoding="utf-8")
+    assert "MIT License" in text and "STATE-Bench contributors" in text
+    assert "judged" in text and "split" in text
+
+
+@needs_trajectories
+def test_every_judged_turn_exists_in_the_trajectories(
+    questions: list[search_eval.Question],
+) -> None:
+    docs, of = search_eval.scopes(questions, TRAJECTORIES, DEV)
+    for q in questions:
+        ids = {d.id for d in docs[of["conversation"][q.id]]}
+        assert set(q.turns) <= ids, (q.id, sorted(set(q.turns) - ids))
+        pool = {d.id for d in docs[of["pool"][q.id]]}
+        assert set(q.turns) <= pool
+
+
+@needs_trajectories
+def test_translations_cover_every_message_of_their_source() -> None:
+    for lang in ("zh", "mixed"):
+        by_conv: dict[str, set[int]] = {}
+        for row in _corpus(lang):
+            by_conv.setdefault(row["source"], set()).add(row["turn"])
+        for source, turns in by_conv.items():
+            messages = json.loads((TRAJECTORIES / f"{source}.json").read_text("utf-8"))
+            have = {
+                i
+                for i, m in enumerate(messages["conversation"])
+                if m["role"] != "system" and m.get("content")
+            }
+            assert turns == have, (lang, source)
+
+
+# -- the metrics -----------------------------------------------------------------
+
+
+def test_metrics_on_a_hand_made_ranking() -> None:
+    ranked = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"]
+    assert search_eval.recall_at(ranked, ["b", "g", "z"], 5) == pytest.approx(1 / 3)
+    assert search_eval.recall_at(ranked, ["b", "g", "z"], 10) == pytest.approx(2 / 3)
+    assert search_eval.recall_at(ranked, ["k"], 10) == 0.0
+    assert search_eval.hit_at(ranked, ["z", "j"], 10) == 1.0
+    assert search_eval.hit_at(ranked, ["k"], 10) == 0.0
+    assert search_eval.reciprocal_rank(ranked, ["z", "c", "b"]) == pytest.approx(0.5)
+    assert search_eval.reciprocal_rank(ranked, ["k"]) == 0.0
+    assert search_eval.reciprocal_rank([], ["a"]) == 0.0
+    assert search_eval.score(ranked, ["a"]) == {
+        "recall@5": 1.0,
+        "recall@10": 1.0,
+        "hit@10": 1.0,
+        "mrr": 1.0,
+    }
+    assert search_eval.mean_scores([{"mrr": 1.0, "hit@10": 1.0}, {"mrr": 0.0, "hit@10": 1.0}]) == {
+        "mrr": 0.5,
+        "hit@10": 1.0,
+    }
+    with pytest.raises(ValueError, match="at least one relevant"):
+        search_eval.recall_at(ranked, [], 5)
+
+
+def test_reciprocal_rank_fusion_is_deterministic() -> None:
+    # b is 2nd and 1st: 1/62 + 1/61 beats a's 1/61 alone; ties (c, d) break by id.
+    assert search_eval.rrf([["a", "b", "d"], ["b", "c"]]) == ["b", "a", "c", "d"]
+    assert search_eval.rrf([["x"], []]) == ["x"]
+
+
+# -- the harness, end to end (no embeddings) -----------------------------------------
+
+
+def _tiny_set(tmp: Path) -> tuple[Path, Path]:
+    traj = tmp / "trajectories"
+    (traj / "travel").mkdir(parents=True)
+    conv = {
+        "conversation": [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "Please cancel my hotel booking in Lisbon."},
+            {
+                "role": "assistant",
+                "content": "Your Lisbon hotel reservation is cancelled; refunds take 5 days.",
+                "tool_calls": [
+                    {
+                        "name": "cancel_hotel",
+                        "arguments": {"id": "HR-1"},
+                        "result": {"status": "cancelled", "refund": 300},
+                    }
+                ],
+            },
+            {"role": "user", "content": "Which seat did I pick on the flight?"},
+            {"role": "assistant", "content": "You have an aisle seat on the morning flight."},
+        ]
+    }
+    (traj / "travel" / "1-lisbon.json").write_text(json.dumps(conv), encoding="utf-8")
+    dev = tmp / "dev"
+    dev.mkdir()
+    source = "travel/1-lisbon"
+    rows = [
+        ("en", source, "When do hotel refunds arrive?", [f"{source}#2"], "dev"),
+        ("en", source, "What seat was chosen for the flight?", [f"{source}#4"], "test"),
+        ("zh", f"zh/{source}", "里斯本的酒店退款多久到账？", [f"zh/{source}#2"], "dev"),
+        (
+            "mixed",
+            f"mixed/{source}",
+            "Lisbon 的 hotel 退了多少钱？",
+            [f"mixed/{source}#2.0"],
+            "dev",
+        ),
+    ]
+    with open(dev / "questions.jsonl", "w", encoding="utf-8") as f:
+        for n, (lang, conv_id, text, turns, split) in enumerate(rows):
+            q = {
+                "id": f"q{n}",
+                "lang": lang,
+                "split": split,
+                "domain": "travel",
+                "conversation": conv_id,
+                "source": source,
+                "question": text,
+                "turns": turns,
+            }
+            f.write(json.dumps(q, ensure_ascii=False) + "\n")
+    zh = [
+        "请取消我在里斯本的酒店预订。",
+        "您在里斯本的酒店已取消，退款五天内到账。",
+        "我选的是哪个座位？",
+        "您是早班航班的靠过道座位。",
+    ]
+    for lang, texts in (("zh", zh), ("mixed", zh)):
+        with open(dev / f"corpus_{lang}.jsonl", "w", encoding="utf-8") as f:
+            for turn, (role, text) in enumerate(
+                zip(["user", "assistant"] * 2, texts, strict=True), start=1
+            ):
+                row = {
+                    "conversation": f"{lang}/{source}",
+                    "source": source,
+                    "turn": turn,
+                    "role": role,
+                    "text": text,
+                }
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return traj, dev
+
+
+def test_the_evaluation_runs_end_to_end_without_embeddings(tmp_path: Path) -> None:
+    traj, dev = _tiny_set(tmp_path)
+    questions = search_eval.load_questions(dev)
+    docs, of = search_eval.scopes(questions, traj, dev)
+    assert [d.id for d in docs["travel/1-lisbon"]] == [
+        "travel/1-lisbon#1",
+        "travel/1-lisbon#2",
+        "travel/1-lisbon#2.0",
+        "travel/1-lisbon#3",
+        "travel/1-lisbon#4",
+    ]
+    assert docs["zh/travel/1-lisbon"][1].text.startswith("您在里斯本")
+    assert docs["zh/travel/1-lisbon"][2].id == "zh/travel/1-lisbon#2.0"  # the original tool call
+    logged: list[str] = []
+    report = search_eval.run(
+        traj, tmp_path / "scratch", tmp_path / "cache", logged.append, dense=False, dev_dir=dev
+    )
+    figures = report["figures"]
+    assert set(figures) == {"conversation", "pool"}
+    engines = set(figures["conversation"])
+    assert engines == {"morphz-lexical-nostem", "morphz-lexical", "fts5-unicode61", "fts5-porter"}
+    lexical = figures["conversation"]["morphz-lexical"]
+    assert lexical["en"]["dev"]["hit@10"] == 1.0 and lexical["zh"]["dev"]["hit@10"] == 1.0
+    assert "travel/1-lisbon#4" in report["rankings"]["conversation/morphz-lexical"]["q1"][:2]
+    assert figures["conversation"]["fts5-porter"]["zh"]["dev"]["hit@10"] == 0.0  # no CJK words
+    assert any("dense engines skipped" in line for line in logged)
+
+
+def test_the_dev_set_bench_needs_the_trajectories(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench_search
+
+    monkeypatch.delenv(TRAJECTORIES_ENV, raising=False)
+    with pytest.raises(SystemExit) as info:
+        bench_search.main(["--dev-set"])
+    assert "--trajectories" in str(info.value) and TRAJECTORIES_ENV in str(info.value)
+    with pytest.raises(SystemExit) as info:
+        bench_search.main(["--dev-set", "--trajectories", str(tmp_path / "missing")])
+    assert "no trajectory directory" in str(info.value)
