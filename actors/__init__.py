@@ -6,17 +6,22 @@ See docs/actors.md.
 """
 
 from actors.client import ContextHandle, RetryPolicy, new_client_id
-from actors.connection import connect, lookup
+from actors.connection import connect, lookup, place
 from actors.context_actor import ContextActor
+from actors.directory import ContextEntry, Member, directory
 from actors.placement import current_node_id, node_with_resource
 
 __all__ = [
     "ContextActor",
+    "ContextEntry",
     "ContextHandle",
+    "Member",
     "RetryPolicy",
     "connect",
     "current_node_id",
+    "directory",
     "lookup",
     "new_client_id",
     "node_with_resource",
+    "place",
 ]

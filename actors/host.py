@@ -42,7 +42,7 @@ from actors.guard import (
 from actors.inbox import MAX_BATCH, AuditBuffer, Inbox
 from actors.metrics import ContextMetrics
 from actors.replies import error_doc, failed, ok
-from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
+from protocol.errors import MorphzError, NotFound, RequestError, StoreError, StoreLocked
 from protocol.governance import (
     WORKER,
     AdmissionPolicy,
@@ -67,6 +67,13 @@ LOCK_WAIT = 5.0
 ADVERT_FILE = "actor.json"
 """The file in a context's directory naming the context actor that holds it."""
 ADVERT_FORMAT = 1
+
+
+def _replica() -> Any:
+    """:mod:`actors.replica`, imported when a context may be replicated (it needs the directory)."""
+    import actors.replica
+
+    return actors.replica
 
 
 def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
@@ -102,6 +109,7 @@ class ContextHost:
         governance_unused_ticks: int | None = None,
         admission: AdmissionPolicy | None = None,
         namespace: str | None = None,
+        embedder: dict[str, Any] | None = None,
     ) -> None:
         self._store_dir = store_dir
         self._name = name
@@ -134,6 +142,7 @@ class ContextHost:
             lambda: self._ctx is not None,
         )
         self._wire_rejections = 0
+        self.replicator: Any = None  # an actors.replica.Replicator once replicated
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
         self._open(window, history_keep, create, lock_wait, tenant, project, bool(enforce))
@@ -154,6 +163,7 @@ class ContextHost:
                 self._ctx.close()
                 self._ctx = None
             self._open_error = self._open_error or e
+        self._use_embedder(embedder)
         self._ensure_worker()  # under Ray the constructor runs on the actor's event loop
         self._sampler = self.metrics.start_sampler(self._sample_metrics)
 
@@ -174,6 +184,8 @@ class ContextHost:
                     check_scope_name(value, what)
         except MorphzError as e:
             self._open_error = e
+            return
+        if self._replaced():
             return
         deadline = time.monotonic() + lock_wait
         while True:
@@ -216,6 +228,84 @@ class ContextHost:
             )
             return
         self._advertise()
+        self._replicate_on_open()
+
+    def _replaced(self) -> bool:
+        """True (and the open failed with ``fenced``) if this actor was a replicated
+        context's primary and another has replaced it: it must not open the store."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
+            return False
+        try:
+            _replica().check_not_replaced(self._name, self._namespace)
+        except MorphzError as e:
+            self._open_error = e
+            return True
+        return False
+
+    def _replicate_on_open(self) -> None:
+        """Under Ray: wrap the store for replication if the directory says this actor is a
+        replicated context's primary; a replaced (fenced) primary keeps no store open."""
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized() or self._ctx is None:
+            return
+        try:
+            self.replicator = _replica().enable(self._ctx, self._name, self._namespace)
+        except MorphzError as e:
+            self._unadvertise()
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = e
+        except Exception as e:  # a Ray failure while reaching the directory or followers
+            log.warning("context %r: cannot set up replication", self._name, exc_info=True)
+            self._unadvertise()
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = StoreError(
+                f"cannot set up the replication of context {self._name!r}: {e}",
+                code="replication_error",
+            )
+
+    async def replicate(self) -> bytes:
+        """Re-read this context's directory entry: start replicating, or adopt new followers.
+
+        Open to every caller, like :meth:`handshake`: it reveals no content and
+        acts only on what the context directory (trusted) says; the supervisor
+        (``actors.failover``) calls it after replacing a follower."""
+
+        def run(ctx: Context) -> dict[str, Any]:
+            replicator = self.replicator
+            if replicator is None:
+                self.replicator = replicator = _replica().enable(ctx, self._name, self._namespace)
+            else:
+                replicator._refresh()
+            if replicator is None:
+                return {"replicas": 0, "followers": []}
+            return {
+                "replicas": replicator.entry.replicas,
+                "epoch": replicator.entry.epoch,
+                "followers": [m.actor for m in replicator.entry.followers],
+            }
+
+        return await self._reply(run)
+
+    def _use_embedder(self, embedder: dict[str, Any] | None) -> None:
+        """With an embedder config (``EmbedderConfig.to_dict()``), search is hybrid and the
+        index workers (words and vectors) start now, so embedding keeps up with commits
+        from the start; a bad config is kept as the open error."""
+        if embedder is None or self._ctx is None:
+            return
+        from storage.embeddings import EmbedderConfig
+
+        try:
+            self._ctx.use_embedder(EmbedderConfig.from_dict(embedder))
+            self._ctx.searcher.start_worker()
+            self._indexing = True
+        except MorphzError as e:
+            self._unadvertise()
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = e
 
     def _advertise(self) -> None:
         """Write :data:`ADVERT_FILE` if this runs as a Ray actor (a failure is only logged)."""
@@ -370,7 +460,8 @@ class ContextHost:
 
         ``batches`` counts LMDB writes that committed submissions,
         ``transactions`` the submissions they decided, ``largest_batch`` the
-        biggest group, ``pending`` what waits now, ``wire_rejections`` the
+        biggest group, ``pending`` what waits now, ``held`` the conflict
+        rejections held for a turn on a hot frame, ``wire_rejections`` the
         payloads that did not decode; ``commits``, ``rejections``, ``rebases``,
         ``duplicates`` and (once sampled) ``index_lag`` from the actor's metrics
         (:meth:`actors.metrics.ContextMetrics.totals`).
@@ -380,6 +471,7 @@ class ContextHost:
             "transactions": self._inbox.transactions,
             "largest_batch": self._inbox.largest,
             "pending": self._inbox.pending,
+            "held": self._inbox.held,
             "wire_rejections": self._wire_rejections,
             "governance_passes": self._passes,
             "governance_errors": self._pass_errors,

@@ -74,3 +74,70 @@ def pinned(node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+POLICY_SPREAD = "spread"
+"""Placement policy: the live node holding the fewest context members (ties: smallest id)."""
+
+
+def check_policy(policy: object) -> str:
+    """*policy* if it is ``"spread"``, ``"node:<id>"`` or ``"resource:<name>"``.
+
+    RequestError ``bad_placement`` otherwise (checked before any remote call).
+    """
+    if isinstance(policy, str):
+        kind, _, arg = policy.partition(":")
+        if policy == POLICY_SPREAD or (kind in ("node", "resource") and arg.strip() == arg != ""):
+            return policy
+    raise RequestError(
+        f"a placement is 'spread', 'node:<node id>' or 'resource:<name>', not {policy!r}",
+        code="bad_placement",
+    )
+
+
+def choose_nodes(
+    policy: str,
+    replicas: int,
+    live: dict[str, dict[str, float]],
+    load: dict[str, int],
+) -> list[str]:
+    """The primary's node then *replicas* follower nodes, all distinct (a pure rule).
+
+    *live* maps each live node id to the resources it offers, *load* each node id
+    to the context members (primaries and followers) it holds. The primary:
+    ``node:<id>`` that node (NotFound if it is not live), ``resource:<r>`` the
+    least-loaded live node offering *r* (NotFound if none), ``spread`` the
+    least-loaded live node. Followers: the least-loaded other live nodes. Ties
+    go to the smallest node id. RequestError ``not_enough_nodes`` when fewer
+    than ``1 + replicas`` nodes are live.
+    """
+    policy = check_policy(policy)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        raise RequestError(
+            f"replicas must be an integer >= 0, not {replicas!r}", code="bad_argument"
+        )
+
+    def by_load(nodes: list[str]) -> list[str]:
+        return sorted(nodes, key=lambda n: (load.get(n, 0), n))
+
+    kind, _, arg = policy.partition(":")
+    if kind == "node":
+        if arg not in live:
+            raise NotFound(f"no live node {arg}")
+        primary = arg
+    elif kind == "resource":
+        offering = [n for n, res in live.items() if res.get(arg, 0) > 0]
+        if not offering:
+            raise NotFound(f"no live node offers the resource {arg!r}")
+        primary = by_load(offering)[0]
+    else:
+        if not live:
+            raise NotFound("no live node")
+        primary = by_load(list(live))[0]
+    if 1 + replicas > len(live):
+        raise RequestError(
+            f"{replicas} replicas need {1 + replicas} live nodes; the cluster has {len(live)}",
+            code="not_enough_nodes",
+        )
+    followers = by_load([n for n in live if n != primary])[:replicas]
+    return [primary, *followers]

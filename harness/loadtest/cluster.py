@@ -1,4 +1,5 @@
-"""The load test's hold on the Ray cluster: connecting, this machine's nodes, the context killer.
+"""The load test's hold on the Ray cluster: connecting, placing the contexts over every node
+through the context directory, this machine's nodes, the context killer.
 
 Ray is imported inside the functions that use it, never at module import.
 """
@@ -13,9 +14,11 @@ import time
 from typing import Any
 
 from actors.client import ContextHandle
+from actors.connection import place
+from actors.directory import directory
 from actors.placement import alive_nodes, current_node_id
 from actors.transport import init_ray
-from protocol.errors import MorphzError
+from protocol.errors import MorphzError, NotFound
 
 
 class Killer:
@@ -117,3 +120,39 @@ def connect_ray(address: str | None) -> bool:
     new local cluster; ``TransportError`` ``ray_unreachable`` if it cannot be joined.
     """
     return init_ray(address)
+
+
+def place_contexts(
+    names: list[str], store: str | None, namespace: str, replicas: int = 0
+) -> list[tuple[ContextHandle, str]]:
+    """Start each context where the context directory places it; its handle and node id.
+
+    The policy is ``spread`` (the live node holding the fewest context members,
+    ties to the smallest id), so *names* go round the live nodes, every node
+    of the cluster and not only this machine's. Each store is ``<store>/<name>``
+    on its node (*store* is a path valid on every node), or, with *store* None,
+    under each node's own store root (docs/cluster.md); *replicas* followers
+    each (the replication module starts them). The actors are not detached:
+    they end with this process, as the run's other actors do.
+    """
+    placed = []
+    for name in names:
+        handle = place(name, replicas=replicas, store_dir=store, namespace=namespace, lifetime=None)
+        placed.append((handle, directory(namespace).get(name).primary.node_id))
+    return placed
+
+
+def forget_contexts(names: list[str], namespace: str) -> None:
+    """Remove the run's contexts from the directory (their stores stay where they are).
+
+    A directory left empty is stopped (its state is in the GCS, so nothing is
+    lost: the next placement starts it again), so runs leave no actor behind.
+    """
+    known = directory(namespace)
+    for name in names:
+        try:
+            known.remove(name)
+        except NotFound:
+            pass
+    if not known.list():
+        known.transport.kill()  # waits until the name is free

@@ -19,12 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.client import ContextHandle
-from actors.connection import connect
 from actors.placement import alive_nodes, pinned
 from actors.replies import open_reply
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
 from harness.loadtest.checks import check_after_run, submissions_of
-from harness.loadtest.cluster import Killer, connect_ray, local_nodes
+from harness.loadtest.cluster import (
+    Killer,
+    connect_ray,
+    forget_contexts,
+    local_nodes,
+    place_contexts,
+)
+from harness.loadtest.nodes import NodeKiller, TestCluster
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
 from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, figures
 from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
@@ -107,8 +113,10 @@ class _Run:
         progress: Progress | None,
         tamper: Tamper | None,
         store: str,
+        cluster: TestCluster | None = None,
     ) -> None:
         self.opts = opts
+        self.cluster = cluster  # the run's own cluster (kill_node_every_s)
         self.conversations = conversations
         self.progress = progress
         self.tamper = tamper
@@ -126,18 +134,17 @@ class _Run:
         conversations = self.conversations
         local = local_nodes()
         everywhere = [n["node_id"] for n in alive_nodes()] or local
+        if self.cluster is not None:  # nodes come and go: the agents stay on the head node
+            everywhere = [str(self.cluster.nodes[0].node_id)]
+        names = [f"lt-{self.run_id}-{i}" for i in range(opts.contexts)]
         try:
-            for i in range(opts.contexts):
-                node = local[i % len(local)]
+            # Followers, or a cluster whose nodes stand for separate machines: each
+            # node's stores go under its own root, not under one shared directory.
+            per_node = self.cluster is not None or opts.replicas > 0
+            where = None if per_node else self.store
+            for handle, node in place_contexts(names, where, opts.namespace, opts.replicas):
+                self.handles.append(handle)
                 self.nodes.append(node)
-                self.handles.append(
-                    connect(
-                        f"lt-{self.run_id}-{i}",
-                        store_dir=self.store,
-                        node_id=node,
-                        namespace=opts.namespace,
-                    )
-                )
             n_agents = opts.agents or default_agents(opts.threads)
             agent_cls = ray.remote(LoadAgent)
             for j in range(n_agents):
@@ -156,12 +163,18 @@ class _Run:
         finally:
             for agent in self.agents:
                 ray.kill(agent)
+            if not opts.keep and opts.replicas > 0:
+                _stop_followers(names, opts.namespace)
             if not opts.keep:
                 for h in self.handles:
                     try:
                         h.shutdown()
                     except Exception:  # already gone: nothing to stop
                         pass
+                try:
+                    forget_contexts(names, opts.namespace)
+                except MorphzError:  # the directory is unreachable: entries stay behind
+                    pass
 
     def _plan(self, conversations: list[Conversation], n_agents: int) -> list[_Work]:
         opts = self.opts
@@ -232,13 +245,15 @@ class _Run:
 
     def _load(
         self, work: list[_Work]
-    ) -> tuple[dict[int, list[dict[str, Any]]], float, Killer | None]:
+    ) -> tuple[dict[int, list[dict[str, Any]]], float, Killer | NodeKiller | None]:
         import ray
         from ray.exceptions import RayError, RayTaskError
 
         opts = self.opts
-        killer = None
-        if opts.kill_every_s is not None:
+        killer: Killer | NodeKiller | None = None
+        if opts.kill_node_every_s is not None and self.cluster is not None:
+            killer = NodeKiller(self.cluster, opts.kill_node_every_s, until=opts.duration_s)
+        elif opts.kill_every_s is not None:
             killer = Killer(
                 self.handles,
                 opts.kill_every_s,
@@ -257,6 +272,8 @@ class _Run:
                 waiting = list(refs)
                 while waiting:
                     _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0.5)
+                    if isinstance(killer, NodeKiller):
+                        killer.tick()  # Ray's test cluster starts nodes from this thread only
                     self._poll(polls, versions)
                     if self.progress is not None:
                         self.progress(
@@ -349,7 +366,7 @@ class _Run:
         self,
         by_context: dict[int, list[dict[str, Any]]],
         elapsed: float,
-        killer: Killer | None,
+        killer: Killer | NodeKiller | None,
         n_agents: int,
     ) -> dict[str, Any]:
         opts = self.opts
@@ -404,6 +421,11 @@ class _Run:
         )
         if opts.kill_every_s is not None:
             requested["kill_every_s"] = opts.kill_every_s
+        if opts.replicas:
+            requested["replicas"] = opts.replicas
+        if opts.kill_node_every_s is not None:
+            requested["kill_node_every_s"] = opts.kill_node_every_s
+            requested["nodes"] = opts.nodes
         if opts.workload == "trajectories":
             requested["conversations"] = opts.conversations
         doc: dict[str, Any] = {
@@ -438,6 +460,24 @@ class _Run:
         return doc
 
 
+def _stop_followers(names: list[str], namespace: str) -> None:
+    """Stop the followers of the run's replicated contexts (they are detached actors)."""
+    import ray
+
+    from actors.directory import directory
+
+    for name in names:
+        try:
+            followers = directory(namespace).get(name).followers
+        except MorphzError:
+            continue
+        for m in followers:
+            try:
+                ray.kill(ray.get_actor(m.actor, namespace=namespace), no_restart=True)
+            except (ValueError, Exception):
+                pass
+
+
 def run_loadtest(
     options: LoadtestOptions | Mapping[str, Any],
     *,
@@ -468,15 +508,22 @@ def run_loadtest(
         if opts.workload == "trajectories"
         else []
     )
-    connected = connect_ray(opts.address)
     temporary = opts.store_dir is None
     store = tempfile.mkdtemp(prefix=TEMP_PREFIX) if temporary else str(opts.store_dir)
+    cluster = None
+    if opts.kill_node_every_s is not None:
+        cluster = TestCluster(os.path.abspath(store), opts.nodes, opts.namespace)
+        connected = False
+    else:
+        connected = connect_ray(opts.address)
     removed = False
     try:
-        doc = _Run(opts, conversations, progress, tamper, store).go()
+        doc = _Run(opts, conversations, progress, tamper, store, cluster).go()
     finally:
         try:
-            if connected:
+            if cluster is not None:
+                cluster.shutdown()
+            elif connected:
                 import ray
 
                 ray.shutdown()

@@ -4,6 +4,11 @@ Both call the service (:class:`service.store.Store`): ``contexts`` reads every
 context read-only (so it works beside a running context actor); ``drop`` asks
 for confirmation (``--yes`` for scripts) and is refused with ``store_locked``
 while a writer holds the context. See ``docs/cli.md``.
+
+``contexts --cluster`` lists instead the placement the cluster's context
+directory records (``actors.directory.placement_table``): each context's epoch,
+primary and followers, every member's version and each follower's lag. It
+reads the directory and never creates one. See ``docs/cluster.md``.
 """
 
 from __future__ import annotations
@@ -53,11 +58,81 @@ def _human_contexts(d: dict[str, Any]) -> str:
     )
 
 
+def _version(v: int | None) -> str:
+    return "?" if v is None else str(v)
+
+
+def _node(m: dict[str, Any]) -> str:
+    return str(m["node_id"])[:12] + ("" if m["node_alive"] else " (dead)")
+
+
+def _human_cluster(d: dict[str, Any]) -> str:
+    if not d["contexts"]:
+        why = "no context directory" if not d["directory"] else "no placed contexts"
+        return (
+            f"{why} in namespace {d['namespace']}; place contexts with actors.place(...)"
+            " or `morphz loadtest`"
+        )
+    rows = [("context", "epoch", "primary node", "version", "follower node", "version", "lag")]
+    for c in d["contexts"]:
+        p = c["primary"]
+        first = (c["name"], str(c["epoch"]), _node(p), _version(p["version"]))
+        if not c["followers"]:
+            rows.append((*first, "-", "", ""))
+        for k, f in enumerate(c["followers"]):
+            lead = first if k == 0 else ("", "", "", "")
+            rows.append((*lead, _node(f), _version(f["version"]), _version(f["lag"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
+    """The placement table of *namespace*'s directory (joining the cluster for the call)."""
+    import os
+
+    from actors.directory import existing_directory, placement_table
+    from actors.transport import check_text, init_ray, ray_module
+
+    check_text(namespace, "namespace")
+    connected = init_ray(address or os.environ.get("RAY_ADDRESS") or "auto")
+    try:
+        handle = existing_directory(namespace)
+        rows = [] if handle is None else placement_table(handle)
+    finally:
+        if connected:
+            ray_module().shutdown()
+    return {"namespace": namespace, "directory": handle is not None, "contexts": rows}
+
+
 @click.command("contexts")
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Show the cluster's placement (context directory) instead of the store's contexts.",
+)
+@click.option(
+    "--address",
+    default=None,
+    help="With --cluster: Ray cluster to join (default: RAY_ADDRESS, else the one `ray start`"
+    " started on this machine).",
+)
+@click.option(
+    "--namespace", default="morphz", show_default=True, help="With --cluster: the Ray namespace."
+)
 @click.pass_obj
 @run_command
-def contexts_cmd(env: Env) -> None:
-    """List the store's contexts: version, tick, frames, events and size on disk."""
+def contexts_cmd(env: Env, cluster: bool, address: str | None, namespace: str) -> None:
+    """List the store's contexts: version, tick, frames, events and size on disk.
+
+    With --cluster: every placed context of the cluster — epoch, primary node,
+    followers, each member's version ("?" when it does not answer) and each
+    follower's lag behind the primary.
+    """
+    if cluster:
+        emit(env, _cluster_doc(address, namespace), _human_cluster)
+        return
     from service.store import Store
 
     infos = Store(env.store).contexts_info()

@@ -185,6 +185,28 @@ def _human(doc: Mapping[str, Any]) -> None:
     help="SIGKILL a context actor's process every S seconds (actors on this machine).",
 )
 @click.option(
+    "--replicas",
+    type=click.IntRange(0, 8),
+    default=0,
+    show_default=True,
+    help="Followers of each context on other nodes (docs/cluster.md).",
+)
+@click.option(
+    "--kill-node-every",
+    "kill_node_every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Start a test cluster of --nodes nodes on this machine and remove a node "
+    "(adding it back) every S seconds.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(2, 16),
+    default=3,
+    show_default=True,
+    help="Nodes of the test cluster made for --kill-node-every.",
+)
+@click.option(
     "--address", default=None, help="Ray cluster to join (default: RAY_ADDRESS, else a new one)."
 )
 @click.option("--agents", type=click.IntRange(1, 256), default=None, help="Agent actors.")
@@ -211,6 +233,9 @@ def loadtest_cmd(
     trajectories_dir: str | None,
     conversations: int | None,
     kill_every: float | None,
+    replicas: int,
+    kill_node_every: float | None,
+    nodes: int,
     address: str | None,
     agents: int | None,
     seed: int,
@@ -236,6 +261,9 @@ def loadtest_cmd(
         "trajectories_dir": trajectories_dir,
         "conversations": conversations,
         "kill_every_s": kill_every,
+        "replicas": replicas,
+        "kill_node_every_s": kill_node_every,
+        "nodes": nodes,
         "address": address,
         "store_dir": store_dir or _given_store(env),
         "seed": seed,

@@ -1,0 +1,674 @@
+"""The context directory: where every context of a cluster lives, by name.
+
+One detached Ray actor per namespace, ``morphz:directory``, pinned to the node
+of the process that first creates it (the head node when a driver there asks
+first) and restarted by Ray when its process dies (``max_restarts=-1``). It
+holds two tables:
+
+* the **store root of each node** — registered with :meth:`DirectoryHandle.register_node`,
+  else what a probe task pinned to that node sees in ``MORPHZ_STORE``, else
+  ``~/.morphz`` on that node;
+* one :class:`ContextEntry` per **placed context** — its epoch, replication
+  factor, primary :class:`Member` and followers.
+
+Its state lives in Ray's GCS internal key-value store
+(``ray.experimental.internal_kv``, namespace ``morphz-directory/<namespace>``),
+written before the in-memory table changes, so a restarted directory reloads
+it in its constructor. Losing the directory loses nothing a context holds:
+the stores are on the nodes, and a context actor already running keeps
+serving; only placing, looking up by directory and promotions wait until Ray
+has restarted it. Losing the GCS (the head node) loses the Ray cluster itself.
+
+The directory only records: it does not start context actors. ``actors.connection.place``
+asks it where a context goes, then starts the primary there. Errors travel as
+reply envelopes (``actors.replies``), never pickled. Ray is imported when a
+function runs, never at import. See docs/cluster.md.
+
+Kept as one module (over 600 lines) because the models, the actor and its
+handle are one contract: each method's actor side and caller side sit together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import importlib
+import os
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from actors.placement import (
+    ACTOR_PREFIX,
+    POLICY_SPREAD,
+    alive_nodes,
+    check_node,
+    check_policy,
+    choose_nodes,
+    current_node_id,
+    ensure_ray,
+    pinned,
+)
+from actors.replies import failed, ok, open_reply
+from actors.transport import (
+    DEFAULT_NAMESPACE,
+    Call,
+    RetryPolicy,
+    Transport,
+    check_int,
+    check_text,
+    ray_module,
+    remote_class,
+)
+from protocol.errors import MorphzError, NotFound, RequestError, StoreError
+from storage import check_context_name
+
+DIRECTORY_NAME = "morphz:directory"
+"""The Ray actor name of the directory, in the contexts' namespace."""
+KV_NAMESPACE = "morphz-directory/"
+"""Prefix of the GCS internal-KV namespace holding a directory's state (+ the Ray namespace)."""
+STORE_ENV = "MORPHZ_STORE"
+"""The environment variable naming a node's store root (read on that node)."""
+DEFAULT_ROOT = "~/.morphz"
+"""A node's store root when nothing else names one (expanded on that node)."""
+PROBE_TIMEOUT = 30.0
+"""Seconds the directory waits for a probe task to report a node's store root."""
+STATUS_TIMEOUT = 2.0
+"""Seconds :func:`placement_table` waits for the members' versions (all asked at once)."""
+
+__all__ = [
+    "DEFAULT_ROOT",
+    "DIRECTORY_NAME",
+    "KV_NAMESPACE",
+    "PROBE_TIMEOUT",
+    "STATUS_TIMEOUT",
+    "STORE_ENV",
+    "ContextEntry",
+    "DirectoryActor",
+    "DirectoryHandle",
+    "Member",
+    "directory",
+    "existing_directory",
+    "follower_actor",
+    "placement_table",
+    "primary_actor",
+]
+
+
+class Member(BaseModel):
+    """One copy of a context: the node it is on, its Ray actor name and its store root."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_id: str
+    actor: str
+    store_dir: str
+
+
+class ContextEntry(BaseModel):
+    """Where one context lives. ``acks``: followers that must hold a commit before it is
+    acknowledged (default ``replicas``). ``epoch`` grows by one at each promotion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    epoch: int
+    replicas: int
+    acks: int
+    primary: Member
+    followers: tuple[Member, ...]
+    policy: str
+
+
+def primary_actor(name: str, epoch: int) -> str:
+    """The actor name of *name*'s primary at *epoch*: ``ctx:<name>`` at epoch 0 (the
+    single-node name), ``ctx:<name>@e<epoch>`` afterwards."""
+    return ACTOR_PREFIX + name if epoch == 0 else f"{ACTOR_PREFIX}{name}@e{epoch}"
+
+
+def follower_actor(name: str, k: int, epoch: int) -> str:
+    """The actor name of *name*'s follower number *k* created at *epoch*."""
+    return f"{ACTOR_PREFIX}{name}#f{k}@e{epoch}"
+
+
+def _probe_root() -> str:
+    """This node's store root: ``MORPHZ_STORE`` if set, else ``~/.morphz`` (absolute)."""
+    return os.path.abspath(os.path.expanduser(os.environ.get(STORE_ENV) or DEFAULT_ROOT))
+
+
+def _members(value: object, what: str) -> tuple[Member, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise RequestError(f"{what} must be a list of members", code="bad_argument")
+    return tuple(_member(m, what) for m in value)
+
+
+def _member(value: object, what: str) -> Member:
+    if isinstance(value, Member):
+        return value
+    try:
+        return Member.model_validate(value)
+    except ValidationError as e:
+        raise RequestError(f"bad {what}: {e.errors()[0].get('msg')}", code="bad_argument") from e
+
+
+class DirectoryActor:
+    """The directory's actor class (plain; :func:`directory` runs it as a Ray actor).
+
+    Every method answers a reply envelope (``actors.replies.ok`` / ``failed``).
+    Changes are serialized by one lock and written to the GCS KV before the
+    in-memory tables change, so a failed write changes nothing.
+    """
+
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.namespace = namespace
+        self.roots: dict[str, str] = {}
+        self.entries: dict[str, ContextEntry] = {}
+        self._lock: asyncio.Lock | None = None
+        self._watch: asyncio.Task[Any] | None = None
+        self._load()
+
+    # -- persistence -------------------------------------------------------------
+
+    def _kv(self) -> Any:
+        from ray.experimental import internal_kv
+
+        return internal_kv
+
+    def _load(self) -> None:
+        kv, ns = self._kv(), KV_NAMESPACE + self.namespace
+        for key in kv._internal_kv_list("", namespace=ns):
+            raw = kv._internal_kv_get(key, namespace=ns)
+            if raw is None:
+                continue
+            kind, _, name = key.decode().partition("/")
+            if kind == "node":
+                self.roots[name] = raw.decode()
+            elif kind == "ctx":
+                self.entries[name] = ContextEntry.model_validate_json(raw)
+
+    def _put(self, key: str, value: str) -> None:
+        try:
+            self._kv()._internal_kv_put(key, value, True, namespace=KV_NAMESPACE + self.namespace)
+        except Exception as e:
+            raise StoreError(f"directory: cannot write its state: {e}", code="directory_io") from e
+
+    def _delete(self, key: str) -> None:
+        try:
+            self._kv()._internal_kv_del(key, namespace=KV_NAMESPACE + self.namespace)
+        except Exception as e:
+            raise StoreError(f"directory: cannot write its state: {e}", code="directory_io") from e
+
+    def _save_entry(self, entry: ContextEntry) -> ContextEntry:
+        self._put("ctx/" + entry.name, entry.model_dump_json())
+        self.entries[entry.name] = entry
+        return entry
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _guard(self) -> asyncio.Lock:
+        self._ensure_watch()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    def _ensure_watch(self) -> None:
+        """Start ``actors.failover.watch(self)`` on this loop if that hook exists."""
+        if self._watch is not None and not self._watch.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+            failover = importlib.import_module("actors.failover")
+        except (RuntimeError, ImportError):
+            return
+        watch = getattr(failover, "watch", None)
+        if callable(watch):
+            self._watch = loop.create_task(watch(self))
+
+    def _entry(self, name: object) -> ContextEntry:
+        name = check_context_name(name)
+        entry = self.entries.get(name)
+        if entry is None:
+            raise NotFound(f"no context {name!r} in the directory of namespace {self.namespace!r}")
+        return entry
+
+    async def root_of(self, node_id: str) -> str:
+        """*node_id*'s store root: registered, else probed on that node (and remembered)."""
+        root = self.roots.get(node_id)
+        if root is not None:
+            return root
+        probe = ray_module().remote(num_cpus=0, scheduling_strategy=pinned(node_id))(_probe_root)
+        try:
+            root = str(await asyncio.wait_for(probe.remote(), PROBE_TIMEOUT))
+        except Exception as e:
+            raise StoreError(
+                f"cannot learn the store root of node {node_id}: {e}", code="node_unreachable"
+            ) from e
+        self._put("node/" + node_id, root)
+        self.roots[node_id] = root
+        return root
+
+    # -- the API (envelopes) -----------------------------------------------------
+
+    async def ping(self) -> bytes:
+        """Whether the directory answers (its namespace and counts)."""
+        self._ensure_watch()
+        return ok(
+            {"namespace": self.namespace, "nodes": len(self.roots), "contexts": len(self.entries)}
+        )
+
+    async def register_node(self, node_id: str, store_root: str) -> bytes:
+        """Record *node_id*'s store root (an absolute path on that node)."""
+        try:
+            async with self._guard():
+                check_text(node_id, "node id")
+                check_text(store_root, "store root")
+                if not node_id:
+                    raise RequestError("a node id is a non-empty string", code="bad_argument")
+                if not os.path.isabs(store_root):
+                    raise RequestError(
+                        f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
+                    )
+                self._put("node/" + node_id, store_root)
+                self.roots[node_id] = store_root
+                return ok(None)
+        except MorphzError as e:
+            return failed(e)
+
+    async def node_roots(self) -> bytes:
+        """The store root of every live node (probing those not known yet) and known ones."""
+        try:
+            async with self._guard():
+                for node in alive_nodes():
+                    await self.root_of(node["node_id"])
+                return ok(dict(sorted(self.roots.items())))
+        except MorphzError as e:
+            return failed(e)
+
+    async def place(
+        self,
+        name: str,
+        replicas: int = 0,
+        policy: str = POLICY_SPREAD,
+        acks: int | None = None,
+        store_dir: str | None = None,
+    ) -> bytes:
+        """The entry of *name*: the existing one, else a new one placed by *policy*."""
+        try:
+            async with self._guard():
+                name = check_context_name(name)
+                if name in self.entries:
+                    return ok(self.entries[name].model_dump())
+                check_int(replicas, "replicas")
+                policy = check_policy(policy)
+                acks = replicas if acks is None else check_int(acks, "acks")
+                if acks > replicas:
+                    raise RequestError(
+                        f"acks ({acks}) cannot exceed replicas ({replicas})", code="bad_argument"
+                    )
+                if store_dir is not None and not (
+                    isinstance(store_dir, str) and os.path.isabs(store_dir)
+                ):
+                    raise RequestError("store_dir must be an absolute path", code="bad_argument")
+                live = {n["node_id"]: n["resources"] for n in alive_nodes()}
+                load: dict[str, int] = {}
+                for entry in self.entries.values():
+                    for m in (entry.primary, *entry.followers):
+                        load[m.node_id] = load.get(m.node_id, 0) + 1
+                nodes = choose_nodes(policy, replicas, live, load)
+                roots = [store_dir or await self.root_of(n) for n in nodes]
+                entry = ContextEntry(
+                    name=name,
+                    epoch=0,
+                    replicas=replicas,
+                    acks=acks,
+                    primary=Member(
+                        node_id=nodes[0], actor=primary_actor(name, 0), store_dir=roots[0]
+                    ),
+                    followers=tuple(
+                        Member(node_id=n, actor=follower_actor(name, k, 0), store_dir=r)
+                        for k, (n, r) in enumerate(zip(nodes[1:], roots[1:], strict=True))
+                    ),
+                    policy=policy,
+                )
+                return ok(self._save_entry(entry).model_dump())
+        except MorphzError as e:
+            return failed(e)
+
+    async def get(self, name: str) -> bytes:
+        """The entry of *name*; NotFound if the directory has none."""
+        self._ensure_watch()
+        try:
+            return ok(self._entry(name).model_dump())
+        except MorphzError as e:
+            return failed(e)
+
+    async def list(self) -> bytes:
+        """Every entry, by name."""
+        self._ensure_watch()
+        return ok([self.entries[n].model_dump() for n in sorted(self.entries)])
+
+    async def remove(self, name: str) -> bytes:
+        """Forget *name*'s entry (its actors and stores are left alone); NotFound if none."""
+        try:
+            async with self._guard():
+                entry = self._entry(name)
+                self._delete("ctx/" + entry.name)
+                del self.entries[entry.name]
+                return ok(None)
+        except MorphzError as e:
+            return failed(e)
+
+    async def promote(self, name: str, expected_epoch: int, primary: Any, followers: Any) -> bytes:
+        """Compare-and-set: if *name* is at *expected_epoch*, store the new members at
+        ``expected_epoch + 1``; else RequestError ``stale_epoch``."""
+        try:
+            async with self._guard():
+                entry = self._entry(name)
+                check_int(expected_epoch, "expected_epoch")
+                new_primary = _member(primary, "primary")
+                new_followers = _members(followers, "followers")
+                if entry.epoch != expected_epoch:
+                    raise RequestError(
+                        f"context {entry.name!r} is at epoch {entry.epoch}, not {expected_epoch}",
+                        code="stale_epoch",
+                    )
+                updated = entry.model_copy(
+                    update={
+                        "epoch": entry.epoch + 1,
+                        "primary": new_primary,
+                        "followers": new_followers,
+                    }
+                )
+                return ok(self._save_entry(updated).model_dump())
+        except MorphzError as e:
+            return failed(e)
+
+    async def set_primary(self, name: str, epoch: int, primary: Any) -> bytes:
+        """Compare-and-set the primary of the unreplicated context *name* at *epoch* (kept):
+        its actor re-created on a node that came back with its store root. A replicated
+        context's primary changes only by :meth:`promote` (``bad_argument``)."""
+        try:
+            async with self._guard():
+                entry = self._entry(name)
+                check_int(epoch, "epoch")
+                new_primary = _member(primary, "primary")
+                if entry.replicas or entry.followers:
+                    raise RequestError(
+                        f"context {entry.name!r} is replicated: its primary changes by promotion",
+                        code="bad_argument",
+                    )
+                if entry.epoch != epoch:
+                    raise RequestError(
+                        f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}",
+                        code="stale_epoch",
+                    )
+                updated = entry.model_copy(update={"primary": new_primary})
+                return ok(self._save_entry(updated).model_dump())
+        except MorphzError as e:
+            return failed(e)
+
+    async def set_followers(self, name: str, epoch: int, followers: Any) -> bytes:
+        """Compare-and-set the followers of *name* at *epoch* (the epoch is kept)."""
+        try:
+            async with self._guard():
+                entry = self._entry(name)
+                check_int(epoch, "epoch")
+                new_followers = _members(followers, "followers")
+                if entry.epoch != epoch:
+                    raise RequestError(
+                        f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}",
+                        code="stale_epoch",
+                    )
+                updated = entry.model_copy(update={"followers": new_followers})
+                return ok(self._save_entry(updated).model_dump())
+        except MorphzError as e:
+            return failed(e)
+
+
+def _entry(raw: Any) -> ContextEntry:
+    return ContextEntry.model_validate(open_reply(raw))
+
+
+def _entries(raw: Any) -> list[ContextEntry]:
+    return [ContextEntry.model_validate(e) for e in open_reply(raw)]
+
+
+def _roots(raw: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in open_reply(raw).items()}
+
+
+def _nothing(raw: Any) -> None:
+    open_reply(raw)
+
+
+class DirectoryHandle:
+    """A picklable handle of the directory actor; every call blocks and raises typed errors.
+
+    Arguments are checked before the remote call; an unreachable directory is
+    retried by the transport (Ray restarts it) and raises ``TransportError``
+    after the retry policy.
+    """
+
+    def __init__(
+        self, actor: Any, namespace: str = DEFAULT_NAMESPACE, retry: RetryPolicy | None = None
+    ) -> None:
+        self.namespace = namespace
+        self.transport = Transport(
+            actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace, retry=retry
+        )
+
+    def __repr__(self) -> str:
+        return f"DirectoryHandle(namespace={self.namespace!r})"
+
+    @property
+    def actor(self) -> Any:
+        """The Ray actor handle."""
+        return self.transport.actor
+
+    def ping(self) -> dict[str, Any]:
+        """The directory's namespace and how many nodes and contexts it knows."""
+        return dict(self.transport.call(Call("ping", (), open_reply, guarded=False)))
+
+    def register_node(self, node_id: str, store_root: str) -> None:
+        """Record that *node_id* keeps its stores under *store_root* (absolute, on that node)."""
+        check_node(node_id)
+        if not isinstance(store_root, str) or not os.path.isabs(store_root):
+            raise RequestError(
+                f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
+            )
+        self.transport.call(Call("register_node", (node_id, store_root), _nothing, guarded=False))
+
+    def node_roots(self) -> dict[str, str]:
+        """Each node's store root: every live node (probed if not registered) and known ones."""
+        return self.transport.call(Call("node_roots", (), _roots, guarded=False))
+
+    def place(
+        self,
+        name: str,
+        *,
+        replicas: int = 0,
+        policy: str = POLICY_SPREAD,
+        acks: int | None = None,
+        store_dir: str | None = None,
+    ) -> ContextEntry:
+        """The entry of *name*, placing it if new (idempotent: an existing name answers its
+        entry as it is). *policy*: ``"spread"``, ``"node:<id>"`` or ``"resource:<name>"``;
+        *replicas* follower nodes distinct from the primary's; *store_dir* (absolute)
+        overrides the nodes' store roots for this context."""
+        check_context_name(name)
+        check_int(replicas, "replicas")
+        check_policy(policy)
+        if acks is not None:
+            check_int(acks, "acks")
+        if store_dir is not None and not (isinstance(store_dir, str) and os.path.isabs(store_dir)):
+            raise RequestError("store_dir must be an absolute path", code="bad_argument")
+        return self.transport.call(
+            Call("place", (name, replicas, policy, acks, store_dir), _entry, guarded=False)
+        )
+
+    def get(self, name: str) -> ContextEntry:
+        """The entry of *name*; NotFound if the directory has none."""
+        check_context_name(name)
+        return self.transport.call(Call("get", (name,), _entry, guarded=False))
+
+    def list(self) -> list[ContextEntry]:
+        """Every entry, by name."""
+        return self.transport.call(Call("list", (), _entries, guarded=False))
+
+    def remove(self, name: str) -> None:
+        """Forget *name*'s entry (actors and stores are left alone); NotFound if none."""
+        check_context_name(name)
+        self.transport.call(Call("remove", (name,), _nothing, guarded=False))
+
+    def promote(
+        self, name: str, *, expected_epoch: int, primary: Member, followers: builtins.list[Member]
+    ) -> ContextEntry:
+        """Store *primary* and *followers* at ``expected_epoch + 1`` if *name* is at
+        *expected_epoch*; RequestError ``stale_epoch`` otherwise."""
+        check_context_name(name)
+        check_int(expected_epoch, "expected_epoch")
+        args = (
+            name,
+            expected_epoch,
+            _member(primary, "primary").model_dump(),
+            [m.model_dump() for m in _members(followers, "followers")],
+        )
+        return self.transport.call(Call("promote", args, _entry, guarded=False))
+
+    def set_primary(self, name: str, *, epoch: int, primary: Member) -> ContextEntry:
+        """Record *primary* for the unreplicated context *name* if it is at *epoch* (kept);
+        ``stale_epoch`` otherwise, ``bad_argument`` for a replicated context."""
+        check_context_name(name)
+        check_int(epoch, "epoch")
+        args = (name, epoch, _member(primary, "primary").model_dump())
+        return self.transport.call(Call("set_primary", args, _entry, guarded=False))
+
+    def set_followers(
+        self, name: str, *, epoch: int, followers: builtins.list[Member]
+    ) -> ContextEntry:
+        """Store *followers* for *name* if it is at *epoch* (kept); ``stale_epoch`` otherwise."""
+        check_context_name(name)
+        check_int(epoch, "epoch")
+        args = (name, epoch, [m.model_dump() for m in _members(followers, "followers")])
+        return self.transport.call(Call("set_followers", args, _entry, guarded=False))
+
+
+def directory(
+    namespace: str = DEFAULT_NAMESPACE, *, retry: RetryPolicy | None = None
+) -> DirectoryHandle:
+    """Get or create the directory of *namespace* (connecting to Ray if needed).
+
+    A new directory is detached, restarted by Ray without limit, and pinned to
+    this process's node.
+    """
+    check_text(namespace, "namespace")
+    if not namespace:
+        raise RequestError("namespace must not be empty", code="bad_argument")
+    ensure_ray()
+    actor = (
+        remote_class(DirectoryActor)
+        .options(
+            name=DIRECTORY_NAME,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            max_task_retries=-1,
+            max_concurrency=100,
+            num_cpus=0,
+            scheduling_strategy=pinned(current_node_id()),
+        )
+        .remote(namespace)
+    )
+    return DirectoryHandle(actor, namespace, retry)
+
+
+def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:
+    """The directory of *namespace* if one was created, else None (never creates one)."""
+    check_text(namespace, "namespace")
+    ensure_ray()
+    try:
+        actor = ray_module().get_actor(DIRECTORY_NAME, namespace=namespace)
+    except ValueError:
+        return None
+    return DirectoryHandle(actor, namespace)
+
+
+def _member_version(raw: Any) -> int | None:
+    """A member's version from its ``status()`` / ``version()`` answer, None if unreadable."""
+    if isinstance(raw, bytes):
+        try:
+            raw = open_reply(raw)
+        except MorphzError:
+            return None
+    if isinstance(raw, dict):
+        raw = raw.get("applied_version", raw.get("version"))
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    return None
+
+
+def placement_table(
+    handle: DirectoryHandle, timeout: float = STATUS_TIMEOUT
+) -> builtins.list[dict[str, Any]]:
+    """Every entry of the directory with each member's version and node liveness.
+
+    One row per context: ``name``, ``epoch``, ``replicas``, ``acks``, ``policy``,
+    ``primary`` and ``followers``, each member ``{node_id, actor, store_dir,
+    node_alive, version}`` (``version`` None when the member did not answer within
+    *timeout* seconds: unreachable, not started, or its node is gone); a follower
+    also has ``lag`` = primary version − its version (None when either is
+    unknown). Members are asked all at once (``status()`` if the actor has it,
+    else ``version()``).
+    """
+    ray = ray_module()
+    alive = {n["node_id"] for n in alive_nodes()}
+    entries = handle.list()
+    asked: dict[tuple[str, str], Any] = {}
+    for entry in entries:
+        for m in (entry.primary, *entry.followers):
+            try:
+                actor = ray.get_actor(m.actor, namespace=handle.namespace)
+            except ValueError:
+                continue
+            method = getattr(actor, "status", None) or actor.version
+            asked[(entry.name, m.actor)] = method.remote()
+    versions: dict[tuple[str, str], int | None] = {}
+    deadline = time.monotonic() + timeout
+    for key, ref in asked.items():
+        try:
+            raw = ray.get(ref, timeout=max(0.01, deadline - time.monotonic()))
+        except Exception:  # unreachable, timed out or failing: unknown
+            versions[key] = None
+            continue
+        versions[key] = _member_version(raw)
+
+    def row(name: str, m: Member) -> dict[str, Any]:
+        return {
+            **m.model_dump(),
+            "node_alive": m.node_id in alive,
+            "version": versions.get((name, m.actor)),
+        }
+
+    rows = []
+    for entry in entries:
+        primary = row(entry.name, entry.primary)
+        followers = []
+        for m in entry.followers:
+            f = row(entry.name, m)
+            known = primary["version"] is not None and f["version"] is not None
+            f["lag"] = primary["version"] - f["version"] if known else None
+            followers.append(f)
+        rows.append(
+            {
+                "name": entry.name,
+                "epoch": entry.epoch,
+                "replicas": entry.replicas,
+                "acks": entry.acks,
+                "policy": entry.policy,
+                "primary": primary,
+                "followers": followers,
+            }
+        )
+    return rows

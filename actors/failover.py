@@ -1,0 +1,398 @@
+"""The supervisor of placed contexts: promotion when a primary's node is lost, repair, restore.
+
+:func:`watch` runs inside the directory actor (:mod:`actors.directory` starts
+it on its event loop), so there is one supervisor per namespace and it
+restarts with the directory. Every :data:`POLL` seconds it compares each
+placed context's members with the live nodes (Ray's node table):
+
+* **the primary's node is gone** (Ray's node table says so, its raylet refuses
+  connections or does not answer within :data:`RAYLET_TIMEOUT`, or its actor has
+  been unreachable — Ray answering "unavailable" or "dead", not merely slow —
+  at :data:`SUSPECT_LOOKS` consecutive looks) — :func:`promote`: every reachable follower
+  is fenced at ``epoch + 1`` (from then on it refuses the old primary's
+  batches, so the old primary can never acknowledge another write), the one
+  holding the most batches (ties: smallest node id) applies everything it
+  holds and releases its store, the directory's entry moves to ``epoch + 1``
+  by compare-and-set naming that follower's actor the primary, and the
+  follower is promoted in place (:meth:`actors.member.MemberActor.become_primary`:
+  the same warm process opens the store it holds as the primary). Replacement
+  followers' processes are started before the seal, so they boot meanwhile;
+  the new primary snapshots every other follower before its first write. When ``acks == replicas``,
+  the promoted follower holds every acknowledged commit (each was held by
+  every follower); with ``acks < replicas`` it still does as long as every
+  surviving follower answers the fence (each acknowledged batch is held by
+  ``acks`` followers, and followers hold batches in order, so the one holding
+  the most holds them all).
+* **a follower's node is gone, or followers are missing** — :func:`repair`:
+  the entry's followers become the live ones plus replacements on live nodes
+  that hold no member (the least loaded first, ties by node id), and the
+  primary is told (``replicate``) so it snapshots the new ones. A lost
+  primary's node that comes back (a new node id with the same store root) is
+  such a node: its old store — possibly holding commits never acknowledged —
+  is replaced whole by the snapshot.
+
+* **an unreplicated context's node is gone** — :func:`restore`, once a live
+  node has the lost node's store root and the context's store on its disk (a
+  machine that came back, under a new node id): the actor is started there
+  under its name and the entry records that node.
+
+No follower reachable: nothing is promoted and the context is unavailable
+until its primary's node returns (as with replication off). Ray is imported
+only when a function runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from actors.directory import ContextEntry, Member, follower_actor
+from actors.placement import pinned
+from actors.replies import open_reply
+from actors.transport import ray_module
+from protocol.errors import MorphzError, TransportError
+from storage import context_path
+
+log = logging.getLogger("morphz.failover")
+
+POLL = 0.5
+"""Seconds between two looks at the cluster."""
+RAYLET_TIMEOUT = 1.0
+"""Seconds a look waits for the primary's node to accept a connection to its raylet."""
+PING_TIMEOUT = 2.0
+"""Seconds a look waits for the primary to answer."""
+SUSPECT_LOOKS = 1
+"""Consecutive looks at which the primary is unreachable before it is replaced."""
+CALL_TIMEOUT = 15.0
+"""Seconds the supervisor waits for one follower or primary call."""
+START_TIMEOUT = 60.0
+"""Seconds a promoted follower may take to open as the primary and snapshot the others."""
+
+__all__ = [
+    "CALL_TIMEOUT",
+    "PING_TIMEOUT",
+    "POLL",
+    "RAYLET_TIMEOUT",
+    "START_TIMEOUT",
+    "SUSPECT_LOOKS",
+    "promote",
+    "repair",
+    "restore",
+    "supervise",
+    "watch",
+]
+
+
+async def watch(directory: Any) -> None:
+    """Supervise the replicated contexts of *directory* (a running ``DirectoryActor``)."""
+    while True:
+        await asyncio.sleep(POLL)
+        try:
+            await supervise(directory)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("supervisor pass failed")
+
+
+async def supervise(directory: Any) -> None:
+    """One look: promote where a primary's node is gone, repair where followers are, and
+    re-create an unreplicated context whose node came back."""
+    entries = list(directory.entries.values())
+    if not entries:
+        return
+    nodes = await asyncio.to_thread(_nodes)
+    live = set(nodes)
+    _learn_roots(directory, live)
+    for entry in entries:
+        if entry.replicas == 0 and not entry.followers:
+            if entry.primary.node_id not in live:
+                await restore(directory, entry, live)
+            continue
+        where = nodes.get(entry.primary.node_id)
+        if (
+            where is None
+            or await asyncio.to_thread(_raylet_down, *where)
+            or await _primary_lost(directory, entry)
+        ):
+            _SUSPECT.pop((directory.namespace, entry.name), None)
+            await promote(directory, entry, live - {entry.primary.node_id})
+        else:
+            await repair(directory, entry, live)
+
+
+_PROBING: dict[str, asyncio.Task[None]] = {}
+"""Probes of new nodes' store roots in flight, by node id (the reference keeps each alive)."""
+
+
+def _learn_roots(directory: Any, live: set[str]) -> None:
+    """Probe the store root of every live node the directory does not know yet, in the
+    background: a node that joins (or comes back under a new id) is then ready to take a
+    replacement follower without a probe on a promotion's critical path."""
+    for node in sorted(live - set(directory.roots) - set(_PROBING)):
+        task = asyncio.create_task(_probe(directory, node))
+        _PROBING[node] = task
+        task.add_done_callback(lambda _, node=node: _PROBING.pop(node, None))  # type: ignore[misc]
+
+
+async def _probe(directory: Any, node: str) -> None:
+    try:
+        await directory.root_of(node)
+    except MorphzError as e:  # asked again at a later look
+        log.info("store root of node %s not learnt yet: %s", node, e)
+
+
+def _nodes() -> dict[str, tuple[str, int]]:
+    """The live nodes (Ray's node table): node id -> the address and port of its raylet."""
+    ray = ray_module()
+    return {
+        str(n["NodeID"]): (str(n.get("NodeManagerAddress", "")), int(n.get("NodeManagerPort", 0)))
+        for n in ray.nodes()
+        if n.get("Alive")
+    }
+
+
+def _raylet_down(address: str, port: int) -> bool:
+    """True if the node's raylet refuses connections or does not answer within
+    :data:`RAYLET_TIMEOUT` (Ray's node table lags a lost node by its heartbeat timeout)."""
+    if not address or not port:
+        return False
+    try:
+        socket.create_connection((address, port), timeout=RAYLET_TIMEOUT).close()
+    except OSError:
+        return True
+    return False
+
+
+_SUSPECT: dict[tuple[str, str], int] = {}
+"""Consecutive looks at which a context's primary could not be reached, by (namespace, name)."""
+
+
+async def _primary_lost(directory: Any, entry: ContextEntry) -> bool:
+    """True once the primary's actor was unreachable at :data:`SUSPECT_LOOKS` consecutive
+    looks (Ray reports it unavailable or dead — a slow reply does not count; Ray takes
+    about 1.5 s to give up connecting to a lost node's worker).
+
+    Ray marks a lost node dead only after its heartbeats time out (tens of
+    seconds by default); its actors are unreachable at once. A primary that
+    was only restarting is replaced too: safe, since it is fenced on restart.
+    """
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, ActorUnschedulableError
+
+    key = (directory.namespace, entry.name)
+    actor = _get_actor(entry.primary.actor, directory.namespace)
+    if actor is None:
+        return False  # not started yet (a promotion in progress elsewhere) or never placed
+    try:
+        await asyncio.wait_for(actor.pid.options(max_task_retries=0).remote(), PING_TIMEOUT)
+    except (ActorUnavailableError, ActorDiedError, ActorUnschedulableError):
+        _SUSPECT[key] = _SUSPECT.get(key, 0) + 1
+        return _SUSPECT[key] >= SUSPECT_LOOKS
+    except Exception:  # slow or busy: no evidence either way
+        return False
+    _SUSPECT.pop(key, None)
+    return False
+
+
+async def _call(actor: Any, method: str, *args: Any) -> Any:
+    ref = getattr(actor, method).remote(*args)
+    return open_reply(await asyncio.wait_for(ref, CALL_TIMEOUT))
+
+
+def _get_actor(name: str, namespace: str) -> Any | None:
+    try:
+        return ray_module().get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+async def _replacements(
+    directory: Any, entry: ContextEntry, keep: list[Member], live: set[str], epoch: int
+) -> list[Member]:
+    """New followers on live nodes holding no member of *entry*, up to its replicas."""
+    used = {entry.primary.node_id, *(m.node_id for m in keep)}
+    load: dict[str, int] = {}
+    for e in directory.entries.values():
+        for m in (e.primary, *e.followers):
+            load[m.node_id] = load.get(m.node_id, 0) + 1
+    free = sorted((n for n in live if n not in used), key=lambda n: (load.get(n, 0), n))
+    taken = {m.actor for m in (entry.primary, *entry.followers, *keep)}
+    out: list[Member] = []
+    k = 0
+    for node in free[: max(0, entry.replicas - len(keep))]:
+        while follower_actor(entry.name, k, epoch) in taken:
+            k += 1
+        name = follower_actor(entry.name, k, epoch)
+        taken.add(name)
+        out.append(Member(node_id=node, actor=name, store_dir=await directory.root_of(node)))
+    return out
+
+
+async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> ContextEntry | None:
+    """Promote the follower of *entry* holding the most batches (see the module doc).
+
+    None when no follower answers: the context waits for its primary's node.
+    """
+    ns, epoch = directory.namespace, entry.epoch + 1
+    started = time.monotonic()
+    held: list[tuple[int, str, Member, Any]] = []
+    for m in entry.followers:
+        if m.node_id not in live:
+            continue
+        actor = _get_actor(m.actor, ns)
+        if actor is None:
+            continue
+        try:
+            status = await _call(actor, "fence", epoch)
+        except Exception as e:
+            log.warning("context %r: follower %s not fenced: %s", entry.name, m.actor, e)
+            continue
+        held.append((int(status["held_seq"]), m.node_id, m, actor))
+    if not held:
+        log.error("context %r: primary lost and no follower answers", entry.name)
+        return None
+    held.sort(key=lambda t: (-t[0], t[1]))
+    _, _, chosen, actor = held[0]
+    keep = [m for _, _, m, _ in held[1:]]
+    keep += await _replacements(directory, entry, keep, live - {chosen.node_id}, epoch)
+    fresh = [m for m in keep if m not in entry.followers]
+    from actors.member import start_follower
+
+    # Their processes start now, while the chosen follower seals and the entry moves.
+    started_new = [start_follower(m, entry.name, ns) for m in fresh]
+    try:
+        await _call(actor, "seal", epoch)
+        promoted = ContextEntry.model_validate(
+            open_reply(
+                await directory.promote(
+                    entry.name, entry.epoch, chosen.model_dump(), [m.model_dump() for m in keep]
+                )
+            )
+        )
+    except Exception:
+        for a in started_new:  # recorded nowhere: they must not linger
+            ray_module().kill(a, no_restart=True)
+        raise
+    sealed = time.monotonic() - started
+    # The chosen follower becomes the primary in its own (warm) process, over its store.
+    info = await asyncio.wait_for(actor.become_primary.remote(epoch), START_TIMEOUT)
+    log.warning(
+        "context %r: promoted %s on node %s at epoch %d in %.2f s (sealed and recorded in"
+        " %.2f s; open error: %s)",
+        entry.name,
+        chosen.actor,
+        chosen.node_id,
+        epoch,
+        time.monotonic() - started,
+        sealed,
+        info.get("open_error"),
+    )
+    return promoted
+
+
+_ABSENT: set[tuple[str, str]] = set()
+"""(node id, context path) pairs where a probe found no store: a disk does not gain one."""
+
+
+def _store_exists(path: str) -> bool:
+    return os.path.isdir(path) and bool(os.listdir(path))
+
+
+async def _holds(node: str, path: str) -> bool:
+    """Whether *path* (a context's store) exists on *node* (a probe pinned there)."""
+    if (node, path) in _ABSENT:
+        return False
+    ray = ray_module()
+    probe = ray.remote(num_cpus=0, scheduling_strategy=pinned(node))(_store_exists)
+    try:
+        found = bool(await asyncio.wait_for(probe.remote(path), CALL_TIMEOUT))
+    except Exception:
+        return False  # unreachable now: asked again at the next look
+    if not found:
+        _ABSENT.add((node, path))
+    return found
+
+
+def _reopen(entry: ContextEntry, node: str, namespace: str) -> None:
+    """Stop what Ray still holds under the primary's actor name, then start it on *node*."""
+    from actors.connection import connect
+
+    ray = ray_module()
+    actor = _get_actor(entry.primary.actor, namespace)
+    if actor is not None:
+        ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while _get_actor(entry.primary.actor, namespace) is not None:
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"the actor name {entry.primary.actor} is still taken", code="actor_error"
+                )
+            time.sleep(0.1)
+    connect(
+        entry.name,
+        store_dir=entry.primary.store_dir,
+        node_id=node,
+        namespace=namespace,
+        lifetime="detached",
+        create=False,
+    )
+
+
+async def restore(directory: Any, entry: ContextEntry, live: set[str]) -> ContextEntry | None:
+    """Replication off, the primary's node lost: once a live node has the lost node's store
+    root and the context's store on its disk (a machine that came back: Ray gives it a new
+    node id), start the context's actor there under its name and record that node. None
+    while no such node is live."""
+    root = directory.roots.get(entry.primary.node_id)
+    if root is None:
+        return None
+    path = str(context_path(entry.primary.store_dir, entry.name))
+    for node in sorted(live):
+        try:
+            if await directory.root_of(node) != root:
+                continue
+        except MorphzError:
+            continue
+        if not await _holds(node, path):
+            continue
+        await asyncio.to_thread(_reopen, entry, node, directory.namespace)
+        moved = entry.primary.model_copy(update={"node_id": node})
+        updated = ContextEntry.model_validate(
+            open_reply(await directory.set_primary(entry.name, entry.epoch, moved.model_dump()))
+        )
+        log.warning("context %r: served again on node %s (its store root came back)",
+                    entry.name, node)  # fmt: skip
+        return updated
+    return None
+
+
+async def repair(directory: Any, entry: ContextEntry, live: set[str]) -> ContextEntry | None:
+    """Replace followers on lost nodes and fill missing ones; tell the primary. None if
+    nothing changed."""
+    keep = [m for m in entry.followers if m.node_id in live]
+    if len(keep) == len(entry.followers) and len(keep) >= entry.replicas:
+        return None
+    keep += await _replacements(directory, entry, keep, live, entry.epoch)
+    if keep == list(entry.followers):
+        return None
+    updated = ContextEntry.model_validate(
+        open_reply(
+            await directory.set_followers(entry.name, entry.epoch, [m.model_dump() for m in keep])
+        )
+    )
+    from actors.member import start_follower
+
+    for m in keep:
+        if m not in entry.followers:
+            start_follower(m, entry.name, directory.namespace)
+    primary = _get_actor(entry.primary.actor, directory.namespace)
+    if primary is not None:
+        try:
+            await _call(primary, "replicate")
+        except Exception as e:
+            log.warning("context %r: primary not told of new followers: %s", entry.name, e)
+    return updated

@@ -1,0 +1,156 @@
+"""A replicated context's member actor: a follower that is promoted in place.
+
+:class:`MemberActor` is the Ray actor every follower runs as. While a follower
+it answers the follower's calls (``receive``, ``confirm``, ``status``,
+``fence``, ``install``, ``seal``, ``read``) through a
+:class:`~actors.replica.ReplicaActor`; :meth:`MemberActor.become_primary`
+turns it into the context's primary in the same process, over the store it
+already holds: the supervisor (:mod:`actors.failover`) calls it once the
+directory names this actor the primary under the new epoch. Promotion thus
+starts no Ray worker: the process is warm and its store is on its disk.
+
+Why a subclass of :class:`~actors.context_actor.ContextActor`: a Ray actor
+answers only the methods of its class, and a promoted follower must answer
+every call a primary does. Until promoted, the primary's calls are not
+served (the host is not set up); clients never make them, since they reach a
+context through the directory, which names its primary.
+
+Ordering: the follower's methods are plain (not ``async``) methods of an async
+actor, so Ray runs them one at a time on the actor's event loop, in the order
+they start; a batch that overtakes another is refused as a gap
+(``replica_gap``) and the primary sends a snapshot, so order is never assumed.
+
+A restart (Ray reruns the constructor) asks the directory first: a member the
+directory names as primary opens as the primary again; any other opens as a
+follower. Ray is imported only when a function runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.context_actor import ContextActor
+from actors.directory import ContextEntry, Member
+from actors.placement import pinned
+from actors.replica import ReplicaActor, replica_entry
+from actors.replies import failed, open_reply
+from actors.transport import Call, remote_class
+from protocol.errors import RequestError
+from storage.replication import STALE_EPOCH
+
+__all__ = ["MemberActor", "start_follower", "start_followers"]
+
+
+class MemberActor(ContextActor):
+    """A follower of context *name* (its copy under ``<store_dir>/<name>``) that
+    :meth:`become_primary` promotes in place; see the module doc."""
+
+    def __init__(self, store_dir: str, name: str, namespace: str | None = None) -> None:
+        self._member_dir = store_dir
+        self._member_name = name
+        self._member_namespace = namespace
+        self._replica: ReplicaActor | None = None
+        self._promoted = False
+        found = replica_entry(name, namespace)
+        if found is not None and found[0].primary.actor == found[1]:
+            self._host()  # a restart of a promoted member: it is the primary
+        else:
+            self._replica = ReplicaActor(store_dir, name)
+
+    def _host(self) -> None:
+        ContextActor.__init__(
+            self, self._member_dir, self._member_name, create=False,
+            namespace=self._member_namespace,
+        )  # fmt: skip
+        self._promoted = True
+
+    def _follower(self) -> ReplicaActor:
+        if self._replica is None:
+            raise RequestError(
+                f"this member of {self._member_name!r} is its primary now, not a follower",
+                code=STALE_EPOCH,
+            )
+        return self._replica
+
+    def _as_follower(self, method: str, *args: Any) -> bytes:
+        try:
+            follower = self._follower()
+        except RequestError as e:
+            return failed(e)
+        result: bytes = getattr(follower, method)(*args)
+        return result
+
+    def receive(self, data: bytes) -> bytes:
+        """Hold batch *data* durably (:meth:`ReplicaActor.receive`)."""
+        return self._as_follower("receive", data)
+
+    def confirm(self, acked: int) -> bytes:
+        """Apply what the primary acknowledged (:meth:`ReplicaActor.confirm`)."""
+        return self._as_follower("confirm", acked)
+
+    def status(self) -> bytes:
+        """Epoch, applied and held batches (:meth:`ReplicaActor.status`)."""
+        return self._as_follower("status")
+
+    def fence(self, epoch: int) -> bytes:
+        """Refuse batches of older epochs (:meth:`ReplicaActor.fence`)."""
+        return self._as_follower("fence", epoch)
+
+    def install(self, data: bytes, epoch: int) -> bytes:
+        """Replace this copy by a snapshot (:meth:`ReplicaActor.install`)."""
+        return self._as_follower("install", data, epoch)
+
+    def seal(self, epoch: int) -> bytes:
+        """Apply every held batch and release the store (:meth:`ReplicaActor.seal`)."""
+        return self._as_follower("seal", epoch)
+
+    def read(self, method: str, args: list[Any]) -> bytes:
+        """A read at the applied state (:meth:`ReplicaActor.read`)."""
+        return self._as_follower("read", method, args)
+
+    async def become_primary(self, epoch: int) -> dict[str, Any]:
+        """Serve as the primary at *epoch*, over the store this follower holds.
+
+        Call once the directory names this actor the primary at *epoch*; the
+        follower is sealed first if it was not (everything held applied, its
+        store released), then the context opens here as it does in a new
+        primary (replication set up from the directory, every other follower
+        snapshotted). Idempotent; answers what ``handshake`` answers.
+        """
+        if not self._promoted:
+            if self._replica is not None:
+                self._replica.seal(int(epoch))  # a no-op reply if already sealed
+                self._replica = None
+            self._host()
+        info: dict[str, Any] = await self.handshake()
+        return info
+
+
+def start_follower(member: Member, name: str, namespace: str) -> Any:
+    """Get or create the member actor *member* of context *name* (its Ray handle), pinned
+    to its node; it starts as a follower."""
+    from actors.connection import MAX_CONCURRENCY
+
+    return (
+        remote_class(MemberActor)
+        .options(
+            name=member.actor,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            max_task_retries=0,
+            max_concurrency=MAX_CONCURRENCY,
+            num_cpus=0,
+            scheduling_strategy=pinned(member.node_id),
+        )
+        .remote(member.store_dir, name, namespace)
+    )
+
+
+def start_followers(handle: Any, entry: ContextEntry) -> None:
+    """After :func:`actors.connection.place` started *entry*'s primary: start its followers
+    and make the primary replicate to them."""
+    for m in entry.followers:
+        start_follower(m, entry.name, handle.transport.namespace)
+    open_reply(handle.transport.call(Call("replicate", (), lambda raw: raw, guarded=False)))

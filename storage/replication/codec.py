@@ -1,0 +1,257 @@
+"""The wire form of one replicated group commit (:class:`Batch`) and its codec.
+
+A batch is what one primary write (one :meth:`~storage.backend.Backend.transact`)
+did to the store, in order: the :class:`~protocol.view.Changeset` objects it
+applied, the :class:`~protocol.forget.Rewrite` objects it rewrote in place, or
+an outbox acknowledgement (:class:`OutboxAck`). It is tagged with the epoch
+of the primary that wrote it, its sequence number (one per replicated write,
+gapless from 1), the context version after it, and the primary's
+*acknowledged* watermark (the highest sequence number it has acknowledged to
+a client), which is what a follower may show to readers.
+
+Encoding is msgpack through the records' own ``to_record``/``from_record`` (the
+same forms the LMDB store writes), behind a format byte; decoding accepts
+only that closed set of shapes and raises :class:`~protocol.errors.WireError`
+for anything else, so a corrupt or hostile payload changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from protocol.errors import WireError
+from protocol.forget import Rewrite
+from protocol.state import Event, Frame, Meta
+from protocol.view import Changeset
+
+FORMAT = 1
+"""The format byte every encoded batch starts with."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxAck:
+    """The primary deleted its index intents numbered *upto* and below."""
+
+    upto: int
+
+
+Op = Changeset | Rewrite | OutboxAck
+"""One step of a batch, in the order the primary performed it."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """One replicated write: ``ops`` applied in order make the follower's store the primary's.
+
+    ``seq`` numbers replicated writes from 1 without gaps; ``epoch`` is the
+    primary's; ``version`` the context version after the write; ``acked`` the
+    highest ``seq`` the primary had acknowledged to a client when it sent this.
+    """
+
+    epoch: int
+    seq: int
+    version: int
+    acked: int
+    ops: list[Op] = field(default_factory=list)
+
+
+def _changeset(cs: Changeset) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if cs.meta is not None:
+        out["meta"] = cs.meta.to_record()
+    if cs.frames:
+        out["frames"] = [f.to_record() for f in cs.frames]
+    if cs.events:
+        out["events"] = [e.to_record() for e in cs.events]
+    for name in (
+        "contents",
+        "rel_add",
+        "rel_del",
+        "cites_add",
+        "due_add",
+        "due_del",
+        "inbox_add",
+        "inbox_del",
+        "history",
+        "audit",
+    ):
+        value = getattr(cs, name)
+        if value:
+            out[name] = [list(v) if isinstance(v, tuple) else v for v in value]
+    if cs.lastmod:
+        out["lastmod"] = dict(cs.lastmod)
+    if cs.client is not None:
+        client_id, version, digest = cs.client
+        out["client"] = [client_id, version, bytes(digest)]
+    for name in ("txlog", "outbox", "trace"):
+        value = getattr(cs, name)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _rewrite(rw: Rewrite) -> dict[str, Any]:
+    return {
+        "contents": [[seq, text] for seq, text in rw.contents],
+        "history": [[fid, version, frame.to_record()] for fid, version, frame in rw.history],
+        "txlog": list(rw.txlog),
+    }
+
+
+def encode_op(op: Op) -> bytes:
+    """The msgpack form of one operation, taken when it is performed (later changes to
+    the objects it names cannot reach the batch)."""
+    if isinstance(op, Changeset):
+        doc: list[Any] = ["apply", _changeset(op)]
+    elif isinstance(op, Rewrite):
+        doc = ["rewrite", _rewrite(op)]
+    else:
+        doc = ["outbox_ack", op.upto]
+    return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def encode_parts(epoch: int, seq: int, version: int, acked: int, ops: list[bytes]) -> bytes:
+    """A batch from operations already encoded by :func:`encode_op` (the same bytes as
+    :func:`encode_batch` of the decoded operations)."""
+    packer = msgpack.Packer(use_bin_type=True)
+    head: bytes = packer.pack_array_header(5) + b"".join(
+        packer.pack(n) for n in (epoch, seq, version, acked)
+    )
+    tail: bytes = packer.pack_array_header(len(ops))
+    return bytes([FORMAT]) + head + tail + b"".join(ops)
+
+
+def encode_batch(batch: Batch) -> bytes:
+    """The msgpack form of *batch* (format byte first)."""
+    ops = [encode_op(op) for op in batch.ops]
+    return encode_parts(batch.epoch, batch.seq, batch.version, batch.acked, ops)
+
+
+def batch_header(data: bytes) -> tuple[int, int, int, int]:
+    """``(epoch, seq, version, acked)`` of an encoded batch, without decoding its operations."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) < 2 or data[0] != FORMAT:
+        raise WireError(f"not a replicated batch of format {FORMAT}")
+    try:
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        unpacker.feed(bytes(data[1:]))
+        if unpacker.read_array_header() != 5:
+            raise WireError("a replicated batch is a list of 5 items")
+        head = tuple(unpacker.unpack() for _ in range(4))
+    except WireError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise WireError(f"a replicated batch does not decode: {e}") from e
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in head):
+        raise WireError("a replicated batch's counters are integers >= 0")
+    return head[0], head[1], head[2], head[3]
+
+
+def _ints(value: Any, n: int, what: str) -> tuple[Any, ...]:
+    if not isinstance(value, list) or len(value) != n:
+        raise WireError(f"a replicated {what} is a list of {n} items")
+    return tuple(value)
+
+
+def _rows(doc: dict[str, Any], name: str, width: int) -> list[tuple[Any, ...]]:
+    rows = doc.get(name, [])
+    if not isinstance(rows, list):
+        raise WireError(f"a replicated changeset's {name} is a list")
+    return [_ints(r, width, f"{name} row") for r in rows]
+
+
+def _list(doc: dict[str, Any], name: str) -> list[Any]:
+    value = doc.get(name, [])
+    if not isinstance(value, list):
+        raise WireError(f"a replicated changeset's {name} is a list")
+    return value
+
+
+def _record(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WireError(f"a replicated {what} is a map")
+    return value
+
+
+_CHANGESET_KEYS = frozenset(
+    "meta frames events contents rel_add rel_del cites_add due_add due_del inbox_add"
+    " inbox_del history audit lastmod client txlog outbox trace".split()
+)
+
+
+def _decode_changeset(doc: Any) -> Changeset:
+    doc = _record(doc, "changeset")
+    unknown = set(doc) - _CHANGESET_KEYS
+    if unknown:
+        raise WireError(f"a replicated changeset has unknown fields {sorted(map(str, unknown))}")
+    cs = Changeset()
+    if "meta" in doc:
+        cs.meta = Meta.from_record(_record(doc["meta"], "meta"))
+    cs.frames = [Frame.from_record(_record(r, "frame")) for r in _list(doc, "frames")]
+    cs.events = [Event.from_record(_record(r, "event")) for r in _list(doc, "events")]
+    cs.contents = [(int(s), str(t)) for s, t in _rows(doc, "contents", 2)]
+    cs.rel_add = [(str(s), str(lb), str(o)) for s, lb, o in _rows(doc, "rel_add", 3)]
+    cs.rel_del = [(str(s), str(lb), str(o)) for s, lb, o in _rows(doc, "rel_del", 3)]
+    cs.cites_add = [(str(s), str(f)) for s, f in _rows(doc, "cites_add", 2)]
+    cs.due_add = [(int(t), str(f), int(g), int(r)) for t, f, g, r in _rows(doc, "due_add", 4)]
+    cs.due_del = [(int(t), str(f)) for t, f in _rows(doc, "due_del", 2)]
+    cs.inbox_add = [int(s) for s in _list(doc, "inbox_add")]
+    cs.inbox_del = [int(s) for s in _list(doc, "inbox_del")]
+    cs.history = [(str(f), int(v)) for f, v in _rows(doc, "history", 2)]
+    cs.audit = [_record(r, "audit record") for r in _list(doc, "audit")]
+    lastmod = _record(doc.get("lastmod", {}), "lastmod")
+    cs.lastmod = {str(k): int(v) for k, v in lastmod.items()}
+    if "client" in doc:
+        client_id, version, digest = _ints(doc["client"], 3, "client row")
+        if not isinstance(digest, bytes):
+            raise WireError("a replicated client digest is bytes")
+        cs.client = (str(client_id), int(version), digest)
+    for name in ("txlog", "outbox", "trace"):
+        if name in doc:
+            setattr(cs, name, _record(doc[name], name))
+    return cs
+
+
+def _decode_rewrite(doc: Any) -> Rewrite:
+    doc = _record(doc, "rewrite")
+    history = [
+        (str(f), int(v), Frame.from_record(_record(r, "frame")))
+        for f, v, r in _rows(doc, "history", 3)
+    ]
+    contents = [(int(s), str(t)) for s, t in _rows(doc, "contents", 2)]
+    txlog = [_record(r, "log record") for r in _list(doc, "txlog")]
+    return Rewrite(contents=contents, history=history, txlog=txlog)
+
+
+def decode_batch(data: bytes) -> Batch:
+    """The :class:`Batch` encoded in *data*; :class:`WireError` if it is not one."""
+    if not isinstance(data, (bytes, bytearray)) or not data:
+        raise WireError("a replicated batch is non-empty bytes")
+    if data[0] != FORMAT:
+        raise WireError(f"a replicated batch has format {data[0]}, not {FORMAT}")
+    try:
+        body = msgpack.unpackb(bytes(data[1:]), raw=False, strict_map_key=False)
+        epoch, seq, version, acked, ops = _ints(body, 5, "batch")
+        for value in (epoch, seq, version, acked):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise WireError("a replicated batch's counters are integers >= 0")
+        if not isinstance(ops, list):
+            raise WireError("a replicated batch's operations are a list")
+        out = Batch(epoch=epoch, seq=seq, version=version, acked=acked)
+        for op in ops:
+            kind, payload = _ints(op, 2, "operation")
+            if kind == "apply":
+                out.ops.append(_decode_changeset(payload))
+            elif kind == "rewrite":
+                out.ops.append(_decode_rewrite(payload))
+            elif kind == "outbox_ack" and isinstance(payload, int) and payload >= 0:
+                out.ops.append(OutboxAck(payload))
+            else:
+                raise WireError(f"unknown replicated operation {kind!r}")
+        return out
+    except WireError:
+        raise
+    except (ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException) as e:
+        raise WireError(f"a replicated batch does not decode: {e}") from e

@@ -1,0 +1,307 @@
+"""The context directory: the placement rule (pure), the directory on the session's
+two-node cluster, and three-node scenarios in a child process (``tests/actors/multinode.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from actors.connection import connect, lookup, place
+from actors.directory import (
+    ContextEntry,
+    DirectoryHandle,
+    Member,
+    directory,
+    existing_directory,
+    follower_actor,
+    primary_actor,
+)
+from actors.placement import check_policy, choose_nodes
+from morphz.cli.main import cli
+from protocol.errors import NotFound, RequestError
+from tests.actors.cluster import NODE2, RayCluster
+from tests.actors.multinode import run_scenario
+
+LIVE = {"a": {"CPU": 1.0}, "b": {"CPU": 1.0, "gpu": 1.0}, "c": {"CPU": 1.0}}
+
+
+# -- the placement rule, no Ray ----------------------------------------------------
+
+
+def test_spread_takes_the_least_loaded_node_ties_by_id() -> None:
+    assert choose_nodes("spread", 0, LIVE, {}) == ["a"]
+    assert choose_nodes("spread", 0, LIVE, {"a": 1}) == ["b"]
+    assert choose_nodes("spread", 0, LIVE, {"a": 2, "b": 1, "c": 1}) == ["b"]
+
+
+def test_followers_are_distinct_and_least_loaded() -> None:
+    assert choose_nodes("spread", 2, LIVE, {"a": 3}) == ["b", "c", "a"]
+    assert choose_nodes("node:c", 1, LIVE, {"a": 1}) == ["c", "b"]
+    assert choose_nodes("resource:gpu", 1, LIVE, {}) == ["b", "a"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "replicas", "code"),
+    [
+        ("node:zz", 0, "not_found"),
+        ("resource:tpu", 0, "not_found"),
+        ("spread", 3, "not_enough_nodes"),
+        ("node:a", 5, "not_enough_nodes"),
+        ("spread", -1, "bad_argument"),
+        ("nearest", 0, "bad_placement"),
+        ("node:", 0, "bad_placement"),
+        ("node: a", 0, "bad_placement"),
+        ("resource", 0, "bad_placement"),
+    ],
+)
+def test_bad_placements_are_typed(policy: str, replicas: int, code: str) -> None:
+    with pytest.raises(RequestError) as e:
+        choose_nodes(policy, replicas, LIVE, {})
+    assert e.value.code == code
+
+
+def test_check_policy_refuses_non_strings() -> None:
+    for bad in (None, 3, b"spread", ["spread"]):
+        with pytest.raises(RequestError) as e:
+            check_policy(bad)
+        assert e.value.code == "bad_placement"
+
+
+def test_member_names() -> None:
+    assert primary_actor("ctx1", 0) == "ctx:ctx1"  # the single-node name
+    assert primary_actor("ctx1", 2) == "ctx:ctx1@e2"
+    assert follower_actor("ctx1", 1, 0) == "ctx:ctx1#f1@e0"
+    entry = ContextEntry(
+        name="n",
+        epoch=0,
+        replicas=0,
+        acks=0,
+        primary=Member(node_id="a", actor="ctx:n", store_dir="/s"),
+        followers=(),
+        policy="spread",
+    )
+    assert ContextEntry.model_validate_json(entry.model_dump_json()) == entry
+
+
+# -- on the session's two-node cluster ---------------------------------------------
+
+
+@pytest.fixture
+def placed(ray_cluster: RayCluster, namespace: str, tmp_path: Path) -> Iterator[DirectoryHandle]:
+    """This test's directory (its own namespace), node roots under tmp_path; all stopped after."""
+    d = directory(namespace)
+    d.register_node(ray_cluster.head_node_id, str(tmp_path / "head"))
+    d.register_node(ray_cluster.node2_id, str(tmp_path / "node2"))
+    try:
+        yield d
+    finally:
+        import ray
+
+        for entry in d.list():
+            try:
+                lookup(entry.name, namespace).shutdown()
+            except NotFound:
+                pass
+        ray.kill(d.actor, no_restart=True)
+
+
+def test_place_spreads_and_lookup_resolves_through_the_directory(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str, tmp_path: Path
+) -> None:
+    first = place("p-one", namespace=namespace)
+    second = place("p-two", namespace=namespace)
+    nodes = {first.describe()["node_id"], second.describe()["node_id"]}
+    assert nodes == {ray_cluster.head_node_id, ray_cluster.node2_id}
+    one = placed.get("p-one")
+    assert one.primary.node_id == min(nodes)  # both empty: the tie goes to the smaller id
+    assert first.describe()["store_dir"] == one.primary.store_dir
+    assert one.primary.store_dir in (str(tmp_path / "head"), str(tmp_path / "node2"))
+    found = lookup("p-two", namespace)
+    assert found.describe()["node_id"] == placed.get("p-two").primary.node_id
+    again = place("p-one", namespace=namespace, placement=f"node:{ray_cluster.node2_id}")
+    assert again.describe()["node_id"] == one.primary.node_id  # idempotent: stays where it is
+    assert [e.name for e in placed.list()] == ["p-one", "p-two"]
+
+
+def test_place_by_node_and_by_resource(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str, tmp_path: Path
+) -> None:
+    h = place("by-res", namespace=namespace, placement=f"resource:{NODE2}")
+    assert h.describe()["node_id"] == ray_cluster.node2_id
+    assert os.path.isdir(tmp_path / "node2" / "by-res")
+    h = place("by-node", namespace=namespace, placement=f"node:{ray_cluster.head_node_id}")
+    assert h.describe()["store_dir"] == str(tmp_path / "head")
+    h = place("own-dir", namespace=namespace, store_dir=tmp_path / "elsewhere")
+    assert placed.get("own-dir").primary.store_dir == str(tmp_path / "elsewhere")
+    assert h.describe()["store_dir"] == str(tmp_path / "elsewhere")
+
+
+def test_bad_placements_change_nothing(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str
+) -> None:
+    place("kept", namespace=namespace)
+    before = placed.list()
+    for kwargs, code in [
+        ({"placement": "node:" + "ff" * 28}, "not_found"),
+        ({"placement": "resource:nowhere"}, "not_found"),
+        ({"replicas": 2}, "not_enough_nodes"),
+        ({"placement": "closest"}, "bad_placement"),
+        ({"replicas": True}, "bad_argument"),
+        ({"acks": -1}, "bad_argument"),
+        ({"lifetime": "forever"}, "bad_argument"),
+        ({"node_id": ray_cluster.node2_id}, "bad_argument"),
+        ({"store_dir": 42}, "bad_argument"),
+    ]:
+        with pytest.raises(RequestError) as e:
+            place("never", namespace=namespace, **kwargs)  # type: ignore[arg-type]
+        assert e.value.code == code, kwargs
+    with pytest.raises(RequestError) as e:
+        place("../up", namespace=namespace)
+    assert e.value.code == "bad_context_name"
+    with pytest.raises(RequestError) as e:
+        placed.register_node(ray_cluster.node2_id, "relative/root")
+    assert e.value.code == "bad_argument"
+    with pytest.raises(NotFound):
+        placed.get("never")
+    assert placed.list() == before
+    entry = placed.get("kept")
+    with pytest.raises(RequestError) as e:
+        placed.promote("kept", expected_epoch=1, primary=entry.primary, followers=[])
+    assert e.value.code == "stale_epoch"
+    with pytest.raises(RequestError) as e:
+        placed.set_primary("kept", epoch=1, primary=entry.primary)
+    assert e.value.code == "stale_epoch"
+    with pytest.raises(NotFound):
+        placed.set_primary("never", epoch=0, primary=entry.primary)
+    assert placed.get("kept") == entry
+
+
+def test_connect_alone_creates_no_directory(
+    ray_cluster: RayCluster, namespace: str, context_name: str, tmp_path: Path
+) -> None:
+    h = connect(context_name, store_dir=tmp_path, namespace=namespace)
+    try:
+        assert existing_directory(namespace) is None
+        assert lookup(context_name, namespace).version() == 0
+        assert existing_directory(namespace) is None
+    finally:
+        h.shutdown()
+
+
+def test_contexts_cluster_shows_placement_versions_and_unknowns(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str
+) -> None:
+    h = place("shown", namespace=namespace, placement=f"node:{ray_cluster.node2_id}")
+    report = h.observe("tool_result", "one")
+    h.claim()
+    tx = f"(context-tx (base-version 0) (derive note (from {report.ref}) (seen)))"
+    assert h.submit(tx).committed
+    placed.place("ghost")  # placed, never started: its version is unknown
+    r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["namespace"] == namespace and doc["directory"] is True
+    rows = {c["name"]: c for c in doc["contexts"]}
+    assert rows["shown"]["primary"]["node_id"] == ray_cluster.node2_id
+    assert rows["shown"]["primary"]["version"] == h.version() > 0
+    assert rows["shown"]["primary"]["node_alive"] is True
+    assert rows["shown"]["epoch"] == 0 and rows["shown"]["followers"] == []
+    assert rows["ghost"]["primary"]["version"] is None
+    human = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace])
+    assert human.exit_code == 0, human.output
+    lines = human.output.splitlines()
+    assert lines[0].split()[:3] == ["context", "epoch", "primary"]
+    ghost = next(line for line in lines if line.startswith("ghost"))
+    assert ghost.split()[3] == "?"
+
+
+def test_contexts_cluster_without_a_directory_creates_none(
+    ray_cluster: RayCluster, namespace: str
+) -> None:
+    r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == {"namespace": namespace, "directory": False, "contexts": []}
+    assert existing_directory(namespace) is None
+
+
+def test_contexts_cluster_unreachable_is_one_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "morphz.cli", "contexts", "--cluster", "--address", "127.0.0.1:9"]
+        + ["--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 1, done
+    assert json.loads(done.stdout)["error"]["code"] == "ray_unreachable"
+
+
+# -- three nodes, each with its own store root (one child process) -----------------
+
+# One cluster bring-up for all of them, in this order: `placed_everywhere` needs an empty
+# directory, `cluster_table` removes a node.
+THREE_NODES = (
+    "placed_everywhere",
+    "placement_errors",
+    "directory_restart",
+    "loadtest_everywhere",
+    "cluster_table",
+)
+
+
+@pytest.fixture(scope="module")
+def three_nodes() -> dict[str, Any]:
+    """The verdicts of the three-node scenarios, run once for this module."""
+    return run_scenario(",".join(THREE_NODES))
+
+
+def _part(verdict: dict[str, Any], name: str) -> dict[str, Any]:
+    part: dict[str, Any] = verdict[name]
+    assert part["ok"], part
+    return part
+
+
+@pytest.mark.slow
+def test_contexts_placed_on_every_node_found_from_every_node(three_nodes: dict[str, Any]) -> None:
+    part = _part(three_nodes, "placed_everywhere")
+    assert sorted(part["by_node"].values()) == [2, 2, 2]
+    assert sorted(part["looked_up_from"]) == sorted(part["by_node"])
+
+
+@pytest.mark.slow
+def test_placement_errors_on_three_nodes_are_typed_and_change_nothing(
+    three_nodes: dict[str, Any],
+) -> None:
+    part = _part(three_nodes, "placement_errors")
+    assert part["codes"]["too_many_replicas"] == "not_enough_nodes"
+
+
+@pytest.mark.slow
+def test_directory_restart_reloads_its_state(three_nodes: dict[str, Any]) -> None:
+    part = _part(three_nodes, "directory_restart")
+    assert part["pid_before"] != part["pid_after"] and part["entries"] >= 2
+
+
+@pytest.mark.slow
+def test_loadtest_places_its_contexts_on_every_node(three_nodes: dict[str, Any]) -> None:
+    part = _part(three_nodes, "loadtest_everywhere")
+    assert len(set(part["nodes"])) == 3 and part["committed"] > 0
+
+
+@pytest.mark.slow
+def test_contexts_cluster_shows_followers_lag_and_lost_members(
+    three_nodes: dict[str, Any],
+) -> None:
+    part = _part(three_nodes, "cluster_table")
+    assert part["before"]["follower"] is not None

@@ -1,0 +1,298 @@
+"""Replication without Ray, on real LMDB files: the batch codec, the recording store,
+the follower's ordering, gap and epoch rules, acknowledged-only reads, snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.errors import MorphzError, RequestError, StoreError, WireError
+from protocol.view import ReadView
+from service.context import Context
+from storage import LmdbStore
+from storage.replication import (
+    FENCED,
+    REPLICA_GAP,
+    STALE_EPOCH,
+    Follower,
+    ReplicatedStore,
+    ReplicationState,
+    decode_batch,
+    encode_batch,
+    install,
+    snapshot,
+    store_state,
+)
+from storage.replication.fence import HELD_PREFIX, STATE_KEY
+
+TABLES_COMPARED = (
+    "frames events event_ids contents rel_fwd rel_rev cites lastmod clients txlog history"
+    " due inbox outbox traces".split()
+)
+
+
+def dump(store: LmdbStore) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Every row of the compared tables, and the engine's own meta rows."""
+
+    def run(view: ReadView) -> dict[str, list[tuple[bytes, bytes]]]:
+        out = {}
+        for name in TABLES_COMPARED:
+            out[name] = list(view._txn.cursor(db=view._db[name]))  # type: ignore[attr-defined]
+        meta = view._txn.cursor(db=view._db["meta"])  # type: ignore[attr-defined]
+        out["meta"] = [(k, v) for k, v in meta if k != STATE_KEY and not k.startswith(HELD_PREFIX)]
+        return out
+
+    return store.read(run)
+
+
+class Pair:
+    """A primary store wrapped for replication and one follower, shipping in-process."""
+
+    def __init__(self, root: Path, *, epoch: int = 0) -> None:
+        self.primary = LmdbStore.open(root / "primary", sync=False)
+        self.replica = LmdbStore.open(root / "follower", sync=False)
+        self.follower = Follower(self.replica)
+        self.batches: list[bytes] = []
+        self.fail: Callable[[int, bytes], None] | None = None
+        self.store = ReplicatedStore(self.primary, epoch=epoch, ship=self.ship)
+
+    def ship(self, seq: int, data: bytes) -> None:
+        if self.fail is not None:
+            self.fail(seq, data)
+        self.batches.append(data)
+        self.follower.receive(data)
+
+    def close(self) -> None:
+        self.primary.close()
+        self.replica.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Any:
+    p = Pair(tmp_path)
+    yield p
+    p.close()
+
+
+def _tx(i: int, base: int = 0) -> str:
+    return f"(context-tx (base-version {base}) (derive note/{i} (i {i})))"
+
+
+def _work(ctx: Context, steps: list[tuple[str, int]]) -> None:
+    for kind, i in steps:
+        if kind == "observe":
+            ctx.observe("tool_result", f"observation {i} " + "x" * (i * 37 % 5000))
+        elif kind == "claim":
+            ctx.claim()
+        elif kind == "derive":
+            ctx.submit(_tx(i), client_id=f"c-{i}")
+        elif kind == "revise":
+            ctx.submit(
+                f"(context-tx (base-version {ctx.version()}) (revise note/{i} (i {i} again)))",
+                client_id=f"r-{i}-{ctx.version()}",
+            )
+        elif kind == "relate":
+            ctx.submit(
+                f"(context-tx (base-version 0) (relate note/{i} supports note/{i + 1}))",
+                client_id=f"rel-{i}",
+            )
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["observe", "claim", "derive", "revise", "relate"]), st.integers(0, 6)
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=STEPS)
+def test_a_follower_applying_every_batch_holds_the_primarys_store(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]]
+) -> None:
+    p = Pair(tmp_path_factory.mktemp("pair"))
+    try:
+        ctx = Context(p.store, name="c")
+        _work(ctx, steps)
+        for data in p.batches:  # the codec round-trips every batch byte for byte
+            assert encode_batch(decode_batch(data)) == data
+        p.follower.drain()
+        assert dump(p.replica) == dump(p.primary)
+        assert p.follower.state == store_state(p.primary) == p.store.state
+    finally:
+        p.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_random_bytes_never_decode_into_a_batch_silently(data: bytes) -> None:
+    try:
+        decode_batch(data)
+    except WireError:
+        pass
+    try:
+        decode_batch(b"\x01" + data)
+    except WireError:
+        pass
+
+
+def test_malformed_batches_are_refused_and_change_nothing(pair: Pair) -> None:
+    Context(pair.store, name="c").submit(_tx(1), client_id="a")
+    before = dump(pair.replica), pair.follower.held_seq
+    for bad in (b"", b"\x02abc", b"\x01\x95\x00\x03\x00\x00\x91\x92\xa5apply\x01"):
+        with pytest.raises(WireError):
+            pair.follower.receive(bad)
+    assert (dump(pair.replica), pair.follower.held_seq) == before
+
+
+def test_follower_refuses_gaps_and_older_epochs_and_acks_duplicates(pair: Pair) -> None:
+    ctx = Context(pair.store, name="c")
+    pair.fail = lambda seq, data: None
+    ctx.submit(_tx(1), client_id="a")
+    ctx.submit(_tx(2), client_id="b")
+    first, second = pair.batches[-2], pair.batches[-1]
+    held = pair.follower.held_seq
+    # a retried ship of a batch it holds: acknowledged again, nothing changes
+    assert pair.follower.receive(second) == held
+    # a gap: refused, the follower asks for catching up
+    later = decode_batch(second)
+    later.seq += 2
+    with pytest.raises(RequestError) as gap:
+        pair.follower.receive(encode_batch(later))
+    assert gap.value.code == REPLICA_GAP
+    # an older epoch than the fence: refused
+    pair.follower.fence(3)
+    newer = decode_batch(second)
+    newer.seq = held + 1
+    with pytest.raises(RequestError) as stale:
+        pair.follower.receive(encode_batch(newer))
+    assert stale.value.code == STALE_EPOCH
+    assert pair.follower.held_seq == held and first
+
+
+def test_follower_shows_only_acknowledged_commits(pair: Pair) -> None:
+    ctx = Context(pair.store, name="c")
+    for i in range(5):
+        ctx.submit(_tx(i), client_id=f"c{i}")
+        version = ctx.version()
+        # the batch just received was not acknowledged when it was sent: held, not shown
+        shown = Context(LmdbStore.open(pair.replica.path, readonly=True), name="c")
+        try:
+            assert shown.version() < version
+            assert pair.follower.state.version == shown.version()
+        finally:
+            shown.backend.close()
+        assert pair.follower.held_seq == pair.store.state.seq
+    pair.follower.confirm(pair.store.acked)  # the watermark arrives: now shown
+    assert pair.follower.state.version == ctx.version()
+
+
+def test_a_failed_ship_is_not_acknowledged_and_is_shipped_before_the_next_write(
+    pair: Pair,
+) -> None:
+    ctx = Context(pair.store, name="c")
+
+    def down(seq: int, data: bytes) -> None:
+        raise StoreError("followers unreachable", code="replicas_unavailable")
+
+    pair.fail = down
+    with pytest.raises(StoreError):
+        ctx.submit(_tx(1), client_id="once")
+    assert pair.store.acked < pair.store.state.seq  # durable here, not acknowledged
+    pair.fail = None
+    again = ctx.submit(_tx(1), client_id="once")  # the client's retry
+    assert again.duplicate and pair.store.acked == pair.store.state.seq
+    pair.follower.drain()
+    assert dump(pair.replica) == dump(pair.primary)
+
+
+def test_a_stale_epoch_answer_fences_the_primary_for_good(pair: Pair) -> None:
+    ctx = Context(pair.store, name="c")
+    ctx.submit(_tx(1), client_id="a")
+    pair.follower.fence(1)  # a newer primary was promoted
+    with pytest.raises(RequestError) as first:
+        ctx.submit(_tx(2), client_id="b")
+    assert first.value.code == FENCED and pair.store.fenced
+    with pytest.raises(RequestError) as later:
+        ctx.observe("tool_result", "after the fence")
+    assert later.value.code == FENCED
+    assert pair.follower.state.version == 0 or pair.follower.held_seq < pair.store.state.seq
+
+
+def test_opening_under_an_older_epoch_than_the_store_has_seen_is_refused(tmp_path: Path) -> None:
+    store = LmdbStore.open(tmp_path / "s", sync=False)
+    try:
+        ReplicatedStore(store, epoch=4, ship=lambda seq, data: None)
+        assert store_state(store) == ReplicationState(4, 0, 0)
+        with pytest.raises(RequestError) as e:
+            ReplicatedStore(store, epoch=3, ship=lambda seq, data: None)
+        assert e.value.code == STALE_EPOCH
+    finally:
+        store.close()
+
+
+def test_exactly_once_survives_promotion_of_the_follower(pair: Pair) -> None:
+    ctx = Context(pair.store, name="c")
+    receipts = [ctx.submit(_tx(i), client_id=f"k{i}") for i in range(6)]
+    pair.follower.drain()
+    pair.follower.fence(1)
+    promoted = Context(ReplicatedStore(pair.replica, epoch=1, ship=lambda s, d: None), name="c")
+    for r in receipts:
+        again = promoted.submit(_tx(r.version - 1), client_id=r.client_id)
+        assert again.duplicate and again.version == r.version
+    assert promoted.version() == ctx.version()
+
+
+def test_a_snapshot_installed_replaces_a_diverged_store(tmp_path: Path) -> None:
+    p = Pair(tmp_path)
+    try:
+        ctx = Context(p.store, name="c")
+        for i in range(4):
+            ctx.submit(_tx(i), client_id=f"s{i}")
+        data, state = snapshot(p.primary)
+        assert state == p.store.state
+        # an old primary's store holding a commit nobody acknowledged
+        old = LmdbStore.open(tmp_path / "old", sync=False)
+        Context(old, name="c").submit(_tx(99), client_id="never-acked")
+        old.close()
+        install(str(tmp_path / "old"), data)
+        back = LmdbStore.open(tmp_path / "old", sync=False)
+        try:
+            assert dump(back) == dump(p.primary)
+            rejoined = Follower(back)
+            assert rejoined.state == state
+            ctx.submit(_tx(10), client_id="after")
+            rejoined.receive(p.batches[-1])
+            rejoined.drain()
+            assert dump(back) == dump(p.primary)
+        finally:
+            back.close()
+    finally:
+        p.close()
+
+
+def test_bad_snapshot_data_is_a_store_error(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    install(str(target), b"not an lmdb file")
+    with pytest.raises(MorphzError):
+        LmdbStore.open(target).close()
+
+
+def test_a_batch_from_a_newer_epoch_needs_a_snapshot_first(pair: Pair) -> None:
+    ctx = Context(pair.store, name="c")
+    ctx.submit(_tx(1), client_id="a")
+    newer = decode_batch(pair.batches[-1])
+    newer.epoch, newer.seq = 1, pair.follower.held_seq + 1
+    before = dump(pair.replica)
+    with pytest.raises(RequestError) as e:
+        pair.follower.receive(encode_batch(newer))
+    assert e.value.code == REPLICA_GAP and dump(pair.replica) == before
