@@ -368,11 +368,7 @@ class DirectoryActor:
                 check_int(expected_epoch, "expected_epoch")
                 new_primary = _member(primary, "primary")
                 new_followers = _members(followers, "followers")
-                if entry.epoch != expected_epoch:
-                    raise RequestError(
-                        f"context {entry.name!r} is at epoch {entry.epoch}, not {expected_epoch}",
-                        code="stale_epoch",
-                    )
+                _check_epoch(entry, expected_epoch)
                 updated = entry.model_copy(
                     update={
                         "epoch": entry.epoch + 1,
@@ -398,11 +394,7 @@ class DirectoryActor:
                         f"context {entry.name!r} is replicated: its primary changes by promotion",
                         code="bad_argument",
                     )
-                if entry.epoch != epoch:
-                    raise RequestError(
-                        f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}",
-                        code="stale_epoch",
-                    )
+                _check_epoch(entry, epoch)
                 updated = entry.model_copy(update={"primary": new_primary})
                 return ok(self._save_entry(updated).model_dump())
         except MorphzError as e:
@@ -415,15 +407,19 @@ class DirectoryActor:
                 entry = self._entry(name)
                 check_int(epoch, "epoch")
                 new_followers = _members(followers, "followers")
-                if entry.epoch != epoch:
-                    raise RequestError(
-                        f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}",
-                        code="stale_epoch",
-                    )
+                _check_epoch(entry, epoch)
                 updated = entry.model_copy(update={"followers": new_followers})
                 return ok(self._save_entry(updated).model_dump())
         except MorphzError as e:
             return failed(e)
+
+
+def _check_epoch(entry: ContextEntry, epoch: int) -> None:
+    """A compare-and-set's guard: RequestError ``stale_epoch`` unless *entry* is at *epoch*."""
+    if entry.epoch != epoch:
+        raise RequestError(
+            f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}", code="stale_epoch"
+        )
 
 
 def _entry(raw: Any) -> ContextEntry:
