@@ -25,6 +25,8 @@ of fields plus, for ``remove``, the length of the one field edited.
 
 from __future__ import annotations
 
+from typing import Any
+
 from protocol.forms import Form, Symbol
 
 INCR_MIN = -(1 << 63)
@@ -133,7 +135,8 @@ def apply_edit(
     elif op == "remove":
         if at is None:
             return body
-        kept = tuple(v for v in body[at][1:] if not any(same_form(v, x) for x in values))
+        drop = {form_key(x) for x in values}
+        kept = tuple(v for v in body[at][1:] if form_key(v) not in drop)
         new = (head, *kept)
     elif op == "incr":
         delta = values[0]
@@ -183,3 +186,73 @@ def changed_fields(old: tuple[Form, ...] | None, new: tuple[Form, ...]) -> set[s
             out.add(name)
     out.update(name for name in before if name not in after)
     return out
+
+
+def edits_between(
+    old: tuple[Form, ...], new: tuple[Form, ...]
+) -> list[tuple[str, str, tuple[Form, ...]]] | None:
+    """Field edits ``(op, field, values)`` that turn the keyed body *old* into *new*.
+
+    What a read-modify-write meant, written so that concurrent writers collide only
+    where their meanings do: a field whose values grew at the end is an ``append`` of
+    the new values; one that lost values (the rest kept in order, none of the lost
+    ones left) is a ``remove``; a field gone is an ``unset``; any other change is a
+    ``set``. None when a whole-body ``revise`` is needed: either body is not keyed,
+    the fields kept changed their order, or a new field is not after every kept one
+    (edits add fields at the end). An empty list: nothing changed.
+    """
+    before, after = field_index(old), field_index(new)
+    if before is None or after is None:
+        return None
+    kept = [name for name in after if name in before]
+    if kept != [name for name in before if name in after]:
+        return None
+    added = [name for name in after if name not in before]
+    if added and kept and after[added[0]] < after[kept[-1]]:
+        return None
+    out: list[tuple[str, str, tuple[Form, ...]]] = []
+    for name in before:
+        if name not in after:
+            out.append(("unset", name, ()))
+    for name, i in after.items():
+        j = before.get(name)
+        values = new[i][1:]
+        if j is None:
+            out.append(("set", name, values))
+            continue
+        was = old[j][1:]
+        if same_form(was, values):
+            continue
+        if len(values) > len(was) and same_form(values[: len(was)], was):
+            out.append(("append", name, values[len(was) :]))
+        elif len(values) < len(was) and _removal(was, values) is not None:
+            out.append(("remove", name, _removal(was, values) or ()))
+        else:
+            out.append(("set", name, values))
+    return out
+
+
+def _removal(was: tuple[Form, ...], now: tuple[Form, ...]) -> tuple[Form, ...] | None:
+    """The distinct values removing which from *was* leaves exactly *now*; None if none do."""
+    staying = {form_key(x) for x in now}
+    gone: dict[Any, Form] = {}
+    for v in was:
+        k = form_key(v)
+        if k not in staying and k not in gone:
+            gone[k] = v
+    if not gone:
+        return None
+    left = tuple(v for v in was if form_key(v) not in gone)
+    return tuple(gone.values()) if same_form(left, now) else None
+
+
+def form_key(form: Form) -> Any:
+    """A hashable key of *form* that tells an atom from a string of the same text."""
+    cls = type(form)
+    if cls is tuple:
+        return (3, tuple(form_key(x) for x in form))
+    if cls is Symbol:
+        return (1, str(form))
+    if cls is str:
+        return (2, form)
+    return (0, form)

@@ -11,7 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import NotFound, ParseError, WireError
-from protocol.fields import apply_edit, changed_fields, field_index, same_form
+from protocol.fields import (
+    apply_edit,
+    changed_fields,
+    edits_between,
+    field_index,
+    form_key,
+    same_form,
+)
 from protocol.forms import Symbol
 from protocol.receipts import Receipt
 from protocol.sexpr import print_form
@@ -377,3 +384,48 @@ def test_set_models_hold_the_rules_for_every_port() -> None:
     with pytest.raises(ValueError, match="not a field name"):
         SetField(id="a", field="has space")
     assert SetField(id="a", field="x").values == ()
+
+
+def test_edits_between_two_bodies_say_what_a_read_modify_write_meant() -> None:
+    old = ((S("a"), 1), (S("t"), S("x")), (S("z"), 1, 2, 1, "1"))
+    assert edits_between(old, ((S("a"), 2), (S("t"), S("x"), S("y")), (S("z"), 1, 2, 1, "1"))) == [
+        ("set", "a", (2,)),
+        ("append", "t", (S("y"),)),
+    ]
+    assert edits_between(old, ((S("a"), 1), (S("z"), 2, "1"))) == [
+        ("unset", "t", ()),
+        ("remove", "z", (1,)),
+    ]
+    assert edits_between(old, old) == []
+    assert edits_between(old, ((S("n"),), *old)) is None  # a new field before kept ones
+    assert edits_between(old, (old[1], old[0], old[2])) is None  # kept fields reordered
+    assert edits_between(old, ("loose",)) is None
+    assert edits_between(old, (*old, (S("n"), 0))) == [("set", "n", (0,))]
+
+
+@FAST
+@given(
+    st.lists(st.sampled_from(["a", "b", "c"]), unique=True).map(
+        lambda names: tuple((S(n), *range(len(n) + 2)) for n in names)
+    ),
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "d"]), st.lists(_items, max_size=3)),
+        max_size=4,
+    ),
+)
+def test_edits_between_then_applied_give_the_new_body_up_to_new_fields_order(
+    old: tuple[Any, ...], changes: list[tuple[str, list[Any]]]
+) -> None:
+    new = old
+    for name, values in changes:
+        new = apply_edit(new, "set", "f", name, tuple(values))
+    edits = edits_between(old, new)
+    assert edits is not None
+    body = old
+    for op, name, values in edits:
+        body = apply_edit(body, op, "f", name, values)
+    assert _fields_of(body) == _fields_of(new)
+
+
+def _fields_of(body: tuple[Any, ...]) -> dict[str, Any]:
+    return {str(f[0]): [form_key(x) for x in f[1:]] for f in body}
