@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.client import ContextHandle
-from actors.context_actor import ContextActor
-from actors.guard import grant_key
-from actors.replies import open_reply
+from actors.client.handle import ContextHandle
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
+from actors.server.guard import grant_key
 from protocol import capabilities as grants
 from protocol.wire import unpack
 
