@@ -32,7 +32,7 @@ from harness.loadtest.cluster import (
 )
 from harness.loadtest.nodes import NodeKiller, TestCluster
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
-from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, figures
+from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, conflict_counts, figures
 from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
 from harness.workload import WorkloadSpec
 from protocol.errors import MorphzError, StoreError
@@ -194,6 +194,7 @@ class _Run:
                         threads=threads,
                         seconds=opts.duration_s,
                         conflict_rate=opts.conflict_rate,
+                        shared_mode=opts.shared_mode,
                         seed=opts.seed,
                     )
                     work.append(_Work(agent, c, "replay", (spec.model_dump(),)))
@@ -372,6 +373,7 @@ class _Run:
         opts = self.opts
         violations: list[dict[str, str]] = []
         per_context = []
+        collisions: Counter[str] = Counter()
         checked = {"submissions": 0, "log_records": 0, "replayed": 0, "acknowledged_on_disk": 0}
         local = set(local_nodes())
         all_records: list[dict[str, Any]] = []
@@ -393,6 +395,9 @@ class _Run:
                 {"context": handle.name, "kind": v.kind, "detail": v.detail} for v in found
             )
             fig = figures(by_context.get(c, []), elapsed)
+            conflicted = conflict_counts(by_context.get(c, []))
+            for key, value in conflicted.items():
+                collisions[key] += value
             per_context.append(
                 {
                     "name": handle.name,
@@ -411,9 +416,20 @@ class _Run:
                     "history_ok": not found,
                     "violations": len(found),
                     "replayed": result.replayed,
+                    **conflicted,
                 }
             )
         total = figures(all_records, elapsed)
+        commits = max(1, total["committed"])
+        contention = {
+            "shared_mode": opts.shared_mode,
+            "conflicts": collisions["conflicts"],
+            "false_conflicts": collisions["false_conflicts"],
+            "rejections_per_1000_commits": round(total["rejected"] * 1000 / commits, 2),
+            "false_conflicts_per_1000_commits": round(
+                collisions["false_conflicts"] * 1000 / commits, 2
+            ),
+        }
         requested: dict[str, Any] = (
             {"duration_s": opts.duration_s}
             if opts.duration_s is not None
@@ -446,6 +462,7 @@ class _Run:
                 "skipped": 0 if killer is None else killer.skipped,
                 "errors": 0 if killer is None else killer.errors,
             },
+            "contention": contention,
             "history_ok": not violations,
             "violations": violations[:MAX_VIOLATIONS],
             "violation_count": len(violations),

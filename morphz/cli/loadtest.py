@@ -86,6 +86,12 @@ def _human(doc: Mapping[str, Any]) -> None:
         ("committed", f"{doc['committed']} ({doc['rebased']} rebased)"),
         ("rejected", f"{doc['rejected']} ({doc['retried']} retried, {doc['gave_up']} gave up)"),
         ("unknown outcome", str(doc["unknown"])),
+        (
+            "per 1,000 commits",
+            f"{doc['contention']['rejections_per_1000_commits']:.1f} rejections, "
+            f"{doc['contention']['false_conflicts_per_1000_commits']:.1f} false conflicts "
+            f"(shared: {doc['contention']['shared_mode']})",
+        ),
         ("throughput", f"{doc['throughput_tx_s']:.1f} commits/s"),
         ("latency p50 / p99", f"{lat['p50']:.1f} / {lat['p99']:.1f} ms"),
         ("kills", str(doc["kills"])),
@@ -149,6 +155,14 @@ def _human(doc: Mapping[str, Any]) -> None:
     default=0.1,
     show_default=True,
     help="Share of transactions that write frames other threads also write.",
+)
+@click.option(
+    "--shared-mode",
+    type=click.Choice(["replace", "list", "fields"]),
+    default="replace",
+    show_default=True,
+    help="How a trajectory step writes its domain's shared frame: replace its body, "
+    "append to its list by read-modify-write (revise), or with (append …).",
 )
 @click.option(
     "--shared-frames",
@@ -229,6 +243,7 @@ def loadtest_cmd(
     transactions: int | None,
     conflict_rate: float,
     shared_frames: int,
+    shared_mode: str,
     workload: str,
     trajectories_dir: str | None,
     conversations: int | None,
@@ -257,6 +272,7 @@ def loadtest_cmd(
         "transactions": transactions,
         "conflict_rate": conflict_rate,
         "shared_frames": shared_frames,
+        "shared_mode": shared_mode,
         "workload": workload,
         "trajectories_dir": trajectories_dir,
         "conversations": conversations,
