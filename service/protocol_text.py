@@ -47,13 +47,9 @@ base-version is the version shown under ## runtime. Operations apply in order:
 - (derive ID (from REF…) BODY…) creates a frame; every source must exist.
 - (revise ID [(from REF…)] BODY…) replaces the whole body (restate what should \
 stay) and cancels a pending retirement.
-- A body of lists each headed by its own name, (status open) (owner ana) \
-(items "a"), is a set of fields, and one field can change alone: \
-(set ID (status done)), (append ID (items "b" "c")), (remove ID (items "a")), \
-(incr ID (count 1)), (unset ID owner); each takes an optional (from REF…). \
-Prefer them on frames others also write: an append is never rejected for \
-concurrency, and a set only when someone changed that same field since your \
-base-version; a revise is rejected when anything in the frame changed.
+- Fields: in a body like (status open) (items a), (set ID (status done)), \
+(append ID (items b)), (remove ID (items a)), (incr ID (n 1)), (unset ID status) \
+change one field; append never conflicts, set only on its own field.
 - (relate A LABEL B) and (unrelate A LABEL B) add and remove named edges between \
 frames; A supersedes B lets B retire at once when A cites it.
 - (retire REF…) takes observations out of your next input at once (their text \
