@@ -36,6 +36,8 @@ from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, conflict_counts
 from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
 from harness.workload import WorkloadSpec
 from protocol.errors import MorphzError, StoreError
+from protocol.forms import Symbol
+from protocol.tx import ContextTx, Derive
 from protocol.wire import unpack
 
 MAX_AGENTS = 8
@@ -158,6 +160,8 @@ class _Run:
                 )
             ray.get([agent.pid.remote() for agent in self.agents])  # started before timing
             work = self._plan(conversations, n_agents)
+            if opts.workload == "trajectories" and opts.shared_mode != "replace":
+                self._shared_lists(conversations)
             records, elapsed, killer = self._load(work)
             return self._report(records, elapsed, killer, n_agents)
         finally:
@@ -175,6 +179,20 @@ class _Run:
                     forget_contexts(names, opts.namespace)
                 except MorphzError:  # the directory is unreachable: entries stay behind
                     pass
+
+    def _shared_lists(self, conversations: list[Conversation]) -> None:
+        """Create every domain's shared list ``(seen)`` before the load, so threads add to
+        it rather than race to create it (a race of creates is a real conflict)."""
+        domains = sorted({c.domain for c in conversations})
+        ops = tuple(Derive(id=f"shared/{d}", body=((Symbol("seen"),),)) for d in domains)
+        for handle in self.handles:
+            if ops:
+                tx = ContextTx(base_version=handle.version(), reason="shared lists", ops=ops)
+                receipt = handle.submit(tx)
+                if not receipt.committed:
+                    raise StoreError(
+                        f"could not create the shared lists: {receipt.errors}", code="agent_error"
+                    )
 
     def _plan(self, conversations: list[Conversation], n_agents: int) -> list[_Work]:
         opts = self.opts
