@@ -637,6 +637,23 @@ class ContextHandle:
 
     search_async = search.aio
 
+    @Remote
+    def inspect(self, view: str, args: dict[str, Any]) -> Call[dict[str, Any]]:
+        """One read of the web inspector (:func:`service.inspection.inspect`): *view* is
+        ``graph``, ``transactions``, ``revisions`` or ``diff``; needs ``read``."""
+        if not isinstance(args, dict):
+            raise RequestError("inspector arguments are a dict", code="bad_argument")
+        return Call("inspect", (check_text(view, "view"), dict(args)), _map)
+
+    inspect_async = inspect.aio
+
+    @Remote
+    def inspect_search(self, query: str, limit: int = 20) -> Call[dict[str, Any]]:
+        """Search hits with snippets, recording nothing; needs ``recall`` like a search."""
+        return Call("inspect_search", (check_text(query, "query"), check_int(limit, "limit")), _map)
+
+    inspect_search_async = inspect_search.aio
+
     # -- governance ---------------------------------------------------------------
 
     @Remote
