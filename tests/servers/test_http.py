@@ -293,7 +293,7 @@ def _enforced_context(server: Server) -> tuple[str, Any, bytes, bytes]:
     """A new context of tenant acme served enforcing capabilities: its name, its handle
     (as admin), an admin token and a read-only token."""
     from actors import connect
-    from actors.guard import issue_capability
+    from actors.server.guard import issue_capability
 
     name = "acme-" + uuid.uuid4().hex[:8]
     admin = issue_capability(
