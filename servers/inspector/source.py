@@ -23,7 +23,7 @@ from protocol.replies import Reply
 from service import inspection
 
 if TYPE_CHECKING:
-    from actors.client import ContextHandle
+    from actors.client.handle import ContextHandle
     from service.context import Context
 
 __all__ = ["READS", "HandleSource", "Source", "StoreSource"]
