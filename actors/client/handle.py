@@ -639,11 +639,8 @@ class ContextHandle:
 
     @Remote
     def inspect(self, view: str, args: dict[str, Any]) -> Call[dict[str, Any]]:
-        """One read of the web inspector (:func:`service.inspection.inspect`): *view* is
-        ``graph``, ``transactions``, ``revisions`` or ``diff``; needs ``read``."""
-        if not isinstance(args, dict):
-            raise RequestError("inspector arguments are a dict", code="bad_argument")
-        return Call("inspect", (check_text(view, "view"), dict(args)), _map)
+        """A read of the web inspector (:func:`service.inspection.inspect`); needs ``read``."""
+        return Call("inspect", (check_text(view, "view"), args), _map)
 
     inspect_async = inspect.aio
 
