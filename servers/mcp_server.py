@@ -7,7 +7,7 @@ models (``docs/api.md``):
 
 * the embedded :class:`~service.context.Context`, when this process may hold
   the store (calls are serialized by a lock: MCP runs tool calls in threads);
-* a context actor's :class:`~actors.client.ContextHandle`, when an actor holds
+* a context actor's :class:`~actors.client.handle.ContextHandle`, when an actor holds
   the store or a Ray address is given — so several server processes (one per
   MCP client, as stdio hosts spawn them) share one memory and every write is
   conflict-checked by the actor: rebased or rejected, never lost.
@@ -20,8 +20,11 @@ model can act on; an argument that is wrong or refused is a tool error result
 ``{"error": {"code", "message"}}``, with nothing written.
 
 Tools: ``observe``, ``commit``, ``frame``, ``recall``, ``search``,
-``read_event``, ``history``, ``state``. Prompt: ``protocol`` (the full
-protocol text, :data:`service.protocol_text.PROTOCOL_TEXT`). Resources:
+``read_event``, ``history``, ``state``, and one tool for each operation the
+registry exposes on MCP (:mod:`service.operations`, e.g. ``frame_history``),
+made from its declaration: its arguments' schema is the argument model's.
+Prompt: ``protocol`` (the full protocol text,
+:data:`service.protocol_text.PROTOCOL_TEXT`). Resources:
 ``morphz://{context}/frames/{id}`` and ``morphz://{context}/events/{ref}``.
 See ``docs/mcp.md``.
 """
@@ -44,6 +47,8 @@ from pydantic import Field, ValidationError
 
 from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
 from protocol.replies import plain
+from servers.operations import operation_tool
+from service.operations import operations
 from service.protocol_text import PROTOCOL_TEXT
 
 __all__ = [
@@ -155,7 +160,7 @@ def open_memory(
     (detached, so it outlives this server and serves every other one). With
     no address, the store is opened here (embedded) unless a context actor
     holds it, found through the advert it writes into the store
-    (:func:`actors.connection.advertised`), as ``morphz tx`` finds it.
+    (:func:`actors.cluster.connection.advertised`), as ``morphz tx`` finds it.
     *capability* travels with every actor call; embedded there is no guard,
     so a capability without an actor is refused (``bad_argument``).
     """
@@ -163,7 +168,7 @@ def open_memory(
     if target is not None:
         return _actor_memory(store, context, target, capability, create, may_start=True)
     if capability is not None:
-        from actors.connection import advertised
+        from actors.cluster.connection import advertised
 
         # A token is enforced only by an actor: never serve the store embedded with one.
         if advertised(store, context) is None:
@@ -201,8 +206,8 @@ def _actor_memory(
     *may_start*: start the actor (detached) when the cluster has none; only when
     the cluster was named, never on the strength of a possibly stale advert.
     """
-    from actors.connection import advertised, connect, lookup
-    from actors.transport import DEFAULT_NAMESPACE, init_ray, ray_module
+    from actors.client.transport import DEFAULT_NAMESPACE, init_ray, ray_module
+    from actors.cluster.connection import advertised, connect, lookup
 
     advert = advertised(store, context)
     target = address or (advert or {}).get("address")
@@ -530,6 +535,15 @@ def build_server(memory: Memory, *, name: str = "morphz") -> MCPServer:
             }
 
         return run(go)
+
+    for op in operations():
+        if op.mcp is not None:
+            server.add_tool(
+                operation_tool(op, memory.call, run, CallToolResult),
+                name=op.mcp.name or op.name,
+                description=op.mcp.description or op.doc,
+                annotations=recorded if op.writes else read_only,
+            )
 
     @server.prompt(
         name="protocol",
