@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service import queries
+import service.queries as queries
 from service.registry import OPERATIONS, Operation, Route, Tool
 
 __all__ = ["Operations", "operations"]
