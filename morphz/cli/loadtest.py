@@ -86,12 +86,6 @@ def _human(doc: Mapping[str, Any]) -> None:
         ("committed", f"{doc['committed']} ({doc['rebased']} rebased)"),
         ("rejected", f"{doc['rejected']} ({doc['retried']} retried, {doc['gave_up']} gave up)"),
         ("unknown outcome", str(doc["unknown"])),
-        (
-            "per 1,000 commits",
-            f"{doc['contention']['rejections_per_1000_commits']:.1f} rejections, "
-            f"{doc['contention']['false_conflicts_per_1000_commits']:.1f} false conflicts "
-            f"(shared: {doc['contention']['shared_mode']})",
-        ),
         ("throughput", f"{doc['throughput_tx_s']:.1f} commits/s"),
         ("latency p50 / p99", f"{lat['p50']:.1f} / {lat['p99']:.1f} ms"),
         ("kills", str(doc["kills"])),
@@ -102,6 +96,16 @@ def _human(doc: Mapping[str, Any]) -> None:
             else f"[red]{doc['violation_count']} violation(s)[/red]",
         ),
     ]
+    contention = doc.get("contention")
+    if contention is not None:
+        rows.append(
+            (
+                "per 1,000 commits",
+                f"{contention['rejections_per_1000_commits']:.1f} rejections, "
+                f"{contention['false_conflicts_per_1000_commits']:.1f} false conflicts "
+                f"(shared: {contention['shared_mode']})",
+            )
+        )
     if "store" in doc:
         kept = doc.get("store_kept", True)
         rows.append(("store", doc["store"] + ("" if kept else " (temporary, removed)")))
