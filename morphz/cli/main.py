@@ -195,7 +195,7 @@ def claim(env: Env, address: str | None) -> None:
 def _human_receipt(d: dict[str, Any]) -> str:
     lines = [
         f"{d['status']} at version {d['version']} (base {d['base_version']}"
-        + (", rebased" if d["rebased"] else "")
+        + (", rebased" if d["rebased"] and d["status"] == "committed" else "")
         + (", duplicate" if d.get("duplicate") else "")
         + ")"
     ]
