@@ -310,7 +310,7 @@ class Context(GovernanceAPI):
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
         f = self.backend.read(lambda v: v.frame(frame_id))
         if f is None:
-            raise NotFound(f"no frame {frame_id!r}")
+            raise self.backend.read(lambda v: reads.no_frame(v, frame_id))
         return f
 
     def event(self, ref: str) -> EventReply:
