@@ -82,7 +82,9 @@ LAYERS: dict[str, Layer] = {
     ),
     "service": _layer("protocol storage service", "pydantic pydantic_core msgpack"),
     "actors": _layer(
-        "protocol storage service actors", "ray msgpack pydantic", lazy=frozenset({"ray"})
+        "protocol storage service actors",
+        "ray grpc msgpack pydantic",
+        lazy=frozenset({"ray", "grpc"}),
     ),
     "servers": _layer(
         "protocol service actors servers",

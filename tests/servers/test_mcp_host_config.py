@@ -81,3 +81,19 @@ def test_python_dash_m_morphz_serves_mcp(tmp_path: Path) -> None:
         env=server_env(PATH="/usr/bin:/bin"),
     )
     assert anyio.run(first_state, params)["version"] == 0
+
+
+def test_a_server_that_cannot_join_its_cluster_tells_the_host_why(tmp_path: Path) -> None:
+    entry = next(e for e in host_configs("docs/mcp.md") if "RAY_ADDRESS" in e.get("env", {}))
+    entry = {**entry, "env": {**entry["env"], "RAY_ADDRESS": "127.0.0.1:1"}}  # nobody there
+    entry["env"].pop("MORPHZ_CAPABILITY", None)
+
+    async def main() -> str:
+        try:
+            await first_state(spawned(entry, tmp_path / "store"))
+        except Exception as e:  # the SDK raises the server's answer inside task groups
+            return repr(e)
+        raise AssertionError("the server answered though it cannot reach its cluster")
+
+    message = anyio.run(main)
+    assert "ray_unreachable" in message and "127.0.0.1:1" in message
