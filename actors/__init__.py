@@ -5,11 +5,11 @@ runs, so the store commands (``morphz state`` …) never pay Ray's import time.
 See docs/actors.md.
 """
 
-from actors.client import ContextHandle, RetryPolicy, new_client_id
-from actors.connection import connect, lookup, place
-from actors.context_actor import ContextActor
-from actors.directory import ContextEntry, Member, directory
-from actors.placement import current_node_id, node_with_resource
+from actors.client.handle import ContextHandle, RetryPolicy, new_client_id
+from actors.cluster.connection import connect, lookup, place
+from actors.cluster.directory import ContextEntry, Member, directory
+from actors.cluster.placement import current_node_id, node_with_resource
+from actors.server.context_actor import ContextActor
 
 __all__ = [
     "ContextActor",

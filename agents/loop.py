@@ -2,7 +2,7 @@
 
 :class:`AgentLoop` is a plain class; it works against a :class:`ContextPort`,
 which both an embedded :class:`~service.context.Context` (through
-:class:`EmbeddedPort`) and a Ray :class:`~actors.client.ContextHandle`
+:class:`EmbeddedPort`) and a Ray :class:`~actors.client.handle.ContextHandle`
 satisfy. One :meth:`AgentLoop.step` is one model call:
 
 1. **claim** the waiting inputs as one batch (one cognitive tick, R20);

@@ -1,5 +1,5 @@
 """How an agent loop reaches a context: the :class:`ContextPort` protocol, which a Ray
-:class:`~actors.client.ContextHandle` satisfies, and :class:`EmbeddedPort`, the same calls
+:class:`~actors.client.handle.ContextHandle` satisfies, and :class:`EmbeddedPort`, the same calls
 on an embedded :class:`~service.context.Context`."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class ContextPort(Protocol):
 class EmbeddedPort:
     """:class:`ContextPort` over an embedded :class:`~service.context.Context`: each call is
     the service method of the same name, answered in the shape a
-    :class:`~actors.client.ContextHandle` answers.
+    :class:`~actors.client.handle.ContextHandle` answers.
 
     The compile cache and the search index are the context's own
     (:meth:`~service.context.Context.compile`, :meth:`~service.context.Context.search`);

@@ -8,7 +8,7 @@ Measured in one run, on one Ray cluster (a new local one unless ``--address``):
     payload; and the same no-op calls made by N sequential callers;
 (b) **commit throughput**: N logical threads (1 … 32, asyncio tasks in one
     loader actor, as agent threads are) each submitting durable commits through
-    :class:`actors.client.ContextHandle` to one context actor, one after the
+    :class:`actors.client.handle.ContextHandle` to one context actor, one after the
     other (each revises the thread's own frame, based on its last receipt, so
     everything is rebased and nothing conflicts); commits/s, p50/p99 latency,
     mean group-commit size, and the ratio to (a);
@@ -42,9 +42,9 @@ from typing import Any
 
 import testbed  # first: puts this checkout on sys.path
 
-from actors.client import ContextHandle
-from actors.connection import connect, lookup
-from actors.placement import current_node_id, pinned
+from actors.client.handle import ContextHandle
+from actors.cluster.connection import connect, lookup
+from actors.cluster.placement import current_node_id, pinned
 from harness.loadtest import percentile, run_loadtest
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Revise

@@ -11,7 +11,7 @@ against two fresh contexts kept for the whole run:
   of the candidates, then the quarantine scan) on its store thread.
 
 N asyncio threads in this driver each submit durable commits through
-:class:`actors.client.ContextHandle`, the same transactions in both modes: each
+:class:`actors.client.handle.ContextHandle`, the same transactions in both modes: each
 derives a new frame, based on the last version the thread saw (so everything
 commits), and every other one also marks it ``(envelope F (trust candidate))``,
 so half the frames are candidates. In *on* the worker reviews and admits them;
@@ -45,9 +45,9 @@ from typing import Any
 
 import testbed  # first: puts this checkout on sys.path
 
-from actors.client import ContextHandle
-from actors.connection import connect
-from actors.guard import issue_capability
+from actors.client.handle import ContextHandle
+from actors.cluster.connection import connect
+from actors.server.guard import issue_capability
 from harness.loadtest import percentile
 
 NAMESPACE = "morphz-bench-governance"

@@ -8,7 +8,7 @@ Serve on a free loopback port:
   this process, one connection each) each POSTing transactions as
   ``text/plain`` to ``/v1/contexts/{c}/transactions``, one after the other;
 * **handle** (the baseline): N concurrent asyncio tasks in this process, each
-  calling :meth:`actors.client.ContextHandle.submit_async` with the same text.
+  calling :meth:`actors.client.handle.ContextHandle.submit_async` with the same text.
 
 Every transaction revises the client's own frame based on its last receipt, so
 everything is rebased and nothing conflicts; each is a durable commit. The two
@@ -34,8 +34,8 @@ from typing import Any
 
 import testbed  # first: puts this checkout on sys.path
 
-from actors.client import ContextHandle
-from actors.connection import connect
+from actors.client.handle import ContextHandle
+from actors.cluster.connection import connect
 from harness.loadtest import percentile
 
 LEVELS = (1, 8, 32)
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
     from ray import serve
 
-    from actors.transport import init_ray
+    from actors.client.transport import init_ray
     from servers.http_api import serve_app
 
     commits = 15 if args.quick else 60

@@ -4,7 +4,7 @@ Measured in one run, on one new local Ray cluster: two context actors, each in
 its own worker process, identical but for ``MORPHZ_METRICS`` (``1``: metrics
 recorded through ``ray.util.metrics``; ``0``: the no-op recorder, the
 baseline). Sequential committers (asyncio tasks in the driver, each deriving
-new frames through :class:`actors.client.ContextHandle`) drive one actor, then
+new frames through :class:`actors.client.handle.ContextHandle`) drive one actor, then
 the other, alternating in rounds so that drift on a shared machine hits both
 sides. Printed: commits/s, p50/p99 latency and the ratio, at 1 committer (one
 write per transaction: every record is per transaction) and at 16 (group
@@ -31,11 +31,11 @@ from typing import Any
 
 import testbed  # first: puts this checkout on sys.path
 
-from actors.client import ContextHandle
-from actors.context_actor import ContextActor
-from actors.metrics import ENV
-from actors.placement import actor_name, current_node_id, pinned
-from actors.transport import remote_class
+from actors.client.handle import ContextHandle
+from actors.client.transport import remote_class
+from actors.cluster.placement import actor_name, current_node_id, pinned
+from actors.server.context_actor import ContextActor
+from actors.server.metrics import ENV
 from harness.loadtest import percentile
 
 NAMESPACE = "morphz-bench-metrics"
@@ -83,7 +83,7 @@ async def _round(handle: ContextHandle, threads: int, seconds: float) -> tuple[i
 
 def _recording_cost() -> dict[str, float]:
     """µs of recording per transaction, for writes of 1 and of 64 transactions."""
-    from actors.metrics import ContextMetrics
+    from actors.server.metrics import ContextMetrics
 
     m = ContextMetrics("bench", NAMESPACE)
     assert m.enabled

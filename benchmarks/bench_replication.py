@@ -84,7 +84,7 @@ class Bench:
         }
 
     def factors(self, writers: int, seconds: float, rounds: int) -> dict[str, Any]:
-        from actors.connection import place
+        from actors.cluster.connection import place
 
         handles = {
             f: place(
@@ -117,8 +117,8 @@ class Bench:
         return out
 
     def failover(self, kills: int) -> dict[str, Any]:
-        from actors.connection import place
-        from actors.directory import directory
+        from actors.cluster.connection import place
+        from actors.cluster.directory import directory
         from protocol.errors import MorphzError
 
         times: list[float] = []

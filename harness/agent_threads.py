@@ -1,7 +1,7 @@
 """Agent threads: actors that run a workload against a context by name and record what happened.
 
 They generate load for tests, benchmarks and ``morphz loadtest``; they talk
-to context actors only through the public client (:mod:`actors.client`).
+to context actors only through the public client (:mod:`actors.client.handle`).
 :class:`AgentThread` is a plain class run as an async Ray actor
 (:func:`spawn_agent`). One actor hosts ``spec.threads`` logical threads as
 asyncio tasks, so 32 threads need not be 32 processes on a small machine; each
@@ -17,7 +17,7 @@ the frames other threads wrote since its old base (``changed_since_base``) are
 known to exist, so its next read is still only due after ``spec.read_every``
 steps. A rebuilt
 transaction is a new transaction and gets a new client id; a resubmission after a lost reply (inside
-:meth:`~actors.client.ContextHandle.submit_async`) keeps the same id (R25).
+:meth:`~actors.client.handle.ContextHandle.submit_async`) keeps the same id (R25).
 Any other rejection is final for that step.
 
 Each submission attempt yields one record (a dict, see :data:`RECORD_KEYS`);
@@ -35,9 +35,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.client import DEFAULT_NAMESPACE, ContextHandle, new_client_id
-from actors.connection import lookup
-from actors.placement import current_node_id, ensure_ray, pinned
+from actors.client.handle import DEFAULT_NAMESPACE, ContextHandle, new_client_id
+from actors.cluster.connection import lookup
+from actors.cluster.placement import current_node_id, ensure_ray, pinned
 from harness.workload import (
     RETRY_CODES,
     Step,

@@ -1,6 +1,6 @@
 """The HTTP API: a FastAPI app over context actors, served as a Ray Serve application.
 
-Every route calls a context actor through its :class:`~actors.client.ContextHandle`
+Every route calls a context actor through its :class:`~actors.client.handle.ContextHandle`
 (one per context, cached in the replica) and translates the reply: no rule is
 written here. :func:`create_app` builds the app over a :class:`Resolver` (what
 gives the handle of a context name), so tests and other hosts can serve it as
@@ -64,7 +64,7 @@ from protocol.receipts import Receipt
 from protocol.wire import submitted_from_dict
 
 if TYPE_CHECKING:
-    from actors.client import ContextHandle
+    from actors.client.handle import ContextHandle
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -184,7 +184,7 @@ class ActorResolver:
         cached = self.handles.get(name)
         if cached is not None:
             return cached
-        from actors.connection import connect, lookup
+        from actors.cluster.connection import connect, lookup
 
         try:
             found = lookup(name, self.namespace, store_dir=self.store_dir)
@@ -218,7 +218,7 @@ class ActorResolver:
 
     def create(self, name: str, window: int | None, capability: bytes | None) -> ContextHandle:
         """See :class:`Resolver`."""
-        from actors.connection import connect
+        from actors.cluster.connection import connect
         from service.store import Store
 
         if Store(self.store_dir).exists(name):
@@ -243,7 +243,7 @@ class ActorResolver:
         return handle
 
     def _check_admin(self, name: str, capability: bytes | None) -> None:
-        from actors.guard import grant_key
+        from actors.server.guard import grant_key
         from protocol import capabilities
 
         if capability is None:

@@ -7,7 +7,7 @@ models (``docs/api.md``):
 
 * the embedded :class:`~service.context.Context`, when this process may hold
   the store (calls are serialized by a lock: MCP runs tool calls in threads);
-* a context actor's :class:`~actors.client.ContextHandle`, when an actor holds
+* a context actor's :class:`~actors.client.handle.ContextHandle`, when an actor holds
   the store or a Ray address is given — so several server processes (one per
   MCP client, as stdio hosts spawn them) share one memory and every write is
   conflict-checked by the actor: rebased or rejected, never lost.
@@ -157,7 +157,7 @@ def open_memory(
     (detached, so it outlives this server and serves every other one). With
     no address, the store is opened here (embedded) unless a context actor
     holds it, found through the advert it writes into the store
-    (:func:`actors.connection.advertised`), as ``morphz tx`` finds it.
+    (:func:`actors.cluster.connection.advertised`), as ``morphz tx`` finds it.
     *capability* travels with every actor call; embedded there is no guard,
     so a capability without an actor is refused (``bad_argument``).
     """
@@ -165,7 +165,7 @@ def open_memory(
     if target is not None:
         return _actor_memory(store, context, target, capability, create, may_start=True)
     if capability is not None:
-        from actors.connection import advertised
+        from actors.cluster.connection import advertised
 
         # A token is enforced only by an actor: never serve the store embedded with one.
         if advertised(store, context) is None:
@@ -203,8 +203,8 @@ def _actor_memory(
     *may_start*: start the actor (detached) when the cluster has none; only when
     the cluster was named, never on the strength of a possibly stale advert.
     """
-    from actors.connection import advertised, connect, lookup
-    from actors.transport import DEFAULT_NAMESPACE, init_ray, ray_module
+    from actors.client.transport import DEFAULT_NAMESPACE, init_ray, ray_module
+    from actors.cluster.connection import advertised, connect, lookup
 
     advert = advertised(store, context)
     target = address or (advert or {}).get("address")

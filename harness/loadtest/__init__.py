@@ -20,7 +20,7 @@
 4. meanwhile, with ``kill_every_s``, SIGKILL one context actor's process every
    that many seconds (only actors on this machine; Ray restarts them);
 5. hold each context's recorded submissions against what it kept
-   (:meth:`~actors.client.ContextHandle.export`) with
+   (:meth:`~actors.client.handle.ContextHandle.export`) with
    :func:`harness.checker.check_history`, and read every acknowledged commit
    back from the store on disk;
 6. answer one dict of figures (:data:`REPORT_KEYS`), ``history_ok`` true when

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from actors.client import DEFAULT_NAMESPACE, ContextHandle, new_client_id
+from actors.client.handle import DEFAULT_NAMESPACE, ContextHandle, new_client_id
 from harness.agent_threads import AgentThread, check_spec, receipt_fields, submission_record
 from harness.loadtest.trajectories import Conversation, slug
 from harness.workload import RETRY_CODES, thread_name

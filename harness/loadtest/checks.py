@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.client import ContextHandle, RetryPolicy
+from actors.client.handle import ContextHandle, RetryPolicy
 from harness.checker import Submission, Verdict, Violation, check_history
 from protocol.errors import MorphzError
 from protocol.state import Event, Frame
@@ -62,7 +62,7 @@ def submissions_of(records: Sequence[Mapping[str, Any]]) -> list[Submission]:
 def check_context(records: Sequence[Mapping[str, Any]], export: Mapping[str, Any]) -> Verdict:
     """:func:`harness.checker.check_history` of *records* against a context's *export*.
 
-    *export* is what :meth:`~actors.client.ContextHandle.export` answers.
+    *export* is what :meth:`~actors.client.handle.ContextHandle.export` answers.
     """
     return check_history(
         submissions_of(records),

@@ -13,11 +13,11 @@ import threading
 import time
 from typing import Any
 
-from actors.client import ContextHandle
-from actors.connection import place
-from actors.directory import directory
-from actors.placement import alive_nodes, current_node_id
-from actors.transport import init_ray
+from actors.client.handle import ContextHandle
+from actors.client.transport import init_ray
+from actors.cluster.connection import place
+from actors.cluster.directory import directory
+from actors.cluster.placement import alive_nodes, current_node_id
 from protocol.errors import MorphzError, NotFound
 
 
@@ -116,7 +116,7 @@ def local_nodes() -> list[str]:
 def connect_ray(address: str | None) -> bool:
     """Connect this process to Ray unless it is connected; True if this call connected it.
 
-    :func:`actors.transport.init_ray`: *address*, else ``RAY_ADDRESS``, else a
+    :func:`actors.client.transport.init_ray`: *address*, else ``RAY_ADDRESS``, else a
     new local cluster; ``TransportError`` ``ray_unreachable`` if it cannot be joined.
     """
     return init_ray(address)

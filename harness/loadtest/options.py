@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from actors.client import DEFAULT_NAMESPACE
+from actors.client.handle import DEFAULT_NAMESPACE
 from protocol.errors import RequestError
 
 Progress = Callable[[Mapping[str, Any]], None]

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.client import ContextHandle
-from actors.placement import alive_nodes, pinned
-from actors.replies import open_reply
+from actors.client.handle import ContextHandle
+from actors.client.replies import open_reply
+from actors.cluster.placement import alive_nodes, pinned
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
 from harness.loadtest.checks import check_after_run, submissions_of
 from harness.loadtest.cluster import (
@@ -464,7 +464,7 @@ def _stop_followers(names: list[str], namespace: str) -> None:
     """Stop the followers of the run's replicated contexts (they are detached actors)."""
     import ray
 
-    from actors.directory import directory
+    from actors.cluster.directory import directory
 
     for name in names:
         try:

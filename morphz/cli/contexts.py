@@ -6,7 +6,7 @@ for confirmation (``--yes`` for scripts) and is refused with ``store_locked``
 while a writer holds the context. See ``docs/cli.md``.
 
 ``contexts --cluster`` lists instead the placement the cluster's context
-directory records (``actors.directory.placement_table``): each context's epoch,
+directory records (``actors.cluster.directory.placement_table``): each context's epoch,
 primary and followers, every member's version and each follower's lag. It
 reads the directory and never creates one. See ``docs/cluster.md``.
 """
@@ -92,8 +92,8 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
     """The placement table of *namespace*'s directory (joining the cluster for the call)."""
     import os
 
-    from actors.directory import existing_directory, placement_table
-    from actors.transport import check_text, init_ray, ray_module
+    from actors.client.transport import check_text, init_ray, ray_module
+    from actors.cluster.directory import existing_directory, placement_table
 
     check_text(namespace, "namespace")
     connected = init_ray(address or os.environ.get("RAY_ADDRESS") or "auto")

@@ -66,8 +66,8 @@ def serve_cmd(
     if enforce and tenant is None:
         raise RequestError("--enforce needs --tenant (the contexts' tenant)", code="bad_argument")
 
-    from actors.placement import current_node_id
-    from actors.transport import DEFAULT_NAMESPACE, init_ray
+    from actors.client.transport import DEFAULT_NAMESPACE, init_ray
+    from actors.cluster.placement import current_node_id
     from servers.http_api import serve_app
 
     started = init_ray(address)

@@ -1,12 +1,12 @@
 """``morphz top``: a live view of the context actors of a Ray cluster.
 
 The contexts are found through Ray's directory of named actors: every context
-actor is named ``ctx:<context>`` in its namespace (:mod:`actors.placement`), so
+actor is named ``ctx:<context>`` in its namespace (:mod:`actors.cluster.placement`), so
 ``ray.util.list_named_actors(all_namespaces=True)`` lists them all, wherever
 they run. Each is asked for its counters (``stats``: group commits, commits,
 rejections, rebases, duplicates, inbox depth, index lag), its ``meta``
 (version, tick) and ``describe`` (node, process, guard denials) through a
-:class:`~actors.client.ContextHandle`. Rates are the change of a counter
+:class:`~actors.client.handle.ContextHandle`. Rates are the change of a counter
 between two samples over the seconds between them, so even ``--once`` samples
 twice, ``--interval`` apart.
 
@@ -43,8 +43,8 @@ CALL_TIMEOUT = 5.0
 
 
 async def _sample_one(name: str, namespace: str, token: bytes | None) -> dict[str, Any]:
-    from actors.connection import lookup
-    from actors.transport import RetryPolicy
+    from actors.client.transport import RetryPolicy
+    from actors.cluster.connection import lookup
     from protocol.errors import MorphzError
 
     row: dict[str, Any] = {"context": name, "namespace": namespace}
@@ -76,8 +76,8 @@ async def _sample_one(name: str, namespace: str, token: bytes | None) -> dict[st
 def collect(namespace: str | None = None, token: bytes | None = None) -> list[dict[str, Any]]:
     """One sample of every context actor on the cluster this process is connected to
     (only those of *namespace* if given), sorted by namespace and context."""
-    from actors.placement import ACTOR_PREFIX
-    from actors.transport import ray_module
+    from actors.client.transport import ray_module
+    from actors.cluster.placement import ACTOR_PREFIX
 
     ray = ray_module()
     found = sorted(
@@ -216,7 +216,7 @@ def top_cmd(
     Refreshed every --interval seconds until interrupted; --once prints one
     table (with --json, one document) and exits.
     """
-    from actors.transport import init_ray, ray_module
+    from actors.client.transport import init_ray, ray_module
     from morphz.cli.review import ActorOptions
 
     token = ActorOptions(address, namespace or "", capability).token()

@@ -2,7 +2,7 @@
 
 :class:`MorphzStore` keeps each LangGraph item (namespace, key, value) as one
 frame of a context — an embedded :class:`~service.context.Context` or a Ray
-:class:`~actors.client.ContextHandle`; both answer the same calls — and writes
+:class:`~actors.client.handle.ContextHandle`; both answer the same calls — and writes
 it through the transaction language, so the context's conflict check decides
 every write:
 
@@ -385,7 +385,7 @@ class MorphzStore(BaseStore):
     """A LangGraph store whose writes are conditional on what this store read.
 
     *context* is an embedded :class:`~service.context.Context` or a Ray
-    :class:`~actors.client.ContextHandle`. *root* is the first segment of every
+    :class:`~actors.client.handle.ContextHandle`. *root* is the first segment of every
     item's frame id (a frame id, default ``lg``), so one context can hold
     several stores. *merge*, when given, resolves a lost race instead of
     raising :class:`StoreConflict`: it gets the current value (None if the key

@@ -10,7 +10,7 @@
   rules (order, gaps, epochs, acknowledged-only reads) and the snapshots that
   start or reset a follower.
 
-No Ray here: how batches travel is the caller's (``actors.replica``).
+No Ray here: how batches travel is the caller's (``actors.cluster.replica``).
 """
 
 from storage.replication.codec import Batch, OutboxAck, decode_batch, encode_batch

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from actors.client import ContextHandle, _receipt
-from actors.context_actor import ContextActor
-from actors.replies import open_reply
+from actors.client.handle import ContextHandle, _receipt
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
 

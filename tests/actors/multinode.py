@@ -110,7 +110,7 @@ def pinned_call(node_id: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` as a Ray task pinned to *node_id* and answer its result."""
     import ray
 
-    from actors.placement import pinned
+    from actors.cluster.placement import pinned
 
     task = ray.remote(num_cpus=0, scheduling_strategy=pinned(node_id))(fn)
     return ray.get(task.remote(*args), timeout=120)
@@ -121,8 +121,8 @@ def pinned_call(node_id: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _find_everywhere(names: list[str]) -> dict[str, Any]:
     """Run on a node: look each context up by name and read its version and node."""
-    from actors.connection import lookup
-    from actors.placement import current_node_id
+    from actors.cluster.connection import lookup
+    from actors.cluster.placement import current_node_id
 
     out: dict[str, Any] = {"from": current_node_id(), "found": {}}
     for name in names:
@@ -134,8 +134,8 @@ def _find_everywhere(names: list[str]) -> dict[str, Any]:
 
 def placed_everywhere(multi: MultiNode) -> dict[str, Any]:
     """Contexts spread over every node, under each node's own root, found from every node."""
-    from actors.connection import place
-    from actors.directory import directory
+    from actors.cluster.connection import place
+    from actors.cluster.directory import directory
 
     names = [f"spread-{i}" for i in range(2 * NODES)]
     handles = {n: place(n, namespace=NAMESPACE) for n in names}
@@ -168,8 +168,8 @@ def directory_restart(multi: MultiNode) -> dict[str, Any]:
     """A killed directory is restarted by Ray and reloads every entry and node root."""
     import ray
 
-    from actors.connection import place
-    from actors.directory import directory
+    from actors.cluster.connection import place
+    from actors.cluster.directory import directory
 
     d = directory(NAMESPACE)
     d.register_node(multi.node_ids[1], multi.store_root(1) + "-registered")
@@ -198,8 +198,8 @@ def directory_restart(multi: MultiNode) -> dict[str, Any]:
 
 def placement_errors(multi: MultiNode) -> dict[str, Any]:
     """Unknown node, not enough nodes, bad names and policies: typed errors, nothing changes."""
-    from actors.connection import place
-    from actors.directory import directory
+    from actors.cluster.connection import place
+    from actors.cluster.directory import directory
     from protocol.errors import MorphzError, NotFound
 
     d = directory(NAMESPACE)
@@ -257,7 +257,7 @@ def placement_errors(multi: MultiNode) -> dict[str, Any]:
 
 def loadtest_everywhere(multi: MultiNode) -> dict[str, Any]:
     """``morphz loadtest``'s contexts go over every node (not only the driver's), and check out."""
-    from actors.directory import existing_directory
+    from actors.cluster.directory import existing_directory
     from harness.loadtest import run_loadtest
 
     doc = run_loadtest(
@@ -282,7 +282,7 @@ def cluster_table(multi: MultiNode) -> dict[str, Any]:
     and ``?`` (null) for a member whose node is gone."""
     from click.testing import CliRunner
 
-    from actors.connection import place
+    from actors.cluster.connection import place
     from morphz.cli.main import cli
 
     # the primary on the driver's node (never removed), the follower on another

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from actors.client import ContextHandle, RetryPolicy, new_client_id
-from actors.connection import connect
-from actors.replies import open_reply
-from actors.transport import Call
+from actors.client.handle import ContextHandle, RetryPolicy, new_client_id
+from actors.client.replies import open_reply
+from actors.client.transport import Call
+from actors.cluster.connection import connect
 from protocol.errors import ParseError, RequestError, StoreError, TransportError, WireError
 from protocol.replies import ClaimReply, FrameReply, ObserveReply
 from protocol.txlang import parse_tx
@@ -175,8 +175,8 @@ def _same_record(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 def test_text_through_the_handle_is_logged_as_embedded(tmp_path: Path) -> None:
     """The handle parses once and ships the text; the actor logs it without parsing it again."""
-    from actors.client import _receipt
-    from actors.context_actor import ContextActor
+    from actors.client.handle import _receipt
+    from actors.server.context_actor import ContextActor
     from service.store import open_context
 
     embedded = open_context(tmp_path / "embedded", "ctx")

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 import msgpack
 import pytest
 
-from actors.client import ContextHandle, _receipt
-from actors.context_actor import ContextActor
-from actors.replies import open_reply, rebuild_error
+from actors.client.handle import ContextHandle, _receipt
+from actors.client.replies import open_reply, rebuild_error
+from actors.server.context_actor import ContextActor
 from protocol.errors import (
     MorphzError,
     NotFound,
@@ -160,7 +160,7 @@ def test_error_maps_round_trip() -> None:
 
 
 def open_reply_error(exc: MorphzError) -> dict[str, object]:
-    from actors.replies import error_doc
+    from actors.client.replies import error_doc
 
     return error_doc(exc)
 

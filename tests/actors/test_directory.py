@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from actors.connection import connect, lookup, place
-from actors.directory import (
+from actors.cluster.connection import connect, lookup, place
+from actors.cluster.directory import (
     ContextEntry,
     DirectoryHandle,
     Member,
@@ -24,7 +24,7 @@ from actors.directory import (
     follower_actor,
     primary_actor,
 )
-from actors.placement import check_policy, choose_nodes
+from actors.cluster.placement import check_policy, choose_nodes
 from morphz.cli.main import cli
 from protocol.errors import NotFound, RequestError
 from tests.actors.cluster import NODE2, RayCluster

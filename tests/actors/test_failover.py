@@ -65,8 +65,8 @@ def node_lost_mid_load(multi: MultiNode) -> dict[str, Any]:
     """Replication factor 1: the primary's node is removed while agents and a driver commit."""
     import ray
 
-    from actors.connection import lookup, place
-    from actors.directory import directory
+    from actors.cluster.connection import lookup, place
+    from actors.cluster.directory import directory
     from harness.agent_threads import decode_records, spawn_agent
     from protocol.errors import MorphzError
     from tests.actors.checks import check_history
@@ -148,8 +148,8 @@ def _fresh_handle(name: str, actor: str) -> Any:
     """A handle on the actor named *actor*, as a client that never heard of a promotion."""
     import ray
 
-    from actors.client import ContextHandle
-    from actors.transport import RetryPolicy
+    from actors.client.handle import ContextHandle
+    from actors.client.transport import RetryPolicy
 
     return ContextHandle(
         ray.get_actor(actor, namespace=NAMESPACE),
@@ -184,12 +184,12 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     """Replicas 2 (acks 1): the old primary's restart is fenced; back, it rejoins as a follower."""
     import ray
 
-    from actors.connection import lookup, place
-    from actors.context_actor import ContextActor
-    from actors.directory import directory, primary_actor
-    from actors.placement import pinned
-    from actors.replica import follower_handle
-    from actors.transport import remote_class
+    from actors.client.transport import remote_class
+    from actors.cluster.connection import lookup, place
+    from actors.cluster.directory import directory, primary_actor
+    from actors.cluster.placement import pinned
+    from actors.cluster.replica import follower_handle
+    from actors.server.context_actor import ContextActor
     from protocol.errors import MorphzError
 
     name = "rep-fence"
@@ -262,9 +262,9 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
 
 def follower_reads_acknowledged_only(multi: MultiNode) -> dict[str, Any]:
     """A follower never shows a commit the primary has not acknowledged; replies say so."""
-    from actors.connection import place
-    from actors.directory import directory
-    from actors.replica import follower_handle
+    from actors.cluster.connection import place
+    from actors.cluster.directory import directory
+    from actors.cluster.replica import follower_handle
 
     name = "rep-reads"
     handle = place(name, replicas=1, placement=f"node:{multi.node_ids[1]}", namespace=NAMESPACE)
@@ -289,9 +289,9 @@ def unreplicated_node_lost(multi: MultiNode) -> dict[str, Any]:
     promoted); when the node returns with its disk, it is served there again under its
     name and every acknowledged commit is there."""
 
-    from actors.connection import lookup, place
-    from actors.directory import directory
-    from actors.transport import RetryPolicy
+    from actors.client.transport import RetryPolicy
+    from actors.cluster.connection import lookup, place
+    from actors.cluster.directory import directory
     from protocol.errors import TransportError
 
     name = "plain"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.replica import READS, FollowerRead, ReplicaActor
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.cluster.replica import READS, FollowerRead, ReplicaActor
 from protocol.errors import MorphzError, RequestError, WireError
 from service.context import Context
 from storage import LmdbStore
@@ -73,8 +73,8 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
     primary is refused (``stale_epoch``)."""
     import asyncio
 
-    from actors.client import ContextHandle, _receipt
-    from actors.member import MemberActor
+    from actors.client.handle import ContextHandle, _receipt
+    from actors.cluster.member import MemberActor
 
     member = MemberActor(str(tmp_path / "follower"), "c")
     shipped: list[bytes] = []

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from actors.context_actor import ContextActor
-from actors.guard import grant_key
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
+from actors.server.guard import grant_key
 from protocol import capabilities as grants
 from protocol.capabilities import PermissionDenied
 from protocol.errors import NotFound, RequestError
@@ -25,7 +25,7 @@ SECRET = "sk-live-ZEBRAQUOKKA42"
 
 
 async def _story(actor: ContextActor, **kw: Any) -> None:
-    from actors.client import ContextHandle
+    from actors.client.handle import ContextHandle
     from protocol.wire import unpack
 
     open_reply(await actor.observe("tool_result", f"deploy log: key {SECRET} accepted", **kw))

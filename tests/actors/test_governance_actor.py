@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from actors.context_actor import ContextActor
-from actors.guard import grant_key
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
+from actors.server.guard import grant_key
 from protocol import capabilities as grants
 from protocol.capabilities import PermissionDenied
 from protocol.errors import NotFound, OutOfRange, RequestError
@@ -27,7 +27,7 @@ from tests.actors.cluster import RayCluster
 
 
 async def tx(actor: ContextActor, text: str, **kw: Any) -> dict[str, Any]:
-    from actors.client import ContextHandle
+    from actors.client.handle import ContextHandle
     from protocol.wire import unpack
 
     version = open_reply(await actor.version(**kw))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from actors.context_actor import ContextActor
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
 from tests.actors.test_governance_actor import contradicted, tx
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from actors.context_actor import ContextActor
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
 from tests.actors.cluster import RayCluster
 
 KEY = "AKIAIOSFODNN7EXAMPLE"
@@ -22,7 +22,7 @@ SECRET = "IOSFODNN7EXAMPLE"
 
 
 async def tx(actor: ContextActor, text: str) -> None:
-    from actors.client import ContextHandle
+    from actors.client.handle import ContextHandle
     from protocol.wire import unpack
 
     version = open_reply(await actor.version())

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from actors.context_actor import ContextActor
-from actors.guard import OPERATION_OF, export_frame, grant_key, import_frame, settle_scope
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
+from actors.server.guard import OPERATION_OF, export_frame, grant_key, import_frame, settle_scope
 from protocol import capabilities as grants
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import NotFound, RequestError

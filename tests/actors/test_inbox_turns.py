@@ -1,4 +1,4 @@
-"""Turns on a hot frame in the group-commit inbox (actors/inbox.py), without Ray: writers on
+"""Turns on a hot frame in the group-commit inbox (actors/server/inbox.py), without Ray: writers on
 one frame are answered a conflict one at a time, each on the frame as the previous writer's
 commit left it, and a writer that never retries holds its turn only for ``hold`` seconds."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from actors.inbox import Inbox
-from actors.updates import Updater
+from actors.client.updates import Updater
+from actors.server.inbox import Inbox
 from protocol.forms import Symbol
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx, Derive, Revise

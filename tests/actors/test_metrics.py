@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors import ContextActor, ContextHandle, connect, lookup
-from actors.metrics import METRICS, NO_METRICS, PREFIX, ContextMetrics
+from actors.server.metrics import METRICS, NO_METRICS, PREFIX, ContextMetrics
 from protocol.capabilities import PermissionDenied
 from tests.actors.cluster import RayCluster
 from tests.actors.local import LocalHandle

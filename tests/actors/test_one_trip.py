@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from actors import ContextHandle, connect
-from actors.updates import UpdateResult
+from actors.client.updates import UpdateResult
 from harness.checker import Submission
 from harness.loadtest.checks import check_context, submissions_of
 from protocol.errors import RequestError

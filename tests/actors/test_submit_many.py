@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from actors import ContextHandle, connect
-from actors.context_actor import MAX_SUBMIT_MANY
-from actors.placement import actor_name
+from actors.cluster.placement import actor_name
+from actors.server.context_actor import MAX_SUBMIT_MANY
 from protocol.errors import RequestError
 from protocol.forms import Symbol
 from protocol.receipts import Receipt

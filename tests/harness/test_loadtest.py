@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from actors.context_actor import ContextActor
-from actors.replies import open_reply
+from actors.client.replies import open_reply
+from actors.server.context_actor import ContextActor
 from harness.agent_threads import AgentThread
 from harness.loadtest import (
     REPORT_KEYS,

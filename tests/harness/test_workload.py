@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors.context_actor import ContextActor
+from actors.server.context_actor import ContextActor
 from harness.agent_threads import RECORD_KEYS, AgentThread, check_spec
 from harness.workload import (
     WorkloadSpec,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.updates import Updater
+from actors.client.updates import Updater
 from harness.agent_threads import learn
 from protocol.errors import OutOfRange, RequestError
 from protocol.forms import Symbol

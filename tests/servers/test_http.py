@@ -291,7 +291,7 @@ def test_idempotency_key_replay_returns_the_original_receipt(client: httpx.Clien
 
 def test_capabilities_401_403_and_allowed(client: httpx.Client, server: Server) -> None:
     from actors import connect
-    from actors.guard import issue_capability
+    from actors.server.guard import issue_capability
 
     name = "acme-" + uuid.uuid4().hex[:8]
     admin = issue_capability(

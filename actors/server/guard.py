@@ -19,7 +19,7 @@
   :func:`guarded` wraps an actor method with that check, writing a denial to
   the durable audit log before it is answered.
 
-No Ray import here; the handle functions only call :class:`~actors.client.ContextHandle`.
+No Ray import here; the handle functions only call :class:`~actors.client.handle.ContextHandle`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actors.metrics import NO_METRICS, ContextMetrics
+from actors.server.metrics import NO_METRICS, ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import MorphzError, RequestError
@@ -43,7 +43,7 @@ from protocol.governance import audit_entry
 from storage import context_path
 
 if TYPE_CHECKING:
-    from actors.client import ContextHandle
+    from actors.client.handle import ContextHandle
 
 KEY_ENV = "MORPHZ_GRANT_KEY"
 """Environment variable holding the cluster's grant key (text, at least 16 bytes)."""
@@ -297,10 +297,10 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
     is written to the durable audit table, then answered as
     ``failed(PermissionDenied)``, or raised when *raises* (methods that answer
     plain values); nothing else runs. The actor offers ``guard`` (a
-    :class:`Guard`), ``audit_buffer`` (an :class:`~actors.inbox.AuditBuffer`)
+    :class:`Guard`), ``audit_buffer`` (an :class:`~actors.server.inbox.AuditBuffer`)
     and ``_ensure_worker()``.
     """
-    from actors.replies import failed
+    from actors.client.replies import failed
 
     def wrap(fn: Callable[..., Any]) -> Any:
         OPERATION_OF[fn.__name__] = op

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from actors.metrics import NO_METRICS, ContextMetrics
+from actors.server.metrics import NO_METRICS, ContextMetrics
 from protocol.errors import MorphzError
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx

@@ -15,7 +15,7 @@ remote call needs beyond its arguments:
 * the re-lookup of an actor recreated under its name after it died for good,
   and of a replicated context's new primary after a promotion: when the actor
   is lost or answers ``fenced`` / ``stale_epoch``, the context directory
-  (``actors.directory``) is asked which actor is the primary now, so a handle
+  (``actors.cluster.directory``) is asked which actor is the primary now, so a handle
   follows a failover without its user doing anything;
 * the translation of Ray's errors into the library's own, with
   ``raise … from e``: an error the actor raised on purpose is re-raised as its
@@ -55,14 +55,14 @@ DEFAULT_NAMESPACE = "morphz"
 RAY_UNREACHABLE = "ray_unreachable"
 """The error code of a Ray cluster that cannot be joined."""
 CONTEXT_PREFIX = "ctx:"
-"""Context actors' names start with this (``actors.placement.ACTOR_PREFIX``)."""
+"""Context actors' names start with this (``actors.cluster.placement.ACTOR_PREFIX``)."""
 FENCED = "fenced"
 STALE_EPOCH = "stale_epoch"
 """Error codes of a replaced primary (``storage.replication``): the call goes to its successor."""
 FAILOVER_WAIT = 60.0
 """Seconds a call to a replicated context's lost primary keeps retrying for its successor."""
 DIRECTORY_ACTOR = "morphz:directory"
-"""The Ray name of a namespace's context directory (``actors.directory.DIRECTORY_NAME``)."""
+"""The Ray name of a namespace's context directory (``actors.cluster.directory.DIRECTORY_NAME``)."""
 DIRECTORY_WAIT = 10.0
 """Seconds a handle waits for the directory to say where a context's primary is."""
 FAILOVER_POLL = 0.25
@@ -388,8 +388,8 @@ class Transport:
 
     def _directory_entry(self) -> dict[str, Any] | None:
         """``{"primary": actor name, "replicas": n}`` of this context in its namespace's
-        directory (``actors.directory``, asked by its actor name), or None."""
-        from actors.replies import open_reply
+        directory (``actors.cluster.directory``, asked by its actor name), or None."""
+        from actors.client.replies import open_reply
 
         ray = ray_module()
         try:

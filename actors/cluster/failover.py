@@ -1,6 +1,6 @@
 """The supervisor of placed contexts: promotion when a primary's node is lost, repair, restore.
 
-:func:`watch` runs inside the directory actor (:mod:`actors.directory` starts
+:func:`watch` runs inside the directory actor (:mod:`actors.cluster.directory` starts
 it on its event loop), so there is one supervisor per namespace and it
 restarts with the directory. Every :data:`POLL` seconds it compares each
 placed context's members with the live nodes (Ray's node table):
@@ -14,7 +14,7 @@ placed context's members with the live nodes (Ray's node table):
   holding the most batches (ties: smallest node id) applies everything it
   holds and releases its store, the directory's entry moves to ``epoch + 1``
   by compare-and-set naming that follower's actor the primary, and the
-  follower is promoted in place (:meth:`actors.member.MemberActor.become_primary`:
+  follower is promoted in place (:meth:`actors.cluster.member.MemberActor.become_primary`:
   the same warm process opens the store it holds as the primary). Replacement
   followers' processes are started before the seal, so they boot meanwhile;
   the new primary snapshots every other follower before its first write. When ``acks == replicas``,
@@ -50,10 +50,10 @@ import socket
 import time
 from typing import Any
 
-from actors.directory import ContextEntry, Member, follower_actor
-from actors.placement import pinned
-from actors.replies import open_reply
-from actors.transport import ray_module
+from actors.client.replies import open_reply
+from actors.client.transport import ray_module
+from actors.cluster.directory import ContextEntry, Member, follower_actor
+from actors.cluster.placement import pinned
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
 
@@ -260,7 +260,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     keep = [m for _, _, m, _ in held[1:]]
     keep += await _replacements(directory, entry, keep, live - {chosen.node_id}, epoch)
     fresh = [m for m in keep if m not in entry.followers]
-    from actors.member import start_follower
+    from actors.cluster.member import start_follower
 
     # Their processes start now, while the chosen follower seals and the entry moves.
     started_new = [start_follower(m, entry.name, ns) for m in fresh]
@@ -319,7 +319,7 @@ async def _holds(node: str, path: str) -> bool:
 
 def _reopen(entry: ContextEntry, node: str, namespace: str) -> None:
     """Stop what Ray still holds under the primary's actor name, then start it on *node*."""
-    from actors.connection import connect
+    from actors.cluster.connection import connect
 
     ray = ray_module()
     actor = _get_actor(entry.primary.actor, namespace)
@@ -384,7 +384,7 @@ async def repair(directory: Any, entry: ContextEntry, live: set[str]) -> Context
             await directory.set_followers(entry.name, entry.epoch, [m.model_dump() for m in keep])
         )
     )
-    from actors.member import start_follower
+    from actors.cluster.member import start_follower
 
     for m in keep:
         if m not in entry.followers:

@@ -1,10 +1,10 @@
 """Finding a context actor: :func:`connect` (get or create it, pinned to its store's
 node), :func:`place` (the same, on the node the context directory chooses) and
 :func:`lookup` (find a running one by name), each answering a
-:class:`~actors.client.ContextHandle`; :func:`advertised` reads where the actor
+:class:`~actors.client.handle.ContextHandle`; :func:`advertised` reads where the actor
 holding a store says it runs (the file it writes into the context's directory).
 
-The directory (``actors.directory``) is created only by :func:`place` (or
+The directory (``actors.cluster.directory``) is created only by :func:`place` (or
 ``morphz contexts --cluster`` / ``morphz loadtest``); :func:`connect` never
 touches it, so single-node use is as before. :func:`lookup` asks the directory
 when one exists and it has an entry for the name (the primary may have been
@@ -21,11 +21,18 @@ import json
 import os
 from typing import Any
 
-from actors.client import ContextHandle
-from actors.context_actor import ContextActor
-from actors.directory import directory, existing_directory
-from actors.host import ADVERT_FORMAT, advert_path
-from actors.placement import (
+from actors.client.handle import ContextHandle
+from actors.client.replies import raise_error
+from actors.client.transport import (
+    DEFAULT_NAMESPACE,
+    RetryPolicy,
+    check_int,
+    check_text,
+    ray_module,
+    remote_class,
+)
+from actors.cluster.directory import directory, existing_directory
+from actors.cluster.placement import (
     POLICY_SPREAD,
     actor_name,
     check_node,
@@ -34,15 +41,8 @@ from actors.placement import (
     ensure_ray,
     pinned,
 )
-from actors.replies import raise_error
-from actors.transport import (
-    DEFAULT_NAMESPACE,
-    RetryPolicy,
-    check_int,
-    check_text,
-    ray_module,
-    remote_class,
-)
+from actors.server.context_actor import ContextActor
+from actors.server.host import ADVERT_FORMAT, advert_path
 from protocol.errors import NotFound, RequestError, TransportError
 from protocol.governance import AdmissionPolicy, check_every, check_scan
 from service.context import MAX_WINDOW
@@ -254,9 +254,10 @@ def place(
 
 
 def _replication() -> Any:
-    """The replication module (``actors.member``); ``replication_unavailable`` without it."""
+    """The replication module (``actors.cluster.member``); ``replication_unavailable``
+    without it."""
     try:
-        return importlib.import_module("actors.member")
+        return importlib.import_module("actors.cluster.member")
     except ImportError as e:
         raise RequestError(
             "this installation cannot replicate contexts", code="replication_unavailable"
@@ -327,7 +328,7 @@ def advertised(store_dir: str | os.PathLike[str], name: str) -> dict[str, Any] |
     """Where the context actor holding ``<store_dir>/<name>`` says it runs, or None.
 
     The actor writes ``actor.json`` into the context's directory while it
-    holds the store (:data:`actors.host.ADVERT_FILE`): ``address`` (its Ray
+    holds the store (:data:`actors.server.host.ADVERT_FILE`): ``address`` (its Ray
     cluster's address), ``namespace``, ``node_id``, ``pid``. None when there is
     no such file or it is not a well-formed advert. The file may be stale (its
     actor was killed): trust it only while the store is locked, and check the

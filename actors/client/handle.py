@@ -4,9 +4,9 @@ Like ``ray.util.queue``: a small wrapper creates (or finds) the named actor,
 validates arguments before any remote call, offers blocking and ``async``
 forms, and translates Ray's errors into the library's own. The remote call
 itself — timeout, retries, re-lookup after a restart, error translation — is
-:mod:`actors.transport`'s; here each method is written once, as a *call spec*
+:mod:`actors.client.transport`'s; here each method is written once, as a *call spec*
 (argument checks, actor method, reply decoder) from which
-:class:`~actors.transport.Remote` makes the blocking method and its ``async``
+:class:`~actors.client.transport.Remote` makes the blocking method and its ``async``
 form. Replies of a fixed shape are typed models (:mod:`protocol.replies`) that
 also read like the dicts they used to be (docs/actors.md).
 
@@ -36,10 +36,8 @@ from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from actors.context_actor import MAX_SUBMIT_MANY
-from actors.placement import actor_name
-from actors.replies import open_reply, raise_error
-from actors.transport import (
+from actors.client.replies import open_reply, raise_error
+from actors.client.transport import (
     DEFAULT_NAMESPACE,
     Call,
     Remote,
@@ -48,7 +46,9 @@ from actors.transport import (
     check_int,
     check_text,
 )
-from actors.updates import UpdateFn, Updater, UpdateResult
+from actors.client.updates import UpdateFn, Updater, UpdateResult
+from actors.cluster.placement import actor_name
+from actors.server.context_actor import MAX_SUBMIT_MANY
 from protocol.errors import RequestError, WireError
 from protocol.forget import ForgetReport
 from protocol.governance import (
@@ -100,7 +100,7 @@ def _retry_delay(policy: RetryPolicy, rejections: int) -> float:
     """How long to wait before the retry after the *rejections*-th rejection of one update.
 
     The first retry goes at once: the context actor answers a conflict on a frame
-    when it is this writer's turn on it (actors/inbox.py), so waiting would only
+    when it is this writer's turn on it (actors/server/inbox.py), so waiting would only
     leave the frame idle. Later ones (another writer got in first) back off.
     """
     if rejections <= 1:
@@ -447,7 +447,7 @@ class ContextHandle:
         the frame as it stands now, so the retry is rebuilt from the receipt after a
         jittered backoff (*backoff*, default :data:`UPDATE_BACKOFF`). *known* (an
         earlier :attr:`UpdateResult.frame`) skips the first read. Never commits an
-        attempt twice (each carries its own client id); see :mod:`actors.updates`.
+        attempt twice (each carries its own client id); see :mod:`actors.client.updates`.
         """
         up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
         if known is None:
@@ -709,7 +709,7 @@ class ContextHandle:
 
     @Remote
     def export_frame(self, frame_id: str) -> Call[bytes]:
-        """A sealed package of one frame (see :func:`actors.guard.export_frame`)."""
+        """A sealed package of one frame (see :func:`actors.server.guard.export_frame`)."""
         return Call(
             "export_frame", (check_text(frame_id, "frame id"),), lambda raw: bytes(_value(raw))
         )
@@ -718,7 +718,7 @@ class ContextHandle:
 
     @Remote
     def import_frame(self, package: bytes, as_id: str | None = None) -> Call[dict[str, Any]]:
-        """Derive a frame from a package (see :func:`actors.guard.import_frame`)."""
+        """Derive a frame from a package (see :func:`actors.server.guard.import_frame`)."""
         if not isinstance(package, bytes):
             raise RequestError("a package is bytes", code="bad_argument")
         if as_id is not None:

@@ -1,8 +1,8 @@
 """Replicated contexts over Ray: the follower actor, and the primary's side of shipping.
 
 A replicated context (``replicas >= 1`` in its directory entry,
-:mod:`actors.directory`) has one primary — the usual
-:class:`~actors.context_actor.ContextActor` — and followers, each a
+:mod:`actors.cluster.directory`) has one primary — the usual
+:class:`~actors.server.context_actor.ContextActor` — and followers, each a
 :class:`ReplicaActor` pinned to its own node and holding a full copy of the
 store under that node's root. The rules are :mod:`storage.replication`'s;
 this module only moves bytes:
@@ -12,7 +12,7 @@ this module only moves bytes:
   they hold it durably. A follower that reports a gap, or is new, is sent a
   snapshot of the primary's store instead (:func:`storage.replication.snapshot`).
   When too few answer, it re-reads the directory (the supervisor,
-  :mod:`actors.failover`, may have replaced a lost follower) and tries again
+  :mod:`actors.cluster.failover`, may have replaced a lost follower) and tries again
   for :data:`SHIP_TIMEOUT` seconds before failing the write (``TransportError``
   ``replicas_unavailable``: durable on the primary, not acknowledged). A
   follower answering ``stale_epoch`` means a newer primary exists: the
@@ -20,9 +20,9 @@ this module only moves bytes:
 * :class:`ReplicaActor` applies batches in order and serves reads at its
   *applied* state — only commits the primary has acknowledged — every reply
   saying so (:class:`FollowerRead`). It is the follower's part of the Ray
-  actor :class:`actors.member.MemberActor`, which a promotion turns into the
+  actor :class:`actors.cluster.member.MemberActor`, which a promotion turns into the
   primary in place; the followers are started by whoever records them
-  (:func:`actors.member.start_follower`), never by the primary.
+  (:func:`actors.cluster.member.start_follower`), never by the primary.
 
 :func:`enable` is what the primary's host calls on open (and on
 ``replicate``): if the directory names this actor the primary of a replicated
@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from actors.directory import ContextEntry, Member, existing_directory
-from actors.replies import failed, ok, open_reply
-from actors.transport import DEFAULT_NAMESPACE, Call, Transport, ray_module
+from actors.client.replies import failed, ok, open_reply
+from actors.client.transport import DEFAULT_NAMESPACE, Call, Transport, ray_module
+from actors.cluster.directory import ContextEntry, Member, existing_directory
 from protocol.errors import MorphzError, RequestError, StoreLocked, TransportError
 from service.context import Context
 from storage import LmdbStore, context_path

@@ -1,7 +1,7 @@
 """Hosting one context in an actor process: opening it, the store thread, the guard,
 the inbox, the audit buffer, the background governance task, introspection and close.
 
-:class:`ContextHost` is the base of :class:`~actors.context_actor.ContextActor`,
+:class:`ContextHost` is the base of :class:`~actors.server.context_actor.ContextActor`,
 which adds the methods callers use. Every store access runs on one dedicated
 thread (a ``ThreadPoolExecutor(1)``), so accesses are serialized and the event
 loop keeps accepting calls while a write is being fsynced.
@@ -10,7 +10,7 @@ While it holds the store, an actor running under Ray *advertises* itself in
 the context's directory: :data:`ADVERT_FILE` (``actor.json``) holds the Ray
 address of its cluster, its namespace, node and process id, so a command that
 finds the store locked can reach the actor instead
-(:func:`~actors.connection.advertised`). The file is written after the open
+(:func:`~actors.cluster.connection.advertised`). The file is written after the open
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
@@ -30,7 +30,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from actors.guard import (
+from actors.client.replies import error_doc, failed, ok
+from actors.server.guard import (
     DEFAULT_PROJECT,
     DEFAULT_TENANT,
     Guard,
@@ -39,9 +40,8 @@ from actors.guard import (
     holder_of,
     settle_scope,
 )
-from actors.inbox import MAX_BATCH, AuditBuffer, Inbox
-from actors.metrics import ContextMetrics
-from actors.replies import error_doc, failed, ok
+from actors.server.inbox import MAX_BATCH, AuditBuffer, Inbox
+from actors.server.metrics import ContextMetrics
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, StoreLocked
 from protocol.governance import (
     WORKER,
@@ -70,10 +70,11 @@ ADVERT_FORMAT = 1
 
 
 def _replica() -> Any:
-    """:mod:`actors.replica`, imported when a context may be replicated (it needs the directory)."""
-    import actors.replica
+    """:mod:`actors.cluster.replica`, imported when a context may be replicated (it needs
+    the directory)."""
+    import actors.cluster.replica
 
-    return actors.replica
+    return actors.cluster.replica
 
 
 def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
@@ -82,12 +83,12 @@ def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
 
 
 class ContextHost:
-    """Hosts one context in this process for :class:`~actors.context_actor.ContextActor`.
+    """Hosts one context in this process for :class:`~actors.server.context_actor.ContextActor`.
 
     Opens the context (retrying a locked store for *lock_wait* seconds; a
     failure is kept and answered to every call), settles its scope, and owns
     what serving it needs: the store thread, the capability :class:`Guard`, the
-    group-commit :class:`~actors.inbox.Inbox`, the :class:`~actors.inbox.AuditBuffer`
+    group-commit :class:`~actors.server.inbox.Inbox`, the :class:`~actors.server.inbox.AuditBuffer`
     and the background governance task. See :class:`ContextActor` for the
     arguments; *namespace* is the Ray namespace the actor is named in (written
     into its advert, :data:`ADVERT_FILE`).
@@ -142,7 +143,7 @@ class ContextHost:
             lambda: self._ctx is not None,
         )
         self._wire_rejections = 0
-        self.replicator: Any = None  # an actors.replica.Replicator once replicated
+        self.replicator: Any = None  # an actors.cluster.replica.Replicator once replicated
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
         self._open(window, history_keep, create, lock_wait, tenant, project, bool(enforce))
@@ -271,7 +272,7 @@ class ContextHost:
 
         Open to every caller, like :meth:`handshake`: it reveals no content and
         acts only on what the context directory (trusted) says; the supervisor
-        (``actors.failover``) calls it after replacing a follower."""
+        (``actors.cluster.failover``) calls it after replacing a follower."""
 
         def run(ctx: Context) -> dict[str, Any]:
             replicator = self.replicator
@@ -464,7 +465,7 @@ class ContextHost:
         rejections held for a turn on a hot frame, ``wire_rejections`` the
         payloads that did not decode; ``commits``, ``rejections``, ``rebases``,
         ``duplicates`` and (once sampled) ``index_lag`` from the actor's metrics
-        (:meth:`actors.metrics.ContextMetrics.totals`).
+        (:meth:`actors.server.metrics.ContextMetrics.totals`).
         """
         return {
             "batches": self._inbox.batches,
@@ -490,7 +491,8 @@ class ContextHost:
         }
 
     async def handshake(self, capability: Any = None) -> dict[str, Any]:
-        """What :func:`~actors.connection.connect` checks, open to every caller (no content).
+        """What :func:`~actors.cluster.connection.connect` checks, open to every caller (no
+        content).
 
         Name, store directory, node, open error, tenant, project, enforcement.
         """

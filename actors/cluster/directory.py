@@ -19,9 +19,9 @@ the stores are on the nodes, and a context actor already running keeps
 serving; only placing, looking up by directory and promotions wait until Ray
 has restarted it. Losing the GCS (the head node) loses the Ray cluster itself.
 
-The directory only records: it does not start context actors. ``actors.connection.place``
+The directory only records: it does not start context actors. ``actors.cluster.connection.place``
 asks it where a context goes, then starts the primary there. Errors travel as
-reply envelopes (``actors.replies``), never pickled. Ray is imported when a
+reply envelopes (``actors.client.replies``), never pickled. Ray is imported when a
 function runs, never at import. See docs/cluster.md.
 
 Kept as one module (over 600 lines) because the models, the actor and its
@@ -39,7 +39,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from actors.placement import (
+from actors.client.replies import failed, ok, open_reply
+from actors.client.transport import (
+    DEFAULT_NAMESPACE,
+    Call,
+    RetryPolicy,
+    Transport,
+    check_int,
+    check_text,
+    ray_module,
+    remote_class,
+)
+from actors.cluster.placement import (
     ACTOR_PREFIX,
     POLICY_SPREAD,
     alive_nodes,
@@ -49,17 +60,6 @@ from actors.placement import (
     current_node_id,
     ensure_ray,
     pinned,
-)
-from actors.replies import failed, ok, open_reply
-from actors.transport import (
-    DEFAULT_NAMESPACE,
-    Call,
-    RetryPolicy,
-    Transport,
-    check_int,
-    check_text,
-    ray_module,
-    remote_class,
 )
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError
 from storage import check_context_name
@@ -155,7 +155,7 @@ def _member(value: object, what: str) -> Member:
 class DirectoryActor:
     """The directory's actor class (plain; :func:`directory` runs it as a Ray actor).
 
-    Every method answers a reply envelope (``actors.replies.ok`` / ``failed``).
+    Every method answers a reply envelope (``actors.client.replies.ok`` / ``failed``).
     Changes are serialized by one lock and written to the GCS KV before the
     in-memory tables change, so a failed write changes nothing.
     """
@@ -213,12 +213,12 @@ class DirectoryActor:
         return self._lock
 
     def _ensure_watch(self) -> None:
-        """Start ``actors.failover.watch(self)`` on this loop if that hook exists."""
+        """Start ``actors.cluster.failover.watch(self)`` on this loop if that hook exists."""
         if self._watch is not None and not self._watch.done():
             return
         try:
             loop = asyncio.get_running_loop()
-            failover = importlib.import_module("actors.failover")
+            failover = importlib.import_module("actors.cluster.failover")
         except (RuntimeError, ImportError):
             return
         watch = getattr(failover, "watch", None)

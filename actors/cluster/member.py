@@ -3,13 +3,13 @@
 :class:`MemberActor` is the Ray actor every follower runs as. While a follower
 it answers the follower's calls (``receive``, ``confirm``, ``status``,
 ``fence``, ``install``, ``seal``, ``read``) through a
-:class:`~actors.replica.ReplicaActor`; :meth:`MemberActor.become_primary`
+:class:`~actors.cluster.replica.ReplicaActor`; :meth:`MemberActor.become_primary`
 turns it into the context's primary in the same process, over the store it
-already holds: the supervisor (:mod:`actors.failover`) calls it once the
+already holds: the supervisor (:mod:`actors.cluster.failover`) calls it once the
 directory names this actor the primary under the new epoch. Promotion thus
 starts no Ray worker: the process is warm and its store is on its disk.
 
-Why a subclass of :class:`~actors.context_actor.ContextActor`: a Ray actor
+Why a subclass of :class:`~actors.server.context_actor.ContextActor`: a Ray actor
 answers only the methods of its class, and a promoted follower must answer
 every call a primary does. Until promoted, the primary's calls are not
 served (the host is not set up); clients never make them, since they reach a
@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.context_actor import ContextActor
-from actors.directory import ContextEntry, Member
-from actors.placement import pinned
-from actors.replica import ReplicaActor, replica_entry
-from actors.replies import failed, open_reply
-from actors.transport import Call, remote_class
+from actors.client.replies import failed, open_reply
+from actors.client.transport import Call, remote_class
+from actors.cluster.directory import ContextEntry, Member
+from actors.cluster.placement import pinned
+from actors.cluster.replica import ReplicaActor, replica_entry
+from actors.server.context_actor import ContextActor
 from protocol.errors import RequestError
 from storage.replication import STALE_EPOCH
 
@@ -129,7 +129,7 @@ class MemberActor(ContextActor):
 def start_follower(member: Member, name: str, namespace: str) -> Any:
     """Get or create the member actor *member* of context *name* (its Ray handle), pinned
     to its node; it starts as a follower."""
-    from actors.connection import MAX_CONCURRENCY
+    from actors.cluster.connection import MAX_CONCURRENCY
 
     return (
         remote_class(MemberActor)
@@ -149,7 +149,7 @@ def start_follower(member: Member, name: str, namespace: str) -> Any:
 
 
 def start_followers(handle: Any, entry: ContextEntry) -> None:
-    """After :func:`actors.connection.place` started *entry*'s primary: start its followers
+    """After :func:`actors.cluster.connection.place` started *entry*'s primary: start its followers
     and make the primary replicate to them."""
     for m in entry.followers:
         start_follower(m, entry.name, handle.transport.namespace)

@@ -1,6 +1,6 @@
 """Read-modify-write of one frame with one round trip per attempt: :class:`Updater`.
 
-:meth:`ContextHandle.update <actors.client.ContextHandle.update>` reads the
+:meth:`ContextHandle.update <actors.client.handle.ContextHandle.update>` reads the
 frame once (``read_for_update``: the version and the body at that version, one
 snapshot), builds a ``revise`` (or a ``derive`` when the frame does not exist)
 from the caller's function, and submits it. A ``conflict`` rejection carries

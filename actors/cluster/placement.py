@@ -2,7 +2,7 @@
 
 A context's store is a local LMDB directory, so its actor is pinned, with a
 hard node affinity, to the node that holds the directory. Everything here
-imports Ray when called (through :func:`actors.transport.ray_module`), never at
+imports Ray when called (through :func:`actors.client.transport.ray_module`), never at
 module import.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.transport import init_ray, ray_module
+from actors.client.transport import init_ray, ray_module
 from protocol.errors import NotFound, RequestError
 
 ACTOR_PREFIX = "ctx:"
@@ -23,8 +23,9 @@ def actor_name(context: str) -> str:
 
 
 def ensure_ray() -> None:
-    """Connect to Ray if this process is not connected yet (:func:`~actors.transport.init_ray`:
-    ``RAY_ADDRESS`` if set, else a new local cluster)."""
+    """Connect to Ray if this process is not connected yet
+    (:func:`~actors.client.transport.init_ray`: ``RAY_ADDRESS`` if set, else a new local
+    cluster)."""
     init_ray()
 
 

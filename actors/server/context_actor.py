@@ -1,6 +1,6 @@
 """The context actor: one cognitive context served to a cluster, commits group-committed.
 
-:class:`ContextActor` is a plain class; :mod:`actors.client` runs it as an async
+:class:`ContextActor` is a plain class; :mod:`actors.client.handle` runs it as an async
 Ray actor (``ray.remote(ContextActor)``). It owns the context's LMDB store
 exclusively (the store's writer lock), keeps no state that the store does not
 hold, and so restarts by reopening the store: nothing is replayed.
@@ -8,15 +8,15 @@ hold, and so restarts by reopening the store: nothing is replayed.
 It is a port: every capability is a method of the application service
 (:class:`service.context.Context` and :mod:`service.governance`); this class
 adds only what serving it to many callers needs: checking arguments, the
-capability guard (:class:`~actors.guard.Guard`), the group-commit inbox and the
-audit buffer (:mod:`actors.inbox`), running service calls off the event loop,
+capability guard (:class:`~actors.server.guard.Guard`), the group-commit inbox and the
+audit buffer (:mod:`actors.server.inbox`), running service calls off the event loop,
 the background governance task, and translating errors into reply envelopes.
 
 Concurrency: the event loop accepts calls; every store access runs on one
 dedicated thread (a ``ThreadPoolExecutor(1)``), so accesses are serialized and
 the loop keeps accepting submissions while a write is being fsynced.
 Submissions queue up in the inbox, and one flusher task commits everything
-queued (at most :data:`~actors.inbox.MAX_BATCH`) in a single durable write. A
+queued (at most :data:`~actors.server.inbox.MAX_BATCH`) in a single durable write. A
 submission is answered only after that write returned: an acknowledged commit
 is durable (R44).
 
@@ -24,7 +24,7 @@ Payloads: ``submit`` takes the msgpack wire form of one transaction
 (:func:`protocol.wire.tx_to_msgpack`, client id inside the transaction) and
 answers ``pack(receipt.to_dict())``. A payload that does not decode gets a
 rejected receipt with the error code ``wire_error`` and writes nothing (R45).
-Other store methods answer with the envelope of :mod:`actors.replies`.
+Other store methods answer with the envelope of :mod:`actors.client.replies`.
 
 Governance (docs/governance.md, docs/permissions.md): denials, exports,
 imports and governance decisions are appended to the store's durable audit
@@ -34,7 +34,7 @@ table before the call is answered; ``admit``, ``review``, ``pending`` and
 unattended.
 
 The hosting (opening, the store thread, the guard, the inbox, the audit buffer,
-the background governance task, introspection, close) is :class:`~actors.host.ContextHost`'s.
+the background governance task, introspection, close) is :class:`~actors.server.host.ContextHost`'s.
 Ray is not imported here.
 """
 
@@ -44,9 +44,9 @@ import asyncio
 import time
 from typing import Any
 
-from actors.guard import guarded, holder_of
-from actors.host import ContextHost
-from actors.replies import failed, ok
+from actors.client.replies import failed, ok
+from actors.server.guard import guarded, holder_of
+from actors.server.host import ContextHost
 from protocol.errors import MorphzError, OutOfRange, RequestError, WireError
 from protocol.governance import (
     MAX_AUDIT_PAGE,
@@ -107,7 +107,7 @@ class ContextActor(ContextHost):
     Construct with the store directory and the context name; the context is
     created if missing unless ``create=False`` (``window``, ``history_keep`` and
     the scope's tenant and project go into its meta at creation only; the scope
-    itself is ``scope.json``, see :func:`~actors.guard.settle_scope`). A
+    itself is ``scope.json``, see :func:`~actors.server.guard.settle_scope`). A
     failure to open is kept and answered to every call, so a client sees the
     typed error (:class:`NotFound`, :class:`~protocol.errors.StoreLocked` …)
     instead of a dead actor. A locked store is retried for ``lock_wait``
