@@ -48,6 +48,7 @@ from functools import update_wrapper
 from types import ModuleType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from actors.client.joining import TOKEN_HINT, check_authenticated
 from protocol.errors import MorphzError, RequestError, StoreError, TransportError
 
 DEFAULT_NAMESPACE = "morphz"
@@ -70,14 +71,6 @@ FAILOVER_POLL = 0.25
 REACH_TIMEOUT = 5.0
 """Seconds :func:`init_ray` waits for a ``host:port`` to accept a connection, and for its
 answer to the authentication probe."""
-GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"
-"""The GCS call a join makes first; :func:`init_ray` makes it once, beforehand, to learn
-whether the cluster accepts this process's credentials (a refused join retries for long)."""
-TOKEN_HINT = (
-    "set RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token,"
-    " RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)"
-)
-"""What to set when a cluster refuses a join for want of its token."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -97,7 +90,8 @@ def _first_line(e: BaseException) -> str:
 
 def _check_reachable(address: str) -> None:
     """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would wait for minutes),
-    and on a cluster that refuses this process's credentials (:func:`_check_authenticated`)."""
+    and on a cluster that refuses this process's credentials
+    (:func:`~actors.client.joining.check_authenticated`)."""
     m = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address)
     if m is None:  # "auto" and the like: left to Ray
         return
@@ -109,49 +103,7 @@ def _check_reachable(address: str) -> None:
         ) from e
     if not address.startswith("ray://"):  # a Ray client server is no GCS
         host = m.group(1)
-        _check_authenticated(f"[{host}]:{m.group(2)}" if ":" in host else address, address)
-
-
-def _token_metadata() -> tuple[tuple[str, str], ...] | None:
-    """The credentials a join of this process sends (none unless RAY_AUTH_MODE=token, as
-    Ray decides for an explicit address), or None when Ray's loader cannot be asked."""
-    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() != "token":
-        return ()
-    try:
-        from ray._private.authentication import grpc_authentication_client_interceptor as auth
-
-        return tuple(auth._get_authentication_metadata_tuple())
-    except Exception:  # Ray's own join reports a missing token; the probe only saves time
-        return None
-
-
-def _check_authenticated(target: str, address: str) -> None:
-    """Ask the cluster's GCS at *target* the first question a join asks, with the
-    credentials the join would send; refused for want of a token, raise ``ray_unreachable``
-    with what to set, in well under :data:`REACH_TIMEOUT` seconds (Ray's join retries such
-    a refusal for tens of seconds). Any other answer, or no answer, is left to the join."""
-    metadata = _token_metadata()
-    if metadata is None:
-        return
-    import grpc
-
-    channel = grpc.insecure_channel(target)
-    try:
-        channel.unary_unary(GCS_PROBE)(b"", timeout=REACH_TIMEOUT, metadata=metadata)
-    except grpc.RpcError as e:
-        if e.code() != grpc.StatusCode.UNAUTHENTICATED:
-            return
-        why = (
-            "the cluster refused this process's token; check it is the cluster's"
-            if metadata
-            else "the cluster uses token authentication"
-        )
-        raise TransportError(
-            f"cannot join the Ray cluster at {address}: {why}: {TOKEN_HINT}",
-            code=RAY_UNREACHABLE,
-        ) from e
-    finally:
-        channel.close()
+        check_authenticated(f"[{host}]:{m.group(2)}" if ":" in host else address, address)
 
 
 def init_ray(
