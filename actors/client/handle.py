@@ -49,7 +49,7 @@ from actors.client.transport import (
 from actors.client.updates import UpdateFn, Updater, UpdateResult
 from actors.cluster.placement import actor_name
 from actors.server.context_actor import MAX_SUBMIT_MANY
-from protocol.errors import RequestError, WireError
+from protocol.errors import MorphzError, RequestError, WireError
 from protocol.forget import ForgetReport
 from protocol.governance import (
     MAX_AUDIT_PAGE,
@@ -764,13 +764,37 @@ class ContextHandle:
 
     node_id_async = node_id.aio
 
-    def shutdown(self, *, wait: float = 10.0) -> None:
-        """Stop the actor for good (no restart); its store closes with the process.
+    @Remote
+    def close(self) -> Call[None]:
+        """Close the actor's store cleanly (its advert in the store removed, the writer
+        lock released); the actor answers nothing useful afterwards. Needs ``admin``."""
+        return Call("close", (), _closed, timeout=CLOSE_TIMEOUT)
 
-        ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds) until
-        the name is gone from the cluster: a call made after ``shutdown`` fails.
+    close_async = close.aio
+
+    def shutdown(self, *, wait: float = 10.0) -> None:
+        """Stop the actor for good (no restart): its store closed cleanly first (advert
+        removed, as :meth:`close`), then the process.
+
+        A close that fails (refused, or the actor does not answer) does not stop the
+        kill. ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds)
+        until the name is gone from the cluster: a call made after ``shutdown`` fails.
         """
+        try:
+            self.transport.call(Call("close", (), _closed, timeout=CLOSE_TIMEOUT))
+        except MorphzError:
+            pass
         self.transport.kill(wait=wait)
+
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds a context actor has to close its store cleanly when asked to."""
+
+
+def _closed(raw: Any) -> None:
+    """The reply of ``close``: nothing, or the refusal it was answered with."""
+    if raw is not None:
+        open_reply(raw)
 
 
 def _export_page(raw: Any) -> dict[str, Any]:

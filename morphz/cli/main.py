@@ -492,6 +492,7 @@ def fork(env: Env, new_context: str, at_version: int | None) -> None:
     emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
 
 
+from morphz.cli.actors import actors_cmd, stop_cmd  # noqa: E402
 from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
 from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
@@ -504,6 +505,8 @@ from morphz.cli.serve import serve_cmd  # noqa: E402
 from morphz.cli.top import top_cmd  # noqa: E402
 
 cli.add_command(contexts_cmd)
+cli.add_command(actors_cmd)
+cli.add_command(stop_cmd)
 cli.add_command(drop_cmd)
 cli.add_command(recall_cmd)
 cli.add_command(graph_cmd)

@@ -55,8 +55,8 @@ def mcp_cmd(
     create: bool,
 ) -> None:
     """Serve the context to MCP clients: tools, the protocol prompt, frame/event resources."""
-    from servers.binding import check_bind, parse_host_port
     from protocol.errors import MorphzError
+    from servers.binding import check_bind, parse_host_port
     from servers.mcp_server import (
         build_server,
         open_memory,

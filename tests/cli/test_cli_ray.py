@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import secrets
 import signal
 import socket
 import subprocess
@@ -269,7 +270,8 @@ def test_the_demo_joins_a_cluster_started_before_it(
 
 @pytest.mark.ray
 def test_joining_a_token_cluster_without_the_token_is_one_line(tmp_path: Path) -> None:
-    with started_head(RAY_AUTH_MODE="token") as (address, _):
+    # The head's token is given in its environment: no token file is needed or written.
+    with started_head(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32)) as (address, _):
         p = morphz(
             "demo",
             "--no-live",
