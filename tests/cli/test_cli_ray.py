@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
