@@ -766,35 +766,17 @@ class ContextHandle:
 
     @Remote
     def close(self) -> Call[None]:
-        """Close the actor's store cleanly (its advert in the store removed, the writer
-        lock released); the actor answers nothing useful afterwards. Needs ``admin``."""
-        return Call("close", (), _closed, timeout=CLOSE_TIMEOUT)
-
-    close_async = close.aio
+        """Close the actor's store (advert removed, lock released); needs ``admin``."""
+        return Call("close", (), lambda raw: None if raw is None else open_reply(raw))
 
     def shutdown(self, *, wait: float = 10.0) -> None:
-        """Stop the actor for good (no restart): its store closed cleanly first (advert
-        removed, as :meth:`close`), then the process.
-
-        A close that fails (refused, or the actor does not answer) does not stop the
-        kill. ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds)
-        until the name is gone from the cluster: a call made after ``shutdown`` fails.
-        """
+        """Stop the actor for good (no restart): :meth:`close` (a failure does not stop
+        the kill), then ``ray.kill``, waiting up to *wait* s until the name is gone."""
         try:
-            self.transport.call(Call("close", (), _closed, timeout=CLOSE_TIMEOUT))
+            self.close()
         except MorphzError:
             pass
         self.transport.kill(wait=wait)
-
-
-CLOSE_TIMEOUT = 10.0
-"""Seconds a context actor has to close its store cleanly when asked to."""
-
-
-def _closed(raw: Any) -> None:
-    """The reply of ``close``: nothing, or the refusal it was answered with."""
-    if raw is not None:
-        open_reply(raw)
 
 
 def _export_page(raw: Any) -> dict[str, Any]:

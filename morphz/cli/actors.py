@@ -26,7 +26,7 @@ import click
 
 from morphz.cli.console import Env, emit, run_command
 
-__all__ = ["actors_cmd", "holder_note", "stop_cmd"]
+__all__ = ["actors_cmd", "list_actors", "stop_cmd"]
 
 CALL_TIMEOUT = 5.0
 """Seconds one context actor has to answer its handshake."""
@@ -41,26 +41,6 @@ def _adverts(store: str) -> list[dict[str, Any]]:
         return []
     found = (advertised(store, name) for name in Store(store).contexts())
     return [a for a in found if a is not None]
-
-
-def holder_note(store: str, context: str, message: str) -> str:
-    """*message* (a ``store_locked`` refusal about *context* of *store*) with who holds the
-    context, as its advert says, and how to stop it; unchanged when no actor advertises
-    itself or the refusal is about another context."""
-    from actors.cluster.connection import advertised
-
-    try:
-        advert = advertised(store, context)
-    except Exception:  # a name the store refuses has no advert
-        return message
-    if advert is None or f"{os.sep}{context}" not in message:
-        return message
-    node = str(advert.get("node_id", ""))[:12]
-    return (
-        f"{message}; held by context actor ctx:{context} (pid {advert.get('pid')} on node"
-        f" {node}, Ray at {advert['address']}, namespace {advert['namespace']}):"
-        f" stop it with `morphz stop {context}` first"
-    )
 
 
 def _age(seconds: float | None) -> str:
@@ -118,6 +98,12 @@ def list_actors(namespace: str | None = None) -> list[dict[str, Any]]:
 
 
 def _human_actors(d: dict[str, Any]) -> str:
+    silent = d["unanswered"] and not d["all"]
+    tail = f"\n({d['unanswered']} context actor(s) did not answer: see --all)" if silent else ""
+    return _actors_table(d) + tail
+
+
+def _actors_table(d: dict[str, Any]) -> str:
     if not d["actors"]:
         if d["address"] is None:
             return (
@@ -175,7 +161,13 @@ def actors_cmd(env: Env, every: bool, address: str | None, namespace: str | None
 
     store = os.path.abspath(env.store)
     target = _cluster_of(env, address)
-    doc: dict[str, Any] = {"store": store, "address": target, "all": every, "actors": []}
+    doc: dict[str, Any] = {
+        "store": store,
+        "address": target,
+        "all": every,
+        "actors": [],
+        "unanswered": 0,
+    }
     if target is not None:
         connected = init_ray(target)
         try:
@@ -183,9 +175,9 @@ def actors_cmd(env: Env, every: bool, address: str | None, namespace: str | None
         finally:
             if connected:
                 ray_module().shutdown()
-        doc["actors"] = [
-            r for r in rows if every or "error" in r or _same(r.get("store_dir"), store)
-        ]
+        # An actor that does not answer cannot say which store it serves: --all shows it.
+        doc["actors"] = [r for r in rows if every or _same(r.get("store_dir"), store)]
+        doc["unanswered"] = sum(1 for r in rows if "error" in r)
     emit(env, doc, _human_actors)
 
 

@@ -104,7 +104,7 @@ def fail(
     extra = {k: v for k, v in err.to_dict().items() if k not in ("error", "message")}
     message = err.message
     if isinstance(err, StoreLocked) and env is not None and "context actor" not in message:
-        from morphz.cli.actors import holder_note
+        from morphz.cli.holder import holder_note
 
         message = holder_note(env.store, env.context, message)
     report_error(env is not None and env.as_json, err.code, message, **extra)

@@ -197,7 +197,7 @@ def drop_cmd(env: Env, name: str, yes: bool) -> None:
     try:
         dropped = store.drop(name)
     except StoreLocked as e:
-        from morphz.cli.actors import holder_note
+        from morphz.cli.holder import holder_note
 
         raise StoreLocked(holder_note(env.store, name, e.message)) from e
     doc = {"dropped": name, "store": env.store, **dropped.model_dump()}

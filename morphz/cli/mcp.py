@@ -57,12 +57,8 @@ def mcp_cmd(
     """Serve the context to MCP clients: tools, the protocol prompt, frame/event resources."""
     from protocol.errors import MorphzError
     from servers.binding import check_bind, parse_host_port
-    from servers.mcp_server import (
-        build_server,
-        open_memory,
-        read_capability,
-        refuse_stdio_session,
-    )
+    from servers.mcp_server import build_server, open_memory, read_capability
+    from servers.stdio_refusal import refuse_stdio_session
 
     token = read_capability(capability)
     bind = parse_host_port(http) if http is not None else None
