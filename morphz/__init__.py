@@ -8,7 +8,7 @@
     receipt = ctx.commit(f"(context-tx (base-version {ctx.version}) "
                          f"(derive test-result (from {e.ref}) (tests passed)))")
 
-``open_context(..., embedder=storage.embeddings.EmbedderConfig(...))`` makes
+``open_context(..., embedder=adapters.embeddings.EmbedderConfig(...))`` makes
 search hybrid: words and meaning, fused (docs/search.md). Ray is never
 imported here; the actor layer lives in :mod:`actors`.
 """

@@ -9,7 +9,7 @@ most a given number of seconds, and reports what it could not wait for as
 ``lag`` (lexical) and ``semantic.lag`` (vectors).
 
 Without an embedder, search is the lexical index's, unchanged. With one
-(:class:`storage.embeddings.EmbedderConfig` or an
+(:class:`adapters.embeddings.EmbedderConfig` or an
 :class:`~storage.embeddings.Embedder`), :meth:`Searcher.find` is hybrid: the
 lexical and the semantic rankings (each :data:`FUSE_DEPTH` deep, same
 filters) are fused by reciprocal rank (:func:`storage.vectors.fuse`), ties
@@ -41,11 +41,12 @@ from storage.search.results import SemanticInfo
 from storage.search.tool import model_search_args
 
 if TYPE_CHECKING:
+    from adapters.embeddings import EmbedderConfig
     from service.context import Context
-    from storage.embeddings import Embedder, EmbedderConfig
+    from storage.embeddings import Embedder
     from storage.vectors import SharedOutbox, VectorIndex, VectorWorker
 
-# storage.vectors (numpy, usearch) and storage.embeddings (httpx) are imported only
+# storage.vectors (numpy, usearch) and adapters.embeddings (httpx) are imported only
 # when an embedder is configured or a vector index exists: lexical search and
 # every other command do not pay for them.
 VECTORS_DIR = "vectors"
@@ -155,7 +156,7 @@ class Searcher:
         """The embedder (built from its config at first use), or None without one."""
         with self._lock:
             if self._embedder is None and self._spec is not None:
-                from storage.embeddings import EmbedderConfig, make_embedder
+                from adapters.embeddings import EmbedderConfig, make_embedder
 
                 spec = self._spec
                 self._embedder = make_embedder(spec) if isinstance(spec, EmbedderConfig) else spec
@@ -354,7 +355,7 @@ def embedder_from_env(env: Any = None) -> EmbedderConfig | None:
     """The embedder the ``MORPHZ_EMBED_*`` variables of *env* (default: the process's)
     describe, or None when none is set (search stays lexical); how the servers and the
     CLI pick one up. A bad value raises ``RequestError`` (``embed_config``)."""
-    from storage.embeddings import EmbedderConfig
+    from adapters.embeddings import EmbedderConfig
 
     return EmbedderConfig.from_env(env)
 

@@ -297,7 +297,7 @@ class ContextHost:
         from the start; a bad config is kept as the open error."""
         if embedder is None or self._ctx is None:
             return
-        from storage.embeddings import EmbedderConfig
+        from adapters.embeddings import EmbedderConfig
 
         try:
             self._ctx.use_embedder(EmbedderConfig.from_dict(embedder))

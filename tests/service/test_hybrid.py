@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import morphz
+from adapters.embeddings import EmbedderConfig, make_embedder
 from protocol.errors import OutOfRange, RequestError
 from service.context import Context
-from storage.embeddings import EmbedderConfig, make_embedder
 from storage.search import LexicalIndex
 from tests.actors.cluster import RayCluster
 from tests.embedding_server import EmbeddingServer
