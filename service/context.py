@@ -35,7 +35,7 @@ from protocol.engine import (
     evaluate,
     observe,
 )
-from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.errors import OutOfRange, RequestError
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
