@@ -100,3 +100,17 @@ def test_top_with_no_actors_prints_a_hint() -> None:
         {"interval": 1.0, "contexts": [{"namespace": "n", "context": "c", "error": {"code": "x"}}]}
     )
     assert "no context actors" not in busy
+
+
+def test_cli_search_leaves_recorded_searches_out_unless_asked(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with open_context(store, "default", create=True) as ctx:
+        ctx.observe("tool_result", "the deployment region is eu-west-3")
+        ctx.claim()
+        ctx.search({"query": "deployment region"})  # recorded as a recall_result
+    plain = json.loads(morphz(store, "--json", "search", "deployment region").output)
+    assert [h["kind"] for h in plain["hits"]] == ["tool_result"]
+    asked = json.loads(
+        morphz(store, "--json", "search", "deployment region", "--include-recalls").output
+    )
+    assert sorted(h["kind"] for h in asked["hits"]) == ["recall_result", "tool_result"]
