@@ -114,3 +114,27 @@ def test_cli_search_leaves_recorded_searches_out_unless_asked(tmp_path: Path) ->
         morphz(store, "--json", "search", "deployment region", "--include-recalls").output
     )
     assert sorted(h["kind"] for h in asked["hits"]) == ["recall_result", "tool_result"]
+
+
+def test_a_fork_at_the_current_version_keeps_what_was_recorded_but_not_claimed(
+    tmp_path: Path,
+) -> None:
+    from service.store import Store
+
+    store = tmp_path / "store"
+    with open_context(store, "default", create=True) as ctx:
+        ctx.commit("(context-tx (base-version 0) (derive release (stage one)))")
+        ctx.observe("tool_result", "claimed after the last commit")
+        ctx.claim()
+        ctx.observe("user_message", "still waiting to be claimed")
+        source = ctx.state()
+    r = morphz(store, "--json", "fork", "copy")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["waiting"] == 1
+    with Store(store).open("copy", readonly=True) as fork:
+        copy = fork.state()
+    assert [e["ref"] for e in copy.events] == [e["ref"] for e in source.events] == ["@e1", "@e2"]
+    assert copy.waiting == source.waiting == ["@e2"]
+    assert (copy.version, copy.tick) == (source.version, source.tick)
+    with Store(store).open("copy") as fork:  # the waiting input is claimed in the fork
+        assert fork.claim().claimed == ["@e2"]
