@@ -30,6 +30,7 @@ one class: one short call spec per method of the embedded API it mirrors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable
@@ -784,12 +785,9 @@ class ContextHandle:
         return Call("close", (), lambda raw: None if raw is None else open_reply(raw))
 
     def shutdown(self, *, wait: float = 10.0) -> None:
-        """Stop the actor for good (no restart): :meth:`close` (a failure does not stop
-        the kill), then ``ray.kill``, waiting up to *wait* s until the name is gone."""
-        try:
+        """Stop the actor for good: :meth:`close` (failing or not), then kill (wait <= *wait* s)."""
+        with contextlib.suppress(MorphzError):
             self.close()
-        except MorphzError:
-            pass
         self.transport.kill(wait=wait)
 
 
