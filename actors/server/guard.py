@@ -39,7 +39,7 @@ from actors.server.metrics import NO_METRICS, ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import MorphzError, RequestError
-from protocol.governance import audit_entry
+from protocol.governance import MAX_AUDIT_TEXT, audit_entry, printable
 from storage import context_path
 
 if TYPE_CHECKING:
@@ -234,6 +234,7 @@ class Guard:
         before answering). Without a usable key every call is denied, never allowed."""
         if not self.enforce:
             return None
+        cap: Capability | None = None
         try:
             cap = self._capability(token)
             if not capabilities.allows(cap, self.tenant, self.context, op):
@@ -244,7 +245,12 @@ class Guard:
         except PermissionDenied as e:
             self.denials += 1
             self.metrics.denied(op)
-            return e, self.entry(method, op, holder_of(token), allowed=False, why=e.message)
+            if cap is not None:  # a verified holder without the grant
+                return e, self.entry(method, op, cap.holder, allowed=False, why=e.message)
+            # An unverified token names whoever it likes: kept apart, as claimed.
+            claimed = holder_of(token)
+            extra = {} if claimed is None else {"claimed": printable(claimed[:MAX_AUDIT_TEXT])}
+            return e, self.entry(method, op, None, allowed=False, why=e.message, **extra)
         except MorphzError as e:
             self.denials += 1
             self.metrics.denied(op)
