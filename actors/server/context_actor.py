@@ -35,7 +35,8 @@ unattended.
 
 The hosting (opening, the store thread, the guard, the inbox, the audit buffer,
 the background governance task, introspection, close) is :class:`~actors.server.host.ContextHost`'s.
-Ray is not imported here.
+Ray is not imported here. The module is long (over 600 lines) because every remote call
+is one method here, each with its argument checks and guard.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from protocol.governance import (
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
 from protocol.wire import pack, submitted_from_msgpack
-from service import sharing
+from service import inspection, sharing
 from service.compile import compile_args
 from service.context import Context
 from service.governance import (
@@ -435,6 +436,32 @@ class ContextActor(ContextHost):
         except MorphzError as e:
             return failed(e)
         return await self._reply(lambda ctx: SearchReply.of(searcher.record(ctx, result, session)))
+
+    # -- the web inspector's reads (servers/inspector) ---------------------------------
+
+    @guarded("read")
+    async def inspect(self, view: str, args: dict[str, Any]) -> bytes:
+        """A read of the web inspector (:func:`service.inspection.inspect`)."""
+        if not isinstance(view, str) or not isinstance(args, dict):
+            return failed(RequestError("inspect takes a view and a dict", code="bad_argument"))
+        return await self._reply(inspection.inspect, view, args)
+
+    @guarded("recall")
+    async def inspect_search(self, query: str, limit: int = 20) -> bytes:
+        """Search hits with snippets, recording nothing; the index is caught up as for
+        :meth:`search`, off the store thread."""
+        try:
+            _text(query, "query")
+            _count(limit, "limit", 1, inspection.MAX_SEARCH_HITS)
+            searcher = self._context().searcher
+            searcher.start_worker()
+            self._indexing = True
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, searcher.catch_up, SEARCH_CATCH_UP)
+            result = await loop.run_in_executor(None, lambda: searcher.find(query, limit=limit))
+        except MorphzError as e:
+            return failed(e)
+        return ok(result.to_dict())
 
     # -- governance: audit, admission, review, quarantine -------------------------
 
