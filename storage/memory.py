@@ -24,8 +24,8 @@ from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
-from storage.audit_key import audit_key
 from storage.backend import OPTIONAL_TABLES, TABLES
+from storage.keys import audit_key
 
 T = TypeVar("T")
 

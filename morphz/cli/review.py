@@ -431,7 +431,7 @@ def _anchor(text: str | None) -> tuple[int, str] | None:
 
 def _verify_audit(env: Env, anchor: str | None, key_files: tuple[Path, ...]) -> None:
     from service.governance import verify_audit
-    from storage.audit_key import audit_key_path, read_key_file
+    from storage.keys import audit_key_path, read_key_file
 
     head = _anchor(anchor)
     paths = list(key_files) or [audit_key_path()]

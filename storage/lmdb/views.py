@@ -23,7 +23,7 @@ from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset
-from storage.audit_key import audit_key
+from storage.keys import audit_key
 from storage.lmdb.audit import _AuditRows
 from storage.lmdb.environment import _MapFull, _store_error
 from storage.lmdb.records import (

@@ -22,3 +22,23 @@ def test_audit_excerpts_hold_no_text_of_the_record(ctx: Context) -> None:
     assert "sensitive" in logged and event.ref in logged
     for piece in ("Wang Lei", "at home", "+86", "0013 8000", "wang.lei", "example-corp", "today"):
         assert piece not in logged, piece
+
+
+def test_the_tombstone_digest_is_keyed_and_the_key_can_be_destroyed(ctx: Context) -> None:
+    import hashlib
+
+    from protocol.forget import content_digest
+    from service.forget import destroy_erasure_key, erasure_key_of
+
+    phone = "+86 138 0013 8000"
+    event = ctx.observe("user_message", phone)
+    report = ctx.forget(event.ref, reason="personal data", by="dpo")
+    plain = hashlib.sha256(phone.encode()).hexdigest()
+    everything = json.dumps([report.digest, ctx.read_event(event.ref), ctx.audit()], default=str)
+    assert plain not in everything  # the guessable digest is written nowhere
+    assert report.digest.startswith("hmac-sha256:")
+    key = erasure_key_of(ctx.meta())
+    assert report.digest == content_digest(key, phone)  # the key holder can prove it
+    assert report.digest != content_digest(key, "+86 138 0013 8001")
+    assert destroy_erasure_key(ctx.backend) and not destroy_erasure_key(ctx.backend)
+    assert content_digest(erasure_key_of(ctx.meta()), phone) != report.digest  # gone for good

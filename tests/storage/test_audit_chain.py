@@ -19,7 +19,7 @@ from morphz.cli import cli as morphz_cli
 from protocol.governance import audit_entry, verify_chain
 from service.governance import record_audit
 from storage import LmdbStore
-from storage.audit_key import AUDIT_KEY_ENV, audit_key
+from storage.keys import AUDIT_KEY_ENV, audit_key
 from storage.lmdb.records import _pack, _u64, _unpack
 
 
