@@ -19,6 +19,7 @@ import shutil
 from typing import Any
 
 from protocol.errors import StoreError, StoreLocked
+from storage.environment import OPEN
 from storage.lmdb.compact import compact_store
 
 
@@ -31,8 +32,6 @@ def compact_context(path: str | os.PathLike[str]) -> dict[str, Any]:
     next search). NotFound if no
     store is there; StoreLocked if it is in use; StoreError if the disk fails.
     """
-    # The index environments open in this process.
-    from storage.derived import OPEN as _INDEX_OPEN
     from storage.search.format import INDEX_DIR
     from storage.vectors.format import VECTOR_DIR
 
@@ -40,7 +39,7 @@ def compact_context(path: str | os.PathLike[str]) -> dict[str, Any]:
     index = os.path.join(where, INDEX_DIR)
     vectors = os.path.join(where, VECTOR_DIR)
     for what, derived in (("search index", index), ("vector index", vectors)):
-        if os.path.realpath(derived) in _INDEX_OPEN:
+        if os.path.realpath(derived) in OPEN:  # every LMDB environment open in this process
             raise StoreLocked(
                 f"the {what} of {where} is open in this process; close it before compacting"
             )
