@@ -16,8 +16,8 @@ import pytest
 
 from protocol.errors import NotFound, RequestError, StoreError
 from protocol.forget import ForgetReport, content_digest, is_tombstone_body
-from service.forget import erasure_key_of
 from service.context import Context
+from service.forget import erasure_key_of
 from storage import LmdbStore
 from storage.memory import MemoryBackend
 
