@@ -69,7 +69,7 @@ def erasure_key_path(key_id: str) -> Path:
 
 def erasure_key(key_id: str) -> bytes:
     """The erasure key named *key_id* (read, or made once)."""
-    return _key_at(erasure_key_path(key_id))
+    return key_at(erasure_key_path(key_id))
 
 
 def destroy_erasure_key(key_id: str) -> bool:
@@ -106,10 +106,11 @@ def read_key_file(path: Path) -> bytes:
 
 def audit_key() -> bytes:
     """The audit key of this process (read, or made once; cached per path)."""
-    return _key_at(audit_key_path())
+    return key_at(audit_key_path())
 
 
-def _key_at(path: Path) -> bytes:
+def key_at(path: Path) -> bytes:
+    """The 32-byte key kept in *path* (64 hex digits), made once (0600, directory 0700)."""
     with _LOCK:
         key = _CACHE.get(str(path))
         if key is not None:
