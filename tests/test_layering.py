@@ -100,7 +100,7 @@ LAYERS: dict[str, Layer] = {
     ),
     "servers": _layer(
         "protocol service actors servers",
-        "pydantic msgpack mcp fastapi starlette uvicorn anyio httpx ray",
+        "pydantic msgpack mcp fastapi starlette uvicorn anyio httpx jinja2 markupsafe ray",
         lazy=frozenset({"ray"}),
     ),
     "agents": _layer("protocol service actors agents", "pydantic msgpack"),

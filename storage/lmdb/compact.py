@@ -26,7 +26,9 @@ from typing import Any
 import lmdb
 
 from protocol.errors import NotFound, StoreError, StoreLocked
-from storage.lmdb.environment import _OPEN, _OPEN_LOCK, _take_writer_lock
+from storage.environment import OPEN, OPEN_LOCK
+from storage.layout import FILE_MODE
+from storage.lmdb.environment import _take_writer_lock
 from storage.lmdb.records import _MAX_DBS
 
 DATA_FILE = "data.mdb"
@@ -53,8 +55,8 @@ def compact_store(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not os.path.isfile(data):
         raise NotFound(f"no context store at {where}")
     key = os.path.realpath(where)
-    with _OPEN_LOCK:
-        if key in _OPEN:
+    with OPEN_LOCK:
+        if key in OPEN:
             raise StoreLocked(
                 f"context store {where} is open in this process; close it before compacting"
             )
@@ -84,6 +86,7 @@ def compact_store(path: str | os.PathLike[str]) -> dict[str, Any]:
                 copy = os.path.join(scratch, DATA_FILE)
                 with open(copy, "rb+") as f:
                     os.fsync(f.fileno())
+                os.chmod(copy, FILE_MODE)
                 os.replace(copy, os.path.join(key, DATA_FILE))
                 dir_fd = os.open(key, os.O_RDONLY)
                 try:

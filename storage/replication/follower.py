@@ -36,8 +36,8 @@ import tempfile
 from protocol.errors import RequestError, StoreError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, WriteView
+from storage.layout import DIR_MODE
 from storage.lmdb import LmdbStore
-from storage.lmdb.views import _LmdbReadView
 from storage.replication.codec import OutboxAck, batch_header, decode_batch
 from storage.replication.fence import (
     ReplicationState,
@@ -166,13 +166,7 @@ def snapshot(store: LmdbStore) -> tuple[bytes, ReplicationState]:
     """
     scratch = tempfile.mkdtemp(prefix=".snapshot-", dir=store.path)
     try:
-
-        def run(view: object) -> ReplicationState:
-            assert isinstance(view, _LmdbReadView)
-            store._env().env.copy(scratch, compact=True, txn=view._txn)
-            return read_state(view)
-
-        state = store.read(run)
+        state = store.copy_to(scratch, read_state)
         with open(os.path.join(scratch, DATA_FILE), "rb") as f:
             return f.read(), state
     except OSError as e:
@@ -189,7 +183,7 @@ def install(path: str, data: bytes) -> None:
     first search).
     """
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, DIR_MODE, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".install-", dir=path)
         try:
             with os.fdopen(fd, "wb") as f:
