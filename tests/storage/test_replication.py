@@ -7,12 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import MorphzError, RequestError, StoreError, WireError
-from protocol.view import ReadView
+from protocol.forget import Rewrite
+from protocol.view import Changeset, ReadView
 from service.context import Context
 from storage import LmdbStore
 from storage.replication import (
@@ -28,6 +30,7 @@ from storage.replication import (
     snapshot,
     store_state,
 )
+from storage.replication.codec import FORMAT, OutboxAck, encode_op
 from storage.replication.fence import HELD_PREFIX, STATE_KEY
 
 TABLES_COMPARED = (
@@ -132,17 +135,109 @@ def test_a_follower_applying_every_batch_holds_the_primarys_store(
         p.close()
 
 
+def _without_empty(payload: Any) -> Any:
+    """An operation's payload without the fields that say nothing (an empty list or
+    ``lastmod``): the encoder leaves them out, and leaving them out changes nothing."""
+    if not isinstance(payload, dict):
+        return payload
+    return {k: v for k, v in payload.items() if v != [] and not (k == "lastmod" and v == {})}
+
+
+KINDS = {Changeset: "apply", Rewrite: "rewrite", OutboxAck: "outbox_ack"}
+
+
+def assert_refused_or_faithful(data: bytes) -> bool:
+    """*data* is refused with WireError, or decodes into exactly the batch it holds:
+    the same counters, one operation per operation of the bytes, of the same kind, each
+    holding what the bytes hold (nothing dropped, coerced or added). True if it decoded."""
+    try:
+        batch = decode_batch(data)
+    except WireError:
+        return False
+    body = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+    header = [batch.epoch, batch.seq, batch.version, batch.acked]
+    assert [type(n) for n in header] == [int] * 4 and header == body[:4]
+    assert len(batch.ops) == len(body[4])
+    for op, (kind, payload) in zip(batch.ops, body[4], strict=True):
+        assert KINDS[type(op)] == kind
+        again = msgpack.unpackb(encode_op(op), raw=False, strict_map_key=False)[1]
+        assert _without_empty(again) == _without_empty(payload), kind
+    return True
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=200))
 def test_random_bytes_never_decode_into_a_batch_silently(data: bytes) -> None:
+    assert_refused_or_faithful(data)
+    assert_refused_or_faithful(bytes([FORMAT]) + data)
+
+
+@pytest.fixture(scope="module")
+def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+    """The batches a primary shipped for a little of everything (observations, claims,
+    derives, revisions, relations)."""
+    p = Pair(tmp_path_factory.mktemp("real"))
     try:
-        decode_batch(data)
-    except WireError:
-        pass
-    try:
-        decode_batch(b"\x01" + data)
-    except WireError:
-        pass
+        ctx = Context(p.store, name="c")
+        _work(ctx, [("observe", 1), ("derive", 1), ("derive", 2), ("relate", 1)])
+        _work(ctx, [("claim", 0), ("revise", 2), ("observe", 3)])
+        ctx.forget("@e1", reason="leak")
+        p.store.outbox_ack(p.store.outbox_last())
+        return list(p.batches)
+    finally:
+        p.close()
+
+
+# What a hostile or corrupt sender might put where a value belongs.
+WRONG = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(2**64 - 2, 2**64 - 1),
+    st.integers(-(2**63), -(2**63) + 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(0, 2), max_size=1),
+)
+
+
+def _mutate(value: Any, draw: Callable[[Any], Any], depth: int = 0) -> Any:
+    """*value* with one part (maybe none) replaced by a wrong value, dropped or doubled."""
+    if depth > 3 or draw(st.integers(0, 3)) == 0:
+        return draw(WRONG) if draw(st.booleans()) else value
+    if isinstance(value, list) and value:
+        i = draw(st.integers(0, len(value) - 1))
+        how = draw(st.sampled_from(["change", "drop", "double"]))
+        if how == "drop":
+            return value[:i] + value[i + 1 :]
+        if how == "double":
+            return value[: i + 1] + value[i:]
+        return value[:i] + [_mutate(value[i], draw, depth + 1)] + value[i + 1 :]
+    if isinstance(value, dict) and value:
+        key = draw(st.sampled_from(sorted(value, key=repr)))
+        if draw(st.integers(0, 4)) == 0:
+            return {**value, draw(st.text(max_size=4)): 1}  # an unknown field
+        return {**value, key: _mutate(value[key], draw, depth + 1)}
+    return draw(WRONG)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_damaged_real_batches_are_refused_or_decoded_faithfully(
+    real_batches: list[bytes], data: st.DataObject
+) -> None:
+    original = data.draw(st.sampled_from(real_batches))
+    assert assert_refused_or_faithful(original)  # the undamaged batch decodes
+    body = msgpack.unpackb(original[1:], raw=False, strict_map_key=False)
+    damaged = _mutate(body, data.draw)
+    assert_refused_or_faithful(bytes([FORMAT]) + msgpack.packb(damaged, use_bin_type=True))
+
+
+def test_the_damage_reaches_every_kind_of_operation(real_batches: list[bytes]) -> None:
+    kinds = {op[0] for b in real_batches for op in msgpack.unpackb(b[1:], raw=False)[4]}
+    assert kinds == {"apply", "rewrite", "outbox_ack"}
 
 
 def test_malformed_batches_are_refused_and_change_nothing(pair: Pair) -> None:
