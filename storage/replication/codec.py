@@ -244,8 +244,14 @@ def _decode_changeset(doc: Any) -> Changeset:
     return cs
 
 
+_REWRITE_KEYS = frozenset({"contents", "history", "txlog"})
+
+
 def _decode_rewrite(doc: Any) -> Rewrite:
     doc = _record(doc, "rewrite")
+    unknown = set(doc) - _REWRITE_KEYS
+    if unknown:
+        raise WireError(f"a replicated rewrite has unknown fields {sorted(map(str, unknown))}")
     history = [
         (_str(f, "frame id"), _int(v, "version"), _whole(Frame, r, "frame"))
         for f, v, r in _rows(doc, "history", 3)
