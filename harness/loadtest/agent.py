@@ -383,12 +383,12 @@ class _Replay:
             try:
                 if mode == "list" and step.shared is not None:
                     # The list is read with the version it is based on, in one read.
-                    got = await handle.read_for_update_async(step.frames)
+                    got = await handle.read_for_update.aio(step.frames)
                     base = int(got.version)
                     known = {f: v is not None for f, v in got.frames.items()}
                     shared_seen = _seen_items(got.frames.get(step.shared))
                 else:
-                    snap = await handle.snapshot_async(step.frames)
+                    snap = await handle.snapshot.aio(step.frames)
                     base = int(snap["version"])
                     known = {f: v is not None for f, v in snap["frames"].items()}
             except MorphzError as e:
