@@ -336,9 +336,6 @@ def test_trajectories_replay_three_conversations(
 
 
 @pytest.mark.ray
-@pytest.mark.skipif(
-    not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
-)
 @pytest.mark.parametrize("mode", ["list", "fields"])
 def test_shared_frames_as_a_list_or_by_field_edits(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str, mode: str
