@@ -44,6 +44,7 @@ import asyncio
 import time
 from typing import Any
 
+from actors.client.names import MAX_SUBMIT_MANY
 from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
@@ -64,9 +65,6 @@ from service.governance import (
 )
 from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES
 from service.search import SEARCH_CATCH_UP
-
-MAX_SUBMIT_MANY = 1024
-"""Most transactions one ``submit_many`` call carries."""
 
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:

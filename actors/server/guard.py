@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actors.client.replies import failed
 from actors.server.metrics import NO_METRICS, ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
@@ -300,8 +301,6 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
     :class:`Guard`), ``audit_buffer`` (an :class:`~actors.server.inbox.AuditBuffer`)
     and ``_ensure_worker()``.
     """
-    from actors.client.replies import failed
-
     def wrap(fn: Callable[..., Any]) -> Any:
         OPERATION_OF[fn.__name__] = op
         sig = inspect.signature(fn)

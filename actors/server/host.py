@@ -10,7 +10,7 @@ While it holds the store, an actor running under Ray *advertises* itself in
 the context's directory: :data:`ADVERT_FILE` (``actor.json``) holds the Ray
 address of its cluster, its namespace, node and process id, so a command that
 finds the store locked can reach the actor instead
-(:func:`~actors.cluster.connection.advertised`). The file is written after the open
+(:func:`~actors.client.lookup.advertised`). The file is written after the open
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
@@ -28,8 +28,9 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from actors.client.names import ADVERT_FORMAT, ContextEntry, advert_path
 from actors.client.replies import error_doc, failed, ok
 from actors.server.guard import (
     DEFAULT_PROJECT,
@@ -57,29 +58,40 @@ from protocol.governance import (
 from service.context import Context
 from service.governance import apply_pass, record_audit
 from service.store import open_context
-from storage import context_path
 
 T = TypeVar("T")
 log = logging.getLogger("morphz.context_actor")
 
 LOCK_WAIT = 5.0
 """Seconds a starting actor waits for the store's writer lock (a predecessor may be exiting)."""
-ADVERT_FILE = "actor.json"
-"""The file in a context's directory naming the context actor that holds it."""
-ADVERT_FORMAT = 1
 
 
-def _replica() -> Any:
-    """:mod:`actors.cluster.replica`, imported when a context may be replicated (it needs
-    the directory)."""
-    import actors.cluster.replica
+class Replicating(Protocol):
+    """What the host keeps of a replicated primary's shipping (the cluster side's
+    :class:`~actors.cluster.replication.Replicator`): the directory entry it ships
+    under, and :meth:`refresh`, which re-reads that entry and adopts new followers."""
 
-    return actors.cluster.replica
+    @property
+    def entry(self) -> ContextEntry: ...
+
+    def refresh(self) -> None: ...
 
 
-def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
-    """Where the actor serving context *name* of *store_dir* advertises itself."""
-    return os.path.join(context_path(store_dir, name), ADVERT_FILE)
+class Replication(Protocol):
+    """The hook replication reaches a context's host through, given to the actor when
+    it is created (the cluster side gives :data:`actors.cluster.replication.REPLICATION`
+    for the contexts it places; without one a context is served alone).
+
+    :meth:`check_not_replaced` raises ``RequestError`` ``fenced`` when another actor
+    has replaced this one as the context's primary (it must not open the store);
+    :meth:`enable` wraps the open context's store for replication when this actor is
+    a replicated context's primary, and answers None when the context is not
+    replicated. Both run only under Ray, on the store thread for :meth:`enable`.
+    """
+
+    def check_not_replaced(self, name: str, namespace: str | None) -> None: ...
+
+    def enable(self, ctx: Context, name: str, namespace: str | None) -> Replicating | None: ...
 
 
 class ContextHost:
@@ -111,8 +123,10 @@ class ContextHost:
         admission: AdmissionPolicy | None = None,
         namespace: str | None = None,
         embedder: dict[str, Any] | None = None,
+        replication: Replication | None = None,
     ) -> None:
         self._store_dir = store_dir
+        self._replication = replication
         self._name = name
         self._namespace = namespace  # the Ray namespace it is named in, for the advert
         self.guard = Guard(
@@ -143,7 +157,7 @@ class ContextHost:
             lambda: self._ctx is not None,
         )
         self._wire_rejections = 0
-        self.replicator: Any = None  # an actors.cluster.replica.Replicator once replicated
+        self.replicator: Replicating | None = None  # set once the store is replicated
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
         self._open(window, history_keep, create, lock_wait, tenant, project, bool(enforce))
@@ -235,10 +249,10 @@ class ContextHost:
         """True (and the open failed with ``fenced``) if this actor was a replicated
         context's primary and another has replaced it: it must not open the store."""
         ray = sys.modules.get("ray")
-        if ray is None or not ray.is_initialized():
+        if self._replication is None or ray is None or not ray.is_initialized():
             return False
         try:
-            _replica().check_not_replaced(self._name, self._namespace)
+            self._replication.check_not_replaced(self._name, self._namespace)
         except MorphzError as e:
             self._open_error = e
             return True
@@ -248,10 +262,11 @@ class ContextHost:
         """Under Ray: wrap the store for replication if the directory says this actor is a
         replicated context's primary; a replaced (fenced) primary keeps no store open."""
         ray = sys.modules.get("ray")
-        if ray is None or not ray.is_initialized() or self._ctx is None:
+        hook = self._replication
+        if hook is None or ray is None or not ray.is_initialized() or self._ctx is None:
             return
         try:
-            self.replicator = _replica().enable(self._ctx, self._name, self._namespace)
+            self.replicator = hook.enable(self._ctx, self._name, self._namespace)
         except MorphzError as e:
             self._unadvertise()
             self._ctx.close()
@@ -276,14 +291,16 @@ class ContextHost:
 
         def run(ctx: Context) -> dict[str, Any]:
             replicator = self.replicator
+            if replicator is None and self._replication is not None:
+                self.replicator = replicator = self._replication.enable(
+                    ctx, self._name, self._namespace
+                )
+            elif replicator is not None:
+                replicator.refresh()
             if replicator is None:
-                self.replicator = replicator = _replica().enable(ctx, self._name, self._namespace)
-            else:
-                replicator._refresh()
-            if replicator is None:
-                return {"replicas": 0, "followers": []}
+                return {"follower_count": 0, "followers": []}
             return {
-                "replicas": replicator.entry.replicas,
+                "follower_count": replicator.entry.follower_count,
                 "epoch": replicator.entry.epoch,
                 "followers": [m.actor for m in replicator.entry.followers],
             }
@@ -491,7 +508,7 @@ class ContextHost:
         }
 
     async def handshake(self, capability: Any = None) -> dict[str, Any]:
-        """What :func:`~actors.cluster.connection.connect` checks, open to every caller (no
+        """What :func:`~actors.server.connect.connect` checks, open to every caller (no
         content).
 
         Name, store directory, node, open error, tenant, project, enforcement.

@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.nodes import alive_nodes, current_node_id
 from actors.client.transport import init_ray
-from actors.cluster.connection import place
 from actors.cluster.directory import directory
-from actors.cluster.placement import alive_nodes, current_node_id
+from actors.cluster.placing import place
 from protocol.errors import MorphzError, NotFound
 
 
@@ -137,7 +137,9 @@ def place_contexts(
     """
     placed = []
     for name in names:
-        handle = place(name, replicas=replicas, store_dir=store, namespace=namespace, lifetime=None)
+        handle = place(
+            name, followers=replicas, store_dir=store, namespace=namespace, lifetime=None
+        )
         placed.append((handle, directory(namespace).get(name).primary.node_id))
     return placed
 

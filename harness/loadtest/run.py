@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.nodes import alive_nodes, pinned
 from actors.client.replies import open_reply
-from actors.cluster.placement import alive_nodes, pinned
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
 from harness.loadtest.checks import check_after_run, submissions_of
 from harness.loadtest.cluster import (
