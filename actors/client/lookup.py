@@ -34,7 +34,17 @@ from storage import check_context_name
 MAX_ADVERT_BYTES = 4096
 """Larger advert files are not adverts."""
 
-__all__ = ["MAX_ADVERT_BYTES", "advertised", "directory_entry", "lookup"]
+__all__ = ["MAX_ADVERT_BYTES", "advertised", "directory_actor", "directory_entry", "lookup"]
+
+
+def directory_actor(namespace: str = DEFAULT_NAMESPACE) -> Any | None:
+    """The Ray handle of *namespace*'s context directory, or None if it has none."""
+    check_text(namespace, "namespace")
+    ensure_ray()
+    try:
+        return ray_module().get_actor(DIRECTORY_NAME, namespace=namespace)
+    except ValueError:
+        return None
 
 
 def directory_entry(
@@ -44,11 +54,8 @@ def directory_entry(
     namespace has no directory. ``NotFound`` when the directory has no such entry,
     ``TransportError`` when it cannot be reached after the retries."""
     check_context_name(name)
-    check_text(namespace, "namespace")
-    ensure_ray()
-    try:
-        actor = ray_module().get_actor(DIRECTORY_NAME, namespace=namespace)
-    except ValueError:
+    actor = directory_actor(namespace)
+    if actor is None:
         return None
     transport = Transport(
         actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace, retry=retry

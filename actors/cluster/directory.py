@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.client.lookup import read_entry
+from actors.client.lookup import directory_actor, read_entry
 from actors.client.names import (
     DEFAULT_NAMESPACE,
     DIRECTORY_NAME,
@@ -527,10 +527,5 @@ def directory(
 
 def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:
     """The directory of *namespace* if one was created, else None (never creates one)."""
-    check_text(namespace, "namespace")
-    ensure_ray()
-    try:
-        actor = ray_module().get_actor(DIRECTORY_NAME, namespace=namespace)
-    except ValueError:
-        return None
-    return DirectoryHandle(actor, namespace)
+    actor = directory_actor(namespace)
+    return None if actor is None else DirectoryHandle(actor, namespace)

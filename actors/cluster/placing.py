@@ -52,7 +52,7 @@ def place(
     there), or under *store_dir* (absolute, a path on that node) if given.
     *followers* follower nodes are chosen too (all distinct); *acks* is how many
     of them must hold a commit before it is acknowledged (default *followers*).
-    *replicas* is the earlier name of *followers* (deprecated: it warns once).
+    *replicas* is the earlier name of *followers* (deprecated: it warns).
 
     Idempotent: a context already in the directory is found where it is (its
     current primary), whatever the arguments. The actor is detached by default

@@ -164,8 +164,7 @@ class ContextActor(ContextHost):
         try:
             tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
         except WireError as e:
-            self._wire_rejections += 1
-            self.metrics.rejected("wire_error")
+            self.metrics.wire_rejected()
             try:
                 meta = await self._run(Context.meta)
             except MorphzError as err:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.client.replies import failed
-from actors.server.metrics import NO_METRICS, ContextMetrics
+from actors.server.metrics import ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import MorphzError, RequestError
@@ -215,10 +215,8 @@ class Guard:
         self.tenant = tenant
         self.project = project
         self.enforce = enforce
-        self.denials = 0
-        """Calls refused since this guard was made."""
-        self.metrics: ContextMetrics = NO_METRICS
-        """Where each denial is counted (the hosting actor's metrics)."""
+        self.metrics = ContextMetrics("", record=False)
+        """Where each denial is counted (the hosting actor's metrics, once it hosts)."""
         self._key: bytes | None = None
         self._verified: dict[bytes, Capability] = {}
 
@@ -251,11 +249,9 @@ class Guard:
                     f" of tenant {self.tenant!r}"
                 )
         except PermissionDenied as e:
-            self.denials += 1
             self.metrics.denied(op)
             return e, self.entry(method, op, holder_of(token), allowed=False, why=e.message)
         except MorphzError as e:
-            self.denials += 1
             self.metrics.denied(op)
             denied = PermissionDenied(f"cannot check capabilities: {e.message}")
             return denied, self.entry(method, op, None, allowed=False, why=denied.message)

@@ -141,8 +141,6 @@ class ContextHost:
         self._unused_ticks = governance_unused_ticks
         self._worker: asyncio.Task[None] | None = None
         self._cursor: PassCursor | None = None  # where the last good pass left off
-        self._passes = 0
-        self._pass_errors = 0
         self._closing = False
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
         self.metrics = ContextMetrics(name, namespace)
@@ -156,7 +154,6 @@ class ContextHost:
             lambda entries: record_audit(self._context().backend, entries),
             lambda: self._ctx is not None,
         )
-        self._wire_rejections = 0
         self.replicator: Replicating | None = None  # set once the store is replicated
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
@@ -452,7 +449,7 @@ class ContextHost:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            self._pass_errors += 1
+            self.metrics.governance_pass(ok=False)
             log.exception("governance pass of context %r failed", self._name)
             why = f"{type(e).__name__}: {e}"
             await self.audit_buffer.append_quietly(
@@ -461,7 +458,7 @@ class ContextHost:
                 )
             )
             return None
-        self._passes += 1
+        self.metrics.governance_pass(ok=True)
         return report
 
     async def _sample_metrics(self) -> None:
@@ -474,27 +471,18 @@ class ContextHost:
 
     @guarded("admin", raises=True)
     async def stats(self) -> dict[str, int]:
-        """Group-commit counters since this process started.
+        """The actor's counts since its process started, and what waits now.
 
-        ``batches`` counts LMDB writes that committed submissions,
-        ``transactions`` the submissions they decided, ``largest_batch`` the
-        biggest group, ``pending`` what waits now, ``held`` the conflict
-        rejections held for a turn on a hot frame, ``wire_rejections`` the
-        payloads that did not decode; ``commits``, ``rejections``, ``rebases``,
-        ``duplicates`` and (once sampled) ``index_lag`` from the actor's metrics
-        (:meth:`actors.server.metrics.ContextMetrics.totals`).
+        One object holds every count (:class:`actors.server.metrics.ContextStats`,
+        fed by the metrics recorder): ``batches`` (LMDB writes that committed
+        submissions), ``transactions`` (the submissions they decided),
+        ``largest_batch``, ``held`` (conflict rejections held for a turn on a hot
+        frame), ``wire_rejections`` (payloads that did not decode),
+        ``governance_passes`` / ``governance_errors``, ``commits``,
+        ``rejections``, ``rebases``, ``duplicates`` and (once sampled)
+        ``index_lag``; ``pending`` is what waits now.
         """
-        return {
-            "batches": self._inbox.batches,
-            "transactions": self._inbox.transactions,
-            "largest_batch": self._inbox.largest,
-            "pending": self._inbox.pending,
-            "held": self._inbox.held,
-            "wire_rejections": self._wire_rejections,
-            "governance_passes": self._passes,
-            "governance_errors": self._pass_errors,
-            **self.metrics.totals(),
-        }
+        return {**self.metrics.stats.as_dict(), "pending": self._inbox.pending}
 
     @guarded("admin", raises=True)
     async def describe(self) -> dict[str, Any]:
@@ -502,7 +490,7 @@ class ContextHost:
         return {
             **(await self.handshake()),
             "pid": os.getpid(),
-            "denials": self.guard.denials,
+            "denials": self.metrics.stats.denials,
             "governance_every": self._every,
             "admission": self._policy.name,
         }

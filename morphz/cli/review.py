@@ -290,7 +290,7 @@ def _review(
         # One write: the version after it is the one it committed at (this process
         # holds the writer lock).
         d = ctx.review(frame_id, decision, reviewer, reason=reason, holder=_holder())
-        return {"decision": d.to_dict(), "version": ctx.version}
+        return {"decision": d.to_dict(), "version": ctx.version()}
 
     doc = _decide(
         env,
@@ -355,9 +355,9 @@ def admit_cmd(
 
     def direct(ctx: Context) -> dict[str, Any]:
         # This process holds the writer lock: a version change is this call's one write.
-        before = ctx.version
+        before = ctx.version()
         ds = ctx.admit(frame_id, holder=_holder())
-        after = ctx.version
+        after = ctx.version()
         return {
             "decisions": [d.to_dict() for d in ds],
             "version": after if after != before else None,

@@ -352,8 +352,8 @@ def test_replicated_scenario(scenario: str) -> None:
     assert verdict["ok"], verdict.get("traceback") or verdict
 
 
-def test_loadtest_removing_nodes_with_replicas_checks_every_history(tmp_path: Path) -> None:
-    """``morphz loadtest --replicas 1 --kill-node-every S``: nodes of its own test cluster
+def test_loadtest_removing_nodes_with_followers_checks_every_history(tmp_path: Path) -> None:
+    """``morphz loadtest --followers 1 --kill-node-every S``: nodes of its own test cluster
     are removed and added back mid-load; every history checks on the current primaries."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
@@ -361,7 +361,7 @@ def test_loadtest_removing_nodes_with_replicas_checks_every_history(tmp_path: Pa
     args = ["--threads", "4", "--contexts", "2", "--duration", "8", "--conflict-rate", "0.2"]
     done = subprocess.run(
         [sys.executable, "-m", "morphz.cli", "--store", str(tmp_path), "--json", "loadtest", *args]
-        + ["--replicas", "1", "--kill-node-every", "6"],
+        + ["--followers", "1", "--kill-node-every", "6"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -371,5 +371,5 @@ def test_loadtest_removing_nodes_with_replicas_checks_every_history(tmp_path: Pa
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0 and doc["history_ok"], (doc, done.stderr[-3000:])
     assert doc["violation_count"] == 0 and doc["committed"] > 0
-    assert doc["requested"]["replicas"] == 1 and doc["kills"] >= 1, doc["kill_log"]
+    assert doc["requested"]["followers"] == 1 and doc["kills"] >= 1, doc["kill_log"]
     assert all("error" not in k for k in doc["kill_log"]), doc["kill_log"]

@@ -16,7 +16,7 @@ from storage.memory import MemoryBackend
 
 
 def tx(ctx: Context, text: str) -> None:
-    assert ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").committed
+    assert ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").committed
 
 
 @pytest.fixture
