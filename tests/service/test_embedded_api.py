@@ -53,7 +53,7 @@ def test_search_finds_a_frame_and_an_event_and_records_what_it_found(stored: Con
 
 def test_search_sees_what_was_committed_just_before(stored: Context) -> None:
     release(stored)
-    stored.commit(f"(context-tx (base-version {stored.version}) (derive rollback (plan ready)))")
+    stored.commit(f"(context-tx (base-version {stored.version()}) (derive rollback (plan ready)))")
     assert stored.search({"query": "rollback"})["recalled"] == ["rollback"]
 
 

@@ -137,7 +137,7 @@ def test_a_fork_made_afterwards_never_carries_it(ctx: Context) -> None:
     ctx.forget(fid, reason="leak")
     fork = ctx.fork(MemoryBackend())
     try:
-        assert fork.version == ctx.version()
+        assert fork.version() == ctx.version()
         assert leaks(fork, SECRET) == [] and leaks(fork, BODY_SECRET) == []
         assert fork.frame(fid)["body"] == ctx.frame(fid)["body"]
         assert fork.event(ref)["forgotten"] == ctx.event(ref)["forgotten"]
@@ -252,7 +252,7 @@ def test_logs_in_dict_form_and_client_ids_replay_after_a_forget(ctx: Context) ->
     assert retry.duplicate and retry.version == 1
     fork = ctx.fork(MemoryBackend())
     try:
-        assert fork.version == 3 and leaks(fork, BODY_SECRET) == []
+        assert fork.version() == 3 and leaks(fork, BODY_SECRET) == []
         assert fork.frame("other")["body"] == "(kept fine)"
         assert fork.txlog(1)["client_id"] == "agent-1/tx-1"
     finally:

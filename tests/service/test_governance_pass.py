@@ -181,7 +181,7 @@ class Governed(RuleBasedStateMachine):
 
     @invariant()
     def same_frames(self) -> None:
-        assert self.inc.version == self.full.version
+        assert self.inc.version() == self.full.version()
         assert state(self.inc) == state(self.full)
 
 

@@ -22,7 +22,7 @@ def test_admitted_candidates_replay_in_forks_and_the_checker(ctx: Context) -> No
 
     fork = ctx.fork(MemoryBackend())
     assert fork.frame_record("hint").envelope == ctx.frame_record("hint").envelope
-    assert fork.version == ctx.version()
+    assert fork.version() == ctx.version()
 
     def export(v):  # type: ignore[no-untyped-def]
         meta = v.meta()
