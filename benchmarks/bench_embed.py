@@ -2,13 +2,13 @@
 each beside a baseline measured in the same run.
 
 * **local** (needs the ``morphz[embed]`` extra: run it with ``.venv-embed/bin/python``;
-  skipped, saying so, without it): :class:`storage.embeddings.LocalEmbedder` over the
+  skipped, saying so, without it): :class:`adapters.embeddings.LocalEmbedder` over the
   packaged all-MiniLM-L6-v2 (``embed`` of all texts with ``batch_size`` B) beside the raw
   ``SentenceTransformer.encode(texts, batch_size=B, normalize_embeddings=True)`` of a second
   copy of the same model loaded from the same directory → texts/s and the ratio. Also the
   time to build the embedder (model load) beside the raw ``SentenceTransformer(path)``,
   after one untimed load that warms the file cache and the imports.
-* **openai**: :class:`storage.embeddings.OpenAIEmbedder` against the loopback server of the
+* **openai**: :class:`adapters.embeddings.OpenAIEmbedder` against the loopback server of the
   tests (``tests/embedding_server.py``: real HTTP on 127.0.0.1, feature-hashing vectors of
   384 dimensions computed in Python, in this process) beside a bare ``httpx`` POST of the
   same request bodies to the same server followed by ``json.loads`` (no checks, no
@@ -36,7 +36,7 @@ from typing import Any
 
 import testbed  # first: puts this checkout on sys.path
 
-from storage.embeddings import EmbedderConfig, LocalEmbedder, OpenAIEmbedder
+from adapters.embeddings import EmbedderConfig, LocalEmbedder, OpenAIEmbedder
 from tests.embedding_server import EmbeddingServer
 
 WORDS = (

@@ -294,7 +294,7 @@ class CachedEmbedder:
 
 def load_embedder(cache_dir: Path) -> CachedEmbedder | None:
     """all-MiniLM-L6-v2 through Morphz's local embedder, cached; None without the extra."""
-    from storage.embeddings import EmbedderConfig, EmbeddingError, LocalEmbedder
+    from adapters.embeddings import EmbedderConfig, EmbeddingError, LocalEmbedder
 
     try:
         inner = LocalEmbedder(EmbedderConfig(provider="local", model=MODEL, batch_size=64))

@@ -23,6 +23,7 @@ makes search hybrid: words and meaning, fused (docs/search.md).
 
 from typing import TYPE_CHECKING, Any
 
+from adapters.embeddings import EmbedderConfig
 from protocol.capabilities import PermissionDenied
 from protocol.errors import (
     MorphzError,
@@ -67,7 +68,6 @@ from protocol.tx import (
 from protocol.txlang import parse_tx, print_tx
 from service.context import Context
 from service.store import Store, open_context
-from storage.embeddings import EmbedderConfig
 
 if TYPE_CHECKING:
     from actors import ContextHandle, RetryPolicy, connect, directory, lookup, place
@@ -79,7 +79,6 @@ if TYPE_CHECKING:
     from service.protocol_text import PROTOCOL_TEXT
 
 __all__ = [
-    "PROTOCOL_TEXT",
     "ClaimReply",
     "Compiler",
     "CompilerConfig",
@@ -101,18 +100,19 @@ __all__ = [
     "ObserveReply",
     "OpenAIChatModel",
     "OutOfRange",
+    "PROTOCOL_TEXT",
     "ParseError",
     "PermissionDenied",
     "Protect",
-    "Receipt",
     "RecallReply",
     "RecallRequest",
+    "Receipt",
     "Relate",
     "Reply",
     "RequestError",
     "Restore",
-    "RetryPolicy",
     "Retire",
+    "RetryPolicy",
     "Revise",
     "ScriptedModel",
     "SearchReply",

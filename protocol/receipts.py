@@ -216,3 +216,12 @@ def committed_receipt(
         },
     )
     return receipt, doc
+
+
+def without_reads(doc: dict[str, Any]) -> dict[str, Any]:
+    """A receipt's dict form as a caller without ``read`` may see it: the conflicting
+    frames' bodies (``current``) and the ids changed since the base left out (the
+    conflicts themselves name only frames the caller's own transaction touched)."""
+    if not doc.get("current") and not doc.get("changed_since_base"):
+        return doc
+    return {**doc, "current": [], "changed_since_base": []}

@@ -20,6 +20,9 @@ Routes, under ``/v1`` (docs/http.md has the table):
   (POST), ``search`` (GET ``?query=&limit=`` or POST the arguments), ``state``,
   ``audit``, ``review`` (GET the pending items, POST ``review/{frame}``).
 
+The web inspector (:mod:`servers.inspector`) is mounted at ``/inspect``: read-only
+pages and their JSON twins, every read through the same handles and guard.
+
 Status codes: 200 (201 for a created context or a new observation), 409 with
 the receipt for a rejected transaction (and for ``exists`` / ``store_locked``),
 404 unknown context, frame, event or route, 422 malformed input, 401 a guarded
@@ -62,6 +65,7 @@ from protocol.errors import (
 )
 from protocol.receipts import Receipt
 from protocol.wire import submitted_from_dict
+from servers.inspector import HandleSource, create_inspector
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
@@ -83,6 +87,8 @@ MAX_TOKEN_CHARS = 8192
 """The longest ``Authorization`` token accepted."""
 
 API_PREFIX = "/v1"
+INSPECTOR_PREFIX = "/inspect"
+"""Where the web inspector is mounted (servers/inspector)."""
 
 
 # -- errors ----------------------------------------------------------------------
@@ -374,12 +380,22 @@ def create_app(resolver: Resolver) -> FastAPI:
 
     handles: dict[str, ContextHandle] = {}
 
-    async def ctx(request: Request, name: str) -> ContextHandle:
-        token = _token(request)
+    async def handle_of(name: str) -> ContextHandle:
         handle = handles.get(name)
         if handle is None:  # finding the actor blocks (a Ray lookup): off the event loop
             handle = handles[name] = await asyncio.to_thread(resolver.handle, name)
-        return handle.with_capability(token)
+        return handle
+
+    async def ctx(request: Request, name: str) -> ContextHandle:
+        token = _token(request)
+        return (await handle_of(name)).with_capability(token)
+
+    async def names() -> list[dict[str, Any]]:
+        return await asyncio.to_thread(resolver.contexts)
+
+    # The web inspector's pages (docs/inspector.md), each read checked by the actor's guard.
+    inspector = create_inspector(HandleSource(handle_of, names), error_status=error_status)
+    app.mount(INSPECTOR_PREFIX, inspector)
 
     base = API_PREFIX + "/contexts/{context}"
 

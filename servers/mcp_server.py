@@ -20,8 +20,11 @@ model can act on; an argument that is wrong or refused is a tool error result
 ``{"error": {"code", "message"}}``, with nothing written.
 
 Tools: ``observe``, ``commit``, ``frame``, ``recall``, ``search``,
-``read_event``, ``history``, ``state``. Prompt: ``protocol`` (the full
-protocol text, :data:`service.protocol_text.PROTOCOL_TEXT`). Resources:
+``read_event``, ``history``, ``state``, and one tool for each operation the
+registry exposes on MCP (:mod:`service.operations`, e.g. ``frame_history``),
+made from its declaration: its arguments' schema is the argument model's.
+Prompt: ``protocol`` (the full protocol text,
+:data:`service.protocol_text.PROTOCOL_TEXT`). Resources:
 ``morphz://{context}/frames/{id}`` and ``morphz://{context}/events/{ref}``.
 See ``docs/mcp.md``.
 """
@@ -44,6 +47,8 @@ from pydantic import Field, ValidationError
 
 from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
 from protocol.replies import plain
+from servers.operations import operation_tool
+from service.operations import operations
 from service.protocol_text import PROTOCOL_TEXT
 
 __all__ = [
@@ -532,6 +537,15 @@ def build_server(memory: Memory, *, name: str = "morphz") -> MCPServer:
             }
 
         return run(go)
+
+    for op in operations():
+        if op.mcp is not None:
+            server.add_tool(
+                operation_tool(op, memory.call, run, CallToolResult),
+                name=op.mcp.name or op.name,
+                description=op.mcp.description or op.doc,
+                annotations=recorded if op.writes else read_only,
+            )
 
     @server.prompt(
         name="protocol",

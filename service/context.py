@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import BaseModel
+
 import service.reads as reads
 import service.sharing as sharing
 import service.traces as traces
@@ -32,7 +34,6 @@ from protocol.engine import (
     deliver,
     evaluate,
     observe,
-    resolve_event,
 )
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.ids import MAX_CLIENT_ID
@@ -42,17 +43,10 @@ from protocol.replies import (
     ClaimReply,
     Counter,
     DeliverReply,
-    EventPage,
-    EventReply,
     FrameReply,
-    HistoryEntry,
-    MetaReply,
     ObserveReply,
     RecallReply,
     SearchReply,
-    SnapshotReply,
-    StateReply,
-    UpdateReadReply,
 )
 from protocol.state import Event, Frame, Meta
 from protocol.turns import CompiledInput
@@ -62,7 +56,9 @@ from protocol.wire import SubmittedTx
 from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
 from service.observations import Observation, check_items, new_event_id, observed, record
-from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
+from service.operations import Operations
+from service.reads import MAX_EXPORT_PAGE
+from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP, Searcher
 from storage.backend import Backend
 
@@ -74,7 +70,7 @@ T = TypeVar("T")
 MAX_WINDOW = 1_000_000
 
 
-class Context(GovernanceAPI):
+class Context(Operations, GovernanceAPI):
     """One agent memory. Thread-compatible, not thread-safe: one writer at a time."""
 
     def __init__(
@@ -118,11 +114,12 @@ class Context(GovernanceAPI):
         self._searcher: Searcher | None = None
         self._embedder: Any = embedder  # a config or an embedder: search is hybrid
 
-    # -- counters -----------------------------------------------------------
+    def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """Run a registered operation (:mod:`service.operations`) with its checked *args*:
+        the embedded API of every call declared there, audited as ``embedded``."""
+        return op.run(self, args, Caller())
 
-    def meta(self) -> MetaReply:
-        """The context's counters, read fresh from the store."""
-        return MetaReply.of(self.backend.read(lambda v: v.meta()).to_record())
+    # -- counters -----------------------------------------------------------
 
     @property
     def version(self) -> Counter:
@@ -298,71 +295,12 @@ class Context(GovernanceAPI):
 
     # -- reads --------------------------------------------------------------
 
-    def frame(self, frame_id: str) -> FrameReply:
-        """The current frame; raises NotFound for an unknown id."""
-        return FrameReply.of(self.backend.read(lambda v: reads.frame(v, frame_id)))
-
-    def frame_at(self, frame_id: str, version: int) -> FrameReply:
-        """The frame as it stood when *version* committed (R29 as-of read); NotFound if absent."""
-        return FrameReply.of(self.backend.read(lambda v: reads.frame_at(v, frame_id, version)))
-
     def frame_record(self, frame_id: str) -> Frame:
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
         f = self.backend.read(lambda v: v.frame(frame_id))
         if f is None:
             raise NotFound(f"no frame {frame_id!r}")
         return f
-
-    def event(self, ref: str) -> EventReply:
-        """An event's metadata (reference, id, kind, lifecycle, size, preview)."""
-        return EventReply.of(self.backend.read(lambda v: event_dict(resolve_event(v, ref))))
-
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> EventPage:
-        """Characters ``[offset, offset+length)`` of an event's original text (R28).
-
-        Retired events are readable too. *length* defaults to the rest, capped at
-        1 MiB characters per call; offsets past the end give an empty chunk.
-        """
-        return EventPage.of(self.backend.read(lambda v: reads.read_event(v, ref, offset, length)))
-
-    def state(self) -> StateReply:
-        """Version, tick, every frame, event and relation, and the sessions."""
-        return StateReply.of(self.backend.read(lambda v: reads.state(v, self.name)))
-
-    def history(self, frame_id: str) -> list[HistoryEntry]:
-        """Every committed write of *frame_id* (R29): op, revision, body, version, base.
-
-        Reads the transaction log, not the current graph: the body shown is the
-        one that transaction wrote. Lifecycle-only changes (retire, restore,
-        protect, finalization at a tick) appear with ``op`` naming them.
-        """
-        entries = self.backend.read(lambda v: reads.history(v, frame_id))
-        return [HistoryEntry.of(entry) for entry in entries]
-
-    def snapshot(self, frame_ids: Sequence[str]) -> SnapshotReply:
-        """One consistent read: ``{"version", "tick", "frames": {id: summary | None}}``.
-
-        A summary is ``{"revision", "lifecycle", "protected"}``; None means
-        absent. An agent bases its next transaction on ``version``. OutOfRange
-        for more than :data:`~service.reads.MAX_SNAPSHOT_FRAMES` ids.
-        """
-        ids = list(frame_ids)
-        if len(ids) > MAX_SNAPSHOT_FRAMES:
-            raise OutOfRange(
-                f"number of frames must be between 0 and {MAX_SNAPSHOT_FRAMES}, not {len(ids)}"
-            )
-        return SnapshotReply.of(self.backend.read(lambda v: reads.snapshot(v, ids)))
-
-    def read_for_update(self, frame_ids: Sequence[str]) -> UpdateReadReply:
-        """:meth:`snapshot` with each frame's body and last-written version, from one read:
-        what a writer bases its next transaction on (:func:`service.reads.read_for_update`).
-        OutOfRange for more than :data:`~service.reads.MAX_SNAPSHOT_FRAMES` ids."""
-        ids = list(frame_ids)
-        if len(ids) > MAX_SNAPSHOT_FRAMES:
-            raise OutOfRange(
-                f"number of frames must be between 0 and {MAX_SNAPSHOT_FRAMES}, not {len(ids)}"
-            )
-        return UpdateReadReply.of(self.backend.read(lambda v: reads.read_for_update(v, ids)))
 
     def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
         """One page of the history after version *after*, for history checkers.
@@ -529,16 +467,6 @@ class Context(GovernanceAPI):
         """
         traces.record_trace(self, trace, time.time())
 
-    def traces(
-        self, *, frame: str | None = None, after: int = 0, limit: int = 1000
-    ) -> list[dict[str, Any]]:
-        """Model-call traces numbered above *after*; with *frame*, only calls it took part in.
-
-        Taking part is being present in the input, retrieved or cited (see
-        :func:`protocol.usage.roles`); each such trace gets ``roles``.
-        """
-        return traces.traces(self, frame=frame, after=after, limit=limit)
-
     def influence(self, *, version: int | None = None, call: int | None = None) -> dict[str, Any]:
         """Which memories influenced a decision (R42): the one committed at *version*,
         or everything traced call *call* decided and did.
@@ -615,17 +543,6 @@ class Context(GovernanceAPI):
 
         fork_into(self.backend, target, at_version=at_version, origin=self.name)
         return Context(target, name=self.name + "-fork")
-
-    def txlog(self, version: int) -> dict[str, Any]:
-        """The log record of the transaction committed at *version*."""
-        rec = self.backend.read(lambda v: v.txlog(version))
-        if rec is None:
-            raise NotFound(f"no transaction at version {version}")
-        if rec.get("text") is None and rec.get("tx") is not None:
-            from protocol.txlang import print_tx
-
-            rec["text"] = print_tx(logged_tx(rec))
-        return rec
 
     def close(self) -> None:
         """Close the search index (if one was opened), then the underlying store."""

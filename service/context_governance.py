@@ -10,9 +10,9 @@ a base of :class:`~service.context.Context`; it holds no state of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from protocol.governance import MAX_AUDIT_PAGE, AdmissionPolicy, Decision, Finding, ScanResult
+from protocol.governance import AdmissionPolicy, Decision, Finding, ScanResult
 from protocol.state import Meta
 from storage.backend import Backend
 
@@ -105,17 +105,6 @@ class GovernanceAPI:
         return self.backend.read(
             lambda v: {"version": v.meta().version, "items": pending(v, policy)}
         )
-
-    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> list[dict[str, Any]]:
-        """Durable audit entries numbered above *after*, at most *limit* (1 to 1000).
-
-        Denials, exports, imports and governance decisions, oldest first, each
-        with its ``seq``; page on with ``after=<last seq>``. OutOfRange or
-        ``bad_argument`` for a bad page. See :func:`service.governance.read_audit`.
-        """
-        from service.governance import AuditStore, read_audit
-
-        return read_audit(cast(AuditStore, self.backend), after, limit)
 
     def find_low_quality(
         self, *, unused_ticks: int | None = None, failed_uses: int = 3

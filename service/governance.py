@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from protocol.errors import RequestError
@@ -31,6 +31,7 @@ from protocol.governance import (
     PassCursor,
     PassPlan,
     ScanResult,
+    SensitiveFinding,
     admit_in,
     apply_plan,
     audit_entry,
@@ -52,6 +53,21 @@ from protocol.view import Changeset
 from storage.backend import Backend
 
 log = logging.getLogger("morphz.governance")
+
+SCAN_BUDGET_SECONDS = 0.5
+"""Seconds one unattended pass spends scanning observations at most (the next pass goes on)."""
+
+
+def scan_deadline(seconds: float) -> Callable[[], bool]:
+    """A *stop* for :func:`~protocol.governance.plan_pass`: True once *seconds* have passed."""
+    end = time.monotonic() + seconds
+    return lambda: time.monotonic() >= end
+
+
+def scan_all_observations(store: Backend) -> list[SensitiveFinding]:
+    """Sensitive content in every observation, on one read snapshot (no write lock held)."""
+    observed, _ = store.read(lambda v: scan_observations(v, 0))
+    return observed
 
 
 class AuditStore(Protocol):
@@ -160,6 +176,7 @@ def run_quarantine_scan(
     reviewer: str = QUARANTINE_REVIEWER,
     now: float | None = None,
     audit: Mapping[str, Any] | None = None,
+    observed: Sequence[SensitiveFinding] | None = None,
 ) -> ScanResult:
     """:func:`~protocol.governance.find_low_quality` over every trace, then quarantine,
     in one audited write; and every observation checked for sensitive content.
@@ -174,10 +191,12 @@ def run_quarantine_scan(
     then a review). Nothing is written, nor audited, when nothing is
     quarantined and nothing sensitive was found. The observations are read
     before the write (their text does not change; reading them does not hold
-    the writer lock).
+    the writer lock); *observed*, when given, is that scan done beforehand
+    (:func:`scan_all_observations`, e.g. on another thread).
     """
     check_scan(unused_ticks, failed_uses)
-    observed, _ = store.read(lambda v: scan_observations(v, 0))
+    if observed is None:
+        observed = scan_all_observations(store)
     when = time.time() if now is None else now
     return store.transact(
         lambda w: scan_in(

@@ -151,13 +151,9 @@ def read_event(v: ReadView, ref: str, offset: int, length: int | None) -> dict[s
     """Characters ``[offset, offset+length)`` of an event's original text, retired or not.
 
     *length* defaults to the rest, capped at :data:`MAX_READ_CHARS`; offsets
-    past the end give an empty chunk. OutOfRange for a negative offset or a
-    length outside 0 to :data:`MAX_READ_CHARS`.
+    past the end give an empty chunk. The bounds of *offset* and *length* are the
+    argument model's (:func:`service.queries.read_event`).
     """
-    if offset < 0:
-        raise OutOfRange(f"offset must be >= 0, not {offset}")
-    if length is not None and not 0 <= length <= MAX_READ_CHARS:
-        raise OutOfRange(f"length must be between 0 and {MAX_READ_CHARS}, not {length}")
     e = resolve_event(v, ref)
     n = min(MAX_READ_CHARS, max(0, e.size - offset)) if length is None else length
     text = v.event_chunk(e.seq, offset, n) or ""

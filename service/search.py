@@ -9,7 +9,7 @@ most a given number of seconds, and reports what it could not wait for as
 ``lag`` (lexical) and ``semantic.lag`` (vectors).
 
 Without an embedder, search is the lexical index's, unchanged. With one
-(:class:`storage.embeddings.EmbedderConfig` or an
+(:class:`adapters.embeddings.EmbedderConfig` or an
 :class:`~storage.embeddings.Embedder`), :meth:`Searcher.find` is hybrid: the
 lexical and the semantic rankings (each :data:`FUSE_DEPTH` deep, same
 filters) are fused by reciprocal rank (:func:`storage.vectors.fuse`), ties
@@ -37,15 +37,16 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import MorphzError, StoreError
 from storage.search import Hit, IndexWorker, LexicalIndex, SearchResult, search_text
-from storage.search.results import SemanticInfo
+from storage.search.results import SemanticInfo, Signal
 from storage.search.tool import model_search_args
 
 if TYPE_CHECKING:
+    from adapters.embeddings import EmbedderConfig
     from service.context import Context
-    from storage.embeddings import Embedder, EmbedderConfig
+    from storage.embeddings import Embedder
     from storage.vectors import SharedOutbox, VectorIndex, VectorWorker
 
-# storage.vectors (numpy, usearch) and storage.embeddings (httpx) are imported only
+# storage.vectors (numpy, usearch) and adapters.embeddings (httpx) are imported only
 # when an embedder is configured or a vector index exists: lexical search and
 # every other command do not pay for them.
 VECTORS_DIR = "vectors"
@@ -155,7 +156,7 @@ class Searcher:
         """The embedder (built from its config at first use), or None without one."""
         with self._lock:
             if self._embedder is None and self._spec is not None:
-                from storage.embeddings import EmbedderConfig, make_embedder
+                from adapters.embeddings import EmbedderConfig, make_embedder
 
                 spec = self._spec
                 self._embedder = make_embedder(spec) if isinstance(spec, EmbedderConfig) else spec
@@ -234,7 +235,7 @@ class Searcher:
         if not self.hybrid:
             return self.index.search(query, limit=limit, **filters)
         depth = max(limit, FUSE_DEPTH)
-        lexical = self.index.search(query, limit=depth, **filters)
+        lexical = self.index.search(query, limit=depth, explain=True, **filters)
         semantic: list[Any] = []
         info = SemanticInfo(model="", indexed_version=0, lag=None)
         try:
@@ -354,7 +355,7 @@ def embedder_from_env(env: Any = None) -> EmbedderConfig | None:
     """The embedder the ``MORPHZ_EMBED_*`` variables of *env* (default: the process's)
     describe, or None when none is set (search stays lexical); how the servers and the
     CLI pick one up. A bad value raises ``RequestError`` (``embed_config``)."""
-    from storage.embeddings import EmbedderConfig
+    from adapters.embeddings import EmbedderConfig
 
     return EmbedderConfig.from_env(env)
 
@@ -383,9 +384,22 @@ def _fused(
             ("semantic", [(h.id, h.score) for h in semantic]),
         ]
     )
+    own = {h.id: h.signals for h in lexical.hits if h.signals}
     hits = []
-    for ident, score, signals in ranked[:limit]:
+    for ident, score, found in ranked[:limit]:
         h = by_id[ident]
+        signals = found
+        if ident in own:
+            # The lexical ranking's own account: the turn's match and its neighbours' share.
+            signals = tuple(
+                t
+                for s in found
+                for t in (
+                    [Signal(x.name, s.rank, x.score) for x in own[ident]]
+                    if s.name == "lexical"
+                    else [s]
+                )
+            )
         hits.append(
             Hit(
                 id=h.id,

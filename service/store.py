@@ -78,7 +78,7 @@ def open_context(
 ) -> Context:
     """Open context *name* of the store at *store_dir*; durable unless ``sync=False``.
 
-    *embedder* (a :class:`storage.embeddings.EmbedderConfig` or an
+    *embedder* (a :class:`adapters.embeddings.EmbedderConfig` or an
     :class:`~storage.embeddings.Embedder`) makes search hybrid (docs/search.md).
 
     *window*, *history_keep*, *tenant* and *project* apply when the context is

@@ -34,6 +34,7 @@ import lmdb
 
 from protocol.errors import OutOfRange, RequestError, StoreError
 from protocol.view import ReadView
+from storage.layout import DIR_MODE
 
 T = TypeVar("T")
 
@@ -153,9 +154,10 @@ def open_env(
     data is already larger opens with its own size.
     """
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, DIR_MODE, exist_ok=True)
         env = lmdb.open(
             path,
+            mode=DIR_MODE,  # the directory 0700, data and lock files 0600
             map_size=map_size,
             subdir=True,
             max_dbs=len(names) + 1,

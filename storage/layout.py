@@ -8,6 +8,11 @@ from pathlib import Path
 
 from protocol.errors import RequestError
 
+DIR_MODE = 0o700
+"""Mode of the directories a store creates: only its owner may list or enter them."""
+FILE_MODE = 0o600
+"""Mode of the files a store creates (data, locks, keys, indexes): only its owner reads them."""
+
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 

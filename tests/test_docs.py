@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIME = ("protocol", "storage", "service", "actors", "agents", "harness", "morphz")
+RUNTIME = ("protocol", "storage", "adapters", "service", "actors", "agents", "harness", "morphz")
 REQUIREMENTS = ROOT / "docs" / "requirements.md"
 R_ID = re.compile(r"\bR([0-9]{1,2})\b")
 TOP_LEVEL = (*RUNTIME, "tests", "docs", "examples", "benchmarks")

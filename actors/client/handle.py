@@ -628,6 +628,20 @@ class ContextHandle:
 
     search_async = search.aio
 
+    @Remote
+    def inspect(self, view: str, args: dict[str, Any]) -> Call[dict[str, Any]]:
+        """A read of the web inspector (:func:`service.inspection.inspect`); needs ``read``."""
+        return Call("inspect", (check_text(view, "view"), args), _map)
+
+    inspect_async = inspect.aio
+
+    @Remote
+    def inspect_search(self, query: str, limit: int = 20) -> Call[dict[str, Any]]:
+        """Search hits with snippets, recording nothing; needs ``recall`` like a search."""
+        return Call("inspect_search", (check_text(query, "query"), check_int(limit, "limit")), _map)
+
+    inspect_search_async = inspect_search.aio
+
     # -- governance ---------------------------------------------------------------
 
     @Remote

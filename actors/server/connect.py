@@ -20,11 +20,11 @@ from actors.client.replies import raise_error
 from actors.client.transport import RetryPolicy, check_int, check_text, remote_class
 from actors.server.context_actor import ContextActor
 from actors.server.host import Replication
+from adapters.embeddings import EmbedderConfig
 from protocol.errors import RequestError
 from protocol.governance import AdmissionPolicy, check_every, check_scan
 from service.context import MAX_WINDOW
 from storage import check_context_name
-from storage.embeddings import EmbedderConfig
 
 MAX_CONCURRENCY = 1000
 """Calls one context actor's event loop accepts at once."""
@@ -75,7 +75,7 @@ def connect(
     scan unattended that often (*governance_unused_ticks* enables the
     ``unused`` rule). These three apply when the actor is created.
 
-    *embedder* (an :class:`~storage.embeddings.EmbedderConfig`; it names the
+    *embedder* (an :class:`~adapters.embeddings.EmbedderConfig`; it names the
     API key's environment variable, read in the actor's process) makes the
     actor's search hybrid: it keeps a vector index beside the lexical one,
     embedding from a worker thread as commits land (docs/search.md). It too

@@ -35,7 +35,8 @@ unattended.
 
 The hosting (opening, the store thread, the guard, the inbox, the audit buffer,
 the background governance task, introspection, close) is :class:`~actors.server.host.ContextHost`'s.
-Ray is not imported here.
+Ray is not imported here. The module is long (over 600 lines) because every remote call
+is one method here, each with its argument checks and guard.
 """
 
 from __future__ import annotations
@@ -51,17 +52,19 @@ from actors.server.host import ContextHost
 from protocol.errors import MorphzError, OutOfRange, RequestError, WireError
 from protocol.governance import (
     MAX_AUDIT_PAGE,
+    check_scan,
 )
-from protocol.receipts import OpError, Receipt
+from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
 from protocol.wire import pack, submitted_from_msgpack
-from service import sharing
+from service import inspection, sharing
 from service.compile import compile_args
 from service.context import Context
 from service.governance import (
     run_admission,
     run_quarantine_scan,
     run_review,
+    scan_all_observations,
 )
 from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES
 from service.search import SEARCH_CATCH_UP
@@ -126,18 +129,20 @@ class ContextActor(ContextHost):
     # -- submissions ----------------------------------------------------------
 
     @guarded("commit")
-    async def submit(self, payload: bytes) -> bytes:
+    async def submit(self, payload: bytes, capability: Any = None) -> bytes:
         """Decide one transaction (msgpack wire form); answer ``pack(receipt.to_dict())``.
 
         Durable before it answers; concurrent submissions share one LMDB write.
         A payload that does not decode gets a ``wire_error`` rejection and
         changes nothing. A refused request (the store cannot be opened or
-        written) answers ``pack({"error": …})`` instead of a receipt.
+        written) answers ``pack({"error": …})`` instead of a receipt. A rejection's
+        receipt carries the conflicting frames' bodies (``current``) and the ids
+        changed since the base only for a caller holding ``read``.
         """
-        return await self._submit(payload)
+        return await self._submit(payload, self.guard.permits("read", capability))
 
     @guarded("commit")
-    async def submit_many(self, payloads: list[bytes]) -> list[bytes] | bytes:
+    async def submit_many(self, payloads: list[bytes], capability: Any = None) -> Any:
         """Decide several transactions sent in one call: the list of what :meth:`submit`
         would answer for each, in order.
 
@@ -158,9 +163,10 @@ class ContextActor(ContextHost):
                     code="bad_argument",
                 )
             )
-        return list(await asyncio.gather(*(self._submit(p) for p in payloads)))
+        reads = self.guard.permits("read", capability)
+        return list(await asyncio.gather(*(self._submit(p, reads) for p in payloads)))
 
-    async def _submit(self, payload: bytes) -> bytes:
+    async def _submit(self, payload: bytes, reads: bool) -> bytes:
         try:
             tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
         except WireError as e:
@@ -177,7 +183,7 @@ class ContextActor(ContextHost):
         result = await self._inbox.submit(tx)
         if isinstance(result, MorphzError):
             return failed(result)
-        return pack(result)
+        return pack(result if reads else without_reads(result))
 
     # -- other writes -------------------------------------------------------
 
@@ -428,6 +434,32 @@ class ContextActor(ContextHost):
             return failed(e)
         return await self._reply(lambda ctx: SearchReply.of(searcher.record(ctx, result, session)))
 
+    # -- the web inspector's reads (servers/inspector) ---------------------------------
+
+    @guarded("read")
+    async def inspect(self, view: str, args: dict[str, Any]) -> bytes:
+        """A read of the web inspector (:func:`service.inspection.inspect`)."""
+        if not isinstance(view, str) or not isinstance(args, dict):
+            return failed(RequestError("inspect takes a view and a dict", code="bad_argument"))
+        return await self._reply(inspection.inspect, view, args)
+
+    @guarded("recall")
+    async def inspect_search(self, query: str, limit: int = 20) -> bytes:
+        """Search hits with snippets, recording nothing; the index is caught up as for
+        :meth:`search`, off the store thread."""
+        try:
+            _text(query, "query")
+            _count(limit, "limit", 1, inspection.MAX_SEARCH_HITS)
+            searcher = self._context().searcher
+            searcher.start_worker()
+            self._indexing = True
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, searcher.catch_up, SEARCH_CATCH_UP)
+            result = await loop.run_in_executor(None, lambda: searcher.find(query, limit=limit))
+        except MorphzError as e:
+            return failed(e)
+        return ok(result.to_dict())
+
     # -- governance: audit, admission, review, quarantine -------------------------
 
     @guarded("admin")
@@ -500,14 +532,14 @@ class ContextActor(ContextHost):
         frames a human accepted are spared; ``sensitive`` locates (masked) the
         secrets and personal data found in accepted frames and observations.
         """
-        audit = self._template("quarantine_scan", capability)
-
-        def run(ctx: Context) -> dict[str, Any]:
-            return run_quarantine_scan(
-                ctx.backend, unused_ticks=unused_ticks, failed_uses=failed_uses, audit=audit
-            ).to_dict()
-
-        return await self._reply(run)
+        opts: dict[str, Any] = {"unused_ticks": unused_ticks, "failed_uses": failed_uses}
+        opts["audit"] = self._template("quarantine_scan", capability)
+        try:  # the observations are scanned on the scan thread, off the store thread
+            check_scan(unused_ticks, failed_uses)
+            opts["observed"] = await self._scan(lambda ctx: scan_all_observations(ctx.backend))
+        except MorphzError as e:
+            return failed(e)
+        return await self._reply(lambda ctx: run_quarantine_scan(ctx.backend, **opts).to_dict())
 
     @guarded("admin")
     async def forget(self, target: str, reason: str | None = None, capability: Any = None) -> bytes:

@@ -69,7 +69,7 @@ def grant_key(store_dir: str | os.PathLike[str]) -> bytes:
             )
         return key
     path = Path(store_dir) / KEY_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -233,16 +233,8 @@ class Guard:
         before answering). Without a usable key every call is denied, never allowed."""
         if not self.enforce:
             return None
-        now = time.time()
         try:
-            cap = self._verified.get(token) if isinstance(token, bytes) else None
-            if cap is None:
-                cap = capabilities.verify(token, self.key(), now=now)
-                if len(self._verified) >= MAX_VERIFIED:
-                    self._verified.pop(next(iter(self._verified)))
-                self._verified[token] = cap
-            elif cap.expires is not None and now >= cap.expires:
-                raise PermissionDenied("capability expired")
+            cap = self._capability(token)
             if not capabilities.allows(cap, self.tenant, self.context, op):
                 raise PermissionDenied(
                     f"{cap.holder!r} holds no {op} grant on context {self.context!r}"
@@ -256,6 +248,29 @@ class Guard:
             denied = PermissionDenied(f"cannot check capabilities: {e.message}")
             return denied, self.entry(method, op, None, allowed=False, why=denied.message)
         return None
+
+    def _capability(self, token: Any) -> Capability:
+        """*token* verified (cached), not expired; PermissionDenied otherwise."""
+        now = time.time()
+        cap = self._verified.get(token) if isinstance(token, bytes) else None
+        if cap is None:
+            cap = capabilities.verify(token, self.key(), now=now)
+            if len(self._verified) >= MAX_VERIFIED:
+                self._verified.pop(next(iter(self._verified)))
+            self._verified[token] = cap
+        elif cap.expires is not None and now >= cap.expires:
+            raise PermissionDenied("capability expired")
+        return cap
+
+    def permits(self, op: str, token: Any) -> bool:
+        """Whether *token* grants *op* here (always, without enforcement); no audit entry:
+        for what a call answers (a receipt shows frame bodies only to a reader)."""
+        if not self.enforce:
+            return True
+        try:
+            return capabilities.allows(self._capability(token), self.tenant, self.context, op)
+        except MorphzError:
+            return False
 
     def entry(
         self,

@@ -56,7 +56,7 @@ from protocol.governance import (
     plan_pass,
 )
 from service.context import Context
-from service.governance import apply_pass, record_audit
+from service.governance import SCAN_BUDGET_SECONDS, apply_pass, record_audit, scan_deadline
 from service.store import open_context
 
 T = TypeVar("T")
@@ -143,6 +143,9 @@ class ContextHost:
         self._cursor: PassCursor | None = None  # where the last good pass left off
         self._closing = False
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
+        # Content scans (the pass's plan, the quarantine scan's observations) read a
+        # snapshot on their own thread, so a big or hostile text never holds up a commit.
+        self._scan_executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-scan")
         self.metrics = ContextMetrics(name, namespace)
         self.guard.metrics = self.metrics
         self._inbox = Inbox(
@@ -310,7 +313,7 @@ class ContextHost:
         from the start; a bad config is kept as the open error."""
         if embedder is None or self._ctx is None:
             return
-        from storage.embeddings import EmbedderConfig
+        from adapters.embeddings import EmbedderConfig
 
         try:
             self._ctx.use_embedder(EmbedderConfig.from_dict(embedder))
@@ -420,9 +423,16 @@ class ContextHost:
 
     def _plan(self, ctx: Context) -> PassPlan:
         cursor, policy, unused = self._cursor, self._policy, self._unused_ticks
+        stop = scan_deadline(SCAN_BUDGET_SECONDS)
         return ctx.backend.read(
-            lambda v: plan_pass(v, policy=policy, unused_ticks=unused, cursor=cursor)
+            lambda v: plan_pass(v, policy=policy, unused_ticks=unused, cursor=cursor, stop=stop)
         )
+
+    async def _scan(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run *fn(context, *args)* on the scan thread (a read: it never holds the store thread)."""
+        ctx = self._context()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._scan_executor, functools.partial(fn, ctx, *args))
 
     def _pass(self, ctx: Context, plan: PassPlan) -> dict[str, Any]:
         audit = audit_template(
@@ -433,14 +443,15 @@ class ContextHost:
     async def _governance_pass(self) -> dict[str, Any] | None:
         """One unattended pass; a failure is logged, audited, survived.
 
-        Decided on a read (on the store thread, where no write can interleave
-        with it) from the last pass's cursor, so it looks only at what changed;
-        then, only if there is something to write, a separate write job on the
-        store thread re-checks each decision and applies it. Commits queued
-        meanwhile go between the two jobs.
+        Decided on a read snapshot on the scan thread (commits go on meanwhile)
+        from the last pass's cursor, so it looks only at what changed, scanning
+        observations for at most :data:`SCAN_BUDGET_SECONDS` (the next pass goes
+        on from there); then, only if there is something to write, a write job
+        on the store thread re-checks each decision against the current frame
+        and applies it.
         """
         try:
-            plan = await self._run(self._plan)
+            plan = await self._scan(self._plan)
             if plan.writes:
                 report = await self._run(self._pass, plan)
             else:  # nothing to write: no store access, no second job
@@ -542,6 +553,7 @@ class ContextHost:
                 self._worker.cancel()
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
+        self._scan_executor.shutdown(wait=True)
         self._executor.shutdown(wait=True)
         if self._ctx is not None:
             self._unadvertise()  # while the lock is still held: a successor writes after

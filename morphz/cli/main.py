@@ -495,6 +495,7 @@ def fork(env: Env, new_context: str, at_version: int | None) -> None:
 from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
 from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
+from morphz.cli.inspect import inspect_cmd  # noqa: E402
 from morphz.cli.loadtest import loadtest_cmd  # noqa: E402
 from morphz.cli.mcp import mcp_cmd  # noqa: E402
 from morphz.cli.recall import graph_cmd, recall_cmd  # noqa: E402
@@ -517,6 +518,7 @@ cli.add_command(audit_cmd)
 cli.add_command(forget_cmd)
 cli.add_command(compact_cmd)
 cli.add_command(top_cmd)
+cli.add_command(inspect_cmd)
 cli.add_command(mcp_cmd)
 cli.add_command(serve_cmd)
 

@@ -107,8 +107,8 @@ def embedder_config(url: str | None, model: str | None) -> Any:
     """
     import os
 
-    from storage.embeddings import EmbedderConfig
-    from storage.embeddings.base import ENV_MODEL, ENV_URL
+    from adapters.embeddings import EmbedderConfig
+    from adapters.embeddings.base import ENV_MODEL, ENV_URL
 
     env = dict(os.environ)
     if url is not None:

@@ -102,9 +102,11 @@ from protocol.governance.quarantine import (
 )
 from protocol.governance.sensitive import (
     MASK,
+    MAX_SCAN_CHARS,
     PERSONAL_PATTERNS,
     SECRET_PATTERNS,
     SENSITIVE_RULES,
+    UNSCANNED,
     SensitiveFinding,
     SensitiveRule,
     SensitiveSpan,
@@ -133,6 +135,7 @@ __all__ = [
     "MAX_REASON",
     "MAX_REVIEWER",
     "MIN_EVERY",
+    "MAX_SCAN_CHARS",
     "PERSONAL_PATTERNS",
     "PassCursor",
     "PassPlan",
@@ -145,6 +148,7 @@ __all__ = [
     "SensitiveFinding",
     "SensitiveRule",
     "SensitiveSpan",
+    "UNSCANNED",
     "WORKER",
     "admission_decisions",
     "admit_in",

@@ -11,7 +11,7 @@ full pass reads every observation). Time is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -36,6 +36,9 @@ from protocol.governance.sensitive import SensitiveFinding
 from protocol.ids import SUPERSEDES
 from protocol.state import ACCEPTED, CANDIDATE, RETIRED, Frame
 from protocol.view import BatchView, ReadView, WriteView
+
+MAX_SCAN_PER_PASS = 16 << 20
+"""Characters of observation text one unattended pass scans at most (the next pass goes on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +194,8 @@ def plan_pass(
     unused_ticks: int | None = None,
     failed_uses: int = 3,
     cursor: PassCursor | None = None,
+    scan_budget: int | None = MAX_SCAN_PER_PASS,
+    stop: Callable[[], bool] | None = None,
 ) -> PassPlan:
     """Decide one unattended pass on *view*, writing nothing: admission, then the quarantine scan.
 
@@ -212,7 +217,10 @@ def plan_pass(
     the accepted frames the pass looks at (the frames it finds are quarantined
     like the others) and in the observations recorded after
     ``cursor.events`` (every observation in a full pass); the plan carries what
-    it found, located and masked, for the report and the audit entry.
+    it found, located and masked, for the report and the audit entry. The
+    observations scanned in one pass are bounded by *scan_budget* characters and by
+    *stop* (the caller's time budget, asked between observations): the next pass
+    resumes where this one stopped (``events``).
     """
     check_scan(unused_ticks, failed_uses)
     pol: AdmissionPolicy = policy if policy is not None else DefaultPolicy()
@@ -228,9 +236,9 @@ def plan_pass(
         ds = admission_decisions(view, pol)
         rows = _traces_after(view, 0)
         trace = rows[-1][0] if rows else 0
-        observed, events = scan_observations(view, 0)
+        observed, events = scan_observations(view, 0, budget=scan_budget, stop=stop)
     else:
-        observed, events = scan_observations(view, cursor.events)
+        observed, events = scan_observations(view, cursor.events, budget=scan_budget, stop=stop)
         rows = _traces_after(view, cursor.trace)
         trace = rows[-1][0] if rows else cursor.trace
         for _, t in rows:

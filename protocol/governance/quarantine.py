@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,7 +22,7 @@ from protocol.errors import RequestError
 from protocol.governance.audit import audit_entry
 from protocol.governance.decisions import decide_in
 from protocol.governance.policy import Decision, body_text
-from protocol.governance.sensitive import Action, SensitiveFinding, locate_in
+from protocol.governance.sensitive import MAX_SCAN_CHARS, Action, SensitiveFinding, locate_in
 from protocol.ids import SUPERSEDES, event_ref
 from protocol.state import ACCEPTED, ACTIVE, RETIRED, Frame
 from protocol.view import Changeset, ReadView, WriteView
@@ -165,19 +165,40 @@ def content_findings(located: Iterable[SensitiveFinding]) -> list[Finding]:
     return out
 
 
-def scan_observations(view: ReadView, after: int = 0) -> tuple[list[SensitiveFinding], int]:
+def scan_observations(
+    view: ReadView,
+    after: int = 0,
+    *,
+    budget: int | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> tuple[list[SensitiveFinding], int]:
     """Sensitive content in the text of every observation numbered above *after*, located and
-    masked; and the last sequence number looked at (the ``after`` of the next call)."""
+    masked; and the last sequence number looked at (the ``after`` of the next call).
+
+    *budget* bounds the characters scanned in one call and *stop* (a caller's time
+    budget; protocol reads no clock) is asked between observations: when either says
+    enough, the call ends there and the next one resumes after the last observation
+    looked at. At least one observation is looked at per call, so a scan always moves on.
+    Each text costs at most :data:`~protocol.governance.sensitive.MAX_SCAN_CHARS`.
+    """
     upto = view.meta().next_seq - 1
     out: list[SensitiveFinding] = []
+    spent = 0
+    last = after
     for seq in range(after + 1, upto + 1):
+        if last > after and (
+            (budget is not None and spent >= budget) or (stop is not None and stop())
+        ):
+            break
+        last = seq
         e = view.event(seq)
         if e is None:
             continue
         text = view.event_content(seq)
         if text:
+            spent += min(len(text), MAX_SCAN_CHARS)
             out.extend(locate_in("observation", e.id, event_ref(seq), "text", text))
-    return out, max(after, upto)
+    return out, max(after, last)
 
 
 def with_actions(

@@ -32,6 +32,11 @@ MAX_EXCERPT = 160
 """Characters of a masked excerpt at most."""
 MASK = "****"
 """What replaces the secret part of a match in an excerpt."""
+MAX_SCAN_CHARS = 1 << 20
+"""Characters of one text the rules look at (1 Mi): every rule runs in time linear in its
+input, so one record costs at most this much. The rest of a longer text is not scanned: it is
+reported as one :data:`UNSCANNED` span (so admission rejects such a frame, and the scan flags
+such an observation for a human)."""
 
 
 def _luhn(digits: str) -> bool:
@@ -104,8 +109,9 @@ _KEY_NAMES = (
     r"|access[_\-]?token|refresh[_\-]?token|token|client[_\-]?secret|private[_\-]?key"
 )
 _KEY_VALUE = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_\-.]){0,6}(?:" + _KEY_NAMES + r")(?![A-Za-z0-9_])"
-    r"[\"']?\s*(?:=|:)\s*(?P<secret>\"[^\"\s]{6,}\"|'[^'\s]{6,}'|[^\s\"',;)(]{6,})"
+    r"(?i)(?<![A-Za-z0-9])(?:" + _KEY_NAMES + r")(?![A-Za-z0-9_])"
+    r"[\"']?[ \t]{0,16}+(?:=|:)[ \t]{0,16}+"
+    r"(?P<secret>\"[^\"\s]{6,4096}+\"|'[^'\s]{6,4096}+'|[^\s\"',;)(]{6,4096}+)"
 )
 
 SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
@@ -114,8 +120,8 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         "private key block",
         "secret",
         re.compile(
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-            r"(?P<secret>[\s\S]*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+            r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+            r"(?P<secret>[\s\S]*?)(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)"
         ),
     ),
     SensitiveRule(
@@ -137,20 +143,20 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         "slack_token",
         "Slack token",
         "secret",
-        re.compile(r"\bxox[abposre]-(?P<secret>[A-Za-z0-9][A-Za-z0-9\-]{9,})"),
+        re.compile(r"\bxox[abposre]-(?P<secret>[A-Za-z0-9][A-Za-z0-9\-]{9,}+)"),
     ),
     SensitiveRule(
         "slack_webhook",
         "Slack webhook URL",
         "secret",
-        re.compile(r"https://hooks\.slack\.com/services/(?P<secret>[A-Za-z0-9/_\-]{16,})"),
+        re.compile(r"https://hooks\.slack\.com/services/(?P<secret>[A-Za-z0-9/_\-]{16,}+)"),
     ),
     SensitiveRule(
         "api_key",
         "API key (sk-…)",
         "secret",
         re.compile(
-            r"\b(?:sk|rk)[-_](?P<secret>(?:[A-Za-z0-9]+[-_]){0,4}[A-Za-z0-9]{16,}[A-Za-z0-9_\-]*)"
+            r"\b(?:sk|rk)[-_](?P<secret>(?:[A-Za-z0-9]++[-_]){0,4}[A-Za-z0-9]{16,}+[A-Za-z0-9_\-]*+)"
         ),
     ),
     SensitiveRule(
@@ -164,7 +170,8 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         "JSON web token",
         "secret",
         re.compile(
-            r"\beyJ(?P<secret>[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"
+            r"(?<![A-Za-z0-9_\-.])eyJ"
+            r"(?P<secret>[A-Za-z0-9_\-]{8,}+\.eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]{8,}+)"
         ),
     ),
     SensitiveRule(
@@ -172,8 +179,8 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         "bearer token",
         "secret",
         re.compile(
-            r"(?i)\b(?:bearer|authorization:\s*(?:basic|token))\s+"
-            r"(?P<secret>(?=[A-Za-z0-9\-._~+/]*\d)[A-Za-z0-9\-._~+/]{16,}=*)"
+            r"(?i)\b(?:bearer|authorization:\s{0,16}+(?:basic|token))\s{1,16}+"
+            r"(?P<secret>(?=[A-Za-z0-9\-._~+/]{0,4096}\d)[A-Za-z0-9\-._~+/]{16,4096}+=*+)"
         ),
     ),
     SensitiveRule(
@@ -181,7 +188,7 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         "password in a URL",
         "secret",
         re.compile(
-            r"\b[a-z][a-z0-9+.\-]{0,15}://[^/\s:@\"']{1,256}:(?P<secret>[^/\s@\"']{3,256})@[\w.\-]+"
+            r"\b[a-z][a-z0-9+.\-]{0,15}://[^/\s:@\"']{1,256}+:(?P<secret>[^/\s@\"']{3,256}+)@[\w.\-]++"
         ),
     ),
     SensitiveRule(
@@ -196,7 +203,7 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         "email address",
         "personal",
         re.compile(
-            r"(?<![\w.%+\-])[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}\b"
+            r"(?<![\w.%+\-])[A-Za-z0-9._%+\-]++@[A-Za-z0-9\-]++(?:\.[A-Za-z0-9\-]++)*\.[A-Za-z]{2,63}\b"
             r"(?!:[\w/~])"  # not an SSH remote (git@github.com:org/repo)
         ),
         _address,
@@ -218,7 +225,17 @@ SENSITIVE_RULES: tuple[SensitiveRule, ...] = (
         _card,
     ),
 )
-"""Every rule, secrets first; each is tested with positive and negative examples."""
+"""Every rule, secrets first; each is tested with positive and negative examples.
+
+Every pattern runs in linear time on Python's backtracking engine: a repetition is
+bounded, or possessive, or cannot overlap the next start (a token's start is guarded
+by a look-behind, so a run of ``eyJ-eyJ-…`` is walked once, not once per ``eyJ``).
+``benchmarks/bench_sensitive.py`` times every rule on adversarial strings at two
+sizes beside ordinary text and fails on growth faster than linear.
+"""
+
+UNSCANNED = SensitiveRule("unscanned", "text beyond the scan limit", "secret", re.compile(r"(?!)"))
+"""The span of a text past :data:`MAX_SCAN_CHARS`: not looked at, so not known to be clean."""
 
 SECRET_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (r.name, r.pattern) for r in SENSITIVE_RULES if r.category == "secret"
@@ -259,9 +276,11 @@ def locate_sensitive(text: str, limit: int = MAX_SPANS_PER_TEXT) -> list[Sensiti
     """Every match of :data:`SENSITIVE_RULES` in *text*, by offset, at most *limit*.
 
     A match that lies inside an earlier (or longer) one is dropped, so a key
-    inside ``password=…`` is reported once.
+    inside ``password=…`` is reported once. Only the first :data:`MAX_SCAN_CHARS`
+    characters are scanned; the rest of a longer text is one :data:`UNSCANNED` span.
     """
-    found = [s for rule in SENSITIVE_RULES for s in _spans_of(rule, text)]
+    scanned = text[:MAX_SCAN_CHARS]
+    found = [s for rule in SENSITIVE_RULES for s in _spans_of(rule, scanned)]
     found.sort(key=lambda s: (s.start, -s.end))
     out: list[SensitiveSpan] = []
     reach = -1
@@ -272,13 +291,16 @@ def locate_sensitive(text: str, limit: int = MAX_SPANS_PER_TEXT) -> list[Sensiti
         reach = max(reach, s.end)
         if len(out) >= limit:
             break
+    if len(text) > MAX_SCAN_CHARS:  # always reported, in place of the last match if need be
+        rest = SensitiveSpan(UNSCANNED, MAX_SCAN_CHARS, len(text), MAX_SCAN_CHARS, len(text))
+        out = [*out[: max(0, limit - 1)], rest]
     return out
 
 
 def sensitive_findings(text: str) -> list[str]:
     """What sensitive content *text* holds: the names of the rules it breaks, each once."""
     names = {s.rule.name for s in locate_sensitive(text, limit=len(text) + 1)}
-    return [r.name for r in SENSITIVE_RULES if r.name in names]
+    return [r.name for r in (*SENSITIVE_RULES, UNSCANNED) if r.name in names]
 
 
 def mask_excerpt(
@@ -386,6 +408,9 @@ def locate_in(
     At most :data:`MAX_SPANS_PER_TEXT` are reported; every match masks the excerpts.
     """
     spans = locate_sensitive(text, limit=len(text) + 1)
+    shown = spans[:MAX_SPANS_PER_TEXT]
+    if shown and spans[-1].rule is UNSCANNED and shown[-1] is not spans[-1]:
+        shown[-1] = spans[-1]
     return [
         SensitiveFinding(
             record,
@@ -399,5 +424,5 @@ def locate_in(
             s.rule.category,
             mask_excerpt(text, spans, s),
         )
-        for s in spans[:MAX_SPANS_PER_TEXT]
+        for s in shown
     ]

@@ -26,6 +26,7 @@ from typing import Any
 import lmdb
 
 from protocol.errors import NotFound, StoreError, StoreLocked
+from storage.layout import FILE_MODE
 from storage.lmdb.environment import _OPEN, _OPEN_LOCK, _take_writer_lock
 from storage.lmdb.records import _MAX_DBS
 
@@ -84,6 +85,7 @@ def compact_store(path: str | os.PathLike[str]) -> dict[str, Any]:
                 copy = os.path.join(scratch, DATA_FILE)
                 with open(copy, "rb+") as f:
                     os.fsync(f.fileno())
+                os.chmod(copy, FILE_MODE)
                 os.replace(copy, os.path.join(key, DATA_FILE))
                 dir_fd = os.open(key, os.O_RDONLY)
                 try:

@@ -22,6 +22,7 @@ import threading
 import lmdb
 
 from protocol.errors import StoreError, StoreLocked
+from storage.layout import DIR_MODE, FILE_MODE
 from storage.lmdb.records import _DB_NAMES, _FORMAT, _MAX_DBS, _OPTIONAL_DBS, STORE_FORMAT, _Decoded
 
 DEFAULT_MAP_SIZE = 64 << 20
@@ -127,7 +128,7 @@ _OPEN_LOCK = threading.Lock()
 def _take_writer_lock(path: str) -> int:
     lock_path = os.path.join(path, "writer.lock")
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     except OSError as e:
         raise StoreError(f"cannot open the writer lock {lock_path}: {e}") from e
     try:
@@ -155,6 +156,7 @@ def _open_env(key: str, *, readonly: bool, sync: bool, map_size: int) -> _Env:
             metasync=True,
             max_dbs=_MAX_DBS,
             lock=True,
+            mode=DIR_MODE,  # the directory 0700, data and lock files 0600
         )
     except lmdb.Error as e:
         raise StoreError(f"cannot open the context store {key}: {e}") from e

@@ -16,6 +16,7 @@ import lmdb
 
 from protocol.errors import StoreError, StoreLocked
 from protocol.view import ReadView, WriteView
+from storage.layout import DIR_MODE
 from storage.lmdb.audit import _audit_page
 from storage.lmdb.environment import (
     _OPEN,
@@ -82,7 +83,8 @@ class LmdbStore:
                 raise StoreError(f"no context store at {where}")
         else:
             try:
-                os.makedirs(where, exist_ok=True)
+                os.makedirs(os.path.dirname(os.path.abspath(where)), DIR_MODE, exist_ok=True)
+                os.makedirs(where, DIR_MODE, exist_ok=True)
             except OSError as e:
                 raise StoreError(f"cannot create the context store {where}: {e}") from e
         key = os.path.realpath(where)

@@ -36,6 +36,7 @@ import tempfile
 from protocol.errors import REPLICA_GAP, STALE_EPOCH, RequestError, StoreError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, WriteView
+from storage.layout import DIR_MODE
 from storage.lmdb import LmdbStore
 from storage.lmdb.views import _LmdbReadView
 from storage.replication.codec import OutboxAck, batch_header, decode_batch
@@ -187,7 +188,7 @@ def install(path: str, data: bytes) -> None:
     first search).
     """
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, DIR_MODE, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".install-", dir=path)
         try:
             with os.fdopen(fd, "wb") as f:

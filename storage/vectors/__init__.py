@@ -9,7 +9,7 @@ the outbox acknowledged up to the slowest index) and :mod:`~storage.vectors.fusi
 (reciprocal-rank fusion).
 """
 
-from storage.vectors.documents import Embedder, VectorHit, VectorResult
+from storage.vectors.documents import VectorHit, VectorResult
 from storage.vectors.filters import VectorFilter, make_filter
 from storage.vectors.format import FRAME_LABEL, MAX_EMBED_CHARS, VECTOR_DIR, VECTOR_FORMAT
 from storage.vectors.fusion import RRF_K, fuse
@@ -20,7 +20,6 @@ from storage.vectors.worker import VectorWorker
 
 __all__ = [
     "EXACT_LIMIT",
-    "Embedder",
     "FRAME_LABEL",
     "MAX_EMBED_CHARS",
     "Neighbours",

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -24,26 +23,6 @@ from storage.vectors.format import MAX_EMBED_CHARS, DocRecord
 
 SNIPPET_CHARS = 160
 """The longest snippet of a hit the lexical index did not find (the text's start)."""
-
-
-class Embedder(Protocol):
-    """What the index needs of an embedder (:class:`storage.embeddings.Embedder` is one)."""
-
-    @property
-    def model_id(self) -> str:
-        """The model's id, stored with the vectors."""
-        ...
-
-    @property
-    def dimension(self) -> int:
-        """The length of the vectors it returns."""
-        ...
-
-    def embed(
-        self, texts: Sequence[str], *, kind: Literal["document", "query"] = "document"
-    ) -> list[list[float]]:
-        """One vector per text."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,10 +58,10 @@ from storage.derived import (
     ack,
     open_env,
 )
+from storage.embeddings import Embedder
 from storage.search import frame_text
 from storage.vectors.documents import (
     SNIPPET_CHARS,
-    Embedder,
     VectorHit,
     VectorResult,
     _Doc,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from storage.derived import IntentSource, OutboxWorker
-from storage.vectors.documents import Embedder
+from storage.embeddings import Embedder
 from storage.vectors.index import DEFAULT_BATCH, VectorIndex
 
 MAX_PAUSE = 30.0

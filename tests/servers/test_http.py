@@ -289,7 +289,9 @@ def test_idempotency_key_replay_returns_the_original_receipt(client: httpx.Clien
 # -- capabilities --------------------------------------------------------------------------
 
 
-def test_capabilities_401_403_and_allowed(client: httpx.Client, server: Server) -> None:
+def _enforced_context(server: Server) -> tuple[str, Any, bytes, bytes]:
+    """A new context of tenant acme served enforcing capabilities: its name, its handle
+    (as admin), an admin token and a read-only token."""
     from actors import connect
     from actors.server.guard import issue_capability
 
@@ -307,6 +309,11 @@ def test_capabilities_401_403_and_allowed(client: httpx.Client, server: Server) 
         enforce=True,
         capability=admin,
     )
+    return name, handle, admin, reader
+
+
+def test_capabilities_401_403_and_allowed(client: httpx.Client, server: Server) -> None:
+    name, handle, admin, reader = _enforced_context(server)
     try:
         base = f"/v1/contexts/{name}"
         tx = {"text": "(context-tx (base-version 0) (derive note (stage one)))"}
@@ -348,3 +355,53 @@ def test_a_non_loopback_bind_is_refused_unless_enforced_or_insecure(tmp_path: Pa
     )
     assert result.exit_code == 2 and "--tenant" in result.output  # refused before listening
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the web inspector behind the actors --------------------------------------------------
+
+
+def test_the_inspector_reads_through_the_actors_and_their_guard(
+    client: httpx.Client, server: Server
+) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    for text in (
+        "(context-tx (base-version 0) (derive release (stage tests)) (derive ok (tests passed)))",
+        "(context-tx (base-version 1) (revise release (stage packaging)) (relate ok supports release))",
+    ):
+        assert client.post(base + "/transactions", json={"text": text}).status_code == 200
+    events = len(client.get(base + "/state").json()["events"])
+    api = f"/inspect/api/c/{name}"
+    graph = client.get(api + "/graph").json()
+    assert {n["id"] for n in graph["nodes"]} == {"release", "ok"}
+    assert graph["edges"] == [["ok", "supports", "release"]]
+    assert client.get(api + "/graph?version=1").json()["edges"] == []
+    assert [t["version"] for t in client.get(api + "/transactions").json()["transactions"]] == [2, 1]
+    assert "+(stage packaging)" in client.get(api + "/diff?id=release&a=1&b=2").json()["diff"]
+    assert client.get(api + "/search?q=packaging").json()["hits"][0]["id"] == "release"
+    assert client.get(api + "/metrics").json()["metrics"]["commits"] >= 2
+    page = client.get(f"/inspect/c/{name}/graph")
+    assert page.status_code == 200 and "cytoscape.min.js" in page.text
+    assert client.get(f"/inspect/c/{name}/transactions").status_code == 200
+    _error(client.get(api + "/graph?version=9"), 422, "future_version")
+    assert client.get(f"/inspect/c/{name}/frame?id=ghost").status_code == 404
+    state = client.get(base + "/state").json()
+    assert state["version"] == 2 and len(state["events"]) == events  # the search recorded nothing
+
+    secured, handle, admin, reader = _enforced_context(server)
+    try:
+        api = f"/inspect/api/c/{secured}"
+        _error(client.get(api + "/graph"), 401, "permission_denied")
+        assert client.get(f"/inspect/c/{secured}/graph").status_code == 401
+        as_reader = {"Authorization": bearer(reader)}
+        assert client.get(api + "/graph", headers=as_reader).status_code == 200
+        _error(client.get(api + "/governance", headers=as_reader), 403, "permission_denied")
+        _error(client.get(api + "/search?q=x", headers=as_reader), 403, "permission_denied")
+        with httpx.Client(base_url=server.url, timeout=60) as browser:
+            token = bearer(admin).split(" ", 1)[1]
+            set_cookie = browser.post("/inspect/capability", data={"token": token})
+            assert set_cookie.status_code == 303
+            assert browser.get(api + "/governance").status_code == 200
+        assert handle.version() == 0
+    finally:
+        handle.shutdown()

@@ -23,13 +23,17 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from service.operations import operations
 from service.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.subprocess
 
-TOOLS = {"commit", "frame", "history", "observe", "read_event", "recall", "search", "state"}
+TOOLS = {"commit", "frame", "history", "observe", "read_event", "recall", "search", "state"} | {
+    op.mcp.name or op.name for op in operations() if op.mcp is not None
+}
+"""The hand-written tools and the ones the registry exposes."""
 
 
 def server_env(**extra: str) -> dict[str, str]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from storage.embeddings.base import Embedder, EmbedderConfig
-from storage.embeddings.local import LocalEmbedder
-from storage.embeddings.openai import OpenAIEmbedder
+from adapters.embeddings.base import EmbedderConfig
+from adapters.embeddings.local import LocalEmbedder
+from adapters.embeddings.openai import OpenAIEmbedder
+from storage.embeddings import Embedder
 
 
 def make_embedder(config: EmbedderConfig, *, env: Mapping[str, str] | None = None) -> Embedder:
@@ -14,7 +15,7 @@ def make_embedder(config: EmbedderConfig, *, env: Mapping[str, str] | None = Non
     read now from the variable ``api_key_env`` names, in *env* or the process environment),
     :class:`LocalEmbedder` for ``local`` (the model loaded now).
 
-    Raises :class:`~storage.embeddings.base.EmbeddingError`: ``embed_auth`` when the key's
+    Raises :class:`~storage.embeddings.EmbeddingError`: ``embed_auth`` when the key's
     variable is unset, ``embed_not_installed`` / ``embed_model`` for a local model.
     """
     if config.provider == "openai":

@@ -19,8 +19,7 @@ import httpx
 import msgpack
 import pytest
 
-from protocol.errors import RequestError, StoreError
-from storage.embeddings import (
+from adapters.embeddings import (
     ERROR_CODES,
     Embedder,
     EmbedderConfig,
@@ -28,7 +27,8 @@ from storage.embeddings import (
     OpenAIEmbedder,
     make_embedder,
 )
-from storage.embeddings.openai import BACKOFF_BASE, MAX_RETRY_AFTER, retry_after_seconds
+from adapters.embeddings.openai import BACKOFF_BASE, MAX_RETRY_AFTER, retry_after_seconds
+from protocol.errors import RequestError, StoreError
 from tests.embedding_server import CORRUPTIONS, EmbeddingServer, embed_text
 
 KEY = "sk-test-9f8e7d6c5b4a-SECRET"
@@ -657,7 +657,7 @@ def test_a_local_model_that_cannot_serve_is_refused(fields: dict[str, Any], code
     ],
 )
 def test_a_vector_must_be_finite_numbers(values: Any) -> None:
-    from storage.embeddings.base import check_vector
+    from adapters.embeddings.base import check_vector
 
     with pytest.raises(EmbeddingError) as err:
         check_vector(values, "v")
@@ -665,7 +665,7 @@ def test_a_vector_must_be_finite_numbers(values: Any) -> None:
 
 
 def test_integers_are_numbers_in_a_vector() -> None:
-    from storage.embeddings.base import check_vector, normalized
+    from adapters.embeddings.base import check_vector, normalized
 
     assert check_vector([0, 1, 0.5], "v") == [0.0, 1.0, 0.5]
     assert normalized([3.0, 4.0]) == [0.6, 0.8] and normalized([0.0, 0.0]) == [0.0, 0.0]

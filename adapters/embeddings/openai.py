@@ -36,13 +36,8 @@ from typing import Any, Literal, NoReturn
 
 import httpx
 
-from storage.embeddings.base import (
-    EmbedderConfig,
-    EmbeddingError,
-    check_texts,
-    check_vector,
-    normalized,
-)
+from adapters.embeddings.base import EmbedderConfig, check_texts, check_vector, normalized
+from storage.embeddings import EmbeddingError
 
 log = logging.getLogger("morphz.embeddings")
 
@@ -118,7 +113,7 @@ def _server_message(raw: bytes) -> str:
 
 
 class OpenAIEmbedder:
-    """An :class:`~storage.embeddings.base.Embedder` over an OpenAI-compatible endpoint.
+    """An :class:`~adapters.embeddings.base.Embedder` over an OpenAI-compatible endpoint.
 
     *sleep* (the wait between attempts) and *rng* (the backoff jitter) are injectable so
     a test can record the waits instead of sitting through them. Thread-safe: one pooled

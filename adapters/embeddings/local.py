@@ -21,13 +21,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from storage.embeddings.base import (
-    EmbedderConfig,
-    EmbeddingError,
-    check_texts,
-    check_vector,
-    normalized,
-)
+from adapters.embeddings.base import EmbedderConfig, check_texts, check_vector, normalized
+from storage.embeddings import EmbeddingError
 
 PACKAGED_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
 INSTALL_HINT = "pip install 'morphz[embed]'"
@@ -79,7 +74,7 @@ def _load(config: EmbedderConfig) -> tuple[Any, str]:
 
 
 class LocalEmbedder:
-    """An :class:`~storage.embeddings.base.Embedder` over a sentence-transformers model.
+    """An :class:`~adapters.embeddings.base.Embedder` over a sentence-transformers model.
 
     The model is loaded when the embedder is built. Calls are serialized (one model, one
     lock); ``batch_size`` is the encode batch. ``dimensions`` below the model's own

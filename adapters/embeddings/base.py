@@ -1,10 +1,11 @@
-"""The embeddings interface: what every embedder implements, its errors and its configuration.
+"""What every embedder client shares: its configuration and the checks of texts and vectors.
 
-An :class:`Embedder` turns texts into vectors of one fixed dimension. Two implementations
-exist: :class:`storage.embeddings.openai.OpenAIEmbedder` (any OpenAI-compatible
+The interface itself (:class:`~storage.embeddings.Embedder`, :class:`EmbeddingError`) is
+storage's: the vector index consumes it. Two implementations exist here:
+:class:`adapters.embeddings.openai.OpenAIEmbedder` (any OpenAI-compatible
 ``/v1/embeddings`` endpoint: OpenAI, vLLM, Ollama, text-embeddings-inference ...) and
-:class:`storage.embeddings.local.LocalEmbedder` (a sentence-transformers model in this
-process, the optional ``morphz[embed]`` extra). :func:`storage.embeddings.make_embedder`
+:class:`adapters.embeddings.local.LocalEmbedder` (a sentence-transformers model in this
+process, the optional ``morphz[embed]`` extra). :func:`adapters.embeddings.make_embedder`
 builds one from an :class:`EmbedderConfig`.
 
 The configuration never holds a secret: ``api_key_env`` is the *name* of the environment
@@ -19,26 +20,14 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any
 
-from protocol.errors import RequestError, StoreError
+from protocol.errors import RequestError
+from storage.embeddings import KINDS, EmbeddingError
 
 PROVIDERS = ("openai", "local")
-KINDS = ("document", "query")
 OPENAI_URL = "https://api.openai.com/v1"
 LOCAL_DEFAULT_MODEL = "all-MiniLM-L6-v2"
-
-ERROR_CODES = (
-    "embed_auth",
-    "embed_bad_reply",
-    "embed_closed",
-    "embed_dimension",
-    "embed_model",
-    "embed_not_installed",
-    "embed_rate_limited",
-    "embed_rejected",
-    "embed_unreachable",
-)
 
 # Environment variables read by EmbedderConfig.from_env.
 ENV_PROVIDER = "MORPHZ_EMBED_PROVIDER"
@@ -77,56 +66,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _NUMBER_TYPES = frozenset({float, int})
-
-
-class EmbeddingError(StoreError):
-    """An embedder could not produce vectors; nothing was embedded.
-
-    ``code`` says why (one of :data:`ERROR_CODES`): ``embed_unreachable`` (connection
-    failures, timeouts, 5xx after the retries), ``embed_rate_limited`` (429 after the
-    retries), ``embed_auth`` (401/403, or the key's environment variable unset),
-    ``embed_rejected`` (another 4xx: unknown model, input too long ...), ``embed_bad_reply``
-    (a reply that is not a valid embeddings answer), ``embed_dimension`` (vectors of a
-    dimension other than the one fixed by the config or the first reply),
-    ``embed_not_installed`` (the ``morphz[embed]`` extra is missing), ``embed_model`` (a
-    local model could not be loaded), ``embed_closed`` (used after :meth:`Embedder.close`).
-    Messages never contain an API key.
-    """
-
-    code = "embed_unreachable"
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    """Turns texts into vectors of one dimension; safe to call from several threads."""
-
-    @property
-    def model_id(self) -> str:
-        """A stable id of the model (and revision), e.g. ``openai:text-embedding-3-small``
-        or ``st:all-MiniLM-L6-v2``: vectors from embedders with different ids are not
-        comparable."""
-        ...
-
-    @property
-    def dimension(self) -> int:
-        """The length of every vector: from the config, the model, or the first reply
-        (an OpenAI-compatible embedder asks the endpoint once if nothing told it yet)."""
-        ...
-
-    def embed(
-        self, texts: Sequence[str], *, kind: Literal["document", "query"] = "document"
-    ) -> list[list[float]]:
-        """One vector per text, in order; ``[]`` for no texts (no call is made).
-
-        *kind* says whether the texts are stored documents or search queries (models
-        that embed them differently use it). Raises :class:`EmbeddingError`, or
-        :class:`RequestError` (code ``embed_input``) when *texts* is not a sequence of
-        strings."""
-        ...
-
-    def close(self) -> None:
-        """Release connections or the model; idempotent."""
-        ...
 
 
 def check_texts(texts: object, kind: object) -> list[str]:

@@ -1,0 +1,57 @@
+"""Every operation of the service, declared once: the registry's table.
+
+Each class attribute of :class:`Operations` is one :class:`~service.registry.Operation`:
+the service function that does the work, the permission it needs, whether it
+writes, and where it is exposed beside the embedded API and the Ray handle (an
+MCP tool, an HTTP route). The argument model and the reply type come from the
+service function's signature. :class:`~service.context.Context` (embedded) and
+:class:`~actors.client.ContextHandle` (Ray) both derive from :class:`Operations`,
+so a call has one signature and one reply type on every port; the context
+actor, the MCP server, the HTTP API and the call table of ``docs/api.md``
+(``python -m service.apidoc``) are made from this table.
+
+Adding a read-only operation: write its service function (``fn(ctx, …) ->
+reply``, bounds in the annotations), add one line here, and a test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import service.queries as queries
+from service.registry import OPERATIONS, Operation, Route, Tool
+
+__all__ = ["Operations", "operations"]
+
+
+class Operations:
+    """The registered operations, as methods of whatever port derives from this class.
+
+    A port supplies ``invoke(op, args)``: the embedded context runs the service
+    function, a handle sends the checked arguments to the context actor.
+    """
+
+    frame = Operation(queries.frame, permission="read", writes=False)
+    frame_at = Operation(queries.frame_at, permission="read", writes=False)
+    event = Operation(queries.event, permission="read", writes=False)
+    read_event = Operation(queries.read_event, permission="read", writes=False)
+    state = Operation(queries.state, permission="read", writes=False, http=Route("GET", "/state"))
+    history = Operation(queries.history, permission="read", writes=False)
+    frame_history = Operation(
+        queries.frame_history,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/frames/{frame_id}/revisions", key="revisions"),
+        mcp=Tool(),
+    )
+    snapshot = Operation(queries.snapshot, permission="read", writes=False)
+    read_for_update = Operation(queries.read_for_update, permission="read", writes=False)
+    meta = Operation(queries.meta, permission="read", writes=False)
+    txlog = Operation(queries.txlog, permission="read", writes=False)
+    traces = Operation(queries.traces, permission="read", writes=False)
+    audit = Operation(queries.audit, permission="admin", writes=False)
+
+
+def operations() -> list[Operation[Any, Any]]:
+    """Every declared operation, in declaration order."""
+    return list(OPERATIONS.values())

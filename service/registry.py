@@ -1,0 +1,378 @@
+"""The operation registry: every call of the service declared once, every port made from it.
+
+An :class:`Operation` is declared once, in :mod:`service.operations`, around the
+service function that does the work (``fn(ctx, *arguments) -> reply``). The
+declaration holds the call's name, the permission it needs (``read``,
+``commit``, ``recall``, ``admin``), whether it writes, its one line of
+documentation, and whether and how it is exposed as an MCP tool (:class:`Tool`)
+and an HTTP route (:class:`Route`). Its argument model (pydantic, frozen,
+unknown names refused, with the bounds written in the function's annotations)
+and its reply type are read from the service function's signature.
+
+From that declaration come:
+
+* the embedded method: :class:`Operation` is a descriptor, so
+  ``ctx.frame_history(frame_id)`` on a :class:`~service.context.Context` (whose
+  base is :class:`service.operations.Operations`) binds and checks the
+  arguments, then runs the service function;
+* the Ray handle's blocking method (the same descriptor, read on a
+  :class:`~actors.client.ContextHandle`, which sends the checked arguments)
+  and its ``*_async`` form;
+* the context actor's method (capability guard, argument check, error
+  envelope), the MCP tool, the HTTP route with its OpenAPI schemas, and the
+  call table of ``docs/api.md`` (``python -m service.apidoc``).
+
+Arguments are checked in exactly one place: :meth:`Operation.bind`, against
+the argument model. A type that does not fit is RequestError ``bad_argument``;
+a value outside its bounds (a negative offset, too many ids) is OutOfRange. A
+port never checks an argument again; what a port adds is how bytes travel.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
+
+from protocol.errors import MorphzError, OutOfRange, RequestError, WireError
+from protocol.ids import MAX_FRAME_ID
+
+if TYPE_CHECKING:
+    from protocol.governance import AdmissionPolicy
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Permission = Literal["read", "commit", "recall", "admin"]
+"""The capability operation a call needs (see :mod:`protocol.capabilities`)."""
+
+MAX_REF_CHARS = 4096
+"""The longest frame id, event reference or cursor an argument may be (the stored ids
+are far shorter: a longer one names nothing)."""
+
+FrameId = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS, description="A frame id.")]
+"""A frame id argument (an unknown one is NotFound, not a bad argument)."""
+EventRef = Annotated[
+    str,
+    Strict(),
+    Field(max_length=MAX_REF_CHARS, description="An event reference (@eN) or event id."),
+]
+"""An event reference argument: ``@eN`` or a stable ``ev:`` id."""
+Count = Annotated[int, Strict(), Field(ge=0, le=1 << 62)]
+"""A non-negative integer argument: a version, an offset, a sequence number."""
+Text = Annotated[str, Strict()]
+"""A string argument."""
+
+__all__ = [
+    "MAX_FRAME_ID",
+    "MAX_REF_CHARS",
+    "OPERATIONS",
+    "Caller",
+    "Count",
+    "EventRef",
+    "FrameId",
+    "Operation",
+    "Permission",
+    "Port",
+    "Route",
+    "Text",
+    "Tool",
+    "argument_error",
+]
+
+
+@dataclass(frozen=True)
+class Route:
+    """How an operation is served over HTTP: *method* and *path* under
+    ``/v1/contexts/{context}`` (path parameters are argument names; the other
+    arguments are query parameters for GET and the JSON body for POST), the
+    *status* of a success, and for a list reply the *key* it is answered under
+    (``{key: [...]}``: an HTTP reply is always a JSON object)."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    status: int = 200
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    """How an operation is served as an MCP tool: its *name* (default the operation's)
+    and its *description* (default the operation's documentation)."""
+
+    name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a call, for the operations that audit or decide: the *holder* of the
+    capability (None: the embedded API, audited as ``embedded``) and the admission
+    *policy* of the port that serves it (None: the default policy)."""
+
+    holder: str | None = None
+    policy: AdmissionPolicy | None = None
+
+
+class Port(Protocol):
+    """What an :class:`Operation` read on an object needs of it: one way to run a call."""
+
+    def invoke(self, op: Operation[Any, R], args: BaseModel) -> R:
+        """Run *op* with its checked *args*; its reply."""
+        ...
+
+
+OPERATIONS: dict[str, Operation[Any, Any]] = {}
+"""Every declared operation by name, in declaration order (filled by :mod:`service.operations`)."""
+
+RANGE_ERRORS = frozenset(
+    {
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "too_short",
+        "too_long",
+        "string_too_short",
+        "string_too_long",
+    }
+)
+"""pydantic error types that mean a value outside its bounds (OutOfRange), not a wrong type."""
+
+
+def argument_error(name: str, e: ValidationError) -> MorphzError:
+    """The typed error of arguments of call *name* that do not fit its argument model."""
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+    message = f"{name}: {where}: {err.get('msg', 'invalid')}"
+    if err.get("type") in RANGE_ERRORS:
+        return OutOfRange(message)
+    return RequestError(message, code="bad_argument")
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What the service function's signature says: the argument model, the argument
+    names in order, whether the function takes the caller, and the reply type."""
+
+    args: type[BaseModel]
+    names: tuple[str, ...]
+    caller: bool
+    reply: Any
+    parameters: tuple[inspect.Parameter, ...]
+
+
+def _camel(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
+
+
+class Operation(Generic[P, R]):
+    """One call of the service, declared once (see the module docstring).
+
+    *fn* is the service function, ``fn(ctx, *arguments) -> reply``; a keyword
+    parameter named ``caller`` receives the :class:`Caller` and is no argument.
+    *remote*: the context actor and the handle serve it from this declaration
+    (False: they hand-write the forms that carry it, as ``submit`` sends wire
+    bytes; the signature and the reply stay this one's).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[Concatenate[Any, P], R],
+        *,
+        permission: Permission,
+        writes: bool,
+        doc: str | None = None,
+        http: Route | None = None,
+        mcp: Tool | None = None,
+        remote: bool = True,
+    ) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.permission: Permission = permission
+        self.writes = writes
+        self.doc = doc or (inspect.getdoc(fn) or "").strip().split("\n\n")[0].replace("\n", " ")
+        self.http = http
+        self.mcp = mcp
+        self.remote = remote
+        self.__doc__ = inspect.getdoc(fn)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        OPERATIONS[name] = self
+
+    def __repr__(self) -> str:
+        return f"Operation({self.name!r}, {self.permission})"
+
+    # -- what the signature says ------------------------------------------------------
+
+    @cached_property
+    def _signature(self) -> _Signature:
+        # ``ctx`` is annotated with a name the service module imports for type checking
+        # only; it is no argument, so any stand-in resolves it.
+        hints = typing.get_type_hints(self.fn, include_extras=True, localns={"Context": object})
+        params = list(inspect.signature(self.fn).parameters.values())[1:]
+        fields: dict[str, Any] = {}
+        names: list[str] = []
+        parameters: list[inspect.Parameter] = []
+        caller = False
+        for p in params:
+            if p.name == "caller":
+                caller = True
+                continue
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (hints[p.name], default)
+            names.append(p.name)
+            parameters.append(
+                inspect.Parameter(
+                    p.name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=p.default,
+                    annotation=hints[p.name],
+                )
+            )
+        model = create_model(
+            _camel(self.name) + "Args",
+            __config__=ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True),
+            __doc__=f"The arguments of ``{self.name}``.",
+            **fields,
+        )
+        return _Signature(model, tuple(names), caller, hints.get("return"), tuple(parameters))
+
+    @property
+    def args(self) -> type[BaseModel]:
+        """The argument model: one field per argument, with its bounds."""
+        return self._signature.args
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The argument names, in order (a positional call binds them in this order)."""
+        return self._signature.names
+
+    @property
+    def parameters(self) -> tuple[inspect.Parameter, ...]:
+        """The arguments as keyword-only parameters with their annotated types and defaults
+        (what a port that derives its own schema from a signature, as MCP and HTTP do, takes)."""
+        return self._signature.parameters
+
+    @property
+    def reply(self) -> Any:
+        """The reply type (a reply model, a list of them, ``int`` …)."""
+        return self._signature.reply
+
+    @cached_property
+    def _reply_adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.reply)
+
+    # -- the one argument check -----------------------------------------------------
+
+    def bind(self, *args: Any, **kwargs: Any) -> BaseModel:
+        """The checked arguments of a call ``op(*args, **kwargs)``.
+
+        RequestError ``bad_argument`` for too many or unknown arguments or one of
+        the wrong type; OutOfRange for a value outside its bounds.
+        """
+        names = self.names
+        if len(args) > len(names):
+            raise RequestError(
+                f"{self.name} takes at most {len(names)} arguments, not {len(args)}",
+                code="bad_argument",
+            )
+        values = dict(zip(names, args, strict=False))
+        for key, value in kwargs.items():
+            if key in values:
+                raise RequestError(f"{self.name}: {key} given twice", code="bad_argument")
+            values[key] = value
+        return self.check(values)
+
+    def check(self, values: dict[str, Any], *, strings: bool = False) -> BaseModel:
+        """The checked arguments named in *values* (*strings*: values are text to
+        parse, as an HTTP query string gives them)."""
+        try:
+            if strings:
+                return self.args.model_validate_strings(values)
+            return self.args.model_validate(values)
+        except ValidationError as e:
+            raise argument_error(self.name, e) from e
+
+    def wire(self, args: BaseModel) -> tuple[Any, ...]:
+        """The checked arguments as the positional values a remote call carries."""
+        return tuple(getattr(args, name) for name in self.names)
+
+    def unwire(self, values: tuple[Any, ...] | list[Any]) -> BaseModel:
+        """The arguments a remote call carried, checked (:meth:`bind` of the values)."""
+        return self.bind(*values)
+
+    # -- running it ------------------------------------------------------------------
+
+    def run(self, ctx: Any, args: BaseModel, caller: Caller | None = None) -> R:
+        """Run the service function on *ctx* with checked *args* (and *caller*)."""
+        kwargs = {name: getattr(args, name) for name in self.names}
+        if self._signature.caller:
+            kwargs["caller"] = caller or Caller()
+        fn: Callable[..., R] = self.fn
+        return fn(ctx, **kwargs)
+
+    def decode(self, value: Any) -> R:
+        """The reply a remote port's decoded answer describes; WireError for another shape."""
+        try:
+            reply: R = self._reply_adapter.validate_python(value)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "reply"
+            raise WireError(f"malformed reply of {self.name}: {where}: {err.get('msg')}") from e
+        return reply
+
+    # -- read on an object: its method --------------------------------------------------
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Operation[P, R]: ...
+    @overload
+    def __get__(self, obj: Port, owner: type) -> Callable[P, R]: ...
+    def __get__(self, obj: Port | None, owner: type) -> Operation[P, R] | Callable[P, R]:
+        if obj is None:
+            return self
+
+        def method(*args: P.args, **kwargs: P.kwargs) -> R:
+            return obj.invoke(self, self.bind(*args, **kwargs))
+
+        method.__name__ = self.name
+        method.__doc__ = self.__doc__
+        return method
+
+    def __call__(self, obj: Port, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``Operations.frame(ctx, frame_id)``: the call on *obj*, as its method would make it."""
+        return obj.invoke(self, self.bind(*args, **kwargs))
+
+    # -- the names a route path holds ---------------------------------------------------
+
+    def path_names(self) -> list[str]:
+        """The argument names the HTTP path holds (``{frame_id}``)."""
+        if self.http is None:
+            return []
+        return re.findall(r"\{(\w+)\}", self.http.path)
