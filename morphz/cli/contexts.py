@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from actors.client.names import DEFAULT_NAMESPACE
 from morphz.cli.console import Env, emit, run_command
 
 __all__ = ["contexts_cmd", "drop_cmd"]
@@ -120,7 +121,10 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
     " started on this machine).",
 )
 @click.option(
-    "--namespace", default="morphz", show_default=True, help="With --cluster: the Ray namespace."
+    "--namespace",
+    default=DEFAULT_NAMESPACE,
+    show_default=True,
+    help="With --cluster: the Ray namespace.",
 )
 @click.pass_obj
 @run_command

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from actors.client.names import DEFAULT_NAMESPACE
 from morphz.cli.console import Env, emit, failing_as_usage
 from protocol.errors import StoreError, StoreLocked
 
@@ -104,7 +105,7 @@ def actor_options(fn: Callable[..., None]) -> Callable[..., None]:
     )(fn)
     fn = click.option(
         "--namespace",
-        default="morphz",
+        default=DEFAULT_NAMESPACE,
         show_default=True,
         help="Ray namespace of the context actor.",
     )(fn)
@@ -247,7 +248,7 @@ def review_cmd(click_ctx: click.Context) -> None:
 def list_cmd(
     env: Env,
     address: str | None = None,
-    namespace: str = "morphz",
+    namespace: str = DEFAULT_NAMESPACE,
     capability: Path | None = None,
 ) -> None:
     """Held candidates with the policy's reasons, and quarantined frames with their findings.
