@@ -53,6 +53,7 @@ import lmdb
 import msgpack
 
 from protocol.state import ACTIVE, EVENT_KINDS, RETIRED, RETIRING, TRUST, Frame
+from storage.environment import DEFAULT_MAP_SIZE
 
 INDEX_DIR = "index"
 """Subdirectory of a context directory that holds its lexical index."""
@@ -66,9 +67,9 @@ An index of another format is rebuilt by the next
 """
 FRAME_BASE = 1 << 31
 """Docnums of frames start here; events use their sequence number, below it."""
-MAP_SIZE = 64 << 20
+MAP_SIZE = DEFAULT_MAP_SIZE
 """Initial map of the index environment; it doubles whenever a write fills it
-(:mod:`storage.derived`), so many indexes fit in one process's address space."""
+(:mod:`storage.environment`), so many indexes fit in one process's address space."""
 
 KINDS = ("frame", *EVENT_KINDS)
 """What a document can be: a frame, or an event of one of the observation kinds."""

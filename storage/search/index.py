@@ -28,7 +28,8 @@ import lmdb
 from protocol.errors import OutOfRange, RequestError
 from protocol.state import TRUST
 from protocol.view import ReadView
-from storage.derived import DerivedIndex, IntentSource, SharedEnv, ack, open_env
+from storage.derived import DerivedIndex, IntentSource, ack, open_env
+from storage.environment import Environment
 from storage.search.documents import _apply_records, _bulk_load
 from storage.search.format import (
     _DB_NAMES,
@@ -65,7 +66,7 @@ class _Rebuild(Exception):
     """Raised inside an index write when the index cannot be brought up to date incrementally."""
 
 
-class LexicalIndex(DerivedIndex[SharedEnv]):
+class LexicalIndex(DerivedIndex[Environment]):
     """The keyword index of one context, kept in ``<context dir>/index/``.
 
     Guarantees: searches see one committed snapshot of the index; the index
@@ -81,7 +82,7 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
 
     def __init__(
         self,
-        shared: SharedEnv,
+        shared: Environment,
         path: str,
         backend: IntentSource | None,
         languages: tuple[str, ...] = (),
@@ -91,8 +92,8 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
         self._languages = languages
 
     @classmethod
-    def _open_shared(cls, key: str) -> SharedEnv:
-        return open_env(key, _DB_NAMES, cls.WHAT, MAP_SIZE, SharedEnv)
+    def _open_shared(cls, key: str) -> Environment:
+        return open_env(key, _DB_NAMES, cls.WHAT, MAP_SIZE, Environment)
 
     @classmethod
     def open(

@@ -10,11 +10,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from actors.client.replies import open_reply
 from actors.server.context_actor import ContextActor
@@ -38,6 +38,7 @@ from harness.loadtest import (
 )
 from protocol.errors import MorphzError, NotFound, RequestError
 from protocol.wire import unpack
+from service.registry import Operation
 from tests.actors.cluster import RayCluster
 from tests.actors.local import LocalHandle
 
@@ -95,9 +96,9 @@ class _Handle(LocalHandle):
 
     loop: asyncio.AbstractEventLoop | None = None
 
-    async def snapshot_async(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+    async def invoke_async(self, op: Operation[Any, Any], args: BaseModel) -> Any:
         self.loop = asyncio.get_running_loop()
-        return await super().snapshot_async(frame_ids)
+        return await super().invoke_async(op, args)
 
     def deliver(self, ref: str) -> dict[str, Any]:
         assert self.loop is not None
