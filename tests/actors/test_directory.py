@@ -227,7 +227,8 @@ def test_contexts_cluster_without_a_directory_creates_none(
 ) -> None:
     r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output) == {"namespace": namespace, "directory": False, "contexts": []}
+    doc = json.loads(r.output)
+    assert doc == {"namespace": namespace, "directory": False, "contexts": [], "unplaced": []}
     assert existing_directory(namespace) is None
 
 
