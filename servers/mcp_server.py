@@ -314,8 +314,7 @@ or not at all. Shape:
 (context-tx (base-version N) (reason "why")
   (derive ID (from SOURCE...) BODY)   ; new frame from events @eN / frames
   (revise ID BODY)                    ; new revision of a frame (the whole body)
-  (set ID (FIELD VALUE...)) (append ID (FIELD ITEM...)) (remove ID (FIELD ITEM...))
-  (incr ID (FIELD N)) (unset ID FIELD) ; edit one field of a body like (status open) (items a b)
+  (set|append|remove ID (FIELD VALUE...)) (incr ID (FIELD N)) (unset ID FIELD) ; one field
   (relate SUBJECT LABEL OBJECT) (unrelate SUBJECT LABEL OBJECT)
   (retire ID-or-@eN) (restore ID) (protect ID) (unprotect ID))
 N is the version you read (from `state` or a receipt). Bodies are S-expressions \

@@ -182,7 +182,7 @@ def test_new_operation_names_stay_field_names_in_a_body() -> None:
 def test_appends_from_one_stale_base_all_land_and_say_merged() -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive shared (tokens))")
-    base = ctx.version
+    base = ctx.version()
     outcomes = []
     for w in range(8):
         r = _commit(ctx, base, f"(append shared (tokens w{w}-1))")
@@ -196,7 +196,7 @@ def test_appends_from_one_stale_base_all_land_and_say_merged() -> None:
 def test_set_of_one_field_conflicts_and_names_the_field() -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive release (status open) (owner alice))")
-    base = ctx.version
+    base = ctx.version()
     first = _commit(ctx, base, "(set release (status blocked))")
     second = _commit(ctx, base, "(set release (status shipped))")
     assert first["status"] == "committed" and second["status"] == "rejected"
@@ -207,14 +207,14 @@ def test_set_of_one_field_conflicts_and_names_the_field() -> None:
     assert "status of release" in second["errors"][0]["message"]
     assert second["current"][0]["body"] == "(status blocked) (owner alice)"
     # the rejection wrote nothing
-    assert ctx.version == first["version"]
+    assert ctx.version() == first["version"]
     assert Receipt.from_dict(second).conflicts[0].field == "status"
 
 
 def test_a_set_after_a_concurrent_append_to_its_field_conflicts() -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive f (items a))")
-    base = ctx.version
+    base = ctx.version()
     assert _commit(ctx, base, "(append f (items b))")["status"] == "committed"
     lost = _commit(ctx, base, "(set f (items a c))")
     assert lost["status"] == "rejected" and lost["conflicts"][0]["field"] == "items"
@@ -224,42 +224,42 @@ def test_a_set_after_a_concurrent_append_to_its_field_conflicts() -> None:
 def test_a_revise_conflicts_with_a_concurrent_field_edit_and_sets_see_its_fields() -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive f (a 1) (b 1))")
-    base = ctx.version
+    base = ctx.version()
     assert _commit(ctx, base, "(incr f (a 1))")["status"] == "committed"
     assert _commit(ctx, base, "(revise f (a 1) (b 5))")["status"] == "rejected"
-    base = ctx.version
+    base = ctx.version()
     assert _commit(ctx, base, "(revise f (a 2) (b 7))")["status"] == "committed"
     assert _commit(ctx, base, "(set f (a 9))")["status"] == "committed"  # a did not change
     assert _commit(ctx, base, "(set f (b 9))")["status"] == "rejected"  # b did
-    base = ctx.version
+    base = ctx.version()
     assert _commit(ctx, base, '(revise f "no fields now")')["status"] == "committed"
-    assert _commit(ctx, base, "(set f (c 1))")["conflicts"] == [{"id": "f", "version": ctx.version}]
+    assert _commit(ctx, base, "(set f (c 1))")["conflicts"] == [{"id": "f", "version": ctx.version()}]
 
 
 def test_a_lifecycle_change_refuses_a_stale_edit_and_an_edit_cancels_a_retirement() -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive f (items))")
-    base = ctx.version
+    base = ctx.version()
     assert _commit(ctx, base, "(retire f)")["status"] == "committed"
     stale = _commit(ctx, base, "(append f (items x))")
     assert stale["status"] == "rejected" and stale["conflicts"] == [{"id": "f", "version": 2}]
-    fresh = _commit(ctx, ctx.version, "(append f (items x))")
+    fresh = _commit(ctx, ctx.version(), "(append f (items x))")
     assert fresh["retirement_cancelled"] == ["f"]
     assert ctx.frame("f").lifecycle == "active"
-    _commit(ctx, ctx.version, "(retire f)")
+    _commit(ctx, ctx.version(), "(retire f)")
     ctx.observe("tool_result", "t")
     for _ in range(9):
         ctx.observe("tool_result", "t")
         ctx.claim()
     assert ctx.frame("f").lifecycle == "retired"
-    refused = _commit(ctx, ctx.version, "(set f (items))")
+    refused = _commit(ctx, ctx.version(), "(set f (items))")
     assert refused["errors"][0]["code"] == "retired_frame"
 
 
 def test_rebased_when_the_frame_did_not_change_since_the_base() -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive f (a 1))", "(derive g (b 1))")
-    base = ctx.version
+    base = ctx.version()
     _commit(ctx, base, "(set g (b 2))")
     r = _commit(ctx, base, "(set f (a 2))")
     assert r["rebased"] is True and r["edits"][0]["outcome"] == "rebased"
@@ -270,8 +270,8 @@ def test_edits_grow_sources_and_each_is_a_revision_in_the_history() -> None:
     e1 = ctx.observe("tool_result", "cpu hot").ref
     e2 = ctx.observe("tool_result", "disk full").ref
     _commit(ctx, 0, "(derive f (items))")
-    _commit(ctx, ctx.version, f"(append f (from {e1}) (items cpu))")
-    _commit(ctx, ctx.version, f"(append f (from {e2} {e1}) (items disk))", "(incr f (n 1))")
+    _commit(ctx, ctx.version(), f"(append f (from {e1}) (items cpu))")
+    _commit(ctx, ctx.version(), f"(append f (from {e2} {e1}) (items disk))", "(incr f (n 1))")
     frame = ctx.frame("f")
     assert frame.revision == 4 and len(frame.sources) == 2
     entries = [(h.op, h.revision) for h in ctx.history("f")]
@@ -291,14 +291,14 @@ def test_edits_grow_sources_and_each_is_a_revision_in_the_history() -> None:
 def test_a_refused_edit_rejects_the_whole_transaction(setup: str, edit: str, code: str) -> None:
     ctx = _ctx()
     _commit(ctx, 0, setup)
-    before = ctx.version
+    before = ctx.version()
     r = _commit(ctx, before, "(derive other (x 1))", edit)
     assert r["status"] == "rejected" and r["errors"][0] == {
         "op": 1,
         "code": code,
         "message": r["errors"][0]["message"],
     }
-    assert ctx.version == before
+    assert ctx.version() == before
     with pytest.raises(NotFound):
         ctx.frame("other")
 
@@ -315,7 +315,7 @@ def _fields(body_text: str) -> dict[str, Any]:
 def _run(order: list[int], edits: list[str], base_body: str) -> str:
     ctx = _ctx()
     _commit(ctx, 0, f"(derive f {base_body})")
-    base = ctx.version
+    base = ctx.version()
     for i in order:
         r = _commit(ctx, base, edits[i])
         assert r["status"] == "committed", r
@@ -362,7 +362,7 @@ def test_sets_from_one_base_conflict_exactly_when_their_fields_meet(
 ) -> None:
     ctx = _ctx()
     _commit(ctx, 0, "(derive f (a 0) (b 0) (c 0) (d 0))")
-    base = ctx.version
+    base = ctx.version()
     seen: set[str] = set()
     for i, name in enumerate(names):
         use_unset = data.draw(st.booleans())

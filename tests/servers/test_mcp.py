@@ -256,7 +256,7 @@ def test_stdio_field_edits_through_commit(tmp_path: Path) -> None:
         async with stdio_client(tmp_path, "--create") as client:
             listed = await client.list_tools()
             commit_tool = next(t for t in listed.tools if t.name == "commit")
-            assert "(append ID (FIELD ITEM...))" in str(commit_tool.description)
+            assert "(set|append|remove ID (FIELD VALUE...))" in str(commit_tool.description)
             prompt = await client.get_prompt("protocol")
             assert "(append ID (items" in prompt.messages[0].content.text  # type: ignore[union-attr]
             made = doc(await client.call_tool("commit", {"tx": tx(0, "(derive plan (items))")}))
