@@ -271,7 +271,7 @@ def test_field_edits_of_a_forgotten_frame_are_redacted_and_a_fork_replays(ctx: C
     assert leaks(ctx, BODY_SECRET) == []
     fork = ctx.fork(MemoryBackend())
     try:
-        assert fork.version == 4 and leaks(fork, BODY_SECRET) == []
+        assert fork.version() == 4 and leaks(fork, BODY_SECRET) == []
         assert fork.frame("cfg")["body"] == ctx.frame("cfg")["body"]
         assert fork.frame("cfg")["revision"] == 4
         assert fork.frame("other")["body"] == "(kept fine)"
