@@ -46,6 +46,7 @@ import inspect
 import time
 from typing import Any
 
+from actors.client.names import MAX_SUBMIT_MANY
 from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
@@ -55,7 +56,7 @@ from protocol.governance import (
 )
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
-from protocol.wire import pack, submitted_from_msgpack
+from protocol.wire import SubmittedTx, pack, submitted_from_msgpack
 from service import inspection, sharing
 from service.compile import compile_args
 from service.context import Context
@@ -69,9 +70,6 @@ from service.operations import operations
 from service.reads import MAX_EXPORT_PAGE
 from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP
-
-MAX_SUBMIT_MANY = 1024
-"""Most transactions one ``submit_many`` call carries."""
 
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
@@ -172,10 +170,11 @@ class ContextActor(ContextHost):
 
     async def _submit(self, payload: bytes, reads: bool) -> bytes:
         try:
-            tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
+            # The client's text is not trusted: it may say other than the operations it
+            # carries. The log records the operations applied (read back printed from them).
+            tx = SubmittedTx(submitted_from_msgpack(payload).tx)
         except WireError as e:
-            self._wire_rejections += 1
-            self.metrics.rejected("wire_error")
+            self.metrics.wire_rejected()
             try:
                 meta = await self._run(Context.meta)
             except MorphzError as err:

@@ -9,24 +9,19 @@ records and answers the same.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import storage.search.format as format_module
 from protocol.errors import OutOfRange, RequestError
+from tests.storage.contexts import setup_fixture
 from tests.storage.test_search_index import Setup, dump
 
 Y2026 = 1767225600.0
 
 
-@pytest.fixture
-def s(tmp_path: Path) -> Iterator[Setup]:
-    setup = Setup(tmp_path)
-    yield setup
-    setup.close()
+s = setup_fixture(Setup, "s")
 
 
 def rules(s: Setup) -> str:
@@ -102,7 +97,7 @@ def test_quarantine_and_rejection_reach_the_index_through_the_outbox(s: Setup) -
 
     s.index.catch_up()
     fresh = s.search("sign", trust=shown, kinds="frame")
-    assert fresh.lag == 0 and fresh.indexed_version == s.ctx.version
+    assert fresh.lag == 0 and fresh.indexed_version == s.ctx.version()
     assert {h.id for h in fresh.hits} == {"rule/2025", "rule/2026"}
     assert set(s.ids("sign", trust="quarantined")) == {"rule/any", risky.ref, log}  # events pass
     assert s.ids("sign", trust="quarantined", kinds="frame") == ["rule/any"]

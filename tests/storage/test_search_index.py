@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import storage.search.postings as postings_module
 import storage.search.ranking as ranking_module
 from protocol.errors import OutOfRange, RequestError
 from storage.search import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
-from tests.storage.contexts import ContextSetup
+from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.trajectories import SAMPLE
 
 STATE_BENCH = SAMPLE
@@ -50,11 +49,7 @@ class Setup(ContextSetup):
         super().close()
 
 
-@pytest.fixture
-def s(tmp_path: Path) -> Iterator[Setup]:
-    setup = Setup(tmp_path)
-    yield setup
-    setup.close()
+s = setup_fixture(Setup, "s")
 
 
 def seed(s: Setup) -> None:
@@ -199,12 +194,12 @@ def test_worker_drains_intents_in_the_background(s: Setup) -> None:
         s.commit(
             "(context-tx (base-version {base}) (derive build/status (from @e50) (status green)))"
         )
-        assert worker.wait_for(version=s.ctx.version, timeout=20)
+        assert worker.wait_for(version=s.ctx.version(), timeout=20)
         result = s.search("构建成功", limit=100)
         assert result.lag == 0 and result.indexed_version == result.version
         assert len(result.hits) == 50
         assert worker.wait_for(timeout=20)
-        assert not worker.wait_for(version=s.ctx.version + 5, timeout=0.2)
+        assert not worker.wait_for(version=s.ctx.version() + 5, timeout=0.2)
         assert worker.error is None
 
 
@@ -318,7 +313,7 @@ def test_rebuild_answers_like_the_incremental_index(
     before = dump(s.index)
     stats = s.index.rebuild()
     assert stats["documents"] == s.index.state().documents
-    assert stats["indexed_version"] == s.ctx.version
+    assert stats["indexed_version"] == s.ctx.version()
     after = dump(s.index)
     assert after["docs"] == before["docs"] and after["terms"] == before["terms"]
     assert after["state"] == before["state"]
