@@ -67,6 +67,7 @@ from protocol.receipts import Receipt
 from protocol.wire import submitted_from_dict
 from servers.inspector import HandleSource, create_inspector
 from servers.operations import add_routes
+from servers.tx_openapi import MAX_BODY_BYTES, TX_OPENAPI, TX_RESPONSES
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
@@ -81,8 +82,6 @@ __all__ = [
     "serve_app",
 ]
 
-MAX_BODY_BYTES = 1 << 20
-"""The largest request body accepted (a transaction's text is far smaller)."""
 
 MAX_TOKEN_CHARS = 8192
 """The longest ``Authorization`` token accepted."""
@@ -421,7 +420,7 @@ def create_app(resolver: Resolver) -> FastAPI:
     @app.post(base + "/observations", status_code=201, summary="Record an observation")
     async def observe(context: str, body: Observation, request: Request) -> Any:
         handle = await ctx(request, context)
-        reply = await handle.observe_async(
+        reply = await handle.observe.aio(
             body.kind, body.text, session=body.session, event_id=body.event_id
         )
         return _plain(reply)
@@ -429,7 +428,7 @@ def create_app(resolver: Resolver) -> FastAPI:
     @app.post(base + "/claim", summary="Claim the waiting inputs as one tick")
     async def claim(context: str, request: Request) -> Any:
         handle = await ctx(request, context)
-        return _plain(await handle.claim_async())
+        return _plain(await handle.claim.aio())
 
     @app.post(
         base + "/transactions",
@@ -437,7 +436,9 @@ def create_app(resolver: Resolver) -> FastAPI:
         description='S-expression text (text/plain, or JSON {"text": …}) or the JSON form.'
         " Idempotency-Key is the client id: a retry answers the original receipt."
         " A rejected transaction is 409 with its receipt.",
-        responses={409: {"description": "rejected: the receipt is in error.receipt"}},
+        response_model=None,
+        responses=TX_RESPONSES,
+        openapi_extra=TX_OPENAPI,
     )
     async def transactions(context: str, request: Request) -> Any:
         key = request.headers.get("idempotency-key")
@@ -493,7 +494,7 @@ def create_app(resolver: Resolver) -> FastAPI:
             raise RequestError("a recall request is a JSON object", code="bad_argument")
         session, cursor = doc.pop("session", "main"), doc.pop("cursor", None)
         handle = await ctx(request, context)
-        reply = await handle.recall_observation_async(doc, session, cursor)
+        reply = await handle.recall_observation.aio(doc, session=session, cursor=cursor)
         return _plain(reply)
 
     async def _search(context: str, request: Request, args: Any) -> Any:
