@@ -427,23 +427,14 @@ FIELD_EDIT_CLASSES: dict[str, type[FieldOp]] = {
 """The model class of each field edit, by operation name."""
 
 
-Op = Annotated[
-    Derive
-    | Revise
-    | Relate
-    | Unrelate
-    | Retire
-    | Restore
-    | Protect
-    | Unprotect
-    | Envelope
-    | SetField
-    | AppendField
-    | RemoveField
-    | IncrField
-    | UnsetField,
-    Field(discriminator="op"),
-]
+AnyOp = (
+    Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
+    | FieldEdit
+)
+"""Every operation of a transaction: the one list the parser, the printer and the wire
+forms dispatch over."""
+
+Op = Annotated[AnyOp, Field(discriminator="op")]
 
 ENVELOPE_FIELDS = (
     "kind",

@@ -26,6 +26,7 @@ from protocol.tx import (
     FIELD_EDIT_CLASSES,
     FROM,
     MAX_OPS,
+    AnyOp,
     ContextTx,
     Derive,
     Envelope,
@@ -41,19 +42,6 @@ from protocol.tx import (
     Unrelate,
     UnsetField,
     misplaced_form,
-)
-
-_AnyOp = (
-    Derive
-    | Revise
-    | Relate
-    | Unrelate
-    | Retire
-    | Restore
-    | Protect
-    | Unprotect
-    | Envelope
-    | FieldEdit
 )
 
 _ENVELOPE_CLAUSES = {name.replace("_", "-"): name for name in ENVELOPE_FIELDS}
@@ -105,7 +93,7 @@ class _TxReader:
         items = tx_where.items
         fields: dict[str, Any] = {}
         field_where: dict[str, Any] = {}
-        ops: list[_AnyOp] = []
+        ops: list[AnyOp] = []
         op_wheres: list[Any] = []
         for index, (clause, where) in enumerate(zip(tx[1:], items[1:], strict=True)):
             self.clause_index = index + 1
@@ -169,7 +157,7 @@ class _TxReader:
             raise self.fail(where, 'client-id takes one string or atom: (client-id "…")')
         return str(args[0])
 
-    def operation(self, name: str, form: tuple[Form, ...], where: Located) -> _AnyOp:
+    def operation(self, name: str, form: tuple[Form, ...], where: Located) -> AnyOp:
         args = form[1:]
         arg_wheres = where.items[1:] if where.items is not None else [where.offset] * len(args)
         try:
@@ -210,7 +198,7 @@ class _TxReader:
 
     def frame_op(
         self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
-    ) -> _AnyOp:
+    ) -> AnyOp:
         shape = f"({name} ID (from REF…) BODY…)"
         if not args:
             raise self.fail(where, f"{name} needs a frame id: {shape}")
@@ -398,7 +386,7 @@ def parse_tx(text: str, *, legacy: bool = False) -> ContextTx:
     return _TxReader(text, legacy=legacy).parse()
 
 
-def _print_op(op: _AnyOp) -> str:
+def _print_op(op: AnyOp) -> str:
     if isinstance(op, (Derive, Revise)):
         out = [f"({op.op} {op.id}"]
         if op.sources:

@@ -67,6 +67,7 @@ from protocol.tx import (
     FORMS_CHECKED,
     MAX_OPS,
     MAX_REFS,
+    AnyOp,
     ContextTx,
     Derive,
     Envelope,
@@ -93,19 +94,6 @@ MAX_NESTING = 64
 
 EXT_BIGINT = 1
 """msgpack extension code of an integer outside the 64-bit range, as ASCII decimal."""
-
-_AnyOp = (
-    Derive
-    | Revise
-    | Relate
-    | Unrelate
-    | Retire
-    | Restore
-    | Protect
-    | Unprotect
-    | Envelope
-    | FieldEdit
-)
 
 _MAX_CONTAINER = 1 << 20
 _INT64_MIN = -(1 << 63)
@@ -346,7 +334,7 @@ _OP_TO_DICT: dict[type, Any] = {
 builds one per logged operation); a subclass goes through :func:`_op_to_dict`."""
 
 
-def _op_to_dict(op: _AnyOp) -> dict[str, Any]:
+def _op_to_dict(op: AnyOp) -> dict[str, Any]:
     if isinstance(op, (Derive, Revise)):
         return _frame_op_to_dict(op)
     if isinstance(op, Relate):  # Unrelate too
@@ -446,7 +434,7 @@ def _texts(value: Any, where: str) -> tuple[str, ...]:
 _FORMS_CHECKED = {FORMS_CHECKED: True}
 
 
-def _op_from_dict(value: Any, index: int) -> _AnyOp:
+def _op_from_dict(value: Any, index: int) -> AnyOp:
     where = f"ops[{index}]"
     if not isinstance(value, dict):
         raise WireError(f"{where}: an operation must be a map, got {type(value).__name__}")
