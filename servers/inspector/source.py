@@ -102,7 +102,9 @@ class StoreSource:
     """Every context of one store directory, opened read-only in this process.
 
     Opened contexts are kept (a read-only open takes no writer lock, so a running
-    writer is unaffected) and read one at a time: a context is not thread-safe.
+    writer is unaffected) and read one at a time: a context is not thread-safe. A
+    context's counters (``Store.info``, which counts every frame) are kept until its
+    version moves.
     """
 
     served = False
@@ -112,6 +114,7 @@ class StoreSource:
 
         self.store = Store(store_dir)
         self._open: dict[str, Context] = {}
+        self._info: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def _context(self, name: str) -> Context:
@@ -122,7 +125,16 @@ class StoreSource:
 
     def _contexts(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [info.model_dump() for info in self.store.contexts_info()]
+            if not self.store.path.is_dir():
+                self.store.contexts_info()  # NotFound: no store there (never an empty list)
+            out = []
+            for name in self.store.contexts():
+                version = self._context(name).meta().version
+                cached = self._info.get(name)
+                if cached is None or cached["version"] != version:  # counting frames is O(n)
+                    cached = self._info[name] = self.store.info(name).model_dump()
+                out.append(cached)
+            return out
 
     def _read(self, context: str, what: str, args: dict[str, Any]) -> Any:
         with self._lock:
