@@ -62,6 +62,10 @@ class Source(Protocol):
         """The read *what* (one of :data:`READS`) of *context* as JSON-ready data."""
         ...
 
+    async def placement(self) -> list[dict[str, Any]] | None:
+        """On a cluster, each placed context's primary, followers and lag; else None."""
+        ...
+
 
 def _plain(reply: Any) -> Any:
     """A typed reply (or a list of them) as the plain dict its JSON twin shows."""
@@ -144,6 +148,10 @@ class StoreSource:
         """See :class:`Source`."""
         return await asyncio.to_thread(self._contexts)
 
+    async def placement(self) -> list[dict[str, Any]] | None:
+        """See :class:`Source`: an embedded store has no cluster."""
+        return None
+
     async def read(self, context: str, what: str, args: dict[str, Any], token: bytes | None) -> Any:
         """See :class:`Source`; *token* is not needed by an embedded store."""
         return await asyncio.to_thread(self._read, context, what, args)
@@ -161,15 +169,24 @@ Handles = Callable[[str], Awaitable["ContextHandle"]]
 
 class HandleSource:
     """Contexts behind their actors: *handle* gives a context's handle (NotFound for an
-    unknown one), *names* lists the contexts. Every read carries the caller's token."""
+    unknown one), *names* lists the contexts, *placement* the cluster's placement table
+    (primary, followers, lag). Every read carries the caller's token."""
 
     served = True
 
     def __init__(
-        self, handle: Handles, names: Callable[[], Awaitable[list[dict[str, Any]]]]
+        self,
+        handle: Handles,
+        names: Callable[[], Awaitable[list[dict[str, Any]]]],
+        placement: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     ) -> None:
         self._handle = handle
         self._names = names
+        self._placement = placement
+
+    async def placement(self) -> list[dict[str, Any]] | None:
+        """See :class:`Source`: the context directory's table, when there is one."""
+        return None if self._placement is None else await self._placement()
 
     async def contexts(self, token: bytes | None) -> list[dict[str, Any]]:
         """See :class:`Source`: each context with its counters where its actor answers."""
