@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import MorphzError, StoreError
 from storage.search import Hit, IndexWorker, LexicalIndex, SearchResult, search_text
-from storage.search.results import SemanticInfo
+from storage.search.results import SemanticInfo, Signal
 from storage.search.tool import model_search_args
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ class Searcher:
         if not self.hybrid:
             return self.index.search(query, limit=limit, **filters)
         depth = max(limit, FUSE_DEPTH)
-        lexical = self.index.search(query, limit=depth, **filters)
+        lexical = self.index.search(query, limit=depth, explain=True, **filters)
         semantic: list[Any] = []
         info = SemanticInfo(model="", indexed_version=0, lag=None)
         try:
@@ -384,9 +384,22 @@ def _fused(
             ("semantic", [(h.id, h.score) for h in semantic]),
         ]
     )
+    own = {h.id: h.signals for h in lexical.hits if h.signals}
     hits = []
-    for ident, score, signals in ranked[:limit]:
+    for ident, score, found in ranked[:limit]:
         h = by_id[ident]
+        signals = found
+        if ident in own:
+            # The lexical ranking's own account: the turn's match and its neighbours' share.
+            signals = tuple(
+                t
+                for s in found
+                for t in (
+                    [Signal(x.name, s.rank, x.score) for x in own[ident]]
+                    if s.name == "lexical"
+                    else [s]
+                )
+            )
         hits.append(
             Hit(
                 id=h.id,

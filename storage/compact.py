@@ -17,6 +17,7 @@ import shutil
 from typing import Any
 
 from protocol.errors import StoreError, StoreLocked
+from storage.environment import OPEN
 from storage.lmdb.compact import compact_store
 
 
@@ -26,13 +27,11 @@ def compact_context(path: str | os.PathLike[str]) -> dict[str, Any]:
     ``before``/``after`` are the sizes of ``data.mdb`` in bytes. NotFound if no
     store is there; StoreLocked if it is in use; StoreError if the disk fails.
     """
-    # The index environments open in this process.
-    from storage.derived import OPEN as _INDEX_OPEN
     from storage.search.format import INDEX_DIR
 
     where = os.fspath(path)
     index = os.path.join(where, INDEX_DIR)
-    if os.path.realpath(index) in _INDEX_OPEN:
+    if os.path.realpath(index) in OPEN:  # every LMDB environment open in this process
         raise StoreLocked(
             f"the search index of {where} is open in this process; close it before compacting"
         )

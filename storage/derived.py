@@ -7,14 +7,13 @@ outbox (:class:`IntentSource`) in the same write, and the index applies the
 intents in its own environment, then acknowledges them (:func:`ack`). What they
 share lives here:
 
-- :class:`SharedEnv` and :class:`DerivedIndex`: one environment per directory
-  and process (LMDB forbids opening one twice), shared by reference count
-  between handles; a handle's reads and writes, serialized writes, and LMDB
-  failures turned into ``StoreError`` naming the index. The map starts at
-  :data:`INITIAL_MAP_SIZE` and doubles whenever a write fills it (the write is
-  run again from the start), up to :data:`MAX_MAP_SIZE`; a map another
-  process grew is adopted. So hundreds of indexes can be open in one process
-  (a fixed map of a terabyte each would exhaust the address space);
+- :class:`DerivedIndex`: a handle on an index environment, shared by reference
+  count between the handles on one directory, with the gate, the retried reads
+  and writes and the map growth of every LMDB environment of the project
+  (:class:`storage.environment.Environment`: the map starts at
+  :data:`~storage.environment.DEFAULT_MAP_SIZE` and doubles whenever a write
+  fills it; a map another process grew is adopted), so hundreds of indexes can
+  be open in one process; :func:`open_env` opens one with its named databases;
 - :class:`OutboxWorker`: the background thread that applies intents as they
   come, keeps an error for its owner, backs off while failing, and lets a
   caller wait until what was written before is applied.
@@ -22,9 +21,7 @@ share lives here:
 
 from __future__ import annotations
 
-import enum
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,14 +31,10 @@ import lmdb
 
 from protocol.errors import OutOfRange, RequestError, StoreError
 from protocol.view import ReadView
+from storage.environment import OPEN, OPEN_LOCK, Environment
 from storage.layout import DIR_MODE
 
 T = TypeVar("T")
-
-INITIAL_MAP_SIZE = 64 << 20
-"""The map an index environment opens with; it doubles whenever a write fills it."""
-MAX_MAP_SIZE = 1 << 44 if sys.maxsize > 1 << 32 else 1 << 31
-"""An index map never grows past this; a write that would need more fails."""
 
 
 class IntentSource(Protocol):
@@ -67,78 +60,7 @@ def ack(source: IntentSource, upto: int) -> None:
     source.outbox_ack(upto)
 
 
-class _Retry(enum.Enum):
-    GROW = "grow"  # the map is full: double it and run the write again
-    ADOPT = "adopt"  # another process grew the map: take its size and run again
-
-
-class SharedEnv:
-    """One index environment open in this process, shared by every handle on its directory."""
-
-    def __init__(self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database]) -> None:
-        self.key = key
-        self.env = env
-        self.dbs = dbs
-        self.refs = 0
-        self.write_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._active = 0  # transactions open on the environment in this process
-        self._resizing = False
-        self._local = threading.local()
-
-    def enter(self) -> None:
-        """Count a transaction about to open; held off while the map is being resized.
-
-        A thread that already has one open is never held off (nested reads
-        cannot deadlock); such a thread may not resize.
-        """
-        depth: int = getattr(self._local, "depth", 0)
-        with self._cond:
-            while self._resizing and not depth:
-                self._cond.wait()
-            self._active += 1
-        self._local.depth = depth + 1
-
-    def leave(self) -> None:
-        """Count a transaction closed."""
-        self._local.depth -= 1
-        with self._cond:
-            self._active -= 1
-            if not self._active and self._resizing:
-                self._cond.notify_all()
-
-    def resize(self, size: int, what: str) -> None:
-        """Set the map to *size* bytes (0: adopt the size another process set).
-
-        LMDB remaps the file, so this waits until no transaction is open on the
-        environment in this process and holds new ones off meanwhile.
-        """
-        if getattr(self._local, "depth", 0):
-            raise StoreError(f"the {what} map must grow, but this thread has a read open on it")
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._resizing = True
-            try:
-                while self._active:
-                    self._cond.wait()
-                self.env.set_mapsize(size)
-            except lmdb.Error as e:
-                raise StoreError(f"cannot resize the {what} map: {e}") from e
-            finally:
-                self._resizing = False
-                self._cond.notify_all()
-
-    def close(self) -> None:
-        """Close the environment (its last handle was closed)."""
-        self.env.close()
-
-
-E = TypeVar("E", bound=SharedEnv)
-
-OPEN: dict[str, SharedEnv] = {}
-"""The index environments open in this process, by real path."""
-_OPEN_LOCK = threading.Lock()
+E = TypeVar("E", bound=Environment)
 
 
 def open_env(
@@ -146,7 +68,7 @@ def open_env(
     names: Sequence[str],
     what: str,
     map_size: int,
-    factory: Callable[[str, lmdb.Environment, dict[str, lmdb._Database]], E],
+    factory: Callable[[str, lmdb.Environment, dict[str, lmdb._Database], str], E],
 ) -> E:
     """Open the environment at *path* with the named databases *names*; ``StoreError`` if not.
 
@@ -173,7 +95,7 @@ def open_env(
     except lmdb.Error as e:
         env.close()
         raise StoreError(f"cannot open the {what} {path}: {e}") from e
-    return factory(path, env, dbs)
+    return factory(path, env, dbs, what)
 
 
 class DerivedIndex(Generic[E]):
@@ -181,8 +103,8 @@ class DerivedIndex(Generic[E]):
 
     Subclasses name themselves (:attr:`WHAT`, used in every error) and say how
     their environment opens (:meth:`_open_shared`). Handles on one directory
-    share one :class:`SharedEnv`; :meth:`close` releases this handle's share
-    and closes the environment with the last one. Idempotent.
+    share one :class:`~storage.environment.Environment`; :meth:`close` releases
+    this handle's share and closes the environment with the last one. Idempotent.
     """
 
     WHAT: ClassVar[str] = "index"
@@ -203,11 +125,13 @@ class DerivedIndex(Generic[E]):
     def _acquire(cls, path: str) -> E:
         """This process's environment at *path*, opened if no handle has it yet."""
         key = os.path.realpath(path)
-        with _OPEN_LOCK:
+        with OPEN_LOCK:
             shared = OPEN.get(key)
             if shared is None:
                 shared = cls._open_shared(key)
                 OPEN[key] = shared
+            elif shared.what != cls.WHAT:
+                raise StoreError(f"{path} is open here as a {shared.what}, not a {cls.WHAT}")
             shared.refs += 1
         return shared  # type: ignore[return-value]  # one class per directory
 
@@ -226,15 +150,11 @@ class DerivedIndex(Generic[E]):
 
     def close(self) -> None:
         """Release the index environment. Idempotent."""
-        with _OPEN_LOCK:
+        with OPEN_LOCK:
             if self._closed:
                 return
             self._closed = True
-            shared = self._shared
-            shared.refs -= 1
-            if shared.refs == 0:
-                del OPEN[shared.key]
-                shared.close()
+            self._shared.release()
 
     def __enter__(self) -> Self:
         return self
@@ -256,28 +176,11 @@ class DerivedIndex(Generic[E]):
     @property
     def map_size(self) -> int:
         """The current size of the environment's map, in bytes."""
-        return int(self._env().env.info()["map_size"])
+        return self._env().map_size
 
     def _read(self, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T:
         """Run *fn* in a read transaction (after adopting a map another process grew)."""
-        shared = self._env()
-        while True:
-            shared.enter()
-            try:
-                try:
-                    txn = shared.env.begin()
-                except lmdb.MapResizedError:
-                    pass  # adopt the other process's size below, then retry
-                else:
-                    try:
-                        return fn(txn)
-                    finally:
-                        txn.abort()
-            except lmdb.Error as e:
-                raise StoreError(f"{self.WHAT} read failed: {e}") from e
-            finally:
-                shared.leave()
-            shared.resize(0, self.WHAT)
+        return self._env().read(fn)
 
     def _write(self, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T:
         """Run *fn* in one write transaction: commit if it returns, abort if it raises.
@@ -286,40 +189,7 @@ class DerivedIndex(Generic[E]):
         *fn* run again from the start, so *fn* must undo any effect it had
         outside the transaction when it starts.
         """
-        shared = self._env()
-        with shared.write_lock:
-            while True:
-                outcome = self._attempt(shared, fn)
-                if not isinstance(outcome, _Retry):
-                    return outcome
-                size = 0  # adopt the size another process set
-                if outcome is _Retry.GROW:
-                    size = int(shared.env.info()["map_size"]) * 2
-                    if size > MAX_MAP_SIZE:
-                        raise StoreError(f"the {self.WHAT} {self._path} would outgrow its map")
-                shared.resize(size, self.WHAT)
-
-    def _attempt(self, shared: E, fn: Callable[[lmdb.Transaction[bytes]], T]) -> T | _Retry:
-        shared.enter()
-        try:
-            try:
-                txn = shared.env.begin(write=True)
-            except lmdb.MapResizedError:
-                return _Retry.ADOPT
-            try:
-                result = fn(txn)
-                txn.commit()
-            except lmdb.MapFullError:
-                txn.abort()
-                return _Retry.GROW
-            except BaseException:
-                txn.abort()
-                raise
-            return result
-        except lmdb.Error as e:
-            raise StoreError(f"{self.WHAT} write failed: {e}") from e
-        finally:
-            shared.leave()
+        return self._env().write(fn)
 
 
 class OutboxWorker:

@@ -26,8 +26,9 @@ from typing import Any
 import lmdb
 
 from protocol.errors import NotFound, StoreError, StoreLocked
+from storage.environment import OPEN, OPEN_LOCK
 from storage.layout import FILE_MODE
-from storage.lmdb.environment import _OPEN, _OPEN_LOCK, _take_writer_lock
+from storage.lmdb.environment import _take_writer_lock
 from storage.lmdb.records import _MAX_DBS
 
 DATA_FILE = "data.mdb"
@@ -54,8 +55,8 @@ def compact_store(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not os.path.isfile(data):
         raise NotFound(f"no context store at {where}")
     key = os.path.realpath(where)
-    with _OPEN_LOCK:
-        if key in _OPEN:
+    with OPEN_LOCK:
+        if key in OPEN:
             raise StoreLocked(
                 f"context store {where} is open in this process; close it before compacting"
             )

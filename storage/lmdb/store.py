@@ -8,7 +8,6 @@ layout and codecs :mod:`storage.lmdb.records`, the views handed to callbacks
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,21 +15,10 @@ import lmdb
 
 from protocol.errors import StoreError, StoreLocked
 from protocol.view import ReadView, WriteView
+from storage.environment import DEFAULT_MAP_SIZE, OPEN, OPEN_LOCK, MapFull
 from storage.layout import DIR_MODE
 from storage.lmdb.audit import _audit_page
-from storage.lmdb.environment import (
-    _OPEN,
-    _OPEN_LOCK,
-    DEFAULT_MAP_SIZE,
-    MAX_MAP_SIZE,
-    _abort,
-    _Env,
-    _MapFull,
-    _open_env,
-    _Retry,
-    _store_error,
-    _take_writer_lock,
-)
+from storage.lmdb.environment import _Env, _open_env, _store_error, _take_writer_lock
 from storage.lmdb.records import _META, _OUTBOX_SEQ, _U64, _U64_MAX, _u64, _unpack
 from storage.lmdb.views import _LmdbReadView, _LmdbWriteView
 
@@ -88,8 +76,10 @@ class LmdbStore:
             except OSError as e:
                 raise StoreError(f"cannot create the context store {where}: {e}") from e
         key = os.path.realpath(where)
-        with _OPEN_LOCK:
-            shared = _OPEN.get(key)
+        with OPEN_LOCK:
+            shared = OPEN.get(key)
+            if shared is not None and not isinstance(shared, _Env):
+                raise StoreError(f"{where} is open here as a {shared.what}, not a context store")
             lock_fd: int | None = None
             if not readonly:
                 if shared is not None and shared.writer:
@@ -103,7 +93,7 @@ class LmdbStore:
             try:
                 if shared is None:
                     shared = _open_env(key, readonly=readonly, sync=sync, map_size=map_size)
-                    _OPEN[key] = shared
+                    OPEN[key] = shared
             except BaseException:
                 if lock_fd is not None:
                     os.close(lock_fd)
@@ -131,7 +121,7 @@ class LmdbStore:
     @property
     def map_size(self) -> int:
         """The current size of the LMDB map in bytes."""
-        return int(self._env().env.info()["map_size"])
+        return self._env().map_size
 
     def _env(self) -> _Env:
         if self._closed:
@@ -150,25 +140,15 @@ class LmdbStore:
     def read(self, fn: Callable[[ReadView], T]) -> T:
         """Run *fn* on one committed snapshot; the view is valid only inside *fn*."""
         shared = self._env()
-        while True:
-            shared.gate.enter()
+
+        def run(txn: lmdb.Transaction[bytes]) -> T:
+            view = _LmdbReadView(txn, shared.dbs, shared.decoded)
             try:
-                try:
-                    txn = shared.env.begin()
-                except lmdb.MapResizedError:
-                    pass  # another process grew the map: adopt its size, then retry
-                except lmdb.Error as e:
-                    raise _store_error(e) from e
-                else:
-                    view = _LmdbReadView(txn, shared.dbs, shared.decoded)
-                    try:
-                        return fn(view)
-                    finally:
-                        view._closed = True
-                        _abort(txn)
+                return fn(view)
             finally:
-                shared.gate.leave()
-            shared.gate.resize(shared.env, 0)
+                view._closed = True
+
+        return shared.read(run)
 
     def transact(self, fn: Callable[[WriteView], T]) -> T:
         """Run *fn* in one write transaction: commit if it returns, abort if it raises.
@@ -181,55 +161,39 @@ class LmdbStore:
         shared = self._env()
         if self._readonly:
             raise StoreError(f"context store {self._path} is open read-only")
-        me = threading.get_ident()
-        if shared.write_thread == me:
-            raise StoreError("transact() cannot be nested")
-        with shared.write_lock:
-            shared.write_thread = me
-            try:
-                while True:
-                    outcome = self._attempt(shared, fn)
-                    if not isinstance(outcome, _Retry):
-                        return outcome
-                    if outcome is _Retry.GROW:
-                        size = int(shared.env.info()["map_size"]) * 2
-                        if size > MAX_MAP_SIZE:
-                            raise StoreError(f"context store {self._path} would exceed 16 TiB")
-                        shared.gate.resize(shared.env, size)
-                    else:
-                        shared.gate.resize(shared.env, 0)
-            finally:
-                shared.write_thread = None
 
-    @staticmethod
-    def _attempt(shared: _Env, fn: Callable[[WriteView], T]) -> T | _Retry:
-        shared.gate.enter()
-        try:
-            try:
-                txn = shared.env.begin(write=True)
-            except lmdb.MapResizedError:
-                return _Retry.ADOPT
-            except lmdb.Error as e:
-                raise _store_error(e) from e
+        def run(txn: lmdb.Transaction[bytes]) -> T:
             view = _LmdbWriteView(txn, shared.dbs, shared.decoded)
             try:
                 result = fn(view)
                 if view._map_full:  # fn swallowed the error; the transaction is unusable
-                    raise _MapFull("the LMDB map is full")
+                    raise MapFull("the LMDB map is full")
                 view._finish()
-                txn.commit()
+                return result
             except BaseException as e:
-                _abort(txn)
-                if view._map_full or isinstance(e, lmdb.MapFullError):
-                    return _Retry.GROW
-                if isinstance(e, lmdb.Error):
-                    raise _store_error(e) from e
+                if view._map_full and not isinstance(e, MapFull):
+                    raise MapFull("the LMDB map is full") from e
                 raise
             finally:
                 view._closed = True
-            return result
-        finally:
-            shared.gate.leave()
+
+        return shared.write(run)
+
+    def copy_to(self, dest: str, fn: Callable[[ReadView], T]) -> T:
+        """Copy the store's data, compacted, into the empty directory *dest* and run *fn*
+        on the very snapshot copied (one read transaction: what *fn* reads agrees with
+        the copy). LMDB and disk failures raise :class:`StoreError`."""
+        env = self._env().env
+
+        def run(view: ReadView) -> T:
+            assert isinstance(view, _LmdbReadView)
+            env.copy(dest, compact=True, txn=view._txn)
+            return fn(view)
+
+        try:
+            return self.read(run)
+        except OSError as e:
+            raise StoreError(f"cannot copy the context store {self._path}: {e}") from e
 
     def outbox_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
         """Up to *limit* index intents numbered above *after*, oldest first."""
@@ -259,7 +223,7 @@ class LmdbStore:
                     cursor.delete()
             except lmdb.MapFullError as e:
                 view._map_full = True
-                raise _MapFull("the LMDB map is full") from e
+                raise MapFull("the LMDB map is full") from e
             except lmdb.Error as e:
                 raise _store_error(e) from e
 
@@ -298,18 +262,15 @@ class LmdbStore:
 
         Call it after every read and transact of this store has returned.
         """
-        with _OPEN_LOCK:
+        with OPEN_LOCK:
             if self._closed:
                 return
             self._closed = True
             shared = self._shared
-            shared.refs -= 1
             if self._lock_fd is not None:
                 shared.writer = False
             try:
-                if shared.refs == 0:
-                    del _OPEN[shared.key]
-                    shared.env.close()
+                shared.release()
             finally:
                 if self._lock_fd is not None:
                     os.close(self._lock_fd)  # releases the flock

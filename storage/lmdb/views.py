@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import lmdb
@@ -23,8 +23,9 @@ from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset
+from storage.environment import MapFull
 from storage.lmdb.audit import _AuditRows
-from storage.lmdb.environment import _MapFull, _store_error
+from storage.lmdb.environment import _store_error
 from storage.lmdb.records import (
     _CHUNK_KEY,
     _META,
@@ -61,7 +62,7 @@ def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, 
             return method(self, *args, **kwargs)
         except lmdb.MapFullError as e:
             self._map_full = True
-            raise _MapFull("the LMDB map is full; the write will be retried") from e
+            raise MapFull("the LMDB map is full; the write will be retried") from e
         except lmdb.Error as e:
             raise _store_error(e) from e
 
@@ -110,6 +111,10 @@ class _LmdbReadView:
             except lmdb.Error as e:
                 raise _store_error(e) from e
             yield item
+
+    @_guard
+    def _raw(self, fn: Callable[[lmdb.Transaction[bytes], Mapping[str, lmdb._Database]], T]) -> T:
+        return fn(self._txn, self._db)
 
     @_guard
     def meta(self) -> Meta:
@@ -291,6 +296,24 @@ class _LmdbReadView:
     def iter_relations(self) -> Iterator[tuple[str, str, str]]:
         rows = ((k, tuple(_unpack(v))) for k, v in self._scan("rel_fwd", b""))
         return self._iterate(_sorted_runs(rows, lambda edge: edge))
+
+
+def in_transaction(
+    view: object, fn: Callable[[lmdb.Transaction[bytes], Mapping[str, lmdb._Database]], T]
+) -> T:
+    """Run *fn* on the LMDB transaction under *view* and the store's named databases.
+
+    For records that must be written in the very transaction of the data they
+    describe while the :class:`~protocol.view.WriteView` interface has no place for
+    them (the replication record, :mod:`storage.replication.fence`). *view* must be a
+    view an :class:`~storage.lmdb.store.LmdbStore` handed to a callback, used inside it
+    (:class:`StoreError` otherwise). A full map raises
+    :class:`~storage.environment.MapFull` (the store grows the map and runs the write
+    again, even if the caller swallows it); other LMDB failures raise :class:`StoreError`.
+    """
+    if not isinstance(view, _LmdbReadView):
+        raise StoreError("this needs a view of an LMDB context store")
+    return view._raw(fn)
 
 
 class _LmdbWriteView(_LmdbReadView):

@@ -16,30 +16,24 @@ store whose data and replication record disagree.
 
 A store that was never replicated reads as ``ReplicationState(0, 0, 0)``.
 
-This module, like :mod:`storage.lmdb.store`, works on the LMDB transaction
-under a view (``view._txn``): the replication record has to be written in the
-very transaction of the data it describes, and the :class:`~protocol.view.WriteView`
-interface (the engine's seam) has no place for it. It is the one module outside
-:mod:`storage.lmdb` that does so.
+This module works on the LMDB transaction under a view
+(:func:`storage.lmdb.in_transaction`): the replication record has to be written
+in the very transaction of the data it describes, and the
+:class:`~protocol.view.WriteView` interface (the engine's seam) has no place for
+it. It is the one module outside :mod:`storage.lmdb` that does so.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 import lmdb
 import msgpack
 
-from protocol.errors import StoreError
 from protocol.view import ReadView, WriteView
-from storage.lmdb import LmdbStore
-from storage.lmdb.environment import _MapFull, _store_error
-from storage.lmdb.views import _LmdbReadView
-
-T = TypeVar("T")
+from storage.lmdb import LmdbStore, in_transaction
 
 STATE_KEY = b"repl:state"
 HELD_PREFIX = b"repl:held:"
@@ -55,26 +49,9 @@ class ReplicationState:
     version: int = 0
 
 
-def _raw(view: ReadView) -> _LmdbReadView:
-    if not isinstance(view, _LmdbReadView):
-        raise StoreError("replication needs an LMDB store")
-    return view
-
-
-def _guarded(view: _LmdbReadView, fn: Callable[[], T]) -> T:
-    try:
-        return fn()
-    except lmdb.MapFullError as e:
-        view._map_full = True  # the store grows the map and runs the write again
-        raise _MapFull("the LMDB map is full; the write will be retried") from e
-    except lmdb.Error as e:
-        raise _store_error(e) from e
-
-
 def read_state(view: ReadView) -> ReplicationState:
     """The replication record as *view* sees it."""
-    v = _raw(view)
-    data = _guarded(v, lambda: v._txn.get(STATE_KEY, db=v._db["meta"]))
+    data = in_transaction(view, lambda txn, db: txn.get(STATE_KEY, db=db["meta"]))
     if data is None:
         return ReplicationState()
     epoch, seq, version = msgpack.unpackb(data)
@@ -83,9 +60,8 @@ def read_state(view: ReadView) -> ReplicationState:
 
 def write_state(view: WriteView, state: ReplicationState) -> None:
     """Write *state* inside the current write."""
-    v = _raw(view)
     record = msgpack.packb([state.epoch, state.seq, state.version])
-    _guarded(v, lambda: v._txn.put(STATE_KEY, record, db=v._db["meta"]))
+    in_transaction(view, lambda txn, db: txn.put(STATE_KEY, record, db=db["meta"]))
 
 
 def store_state(store: LmdbStore) -> ReplicationState:
@@ -95,16 +71,17 @@ def store_state(store: LmdbStore) -> ReplicationState:
 
 def hold(view: WriteView, seq: int, data: bytes) -> None:
     """Keep the encoded batch *seq* until it is applied (:func:`release`)."""
-    v = _raw(view)
-    _guarded(v, lambda: v._txn.put(HELD_PREFIX + _SEQ.pack(seq), data, db=v._db["meta"]))
+    key = HELD_PREFIX + _SEQ.pack(seq)
+    in_transaction(view, lambda txn, db: txn.put(key, data, db=db["meta"]))
 
 
 def held(view: ReadView) -> list[tuple[int, bytes]]:
     """The batches held and not applied yet, ``(seq, encoded)``, oldest first."""
-    v = _raw(view)
 
-    def scan() -> list[tuple[int, bytes]]:
-        cursor = v._txn.cursor(db=v._db["meta"])
+    def scan(
+        txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]
+    ) -> list[tuple[int, bytes]]:
+        cursor = txn.cursor(db=db["meta"])
         out: list[tuple[int, bytes]] = []
         if not cursor.set_range(HELD_PREFIX):
             return out
@@ -114,23 +91,22 @@ def held(view: ReadView) -> list[tuple[int, bytes]]:
             out.append((_SEQ.unpack(key[len(HELD_PREFIX) :])[0], bytes(value)))
         return out
 
-    return _guarded(v, scan)
+    return in_transaction(view, scan)
 
 
 def release(view: WriteView, seq: int) -> None:
     """Forget the held batch *seq* (applied, or discarded by a snapshot)."""
-    v = _raw(view)
-    _guarded(v, lambda: v._txn.delete(HELD_PREFIX + _SEQ.pack(seq), db=v._db["meta"]))
+    key = HELD_PREFIX + _SEQ.pack(seq)
+    in_transaction(view, lambda txn, db: txn.delete(key, db=db["meta"]))
 
 
 def ack_outbox(view: WriteView, upto: int) -> None:
     """Delete the index intents numbered *upto* and below (what the primary's ack did)."""
-    v = _raw(view)
 
-    def run() -> None:
-        cursor = v._txn.cursor(db=v._db["outbox"])
+    def run(txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]) -> None:
+        cursor = txn.cursor(db=db["outbox"])
         cursor.first()
         while (key := cursor.key()) and _SEQ.unpack(key)[0] <= upto:
             cursor.delete()
 
-    _guarded(v, run)
+    in_transaction(view, run)

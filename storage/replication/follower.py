@@ -38,7 +38,6 @@ from protocol.forget import Rewrite
 from protocol.view import Changeset, WriteView
 from storage.layout import DIR_MODE
 from storage.lmdb import LmdbStore
-from storage.lmdb.views import _LmdbReadView
 from storage.replication.codec import OutboxAck, batch_header, decode_batch
 from storage.replication.fence import (
     ReplicationState,
@@ -167,13 +166,7 @@ def snapshot(store: LmdbStore) -> tuple[bytes, ReplicationState]:
     """
     scratch = tempfile.mkdtemp(prefix=".snapshot-", dir=store.path)
     try:
-
-        def run(view: object) -> ReplicationState:
-            assert isinstance(view, _LmdbReadView)
-            store._env().env.copy(scratch, compact=True, txn=view._txn)
-            return read_state(view)
-
-        state = store.read(run)
+        state = store.copy_to(scratch, read_state)
         with open(os.path.join(scratch, DATA_FILE), "rb") as f:
             return f.read(), state
     except OSError as e:

@@ -27,8 +27,8 @@ from storage.search.format import (
     _U32,
     FRAME_BASE,
     IndexState,
-    _doc_record,
     _enc,
+    _event_record,
     _frame_record,
     _pack,
     _unpack,
@@ -74,13 +74,13 @@ def _index_event(
     if old is not None:
         # Event text never changes: only its lifecycle (and nothing else) can.
         length = _DOC.unpack_from(old)[3]
-        new = _doc_record(e.kind, e.lifecycle, e.time, length)
+        new = _event_record(e.kind, e.lifecycle, e.time, length, e.session)
         if new != old:
             txn.put(key, new, db=dbs["docs"])
         return
     text = view.event_chunk(e.seq, 0, MAX_ANALYZED_CHARS) or ""
     length = postings.add_doc(e.seq, *index_terms(text, morph))
-    txn.put(key, _doc_record(e.kind, e.lifecycle, e.time, length), db=dbs["docs"])
+    txn.put(key, _event_record(e.kind, e.lifecycle, e.time, length, e.session), db=dbs["docs"])
     state.documents += 1
     state.total_length += length
 
@@ -177,7 +177,8 @@ def _bulk_load(
                 raise StoreError(f"the search index holds events up to @e{FRAME_BASE - 1}")
             text = view.event_chunk(e.seq, 0, MAX_ANALYZED_CHARS) or ""
             length = postings.add_doc(e.seq, *index_terms(text, morph))
-            put(_U32.pack(e.seq), _doc_record(e.kind, e.lifecycle, e.time, length), db=docs_db)
+            rec = _event_record(e.kind, e.lifecycle, e.time, length, e.session)
+            put(_U32.pack(e.seq), rec, db=docs_db)
             state.documents += 1
             state.total_length += length
             last = e.seq

@@ -53,21 +53,23 @@ import lmdb
 import msgpack
 
 from protocol.state import ACTIVE, EVENT_KINDS, RETIRED, RETIRING, TRUST, Frame
+from storage.environment import DEFAULT_MAP_SIZE
 
 INDEX_DIR = "index"
 """Subdirectory of a context directory that holds its lexical index."""
-INDEX_FORMAT = 4
+INDEX_FORMAT = 5
 """Bumped when the stored layout changes (2: frames carry trust and valid time; 3: stem terms;
-4: identifier-part terms).
+4: identifier-part terms; 5: events carry their session's code, documents that state a time
+the temporal term).
 
 An index of another format is rebuilt by the next
 :meth:`~storage.search.index.LexicalIndex.apply_intents`.
 """
 FRAME_BASE = 1 << 31
 """Docnums of frames start here; events use their sequence number, below it."""
-MAP_SIZE = 64 << 20
+MAP_SIZE = DEFAULT_MAP_SIZE
 """Initial map of the index environment; it doubles whenever a write fills it
-(:mod:`storage.derived`), so many indexes fit in one process's address space."""
+(:mod:`storage.environment`), so many indexes fit in one process's address space."""
 
 KINDS = ("frame", *EVENT_KINDS)
 """What a document can be: a frame, or an event of one of the observation kinds."""
@@ -82,6 +84,8 @@ _DOC = struct.Struct("<BBdI")
 _ENV = struct.Struct("<Bdd")
 """A frame's trust code and valid time ``[valid_from, valid_to)``, after its :data:`_DOC` part."""
 _FRAME_HEAD = _DOC.size + _ENV.size
+_SESSION = struct.Struct("<I")
+"""An event's session code, after its :data:`_DOC` part (frames have none)."""
 _U32 = struct.Struct(">I")
 _DF = struct.Struct("<I")
 _STATE = b"state"
@@ -195,6 +199,24 @@ def _save_state(
 
 def _doc_record(kind: str, lifecycle: str, when: float, length: int) -> bytes:
     return _DOC.pack(_KIND_CODE.get(kind, 0), _LIFE_CODE.get(lifecycle, 0), when, length)
+
+
+def _event_record(kind: str, lifecycle: str, when: float, length: int, session: str) -> bytes:
+    """An event's document record: :data:`_DOC`, then its session's code (:func:`session_code`)."""
+    return _doc_record(kind, lifecycle, when, length) + _SESSION.pack(session_code(session))
+
+
+def session_code(session: str) -> int:
+    """A 32-bit code of a session name: turns with equal codes are neighbours in one session."""
+    return int.from_bytes(hashlib.blake2b(session.encode(), digest_size=4).digest(), "little")
+
+
+def _event_session(rec: bytes) -> int | None:
+    """The session code of an event's document record (None for a frame's)."""
+    if len(rec) != _DOC.size + _SESSION.size:
+        return None
+    code: int = _SESSION.unpack_from(rec, _DOC.size)[0]
+    return code
 
 
 def _frame_record(f: Frame, when: float, length: int) -> bytes:

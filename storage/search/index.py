@@ -28,7 +28,8 @@ import lmdb
 from protocol.errors import OutOfRange, RequestError
 from protocol.state import TRUST
 from protocol.view import ReadView
-from storage.derived import DerivedIndex, IntentSource, SharedEnv, ack, open_env
+from storage.derived import DerivedIndex, IntentSource, ack, open_env
+from storage.environment import Environment
 from storage.search.documents import _apply_records, _bulk_load
 from storage.search.format import (
     _DB_NAMES,
@@ -47,9 +48,9 @@ from storage.search.format import (
 from storage.search.highlighting import _doc_text, _Highlighter
 from storage.search.morphology import Morphology, languages_from, morphology
 from storage.search.postings import _Postings
-from storage.search.ranking import _make_filter, _rank, _Ranked
-from storage.search.results import Hit, SearchResult
-from storage.search.text import query_plan
+from storage.search.ranking import NEIGHBOUR_WEIGHT, _make_filter, _rank, _Ranked
+from storage.search.results import Hit, SearchResult, Signal
+from storage.search.text import query_intent, query_plan
 
 MAX_LIMIT = 1000
 """Most hits one search returns."""
@@ -65,7 +66,7 @@ class _Rebuild(Exception):
     """Raised inside an index write when the index cannot be brought up to date incrementally."""
 
 
-class LexicalIndex(DerivedIndex[SharedEnv]):
+class LexicalIndex(DerivedIndex[Environment]):
     """The keyword index of one context, kept in ``<context dir>/index/``.
 
     Guarantees: searches see one committed snapshot of the index; the index
@@ -81,7 +82,7 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
 
     def __init__(
         self,
-        shared: SharedEnv,
+        shared: Environment,
         path: str,
         backend: IntentSource | None,
         languages: tuple[str, ...] = (),
@@ -91,8 +92,8 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
         self._languages = languages
 
     @classmethod
-    def _open_shared(cls, key: str) -> SharedEnv:
-        return open_env(key, _DB_NAMES, cls.WHAT, MAP_SIZE, SharedEnv)
+    def _open_shared(cls, key: str) -> Environment:
+        return open_env(key, _DB_NAMES, cls.WHAT, MAP_SIZE, Environment)
 
     @classmethod
     def open(
@@ -264,6 +265,9 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
         valid_at: float | str | None = None,
         context_version: int | None = None,
         backend: IntentSource | None = None,
+        questions: bool = True,
+        neighbours: bool = True,
+        explain: bool = False,
     ) -> SearchResult:
         """The documents that best match *query* (BM25, any of its terms), best first.
 
@@ -278,6 +282,18 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
         envelope and pass both (add ``kinds="frame"`` for frames only).
         *context_version* is reported as ``version``; when None it is read from
         the context store, which also supplies snippets.
+
+        *questions* applies the question rules (:mod:`storage.search.questions`:
+        function words down-weighted, a question asking when favours documents
+        that state a time); *neighbours* lets a turn's neighbours in its session
+        lend it evidence (:data:`~storage.search.ranking.NEIGHBOUR_WEIGHT`): for a
+        question (a query with function words and content words) a turn next to
+        a strong match is a hit even without a word of the query (the other
+        speaker's answer); for keywords, only turns holding a query word are
+        hits. Both are on by default; turning both off ranks by BM25 over the
+        words alone. *explain* gives each hit that neighbours lent evidence its
+        ``signals`` (``lexical``: its own BM25, ``neighbours``: the share lent);
+        without it, hits carry no signals (the lexical reply's shape).
         """
         if not isinstance(query, str):
             raise RequestError("a query is a string", code="bad_query")
@@ -299,7 +315,21 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
             # The query is analyzed with the languages the index was built for.
             morph = morphology(state.languages)
             qterms, stems = query_plan(query, morph, MAX_QUERY_TERMS)
-            return state, _rank(txn, dbs, state, qterms, limit, filt, stems), morph, qterms
+            weights, when = query_intent(query) if questions else ({}, False)
+            ranked = _rank(
+                txn,
+                dbs,
+                state,
+                qterms,
+                limit,
+                filt,
+                stems,
+                weights=weights,
+                when=when,
+                neighbours=NEIGHBOUR_WEIGHT if neighbours else 0.0,
+                borrow=bool(weights),
+            )
+            return state, ranked, morph, qterms
 
         state, ranked, morph, qterms = self._read(run)
         source = backend if backend is not None else self._backend
@@ -327,6 +357,13 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
             else:
                 hit_id, hit_type = f"@e{doc}", "event"
             text = texts[i] if i < len(texts) else ""
+            signals: tuple[Signal, ...] = ()
+            share = ranked.lent.get(doc)
+            if share and explain:
+                # Evidence from the neighbouring turns: said apart from the turn's own match.
+                own = score - share
+                signals = (Signal("lexical", i + 1, own),) if own > 1e-9 else ()
+                signals += (Signal("neighbours", i + 1, share),)
             hits.append(
                 Hit(
                     id=hit_id,
@@ -337,6 +374,7 @@ class LexicalIndex(DerivedIndex[SharedEnv]):
                     snippet=highlight.snippet(text),
                     time=when,
                     trust=hit_trust,
+                    signals=signals,
                 )
             )
         return SearchResult(

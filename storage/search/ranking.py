@@ -52,10 +52,12 @@ from storage.search.format import (
     KINDS,
     IndexState,
     _decode,
+    _event_session,
     _frame_id,
 )
 from storage.search.morphology import QueryStem
 from storage.search.postings import _chunks_newest, _locate
+from storage.search.questions import TEMPORAL_TERM, TEMPORAL_WEIGHT
 
 K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -74,6 +76,10 @@ PART_WEIGHT = 0.5
 CHAR_WEIGHT = 0.25
 """Weight of a lone ideograph of the query that its bigrams cover (``鞋`` of ``运动鞋``)."""
 _KIND_WEIGHT = {"stem": STEM_WEIGHT, "part": PART_WEIGHT, "char": CHAR_WEIGHT}
+NEIGHBOUR_WEIGHT = 0.1
+"""Share of a turn's score lent to each adjacent turn of the same session (0: none)."""
+NEIGHBOUR_POOL = 64
+"""The best documents (at least 4 × the limit) whose neighbours get a share of their score."""
 
 
 @dataclass(slots=True)
@@ -193,6 +199,8 @@ class _Ranked:
     stems: dict[str, float] = field(default_factory=dict)
     """Weight of each stem term found in the index."""
     approximate: bool = False
+    lent: dict[int, float] = field(default_factory=dict)
+    """The share of its score each document got from its neighbours (only those lent any)."""
 
 
 def _scan(
@@ -306,6 +314,11 @@ def _rank(
     limit: int,
     filt: _Filter,
     stems: Sequence[tuple[str, QueryStem]] = (),
+    *,
+    weights: dict[str, float] | None = None,
+    when: bool = False,
+    neighbours: float = 0.0,
+    borrow: bool = False,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -322,7 +335,7 @@ def _rank(
     for term in qterms:
         raw = txn.get(term.encode(), db=terms_db)
         df = _DF.unpack(raw)[0] if raw is not None else 0
-        word_idf[term] = idf_of(df)
+        word_idf[term] = idf_of(df) * (weights.get(term, 1.0) if weights else 1.0)
         if df:
             found[term] = (word_idf[term], df)
             ranked.weights[term] = word_idf[term]
@@ -382,8 +395,81 @@ def _rank(
                 older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
             older.sort()
             _probe(txn, postings_db, tk, idf, tn, acc, older)
+    if when and acc:
+        _when(txn, dbs, state, tn, acc, idf_of)
+    lent: dict[int, float] = {}
+    if neighbours > 0 and acc:
+        lent = _lend(txn, dbs["docs"], acc, max(NEIGHBOUR_POOL, 4 * limit), neighbours, borrow)
+        acc = dict(acc)
+        for doc, share in lent.items():
+            acc[doc] = acc.get(doc, 0.0) + share
     ranked.top = _top(txn, dbs, acc, limit, filt)
+    if lent:
+        ranked.lent = {doc: lent[doc] for _, doc, _ in ranked.top if doc in lent}
     return ranked
+
+
+def _when(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    state: IndexState,
+    tn: _TfNorm,
+    acc: dict[int, float],
+    idf_of: Any,
+) -> None:
+    """Add the temporal term's score to the best documents found (a question asking when).
+
+    Only documents the question's words found are looked up (at most
+    :data:`PROBE_CAP`): stating a time is evidence only beside the subject.
+    """
+    raw = txn.get(TEMPORAL_TERM.encode(), db=dbs["terms"])
+    if raw is None:
+        return
+    weight = TEMPORAL_WEIGHT * idf_of(_DF.unpack(raw)[0])
+    docs = [d for _, d in _best(acc, PROBE_CAP)]
+    docs.sort()
+    _probe(txn, dbs["postings"], TEMPORAL_TERM.encode(), weight, tn, acc, docs)
+
+
+def _lend(
+    txn: lmdb.Transaction[bytes],
+    docs_db: Any,
+    acc: dict[int, float],
+    pool: int,
+    share: float,
+    borrow: bool,
+) -> dict[int, float]:
+    """What each document is lent when each of the *pool* best events lends *share* of its
+    score to its neighbours.
+
+    A turn's neighbours are the events just before and after it in the same
+    session (equal session codes in their records): the answer to a question
+    is often split over adjacent turns, or named by the other speaker. Scores
+    lent are the turns' own (not what they were lent), so lending is one pass
+    and order-independent. Frames neither lend nor borrow. Unless *borrow*,
+    only turns that matched the query themselves take a share (a keyword
+    search finds only turns holding its words).
+    """
+    sessions: dict[int, int | None] = {}
+
+    def session(doc: int) -> int | None:
+        if doc not in sessions:
+            rec = txn.get(_U32.pack(doc), db=docs_db) if 0 < doc < FRAME_BASE else None
+            sessions[doc] = None if rec is None else _event_session(rec)
+        return sessions[doc]
+
+    out: dict[int, float] = {}
+    get = out.get
+    for score, doc in _best(acc, pool):
+        if doc >= FRAME_BASE or score <= 0:
+            continue
+        own = session(doc)
+        if own is None:
+            continue
+        for other in (doc - 1, doc + 1):
+            if (borrow or other in acc) and session(other) == own:
+                out[other] = get(other, 0.0) + share * score
+    return out
 
 
 def _top(

@@ -31,8 +31,12 @@ class Hit:
     """One search result: a frame (``id`` is its id) or an event (``id`` is ``@eN``).
 
     In a hybrid search ``score`` is the fused score and ``signals`` name the
-    rankings that found the hit, in the order ``lexical``, ``semantic``; a
-    lexical search leaves ``signals`` empty.
+    rankings that found the hit, in the order ``lexical``, ``neighbours``,
+    ``semantic``. ``neighbours`` is the evidence lent by the adjacent turns of
+    the hit's session (:func:`storage.search.ranking._lend`; its ``score`` is the
+    share lent, and without ``lexical`` the turn holds no word of the query).
+    A lexical search leaves ``signals`` empty (unless asked to explain:
+    :meth:`~storage.search.index.LexicalIndex.search`).
     """
 
     id: str

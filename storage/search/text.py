@@ -48,6 +48,7 @@ from typing import NamedTuple
 from icu4py.breakers import WordBreaker
 
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
+from storage.search.questions import asks_when, temporal_terms, term_weights
 
 MAX_TERM_CHARS = 64
 """Longest term kept; longer words are cut to this many characters."""
@@ -391,6 +392,17 @@ def query_plan(
     return exact, stems + extra
 
 
+def query_intent(text: str) -> tuple[dict[str, float], bool]:
+    """What a query's words are worth and whether it asks *when* (:mod:`storage.search.questions`).
+
+    Answers the weight of each function-word term (terms not listed weigh 1)
+    and True if the query asks when something happened.
+    """
+    tokens = _query_tokens(text)
+    weights = term_weights(text, [(t.term, t.start, t.end) for t in tokens])
+    return weights, asks_when([t.term for t in tokens])
+
+
 def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:
     """The terms of *text* (as :func:`terms` gives them) and the extra terms its words add.
 
@@ -399,12 +411,14 @@ def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     A word joined with ``_``, ``.`` or ``:`` (``meal_preference``,
     ``order.status``) adds a part term for each of its parts
     (:func:`~storage.search.morphology.part_term`) and the parts' stem terms.
+    A text that states a time adds :data:`~storage.search.questions.TEMPORAL_TERM`
+    (:func:`~storage.search.questions.temporal_terms`).
     Extra terms do not count in a document's length.
     """
     words, extra = _word_terms(text, morphology)
     if any(_PART_JOIN.search(w) for w in words):
         extra = extra + _part_terms(words, morphology)
-    return words, extra
+    return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS])
 
 
 def identifier_parts(word: str) -> list[str]:

@@ -50,15 +50,9 @@ import numpy as np
 
 from protocol.errors import OutOfRange, RequestError, StoreError
 from protocol.view import ReadView
-from storage.derived import (
-    INITIAL_MAP_SIZE,
-    DerivedIndex,
-    IntentSource,
-    SharedEnv,
-    ack,
-    open_env,
-)
+from storage.derived import DerivedIndex, IntentSource, ack, open_env
 from storage.embeddings import Embedder
+from storage.environment import DEFAULT_MAP_SIZE, Environment
 from storage.search import frame_text
 from storage.vectors.documents import (
     SNIPPET_CHARS,
@@ -94,16 +88,18 @@ MAX_LIMIT = 1000
 """Most hits one search returns."""
 MAX_CANDIDATES = 65_536
 """Most nearest neighbours looked at to fill a filtered search (then ``approximate``)."""
-MAP_SIZE = INITIAL_MAP_SIZE
+MAP_SIZE = DEFAULT_MAP_SIZE
 """Initial map of the vector environment; it doubles whenever a write fills it."""
 _DBS = ("meta", "docs", "vecs", "frame_ids")
 
 
-class _Shared(SharedEnv):
+class _Shared(Environment):
     """The vector environment, plus the neighbour structure in memory (one per process)."""
 
-    def __init__(self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database]) -> None:
-        super().__init__(key, env, dbs)
+    def __init__(
+        self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database], what: str
+    ) -> None:
+        super().__init__(key, env, dbs, what)
         self.mem_lock = threading.Lock()
         self.memory: Neighbours | None = None
         self.memory_generation = -1

@@ -35,7 +35,8 @@ def config(server: EmbeddingServer, **kw: Any) -> EmbedderConfig:
 
 
 def fill(ctx: Context) -> list[str]:
-    refs = [ctx.observe(kind, text).ref for kind, text in TEXTS]
+    # Unrelated texts, each in its own session: no turn lends its neighbour evidence.
+    refs = [ctx.observe(kind, text, session=f"s{i}").ref for i, (kind, text) in enumerate(TEXTS)]
     ctx.claim()
     receipt = ctx.commit(
         f"(context-tx (base-version {ctx.version()})"
@@ -246,8 +247,8 @@ def test_the_actor_search_is_hybrid_when_configured(
         context_name, store_dir=tmp_path, namespace=namespace, embedder=config(embedding_server)
     )
     try:
-        for kind, text in TEXTS:
-            handle.observe(kind, text)
+        for i, (kind, text) in enumerate(TEXTS):
+            handle.observe(kind, text, session=f"s{i}")
         reply = handle.search({"query": "refund tablet", "limit": 4})
         assert reply.hits == 4 and reply.get("degraded") is None
         assert reply.semantic_lag is not None

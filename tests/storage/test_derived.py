@@ -11,7 +11,7 @@ import pytest
 
 from protocol.errors import OutOfRange, StoreError
 from protocol.view import ReadView
-from storage.derived import OPEN
+from storage.environment import OPEN
 from storage.search import IndexWorker, LexicalIndex
 from storage.vectors import FRAME_LABEL, SharedOutbox, VectorIndex
 from tests.storage.contexts import ContextSetup
@@ -55,7 +55,9 @@ def test_the_two_indexes_of_a_context_keep_their_own_environments(tmp_path: Path
         assert again.state().applied == 0
         vectors.close()
         again.close()
-        assert not any(k.startswith(str(tmp_path.resolve())) for k in OPEN)
+        # Both index environments are closed; the store's (one registry for all) is not.
+        assert set(OPEN) & {str(Path(x.path).resolve()) for x in (words, vectors)} == set()
+        assert str(Path(c.backend.path).resolve()) in OPEN
         with pytest.raises(StoreError, match="search index .* is closed"):
             words.state()
         with pytest.raises(StoreError, match="vector index .* is closed"):

@@ -1,0 +1,128 @@
+"""Questions, not keywords: function words, temporal intent and a turn's neighbours as evidence.
+
+Real LMDB files: a context with conversations as events, its lexical index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.search.questions import (
+    FUNCTION_WEIGHT,
+    TEMPORAL_TERM,
+    asks_when,
+    temporal_terms,
+    term_weights,
+)
+from storage.search.text import analyze, index_terms, query_intent
+from tests.storage.test_stemming import Ctx
+
+
+class Conversation(Ctx):
+    """A context on real LMDB files and its index (English stems), turns said in sessions."""
+
+    def say(self, session: str, *texts: str) -> list[str]:
+        refs = [self.ctx.observe("user_message", t, session=session).ref for t in texts]
+        self.index.catch_up()
+        return refs
+
+
+@pytest.fixture
+def c(tmp_path: Path) -> Iterator[Conversation]:
+    setup = Conversation(tmp_path)
+    yield setup
+    setup.close()
+
+
+def tokens(text: str) -> list[tuple[str, int, int]]:
+    return [(t.term, t.start, t.end) for t in analyze(text)]
+
+
+def test_function_words_weigh_less_unless_they_are_all_there_is() -> None:
+    q = "What did the user decide about the refund?"
+    weights = term_weights(q, tokens(q))
+    assert weights == {w: FUNCTION_WEIGHT for w in ("what", "did", "the", "about")}
+    assert term_weights("what is this", tokens("what is this")) == {}
+    # A capitalized function word inside the question is a name (or a month), not a function word.
+    q = "When did Will move in May?"
+    assert set(term_weights(q, tokens(q))) == {"when", "did", "in"}
+    q = "Where is it? Who said so"  # a sentence start: "Who" is still a question word
+    assert "who" in term_weights(q, tokens(q))
+
+
+def test_temporal_terms_and_questions_asking_when() -> None:
+    for text in (
+        "we moved last week",
+        "see you on Saturday",
+        "the flight leaves at 4:10",
+        "born in 1987",
+        "due 2026-07-14",
+        "我们昨天到的",
+    ):
+        assert TEMPORAL_TERM in index_terms(text, None)[1], text
+    for text in ("the refund was issued", "order 4471 shipped", "ORD-1234"):
+        assert TEMPORAL_TERM not in index_terms(text, None)[1], text
+    assert temporal_terms([]) == []
+    for q in (
+        "When did she move to Berlin?",
+        "what time is the call",
+        "他什么时候搬家的",
+        "how long ago",
+    ):
+        assert query_intent(q)[1], q
+    for q in ("where did she move", "refund amount", "what did he say about the trip"):
+        assert not query_intent(q)[1], q
+    assert not asks_when([])
+
+
+def test_function_words_no_longer_outvote_the_subject(c: Conversation) -> None:
+    subject, *_ = c.say("a", "the refund for the tablet went through")
+    c.say("b", "what did you do about it, and what did they do then?")
+    q = "what did the driver do about the refund"
+    assert c.ids(q)[0] == subject
+    # BM25 over every word prefers the turn full of the question's function words.
+    assert c.ids(q, questions=False, neighbours=False)[0] != subject
+
+
+def score(c: Conversation, query: str, ref: str, **kw: Any) -> float:
+    return next(h.score for h in c.index.search(query, **kw).hits if h.id == ref)
+
+
+def test_a_question_asking_when_prefers_turns_that_say_when(c: Conversation) -> None:
+    vague, dated = c.say(
+        "a",
+        "Caroline went to the support group, it was so great",
+        "Caroline went to the support group on Saturday",
+    )
+    q = "When did Caroline go to the support group?"
+    assert c.ids(q, neighbours=False)[0] == dated
+    assert score(c, q, dated) > score(c, q, dated, questions=False)
+
+
+def test_a_question_finds_the_neighbouring_answer_in_the_same_session_only(
+    c: Conversation,
+) -> None:
+    other = c.say("other", "unrelated chatter, weather looks grim")
+    asked, answered, later = c.say(
+        "trip",
+        "which hotel did you book for the Lisbon conference?",
+        "Casa Rio, rooftop pool included",
+        "bakery downstairs is lovely",
+    )
+    after = c.say("next", "new session starts here")
+    hits = c.index.search("What hotel was booked for the Lisbon conference?", explain=True).hits
+    ids = [h.id for h in hits]
+    assert ids[0] == asked and answered in ids  # the answer holds no word of the question
+    signals = {h.id: [s.name for s in h.signals] for h in hits}
+    assert signals[answered] == ["neighbours"]  # found through its neighbour alone
+    assert signals[asked] == []  # its own match only: no neighbour matched anything
+    assert not set(ids) & {*other, *after}  # another session's turns are not neighbours
+    assert later not in ids  # only turns next to a match
+    # A keyword search finds only turns holding its words; nothing is explained unless asked.
+    assert c.ids("Lisbon conference") == [asked]
+    assert all(not h.signals for h in c.index.search("Lisbon conference hotel").hits)
+    assert c.ids("What hotel was booked for the Lisbon conference?", neighbours=False) == [asked]
