@@ -124,7 +124,13 @@ class StoreSource:
     def _context(self, name: str) -> Context:
         ctx = self._open.get(name)
         if ctx is None:
-            ctx = self._open[name] = self.store.open(name, readonly=True)
+            from service.search import embedder_from_env
+            from service.store import open_context
+
+            # MORPHZ_EMBED_*: hybrid search, as `morphz serve` and `morphz search` do.
+            embedder = embedder_from_env()
+            ctx = open_context(self.store.path, name, readonly=True, embedder=embedder)
+            self._open[name] = ctx
         return ctx
 
     def _contexts(self) -> list[dict[str, Any]]:
