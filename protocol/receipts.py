@@ -83,7 +83,9 @@ class Receipt(_Model):
     """The outcome of one submission (R9).
 
     ``version`` is the version the transaction committed at, or the context's
-    current version when rejected. ``duplicate`` is true when a resubmission
+    current version when rejected. ``rebased`` is true only for a commit whose
+    base was older than the version it committed at; a rejection is never
+    rebased (it applied nothing). ``duplicate`` is true when a resubmission
     with a known client id returned the original receipt (R25).
 
     So that a rejected writer rebuilds without a separate read, a ``conflict``

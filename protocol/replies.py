@@ -260,6 +260,10 @@ class SearchReply(Reply):
     """Hybrid search only: updates not embedded yet (None if unknown)."""
     degraded: str | None = None
     """Hybrid search only, when the semantic side did not answer: why (``code: message``)."""
+    results: list[dict[str, Any]] | None = None
+    """The hits themselves, best first, as ``morphz search --json`` prints them (id, type,
+    kind, lifecycle, score, snippet, time; trust for frames, signals when hybrid), so no
+    port makes its client fetch each one."""
 
 
 class RecallReply(Reply):

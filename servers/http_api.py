@@ -104,6 +104,8 @@ def error_status(e: MorphzError, *, had_token: bool) -> int:
     """The HTTP status of a typed error: the one table every route uses."""
     if isinstance(e, PermissionDenied):
         return 403 if had_token else 401
+    if e.code.startswith("bad_"):  # malformed input (bad_ref …), as the CLI's exit 2
+        return 422
     if isinstance(e, NotFound):
         return 404
     if isinstance(e, (ParseError, WireError, OutOfRange)):
@@ -504,6 +506,11 @@ def create_app(resolver: Resolver) -> FastAPI:
         limit = _int_param(request, "limit")
         if limit is not None:
             args["limit"] = limit
+        if "include_recalls" in args:  # ?include_recalls=true
+            flag = str(args["include_recalls"]).lower()
+            if flag not in ("true", "false"):
+                raise RequestError("include_recalls is true or false", code="bad_argument")
+            args["include_recalls"] = flag == "true"
         return await _search(context, request, args)
 
     @app.post(base + "/search", summary="Search (the search tool's arguments as JSON)")

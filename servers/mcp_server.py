@@ -466,9 +466,15 @@ def build_server(memory: Memory, *, name: str = "morphz") -> MCPServer:
             Field(max_length=8, description="Only these kinds: frame, tool_result, …"),
         ] = None,
         id_prefix: Annotated[str | None, Field(max_length=MAX_ID_CHARS)] = None,
+        include_recalls: Annotated[
+            bool,
+            Field(description="Also search the recorded results of earlier searches/recalls."),
+        ] = False,
         session: Session = "main",
     ) -> CallToolResult:
         args: dict[str, Any] = {"query": query, "limit": limit}
+        if include_recalls:
+            args["include_recalls"] = True
         if kinds is not None:
             args["kinds"] = kinds
         if id_prefix is not None:

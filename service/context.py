@@ -35,7 +35,7 @@ from protocol.engine import (
     evaluate,
     observe,
 )
-from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.errors import OutOfRange, RequestError
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
@@ -299,7 +299,7 @@ class Context(Operations, GovernanceAPI):
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
         f = self.backend.read(lambda v: v.frame(frame_id))
         if f is None:
-            raise NotFound(f"no frame {frame_id!r}")
+            raise self.backend.read(lambda v: reads.no_frame(v, frame_id))
         return f
 
     def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:

@@ -4,7 +4,10 @@ A fork replays the source's transaction log up to the chosen version into an
 empty store, so the fork holds exactly the frames, relations and lifecycles
 the source had at that version, with the same versions and ticks, and its own
 log. Observations recorded up to that version's commit time come along
-(immutable history; lifecycles as of the version); later ones do not.
+(immutable history; lifecycles as of the version); later ones do not — except
+in a fork at the current version, which takes every observation the source
+holds, the inputs still waiting to be claimed and the source's tick, so
+nothing recorded but not yet used is silently dropped.
 Delivery of user requests is not logged, so copied requests keep the
 source's current delivery flag.
 """
@@ -26,11 +29,14 @@ def fork_into(
 ) -> dict[str, Any]:
     """Replay *source* up to *at_version* (default: its current version) into *target*.
 
-    *target* must be empty. Returns ``{"version", "tick", "events", "origin"}``.
-    Raises OutOfRange for a version the source does not have.
+        *target* must be empty. Returns ``{"version", "tick", "events", "waiting", "origin"}``
+    (``waiting``: the unclaimed inputs carried over, only in a fork at the current version).
+        Raises OutOfRange for a version the source does not have.
     """
 
-    def gather(v: ReadView) -> tuple[Meta, list[dict[str, Any]], list[Any], dict[int, str]]:
+    def gather(
+        v: ReadView,
+    ) -> tuple[Meta, list[dict[str, Any]], list[Any], dict[int, str], list[int] | None]:
         meta = v.meta()
         version = meta.version if at_version is None else at_version
         if not 0 <= version <= meta.version:
@@ -46,14 +52,19 @@ def fork_into(
             if rec is None:
                 raise NotFound(f"the log has no record for version {n}")
             records.append(rec)
-        cutoff = records[-1]["time"] if records else None
-        events = [e for e in v.iter_events() if cutoff is None or e.time <= cutoff]
-        if version == 0:
-            events = []
+        waiting: list[int] | None = None
+        if version == meta.version:  # everything recorded, claimed or waiting, comes along
+            events = list(v.iter_events())
+            waiting = list(v.inbox())
+        else:
+            cutoff = records[-1]["time"] if records else None
+            events = [e for e in v.iter_events() if cutoff is None or e.time <= cutoff]
+            if version == 0:
+                events = []
         contents = {e.seq: v.event_content(e.seq) or "" for e in events}
-        return meta, records, events, contents
+        return meta, records, events, contents, waiting
 
-    meta, records, events, contents = source.read(gather)
+    meta, records, events, contents, waiting = source.read(gather)
 
     def is_empty(v: ReadView) -> bool:
         m = v.meta()
@@ -70,6 +81,8 @@ def fork_into(
         fresh.append(w)
     version = len(records)
     last_tick = records[-1]["tick"] if records else 0
+    if waiting is not None:  # at the current version: the source's tick, claims included
+        last_tick = meta.tick
     start = Meta(
         window=meta.window,
         history_keep=meta.history_keep,
@@ -117,7 +130,13 @@ def fork_into(
             w.apply(changes)
         m = w.meta().copy()
         m.tick = last_tick
-        w.apply(Changeset(meta=m))
+        w.apply(Changeset(meta=m, inbox_add=list(waiting or ())))
 
     target.transact(load)
-    return {"version": version, "tick": last_tick, "events": len(events), "origin": origin}
+    return {
+        "version": version,
+        "tick": last_tick,
+        "events": len(events),
+        "waiting": len(waiting or ()),
+        "origin": origin,
+    }

@@ -15,6 +15,7 @@ from protocol.engine import resolve_event, source_ref
 from protocol.errors import NotFound, OutOfRange
 from protocol.forms import to_plain
 from protocol.state import REJECTED, RETIRED, RETIRING, Event, Frame
+from protocol.suggest import did_you_mean
 from protocol.tx import ContextTx
 from protocol.view import ReadView
 
@@ -125,8 +126,14 @@ def frame(v: ReadView, frame_id: str) -> dict[str, Any]:
     """The current frame *frame_id* (:func:`frame_dict`); NotFound for an unknown id."""
     f = v.frame(frame_id)
     if f is None:
-        raise NotFound(f"no frame {frame_id!r}")
+        raise no_frame(v, frame_id)
     return frame_dict(v, f)
+
+
+def no_frame(v: ReadView, frame_id: str) -> NotFound:
+    """The NotFound of an unknown *frame_id*, with "did you mean …?" when a frame is close."""
+    hint = did_you_mean(frame_id, (f.id for f in v.iter_frames()))
+    return NotFound(f"no frame {frame_id!r}" + (f"; {hint}" if hint else ""))
 
 
 def frame_at(v: ReadView, frame_id: str, version: int) -> dict[str, Any]:
@@ -219,7 +226,7 @@ def history(v: ReadView, frame_id: str) -> list[dict[str, Any]]:
     """
     versions = v.frame_history(frame_id)
     if not versions and v.frame(frame_id) is None:
-        raise NotFound(f"no frame {frame_id!r}")
+        raise no_frame(v, frame_id)
     out: list[dict[str, Any]] = []
     for version in versions:
         rec = v.txlog(version)

@@ -290,6 +290,7 @@ class Searcher:
             "hits": len(result.hits),
             "recalled": frames,
             "lag": result.lag,
+            "results": [h.to_dict() for h in result.hits],
         }
         if result.semantic is not None:
             reply["semantic_lag"] = result.semantic.lag
@@ -300,9 +301,10 @@ class Searcher:
     def search(self, ctx: Context, args: dict[str, Any], session: str = "main") -> dict[str, Any]:
         """Run a model's search on the indexes as they stand, recorded as a ``recall_result``.
 
-        Answers ``{"ref", "hits", "recalled", "lag"}``: the observation's
-        reference, the number of hits, the ids of the frames found, and how many
-        committed updates the lexical index had not applied yet; a hybrid search
+        Answers ``{"ref", "hits", "recalled", "lag", "results"}``: the
+        observation's reference, the number of hits, the ids of the frames found,
+        how many committed updates the lexical index had not applied yet, and the
+        hits themselves; a hybrid search
         adds ``semantic_lag`` (updates not embedded yet, None if unknown) and,
         when the semantic side did not answer, ``degraded`` (why).
         """

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from protocol.errors import NotFound, RequestError, StoreError
+from protocol.suggest import did_you_mean
 from protocol.view import ReadView
 from service.context import Context
 from storage import LmdbStore, check_context_name, context_path
@@ -48,17 +49,20 @@ def missing_context(store_dir: str | os.PathLike[str], name: str) -> NotFound:
     mistaken for lost memory.
     """
     where = os.fspath(store_dir)
+    hint = ""
     if not os.path.isdir(where):
         held = f"there is no store at {where}"
     else:
         names = Store(where).contexts()
+        hint = did_you_mean(name, names)
         held = (
             f"the store {where} holds " + ", ".join(names)
             if names
             else f"the store {where} holds no context"
         )
     return NotFound(
-        f"no context {name!r}: {held}; create it with `morphz init --context {name}` "
+        f"no context {name!r}: " + (f"{hint} " if hint else "") + f"{held}; "
+        f"create it with `morphz init --context {name}` "
         "(or a write with --create; open_context(..., create=True) in Python)"
     )
 

@@ -96,7 +96,9 @@ LAYERS: dict[str, Layer] = {
     ),
     "service": _layer("protocol storage adapters service", "pydantic pydantic_core msgpack"),
     "actors": _layer(
-        "protocol storage adapters service actors", "ray msgpack pydantic", lazy=frozenset({"ray"})
+        "protocol storage adapters service actors",
+        "ray grpc msgpack pydantic",
+        lazy=frozenset({"ray", "grpc"}),
     ),
     "servers": _layer(
         "protocol service actors servers",

@@ -30,6 +30,7 @@ one class: one short call spec per method of the embedded API it mirrors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable
@@ -49,7 +50,7 @@ from actors.client.transport import (
 from actors.client.updates import UpdateFn, Updater, UpdateResult
 from actors.cluster.placement import actor_name
 from actors.server.context_actor import MAX_SUBMIT_MANY
-from protocol.errors import RequestError, WireError
+from protocol.errors import MorphzError, RequestError, WireError
 from protocol.forget import ForgetReport
 from protocol.governance import (
     MAX_AUDIT_PAGE,
@@ -778,12 +779,15 @@ class ContextHandle:
 
     node_id_async = node_id.aio
 
-    def shutdown(self, *, wait: float = 10.0) -> None:
-        """Stop the actor for good (no restart); its store closes with the process.
+    @Remote
+    def close(self) -> Call[None]:
+        """Close the actor's store (advert removed, lock released); needs ``admin``."""
+        return Call("close", (), lambda raw: None if raw is None else open_reply(raw))
 
-        ``ray.kill`` only sends the kill, so this waits (up to *wait* seconds) until
-        the name is gone from the cluster: a call made after ``shutdown`` fails.
-        """
+    def shutdown(self, *, wait: float = 10.0) -> None:
+        """Stop the actor for good: :meth:`close` (failing or not), then kill (wait <= *wait* s)."""
+        with contextlib.suppress(MorphzError):
+            self.close()
         self.transport.kill(wait=wait)
 
 

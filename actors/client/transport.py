@@ -48,6 +48,7 @@ from functools import update_wrapper
 from types import ModuleType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from actors.client.joining import TOKEN_HINT, check_authenticated
 from protocol.errors import MorphzError, RequestError, StoreError, TransportError
 
 DEFAULT_NAMESPACE = "morphz"
@@ -68,7 +69,8 @@ DIRECTORY_WAIT = 10.0
 FAILOVER_POLL = 0.25
 """Longest pause between two attempts while a replicated context's primary is replaced."""
 REACH_TIMEOUT = 5.0
-"""Seconds :func:`init_ray` waits for a ``host:port`` to accept a connection."""
+"""Seconds :func:`init_ray` waits for a ``host:port`` to accept a connection, and for its
+answer to the authentication probe."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -87,7 +89,9 @@ def _first_line(e: BaseException) -> str:
 
 
 def _check_reachable(address: str) -> None:
-    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would wait for minutes)."""
+    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would wait for minutes),
+    and on a cluster that refuses this process's credentials
+    (:func:`~actors.client.joining.check_authenticated`)."""
     m = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address)
     if m is None:  # "auto" and the like: left to Ray
         return
@@ -97,6 +101,9 @@ def _check_reachable(address: str) -> None:
         raise TransportError(
             f"cannot reach the Ray cluster at {address}: {_first_line(e)}", code=RAY_UNREACHABLE
         ) from e
+    if not address.startswith("ray://"):  # a Ray client server is no GCS
+        host = m.group(1)
+        check_authenticated(f"[{host}]:{m.group(2)}" if ":" in host else address, address)
 
 
 def init_ray(
@@ -154,7 +161,7 @@ def init_ray(
     except _JoinFailed as e:
         why = _first_line(e.cause)
         if "Unauthenticated" in e.logged or "InvalidAuthToken" in e.logged:
-            why += " (the cluster uses token authentication: set RAY_AUTH_MODE=token)"
+            why += f" (the cluster uses token authentication: {TOKEN_HINT})"
         raise TransportError(f"cannot join {where}: {why}", code=RAY_UNREACHABLE) from e.cause
     except Exception as e:  # Ray raises ConnectionError, ValueError, RuntimeError, …
         raise TransportError(f"cannot join {where}: {_first_line(e)}", code=RAY_UNREACHABLE) from e

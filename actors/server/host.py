@@ -115,6 +115,7 @@ class ContextHost:
         self._store_dir = store_dir
         self._name = name
         self._namespace = namespace  # the Ray namespace it is named in, for the advert
+        self._started_at = time.time()  # the age `morphz actors` shows
         self.guard = Guard(
             store_dir,
             name,
@@ -505,7 +506,8 @@ class ContextHost:
         """What :func:`~actors.cluster.connection.connect` checks, open to every caller (no
         content).
 
-        Name, store directory, node, open error, tenant, project, enforcement.
+        Name, store directory, node, open error, tenant, project, enforcement, and the
+        process (pid, start time) that ``morphz actors`` lists.
         """
         self._ensure_worker()
         return {
@@ -516,6 +518,8 @@ class ContextHost:
             "tenant": self._tenant,
             "project": self._project,
             "enforce": self.guard.enforce,
+            "pid": os.getpid(),
+            "started_at": self._started_at,
         }
 
     def pid(self) -> int:

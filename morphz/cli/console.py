@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
-from protocol.errors import MorphzError, ParseError, WireError
+from protocol.errors import MorphzError, ParseError, StoreLocked, WireError
 from protocol.replies import plain
 
 EXIT_OK = 0
@@ -102,7 +102,12 @@ def fail(
     *usage* says is a wrong command line), 1 for refusals."""
     bad_input = is_bad_input(err) or (usage is not None and usage(err))
     extra = {k: v for k, v in err.to_dict().items() if k not in ("error", "message")}
-    report_error(env is not None and env.as_json, err.code, err.message, **extra)
+    message = err.message
+    if isinstance(err, StoreLocked) and env is not None and "context actor" not in message:
+        from morphz.cli.holder import holder_note
+
+        message = holder_note(env.store, env.context, message)
+    report_error(env is not None and env.as_json, err.code, message, **extra)
     sys.exit(EXIT_USAGE if bad_input else EXIT_REFUSED)
 
 

@@ -68,6 +68,14 @@ def _node(m: dict[str, Any]) -> str:
 
 def _human_cluster(d: dict[str, Any]) -> str:
     if not d["contexts"]:
+        running = d.get("unplaced") or []
+        if running:
+            names = ", ".join(f"{a['context']} ({a['namespace']})" for a in running)
+            return (
+                f"no context is placed through a directory in namespace {d['namespace']};"
+                f" context actors started without placement run: {names}"
+                " (`morphz actors --all` lists them with node, pid and age)"
+            )
         why = "no context directory" if not d["directory"] else "no placed contexts"
         return (
             f"{why} in namespace {d['namespace']}; place contexts with actors.place(...)"
@@ -97,13 +105,25 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
 
     check_text(namespace, "namespace")
     connected = init_ray(address or os.environ.get("RAY_ADDRESS") or "auto")
+    unplaced: list[dict[str, Any]] = []
     try:
         handle = existing_directory(namespace)
         rows = [] if handle is None else placement_table(handle)
+        if not rows:  # actors started by connect() (mcp, serve) are not in any directory
+            from morphz.cli.actors import list_actors
+
+            unplaced = [
+                {"context": a["context"], "namespace": a["namespace"]} for a in list_actors()
+            ]
     finally:
         if connected:
             ray_module().shutdown()
-    return {"namespace": namespace, "directory": handle is not None, "contexts": rows}
+    return {
+        "namespace": namespace,
+        "directory": handle is not None,
+        "contexts": rows,
+        "unplaced": unplaced,
+    }
 
 
 @click.command("contexts")
@@ -150,7 +170,7 @@ def drop_cmd(env: Env, name: str, yes: bool) -> None:
 
     Refused (store_locked) while a context actor or another writer holds it.
     """
-    from protocol.errors import RequestError
+    from protocol.errors import RequestError, StoreLocked
     from service.store import Store
     from storage import check_context_name
 
@@ -174,7 +194,12 @@ def drop_cmd(env: Env, name: str, yes: bool) -> None:
                 f"context {name!r} not dropped: not confirmed (pass --yes in scripts)",
                 code="not_confirmed",
             )
-    dropped = store.drop(name)
+    try:
+        dropped = store.drop(name)
+    except StoreLocked as e:
+        from morphz.cli.holder import holder_note
+
+        raise StoreLocked(holder_note(env.store, name, e.message)) from e
     doc = {"dropped": name, "store": env.store, **dropped.model_dump()}
     emit(
         env,

@@ -91,9 +91,12 @@ def _human(doc: Mapping[str, Any]) -> None:
         ("kills", str(doc["kills"])),
         (
             "history",
-            "[green]ok[/green]"
-            if doc["history_ok"]
-            else f"[red]{doc['violation_count']} violation(s)[/red]",
+            (
+                "[green]ok[/green]"
+                if doc["history_ok"]
+                else f"[red]{doc['violation_count']} violation(s)[/red]"
+            )
+            + f" ({checked_text(doc.get('checked') or {})})",
         ),
     ]
     if "store" in doc:
@@ -124,6 +127,17 @@ def _human(doc: Mapping[str, Any]) -> None:
         console.print(f"[red]{v['kind']}[/red] {escape(v['context'])}: {escape(v['detail'])}")
     if doc["violation_count"] > 20:
         console.print(f"… and {doc['violation_count'] - 20} more (see --json)")
+
+
+def checked_text(checked: dict[str, int]) -> str:
+    """What the history check covered, in words (after ``history ok``)."""
+    return (
+        f"{checked.get('submissions', 0)} submissions matched against "
+        f"{checked.get('log_records', 0)} log records, "
+        f"{checked.get('replayed', 0)} of them replayed to the same final state, "
+        f"{checked.get('acknowledged_on_disk', 0)} acknowledged commits read back from disk;"
+        " no lost update, duplicate or unjustified rejection"
+    )
 
 
 @click.command("loadtest")

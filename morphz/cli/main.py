@@ -195,7 +195,7 @@ def claim(env: Env, address: str | None) -> None:
 def _human_receipt(d: dict[str, Any]) -> str:
     lines = [
         f"{d['status']} at version {d['version']} (base {d['base_version']}"
-        + (", rebased" if d["rebased"] else "")
+        + (", rebased" if d["rebased"] and d["status"] == "committed" else "")
         + (", duplicate" if d.get("duplicate") else "")
         + ")"
     ]
@@ -492,6 +492,7 @@ def fork(env: Env, new_context: str, at_version: int | None) -> None:
     emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
 
 
+from morphz.cli.actors import actors_cmd, stop_cmd  # noqa: E402
 from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
 from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
@@ -505,6 +506,8 @@ from morphz.cli.serve import serve_cmd  # noqa: E402
 from morphz.cli.top import top_cmd  # noqa: E402
 
 cli.add_command(contexts_cmd)
+cli.add_command(actors_cmd)
+cli.add_command(stop_cmd)
 cli.add_command(drop_cmd)
 cli.add_command(recall_cmd)
 cli.add_command(graph_cmd)

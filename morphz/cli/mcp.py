@@ -55,15 +55,24 @@ def mcp_cmd(
     create: bool,
 ) -> None:
     """Serve the context to MCP clients: tools, the protocol prompt, frame/event resources."""
+    from protocol.errors import MorphzError
     from servers.binding import check_bind, parse_host_port
     from servers.mcp_server import build_server, open_memory, read_capability
+    from servers.stdio_refusal import refuse_stdio_session
 
     token = read_capability(capability)
     bind = parse_host_port(http) if http is not None else None
     # Checked before the store is opened, so a refused bind changes nothing. A token is
     # enforced by the actor on every call (open_memory refuses one on an embedded store).
     warnings = check_bind(bind[0], token is not None, insecure) if bind is not None else []
-    memory = open_memory(env.store, env.context, address=address, capability=token, create=create)
+    try:
+        memory = open_memory(
+            env.store, env.context, address=address, capability=token, create=create
+        )
+    except MorphzError as e:
+        if bind is None:  # a stdio host would see only "connection closed": tell it why
+            refuse_stdio_session(e)
+        raise
     try:
         server = build_server(memory)
         click.echo(

@@ -212,6 +212,12 @@ def _human_search(d: dict[str, Any]) -> str:
 @click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True)
 @click.option("--no-catch-up", is_flag=True, help="Search the index as it is (may lag).")
 @_embed_options
+@click.option(
+    "--include-recalls",
+    is_flag=True,
+    help="Also search the recall_result observations that record earlier searches and"
+    " recalls (left out by default: each would match its own query again).",
+)
 @click.pass_obj
 @run_command
 def search_cmd(
@@ -228,6 +234,7 @@ def search_cmd(
     no_catch_up: bool,
     embed_url: str | None,
     embed_model: str | None,
+    include_recalls: bool,
 ) -> None:
     """Search frames and events, retired ones included: by keywords, and by meaning too
     when an embedder is configured (--embed-url/--embed-model or MORPHZ_EMBED_*)."""
@@ -245,13 +252,17 @@ def search_cmd(
             limit=limit,
             since=since,
             until=until,
-            kinds=kinds or None,
+            kinds=kinds or (None if include_recalls else UNRECORDED_KINDS),
             lifecycle=lifecycle,
             id_prefix=id_prefix,
             trust=trusts or None,
             valid_at=valid_at,
         )
     emit(env, result.to_dict(), _human_search)
+
+
+UNRECORDED_KINDS = tuple(k for k in KINDS if k != "recall_result")
+"""What ``morphz search`` covers unless --kind or --include-recalls says otherwise."""
 
 
 def _human_reindex(d: dict[str, Any]) -> str:

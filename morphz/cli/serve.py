@@ -19,7 +19,7 @@ import click
 
 from morphz.cli.console import Env, run_command
 
-__all__ = ["APP_NAME", "serve_cmd"]
+__all__ = ["APP_NAME", "Terminated", "serve_cmd"]
 
 APP_NAME = "morphz"
 """The Serve application's name on the cluster."""
@@ -74,8 +74,8 @@ def serve_cmd(
     import ray
     from ray import serve
 
-    # SIGTERM stops it like Ctrl-C: the app is deleted and a cluster started here stops.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM stops it cleanly (exit 0): the app is deleted and a cluster started here stops.
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         serve.start(http_options={"host": host, "port": port})
         app = serve_app(
@@ -87,10 +87,15 @@ def serve_cmd(
             project=project,
             replicas=replicas,
         )
+        serve.run(app, blocking=False, name=APP_NAME, route_prefix="/")
+        _wait_until_answering(host, port)
         click.echo(
             f"morphz: serving {env.store} on http://{host}:{port}/v1 (docs at /docs)", err=True
         )
-        serve.run(app, blocking=True, name=APP_NAME, route_prefix="/")
+        while True:
+            signal.pause()
+    except Terminated:
+        click.echo("morphz: stopped (SIGTERM)", err=True)
     finally:
         serve.delete(APP_NAME)
         if started:
@@ -98,5 +103,44 @@ def serve_cmd(
             ray.shutdown()
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+READY_WAIT = 120.0
+"""Seconds ``serve`` waits for its first answer before it says where it serves."""
+
+
+def _wait_until_answering(host: str, port: int) -> None:
+    """Return once ``GET /v1/contexts`` answers on *host*:*port* (any HTTP status), so the
+    address is printed only when a client can use it; TransportError after READY_WAIT."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from protocol.errors import TransportError
+
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = (
+        f"http://[{probe}]:{port}/v1/contexts"
+        if ":" in probe
+        else f"http://{probe}:{port}/v1/contexts"
+    )
+    deadline = time.monotonic() + READY_WAIT
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"the HTTP API did not answer on {url} within {READY_WAIT:.0f} s: {e}",
+                    code="not_ready",
+                ) from e
+            time.sleep(0.1)
+
+
+class Terminated(Exception):
+    """SIGTERM: stop serving and exit 0 (Ctrl-C stays 130, interrupted)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated

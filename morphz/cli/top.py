@@ -31,6 +31,13 @@ from morphz.cli.console import Env, emit, run_command
 
 __all__ = ["collect", "rates", "top_cmd"]
 
+NO_ACTORS_HINT = (
+    "no context actors on this cluster: one starts with `morphz serve`, `morphz mcp`"
+    " (given RAY_ADDRESS), `morphz loadtest` or actors.connect(...) in Python;"
+    " `morphz actors` lists them"
+)
+"""What ``top`` says under an empty table."""
+
 CALL_TIMEOUT = 5.0
 """Seconds one context actor has to answer a sample."""
 
@@ -121,6 +128,8 @@ def _table(doc: dict[str, Any]) -> Any:
     table = Table(
         title=f"morphz top: {len(doc['contexts'])} contexts, rates over {doc['interval']} s",
         title_justify="left",
+        caption=None if doc["contexts"] else NO_ACTORS_HINT,
+        caption_justify="left",
     )
     for head in (
         "namespace",

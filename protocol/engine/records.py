@@ -62,7 +62,7 @@ def reject(
             status="rejected",
             version=meta.version,
             base_version=tx.base_version,
-            rebased=tx.base_version < meta.version,
+            rebased=False,  # only a commit is rebased; a refusal applied nothing
             client_id=tx.client_id,
             tick=meta.tick,
             errors=errors,

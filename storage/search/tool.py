@@ -12,13 +12,27 @@ from storage.search.index import LexicalIndex
 from storage.search.results import SearchResult
 
 MODEL_SEARCH_ARGS = frozenset(
-    {"query", "limit", "since", "until", "kinds", "lifecycle", "id_prefix", "trust", "valid_at"}
+    {
+        "query",
+        "limit",
+        "since",
+        "until",
+        "kinds",
+        "lifecycle",
+        "id_prefix",
+        "trust",
+        "valid_at",
+        "include_recalls",
+    }
 )
 """Arguments of the model's ``search`` tool (``agents.tools.MEMORY_TOOL_SPECS``)."""
 MODEL_SEARCH_LIMIT = 50
 """Most hits one model-facing search returns (the model pages with narrower queries)."""
-MODEL_KINDS = tuple(k for k in KINDS if k != LEDGER)
-"""What a model's search covers by default: everything but the action ledger (R43)."""
+RECALLS = "recall_result"
+"""The kind of the observations that record searches and recalls themselves."""
+MODEL_KINDS = tuple(k for k in KINDS if k not in (LEDGER, RECALLS))
+"""What a model's search covers by default: everything but the action ledger (R43) and the
+recorded searches and recalls (each would match the same query again next time)."""
 
 
 def model_search_args(args: Any) -> dict[str, Any]:
@@ -27,7 +41,9 @@ def model_search_args(args: Any) -> dict[str, Any]:
     Like recall for a model (:func:`protocol.recall.for_model`): without a
     ``trust`` argument only candidate and accepted frames come back, and naming
     rejected or quarantined is refused (``not_permitted``); the action ledger
-    is searched only when ``kinds`` names it. An unknown argument or a value of
+    is searched only when ``kinds`` names it, and the ``recall_result``
+    observations that record earlier searches and recalls only when ``kinds``
+    names them or ``include_recalls`` is true. An unknown argument or a value of
     the wrong type is a :class:`RequestError`; *limit* is 1 to
     :data:`MODEL_SEARCH_LIMIT` (default 10). The answer holds ``query`` and
     the keyword arguments of :meth:`LexicalIndex.search` (the filters are
@@ -61,12 +77,16 @@ def model_search_args(args: Any) -> dict[str, Any]:
     query = args.get("query")
     if not isinstance(query, str):
         raise RequestError("search needs a query string", code="bad_query")
+    include_recalls = args.get("include_recalls", False)
+    if not isinstance(include_recalls, bool):
+        raise RequestError("include_recalls is true or false", code="bad_argument")
+    default_kinds = (*MODEL_KINDS, RECALLS) if include_recalls else MODEL_KINDS
     return {
         "query": query,
         "limit": limit,
         "since": args.get("since"),
         "until": args.get("until"),
-        "kinds": args.get("kinds", MODEL_KINDS),
+        "kinds": args.get("kinds", default_kinds),
         "lifecycle": args.get("lifecycle"),
         "id_prefix": id_prefix,
         "trust": trust,

@@ -280,7 +280,8 @@ def test_rejected_transaction_exits_1_with_the_failing_op(cli: Cli) -> None:
     body = stale.json()
     assert [(e["op"], e["code"]) for e in body["errors"]] == [(None, "conflict")]
     assert body["conflicts"] == [{"id": "release", "version": 1}]
-    assert body["rebased"] is True
+    assert body["rebased"] is False  # a rejection applied nothing: it is never "rebased"
+    assert "rebased" not in cli("tx", stdin="(context-tx (base-version 0) (revise release (stage x)))", as_json=False).out
 
     human = cli("tx", stdin="(context-tx (base-version 1) (revise nope (x 2)))", as_json=False)
     assert human.code == 1

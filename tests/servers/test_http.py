@@ -254,6 +254,9 @@ def test_not_found_paths(client: httpx.Client) -> None:
     _error(client.get(base + "/frames/ghost/history"), 404)
     _error(client.get(base + "/events/@e99"), 404, "not_found")
     _error(client.get(base + "/events/@e99", params={"offset": 0}), 404, "not_found")
+    # a malformed reference is bad input (the CLI's exit 2), not an unknown one
+    _error(client.get(base + "/events/e1"), 422, "bad_ref")
+    _error(client.get(base + "/events/e1", params={"offset": 0}), 422, "bad_ref")
 
 
 def test_a_rejected_transaction_is_409_with_its_receipt(client: httpx.Client) -> None:
@@ -284,6 +287,14 @@ def test_idempotency_key_replay_returns_the_original_receipt(client: httpx.Clien
     assert len(client.get(base + "/frames/note/history").json()["history"]) == 1
     other = client.post(base + "/transactions", content=tx, headers={"Idempotency-Key": "x" * 500})
     _error(other, 422, "bad_client_id")
+    # the key reused for another transaction: refused, and never "rebased"
+    reused = client.post(
+        base + "/transactions",
+        content="(context-tx (base-version 0) (derive other (stage two)))",
+        headers=headers,
+    )
+    refused = _error(reused, 409, "client_id_reused")
+    assert refused["receipt"]["rebased"] is False
 
 
 # -- capabilities --------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def release(ctx: Context) -> str:
 def test_search_finds_a_frame_and_an_event_and_records_what_it_found(stored: Context) -> None:
     ref = release(stored)
     found = stored.search({"query": "region"})
-    assert set(found) == {"ref", "hits", "recalled", "lag"}
+    assert set(found) == {"ref", "hits", "recalled", "lag", "results"}
     assert found["hits"] == 2 and found["recalled"] == ["deploy-region"]
     assert found["lag"] == 0
     observed = stored.event(found["ref"])

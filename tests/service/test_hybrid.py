@@ -126,7 +126,7 @@ def test_without_an_embedder_search_is_exactly_lexical(tmp_path: Path) -> None:
         assert "semantic" not in result.to_dict()
         assert all("signals" not in h for h in result.to_dict()["hits"])
         reply = ctx.search({"query": "refund"})
-        assert set(reply.keys()) == {"ref", "hits", "recalled", "lag"}
+        assert set(reply.keys()) == {"ref", "hits", "recalled", "lag", "results"}
         assert not (tmp_path / "c" / "vectors").exists()
 
 

@@ -1,0 +1,61 @@
+"""``morphz serve`` as a user runs it: it says where it serves only once it answers there,
+and SIGTERM (what a process manager sends) stops it cleanly with exit 0.
+
+It runs as a child process that starts its own local Ray cluster (no address given), as
+the README's walk-through does.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.store import open_context
+from tests.servers.test_mcp import free_port, server_env
+
+pytestmark = pytest.mark.subprocess
+
+
+def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    with open_context(store, "default", create=True):
+        pass
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "morphz", "--store", str(store), "serve", "--port", str(port)],
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, f"morphz serve exited {proc.returncode}"
+            if "morphz: serving" in line:
+                break
+            assert time.monotonic() < deadline, "morphz serve never said it serves"
+        assert f"http://127.0.0.1:{port}/v1" in line
+        # said only once it answers: the very next request is served
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/contexts", timeout=10)
+        assert r.status_code == 200 and r.json()["contexts"][0]["name"] == "default"
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        rest = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert code == 0, rest[-2000:]
+    assert "interrupted" not in rest and "morphz: stopped (SIGTERM)" in rest
