@@ -394,12 +394,8 @@ def create_app(resolver: Resolver) -> FastAPI:
     async def names() -> list[dict[str, Any]]:
         return await asyncio.to_thread(resolver.contexts)
 
-    async def placement() -> list[dict[str, Any]]:
-        namespace = getattr(resolver, "namespace", None)
-        return [] if namespace is None else await asyncio.to_thread(_placement, namespace)
-
     # The web inspector's pages (docs/inspector.md), each read checked by the actor's guard.
-    source = HandleSource(handle_of, names, placement)
+    source = HandleSource(handle_of, names, getattr(resolver, "namespace", None))
     inspector = create_inspector(source, error_status=error_status)
     app.mount(INSPECTOR_PREFIX, inspector)
 
@@ -540,15 +536,6 @@ def create_app(resolver: Resolver) -> FastAPI:
         return await handle.review_async(frame_id, body.decision, body.reviewer, reason=body.reason)
 
     return app
-
-
-def _placement(namespace: str) -> list[dict[str, Any]]:
-    """The context directory's placement table of *namespace* (docs/cluster.md): each
-    context's primary, followers and lag; empty when no directory was created."""
-    from actors.cluster.directory import existing_directory, placement_table
-
-    handle = existing_directory(namespace)
-    return [] if handle is None else placement_table(handle)
 
 
 # -- the Ray Serve application -------------------------------------------------------

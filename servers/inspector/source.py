@@ -175,8 +175,9 @@ Handles = Callable[[str], Awaitable["ContextHandle"]]
 
 class HandleSource:
     """Contexts behind their actors: *handle* gives a context's handle (NotFound for an
-    unknown one), *names* lists the contexts, *placement* the cluster's placement table
-    (primary, followers, lag). Every read carries the caller's token."""
+    unknown one), *names* lists the contexts; with *namespace* (the actors'), the
+    contexts page shows the cluster's placement (primary, followers, lag). Every read
+    carries the caller's token."""
 
     served = True
 
@@ -184,15 +185,18 @@ class HandleSource:
         self,
         handle: Handles,
         names: Callable[[], Awaitable[list[dict[str, Any]]]],
-        placement: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        namespace: str | None = None,
     ) -> None:
         self._handle = handle
         self._names = names
-        self._placement = placement
+        self._namespace = namespace
 
     async def placement(self) -> list[dict[str, Any]] | None:
-        """See :class:`Source`: the context directory's table, when there is one."""
-        return None if self._placement is None else await self._placement()
+        """See :class:`Source`: the placement table of the context directory of the
+        actors' namespace (docs/cluster.md); empty when no directory was created."""
+        if self._namespace is None:
+            return None
+        return await asyncio.to_thread(_placement, self._namespace)
 
     async def contexts(self, token: bytes | None) -> list[dict[str, Any]]:
         """See :class:`Source`: each context with its counters where its actor answers."""
@@ -240,3 +244,10 @@ class HandleSource:
             stats, meta = await asyncio.gather(h.stats_async(), h.meta_async())
             return {"time": time.time(), "version": meta.version, "tick": meta.tick, **stats}
         raise RequestError(f"no read {what[:40]!r}", code="bad_argument")
+
+
+def _placement(namespace: str) -> list[dict[str, Any]]:
+    from actors.cluster.directory import existing_directory, placement_table
+
+    handle = existing_directory(namespace)
+    return [] if handle is None else placement_table(handle)
