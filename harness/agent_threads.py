@@ -155,7 +155,7 @@ class AgentThread:
             for attempt in range(1, spec.max_attempts + 1):
                 if since_read >= spec.read_every or any(f not in known for f in step.frames()):
                     try:
-                        snap = await handle.snapshot_async(step.frames())
+                        snap = await handle.snapshot.aio(step.frames())
                     except MorphzError as e:
                         records.append(submission_record(step, attempt, error_code=e.code))
                         since_read = spec.read_every

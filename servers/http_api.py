@@ -66,6 +66,7 @@ from protocol.errors import (
 from protocol.receipts import Receipt
 from protocol.wire import submitted_from_dict
 from servers.inspector import HandleSource, create_inspector
+from servers.operations import add_routes
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
@@ -400,6 +401,7 @@ def create_app(resolver: Resolver) -> FastAPI:
     app.mount(INSPECTOR_PREFIX, inspector)
 
     base = API_PREFIX + "/contexts/{context}"
+    add_routes(app, base, ctx, _json)  # every operation the registry exposes over HTTP
 
     @app.get(API_PREFIX + "/contexts", summary="The contexts of the store")
     async def list_contexts() -> Any:
@@ -463,21 +465,21 @@ def create_app(resolver: Resolver) -> FastAPI:
         version = _int_param(request, "version")
         handle = await ctx(request, context)
         if version is None:
-            return _plain(await handle.frame_async(frame_id))
-        return _plain(await handle.frame_at_async(frame_id, version))
+            return _plain(await handle.frame.aio(frame_id))
+        return _plain(await handle.frame_at.aio(frame_id, version))
 
     @app.get(base + "/frames/{frame_id}/history", summary="Every committed write of a frame")
     async def history(context: str, frame_id: str, request: Request) -> Any:
         handle = await ctx(request, context)
-        return {"history": _plain(await handle.history_async(frame_id))}
+        return {"history": _plain(await handle.history.aio(frame_id))}
 
     @app.get(base + "/events/{ref}", summary="An event (?offset=&length= for a chunk of its text)")
     async def event(context: str, ref: str, request: Request) -> Any:
         offset, length = _int_param(request, "offset"), _int_param(request, "length")
         handle = await ctx(request, context)
         if offset is None and length is None:
-            return _plain(await handle.event_async(ref))
-        return _plain(await handle.read_event_async(ref, offset or 0, length))
+            return _plain(await handle.event.aio(ref))
+        return _plain(await handle.read_event.aio(ref, offset or 0, length))
 
     @app.post(base + "/recall", summary="Recall a page into a recall_result observation")
     async def recall(context: str, request: Request) -> Any:
@@ -513,16 +515,11 @@ def create_app(resolver: Resolver) -> FastAPI:
     async def search_post(context: str, request: Request) -> Any:
         return await _search(context, request, await _json(request))
 
-    @app.get(base + "/state", summary="Version, tick, frames, events and relations")
-    async def state(context: str, request: Request) -> Any:
-        handle = await ctx(request, context)
-        return _plain(await handle.state_async())
-
     @app.get(base + "/audit", summary="Durable audit entries (?after=&limit=); needs admin")
     async def audit(context: str, request: Request) -> Any:
         after, limit = _int_param(request, "after"), _int_param(request, "limit")
         handle = await ctx(request, context)
-        entries = await handle.audit_async(after or 0, 100 if limit is None else limit)
+        entries = await handle.audit.aio(after or 0, 100 if limit is None else limit)
         return {"entries": entries}
 
     @app.get(base + "/review", summary="What awaits a human review; needs admin")

@@ -119,6 +119,11 @@ class Context(Operations, GovernanceAPI):
         the embedded API of every call declared there, audited as ``embedded``."""
         return op.run(self, args, Caller())
 
+    async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """:meth:`invoke` inside a coroutine: ``await ctx.frame.aio(id)`` runs the call
+        in the loop's thread (an embedded context is not thread-safe)."""
+        return self.invoke(op, args)
+
     # -- counters -----------------------------------------------------------
 
     @property

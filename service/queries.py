@@ -10,6 +10,7 @@ the only argument checks there are. Each reads one snapshot (one
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, Strict
@@ -36,7 +37,7 @@ from service.registry import Count, EventRef, FrameId
 if TYPE_CHECKING:
     from service.context import Context
 
-FrameIds = Annotated[list[FrameId], Field(max_length=MAX_SNAPSHOT_FRAMES)]
+FrameIds = Annotated[Sequence[FrameId], Field(max_length=MAX_SNAPSHOT_FRAMES)]
 """The frame ids of one consistent read: at most :data:`~service.reads.MAX_SNAPSHOT_FRAMES`."""
 Length = Annotated[int, Strict(), Field(ge=0, le=MAX_READ_CHARS)]
 """How many characters of an event's text one read returns."""
@@ -157,13 +158,13 @@ def snapshot(ctx: Context, frame_ids: FrameIds) -> SnapshotReply:
     A summary is ``{"revision", "lifecycle", "protected"}``; None means absent.
     An agent bases its next transaction on ``version``.
     """
-    return SnapshotReply.of(ctx.backend.read(lambda v: reads.snapshot(v, frame_ids)))
+    return SnapshotReply.of(ctx.backend.read(lambda v: reads.snapshot(v, list(frame_ids))))
 
 
 def read_for_update(ctx: Context, frame_ids: FrameIds) -> UpdateReadReply:
     """:func:`snapshot` with each frame's body and last-written version, from one read:
     what a writer bases its next transaction on (:func:`service.reads.read_for_update`)."""
-    return UpdateReadReply.of(ctx.backend.read(lambda v: reads.read_for_update(v, frame_ids)))
+    return UpdateReadReply.of(ctx.backend.read(lambda v: reads.read_for_update(v, list(frame_ids))))
 
 
 def meta(ctx: Context) -> MetaReply:

@@ -92,6 +92,7 @@ __all__ = [
     "MAX_FRAME_ID",
     "MAX_REF_CHARS",
     "OPERATIONS",
+    "Bound",
     "Caller",
     "Count",
     "EventRef",
@@ -140,11 +141,45 @@ class Caller:
 
 
 class Port(Protocol):
-    """What an :class:`Operation` read on an object needs of it: one way to run a call."""
+    """What an :class:`Operation` read on an object needs of it: a way to run a call,
+    blocking and for event loops."""
 
     def invoke(self, op: Operation[Any, R], args: BaseModel) -> R:
         """Run *op* with its checked *args*; its reply."""
         ...
+
+    async def invoke_async(self, op: Operation[Any, R], args: BaseModel) -> R:
+        """:meth:`invoke` for event loops."""
+        ...
+
+
+class Bound(Generic[P, R]):
+    """An operation read on a port: ``port.frame(frame_id)`` calls it, and
+    ``await port.frame.aio(frame_id)`` is the form for event loops."""
+
+    __slots__ = ("op", "port")
+
+    def __init__(self, op: Operation[P, R], port: Port) -> None:
+        self.op = op
+        self.port = port
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.port.invoke(self.op, self.op.bind(*args, **kwargs))
+
+    async def aio(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """The call for event loops."""
+        return await self.port.invoke_async(self.op, self.op.bind(*args, **kwargs))
+
+    @property
+    def __name__(self) -> str:
+        return self.op.name
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]
+        return self.op.__doc__
+
+    def __repr__(self) -> str:
+        return f"<{self.op.name} of {self.port!r}>"
 
 
 OPERATIONS: dict[str, Operation[Any, Any]] = {}
@@ -165,12 +200,45 @@ RANGE_ERRORS = frozenset(
 """pydantic error types that mean a value outside its bounds (OutOfRange), not a wrong type."""
 
 
+TYPE_NAMES = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "a boolean",
+    "float_type": "a number",
+    "list_type": "a list",
+    "sequence_str": "a list of strings",
+    "dict_type": "a map",
+    "bytes_type": "bytes",
+}
+
+
 def argument_error(name: str, e: ValidationError) -> MorphzError:
-    """The typed error of arguments of call *name* that do not fit its argument model."""
+    """The typed error of arguments of call *name* that do not fit its argument model:
+    OutOfRange for a value outside its bounds, RequestError ``bad_argument`` otherwise."""
     err = e.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
-    message = f"{name}: {where}: {err.get('msg', 'invalid')}"
-    if err.get("type") in RANGE_ERRORS:
+    kind, ctx, value = err.get("type", ""), err.get("ctx") or {}, err.get("input")
+    what = " ".join(str(p) for p in err.get("loc", ())).replace("_", " ") or "arguments"
+    got = type(value).__name__
+    if kind in TYPE_NAMES:
+        message = f"{what} must be {TYPE_NAMES[kind]}, not {got}"
+    elif kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        bound = {"greater_than_equal": ">=", "less_than_equal": "<=", "greater_than": ">"}
+        op = bound.get(kind, "<")
+        limit = next(iter(ctx.values()), "?")
+        message = f"{what} must be {op} {limit}, not {value!r:.40}"
+    elif kind in ("too_long", "string_too_long", "too_short", "string_too_short"):
+        most = "at most" if "long" in kind else "at least"
+        limit = ctx.get("max_length", ctx.get("min_length", "?"))
+        unit = "characters" if kind.startswith("string") else "items"
+        message = f"{what} holds {most} {limit} {unit}"
+    elif kind == "missing":
+        message = f"{name} needs {what}"
+    elif kind == "extra_forbidden":
+        message = f"{name} takes no argument {what}"
+    else:
+        message = f"{what}: {err.get('msg', 'invalid')}"
+    if kind in RANGE_ERRORS:
         return OutOfRange(message)
     return RequestError(message, code="bad_argument")
 
@@ -353,17 +421,11 @@ class Operation(Generic[P, R]):
     @overload
     def __get__(self, obj: None, owner: type) -> Operation[P, R]: ...
     @overload
-    def __get__(self, obj: Port, owner: type) -> Callable[P, R]: ...
-    def __get__(self, obj: Port | None, owner: type) -> Operation[P, R] | Callable[P, R]:
+    def __get__(self, obj: Port, owner: type) -> Bound[P, R]: ...
+    def __get__(self, obj: Port | None, owner: type) -> Operation[P, R] | Bound[P, R]:
         if obj is None:
             return self
-
-        def method(*args: P.args, **kwargs: P.kwargs) -> R:
-            return obj.invoke(self, self.bind(*args, **kwargs))
-
-        method.__name__ = self.name
-        method.__doc__ = self.__doc__
-        return method
+        return Bound(self, obj)
 
     def __call__(self, obj: Port, /, *args: P.args, **kwargs: P.kwargs) -> R:
         """``Operations.frame(ctx, frame_id)``: the call on *obj*, as its method would make it."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from actors import ContextHandle, connect
 from service.context import Context
 from storage import LmdbStore
 from storage.memory import MemoryBackend
@@ -161,3 +162,14 @@ def context_name() -> str:
 def namespace() -> str:
     """A Ray namespace of this test alone."""
     return "morphz-" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def handle(
+    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
+) -> Iterator[ContextHandle]:
+    """A handle on a fresh context actor of the session cluster (its store under
+    ``tmp_path / "handle"``), shut down after the test."""
+    h = connect(context_name, store_dir=tmp_path / "handle", namespace=namespace)
+    yield h
+    h.shutdown()

@@ -33,9 +33,11 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
 
 from actors.client.replies import open_reply, raise_error
 from actors.client.transport import (
@@ -53,8 +55,6 @@ from actors.server.context_actor import MAX_SUBMIT_MANY
 from protocol.errors import MorphzError, RequestError, WireError
 from protocol.forget import ForgetReport
 from protocol.governance import (
-    MAX_AUDIT_PAGE,
-    check_page,
     check_review,
     check_scan,
 )
@@ -63,23 +63,19 @@ from protocol.receipts import Receipt
 from protocol.replies import (
     ClaimReply,
     DeliverReply,
-    EventPage,
-    EventReply,
-    FrameReply,
     HistoryEntry,
     MetaReply,
     ObserveReply,
     RecallReply,
     Reply,
     SearchReply,
-    SnapshotReply,
-    StateReply,
-    UpdateReadReply,
 )
 from protocol.tx import ContextTx
 from protocol.wire import tx_to_msgpack, unpack
 from service.observations import new_event_id
+from service.operations import Operations, operations
 from service.reads import MAX_EXPORT_PAGE
+from service.registry import Bound, Operation
 
 if TYPE_CHECKING:
     from protocol.turns import CompiledInput
@@ -91,6 +87,8 @@ __all__ = [
     "new_client_id",
 ]
 
+
+T = TypeVar("T")
 
 UPDATE_BACKOFF = RetryPolicy(attempts=8, initial=0.002, multiplier=2.0, max_delay=0.05)
 """How long :meth:`ContextHandle.update` waits before retry *n* after a conflict:
@@ -169,6 +167,12 @@ def _typed(model: type[Reply]) -> Any:
     return lambda raw: model.decode(open_reply(raw))
 
 
+@cache
+def _decoder(op: Operation[Any, T]) -> Callable[[Any], T]:
+    """The decoder of an enveloped reply of a registered operation (one per operation)."""
+    return lambda raw: op.decode(open_reply(raw))
+
+
 def _observed(raw: Any) -> list[ObserveReply]:
     return [ObserveReply.decode(item) for item in _list(raw)]
 
@@ -199,7 +203,7 @@ def _plain(kind: type) -> Any:
     return lambda raw: kind(raw)
 
 
-class ContextHandle:
+class ContextHandle(Operations):
     """A picklable handle of one context actor; pass it to other actors freely.
 
     Every method is blocking; the ``*_async`` forms are for event loops (agent
@@ -263,6 +267,18 @@ class ContextHandle:
     def actor(self) -> Any:
         """The underlying Ray actor handle (its methods answer msgpack; see the docs)."""
         return self.transport.actor
+
+    def _call(self, op: Operation[Any, T], args: BaseModel) -> Call[T]:
+        return Call(op.name, op.wire(args), _decoder(op))
+
+    def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """Send a registered operation (:mod:`service.operations`) with its checked *args*
+        to the context actor; its reply, of the type the embedded call answers."""
+        return self.transport.call(self._call(op, args))
+
+    async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """:meth:`invoke` for event loops."""
+        return await self.transport.call_async(self._call(op, args))
 
     @staticmethod
     def _observation(kind: str, text: str, session: str, event_id: str | None = None) -> list[Any]:
@@ -389,32 +405,6 @@ class ContextHandle:
 
     # -- reads ------------------------------------------------------------------
 
-    @Remote
-    def frame(self, frame_id: str) -> Call[FrameReply]:
-        """The frame (body, revision, sources, lifecycle, relations); NotFound."""
-        return Call("frame", (check_text(frame_id, "frame id"),), _typed(FrameReply))
-
-    frame_async = frame.aio
-
-    @Remote
-    def snapshot(self, frame_ids: Iterable[str]) -> Call[SnapshotReply]:
-        """One consistent read of the version and some frames; see ContextActor.snapshot."""
-        ids = [check_text(f, "frame id") for f in frame_ids]
-        return Call("snapshot", (ids,), _typed(SnapshotReply))
-
-    snapshot_async = snapshot.aio
-
-    @Remote
-    def read_for_update(self, frame_ids: Iterable[str]) -> Call[UpdateReadReply]:
-        """One consistent read of the version and some frames with their bodies (what a
-        writer bases its next transaction on); see ContextActor.read_for_update."""
-        if isinstance(frame_ids, (str, bytes)):
-            raise RequestError("frame ids must be a list, not one string", code="bad_argument")
-        ids = [check_text(f, "frame id") for f in frame_ids]
-        return Call("read_for_update", (ids,), _typed(UpdateReadReply))
-
-    read_for_update_async = read_for_update.aio
-
     def _updater(
         self,
         frame_id: str,
@@ -476,7 +466,7 @@ class ContextHandle:
         """:meth:`update` for event loops."""
         up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
         if known is None:
-            up.read(await self.read_for_update_async([frame_id]))
+            up.read(await self.read_for_update.aio([frame_id]))
         while True:
             tx, payload = self.prepare(up.tx())
             receipt = await self.submit_payload_async(payload)
@@ -484,48 +474,8 @@ class ContextHandle:
             if done is not None:
                 return up.result(receipt)
             if not up.rebased(receipt):
-                up.read(await self.read_for_update_async([frame_id]))
+                up.read(await self.read_for_update.aio([frame_id]))
             await asyncio.sleep(_retry_delay(policy, up.rejections))
-
-    @Remote
-    def state(self) -> Call[StateReply]:
-        """Version, tick, every frame, event and relation, and the sessions."""
-        return Call("state", (), _typed(StateReply))
-
-    state_async = state.aio
-
-    @Remote
-    def event(self, ref: str) -> Call[EventReply]:
-        """An event's metadata; NotFound if unknown."""
-        return Call("event", (check_text(ref, "ref"),), _typed(EventReply))
-
-    event_async = event.aio
-
-    @Remote
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> Call[EventPage]:
-        """Characters ``[offset, offset+length)`` of an event's original text (R28)."""
-        check_text(ref, "ref")
-        _integer(offset, "offset")
-        if length is not None:
-            _integer(length, "length")
-        return Call("read_event", (ref, offset, length), _typed(EventPage))
-
-    read_event_async = read_event.aio
-
-    @Remote
-    def frame_at(self, frame_id: str, version: int) -> Call[FrameReply]:
-        """The frame as it stood when *version* committed (as-of read); NotFound."""
-        args = (check_text(frame_id, "frame id"), _integer(version, "version"))
-        return Call("frame_at", args, _typed(FrameReply))
-
-    frame_at_async = frame_at.aio
-
-    @Remote
-    def history(self, frame_id: str) -> Call[list[HistoryEntry]]:
-        """Every committed write of *frame_id* (R29)."""
-        return Call("history", (check_text(frame_id, "frame id"),), _history)
-
-    history_async = history.aio
 
     @Remote
     def version(self) -> Call[int]:
@@ -540,23 +490,6 @@ class ContextHandle:
         return Call("meta", (), lambda raw: MetaReply.decode(open_reply(raw)).tick)
 
     tick_async = tick.aio
-
-    @Remote
-    def meta(self) -> Call[MetaReply]:
-        """The counters: version, tick, window, next_seq, history_keep, created, tenant, project."""
-        return Call("meta", (), _typed(MetaReply))
-
-    meta_async = meta.aio
-
-    @Remote
-    def txlog(self, version: int) -> Call[dict[str, Any]]:
-        """The log record of the transaction committed at *version*; NotFound.
-
-        A transaction submitted as text is logged with that text, as embedded.
-        """
-        return Call("txlog", (check_int(version, "version"),), _map)
-
-    txlog_async = txlog.aio
 
     def export(self, after_version: int = 0, *, page: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
         """The whole history after *after_version*, paged under the hood; see ContextActor.export.
@@ -606,15 +539,6 @@ class ContextHandle:
     record_trace_async = record_trace.aio
 
     @Remote
-    def traces(
-        self, *, frame: str | None = None, after: int = 0, limit: int = 1000
-    ) -> Call[list[dict[str, Any]]]:
-        """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
-        return Call("traces", (frame, check_int(after, "after"), limit), _list)
-
-    traces_async = traces.aio
-
-    @Remote
     def recall_observation(
         self, request: dict[str, Any], session: str = "main", cursor: str | None = None
     ) -> Call[RecallReply]:
@@ -653,18 +577,6 @@ class ContextHandle:
     inspect_search_async = inspect_search.aio
 
     # -- governance ---------------------------------------------------------------
-
-    @Remote
-    def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> Call[list[dict[str, Any]]]:
-        """Durable audit entries numbered above *after* (at most *limit*, 1 to 1000).
-
-        Denials, exports, imports and governance decisions, each with its
-        ``seq``; page on with ``after=entries[-1]["seq"]``. Needs ``admin``.
-        """
-        check_page(after, limit)
-        return Call("audit", (after, limit), _list)
-
-    audit_async = audit.aio
 
     @Remote
     def admit(self, frame_id: str | None = None) -> Call[dict[str, Any]]:
@@ -798,3 +710,21 @@ def _export_page(raw: Any) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("log"), list):
         raise WireError("malformed export page from the context actor")
     return doc
+
+
+class _AsyncForm:
+    """``handle.<operation>_async(...)``: ``handle.<operation>.aio(...)`` under the name
+    every handle method's ``async`` form has."""
+
+    def __init__(self, op: Operation[Any, Any]) -> None:
+        self.op = op
+        self.__doc__ = f":meth:`{op.name}` for event loops."
+
+    def __get__(self, obj: ContextHandle | None, owner: type) -> Any:
+        if obj is None:
+            return self
+        return Bound(self.op, obj).aio
+
+
+for _op in operations():
+    setattr(ContextHandle, _op.name + "_async", _AsyncForm(_op))

@@ -42,6 +42,7 @@ is one method here, each with its argument checks and guard.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Any
 
@@ -50,7 +51,6 @@ from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
 from protocol.errors import MorphzError, OutOfRange, RequestError, WireError
 from protocol.governance import (
-    MAX_AUDIT_PAGE,
     check_scan,
 )
 from protocol.receipts import OpError, Receipt, without_reads
@@ -65,7 +65,9 @@ from service.governance import (
     run_review,
     scan_all_observations,
 )
-from service.reads import MAX_EXPORT_PAGE, MAX_SNAPSHOT_FRAMES
+from service.operations import operations
+from service.reads import MAX_EXPORT_PAGE
+from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP
 
 MAX_SUBMIT_MANY = 1024
@@ -224,110 +226,12 @@ class ContextActor(ContextHost):
             return failed(e)
         return await self._reply(Context.deliver, ref)
 
-    # -- reads --------------------------------------------------------------
-
-    @guarded("read")
-    async def frame(self, frame_id: str) -> bytes:
-        """The frame *frame_id* as a dict; ``NotFound`` if unknown."""
-        try:
-            _text(frame_id, "frame id")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.frame, frame_id)
-
-    @guarded("read")
-    async def snapshot(self, frame_ids: list[str]) -> bytes:
-        """One consistent read: ``{"version", "tick", "frames": {id: summary | None}}``.
-
-        See :meth:`service.context.Context.snapshot`.
-        """
-        try:
-            if not isinstance(frame_ids, (list, tuple)):
-                raise RequestError("frame ids must be a list", code="bad_argument")
-            _count(len(frame_ids), "number of frames", 0, MAX_SNAPSHOT_FRAMES)
-            ids = [_text(f, "frame id") for f in frame_ids]
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.snapshot, ids)
-
-    @guarded("read")
-    async def read_for_update(self, frame_ids: list[str]) -> bytes:
-        """One consistent read of the version and some frames with their bodies: what a
-        writer bases its next transaction on. See
-        :meth:`service.context.Context.read_for_update`.
-        """
-        try:
-            if not isinstance(frame_ids, (list, tuple)):
-                raise RequestError("frame ids must be a list", code="bad_argument")
-            _count(len(frame_ids), "number of frames", 0, MAX_SNAPSHOT_FRAMES)
-            ids = [_text(f, "frame id") for f in frame_ids]
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.read_for_update, ids)
-
-    @guarded("read")
-    async def state(self) -> bytes:
-        """Version, tick, every frame, event and relation, and the sessions."""
-        return await self._reply(Context.state)
-
-    @guarded("read")
-    async def event(self, ref: str) -> bytes:
-        """An event's metadata."""
-        try:
-            _text(ref, "ref")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.event, ref)
-
-    @guarded("read")
-    async def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> bytes:
-        """A chunk of an event's original text (R28)."""
-        try:
-            _text(ref, "ref")
-            _count(offset, "offset")
-            if length is not None:
-                _count(length, "length")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.read_event, ref, offset, length)
-
-    @guarded("read")
-    async def frame_at(self, frame_id: str, version: int) -> bytes:
-        """The frame as it stood when *version* committed (as-of read); ``NotFound``."""
-        try:
-            _text(frame_id, "frame id")
-            _count(version, "version")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.frame_at, frame_id, version)
-
-    @guarded("read")
-    async def history(self, frame_id: str) -> bytes:
-        """Every committed write of *frame_id* (R29)."""
-        try:
-            _text(frame_id, "frame id")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.history, frame_id)
+    # -- reads (the registered ones are made by :func:`serve`) ---------------------
 
     @guarded("read")
     async def version(self) -> bytes:
         """The current version."""
         return await self._reply(lambda ctx: ctx.version())
-
-    @guarded("read")
-    async def meta(self) -> bytes:
-        """The context's counters: version, tick, window, next_seq, history_keep, created."""
-        return await self._reply(Context.meta)
-
-    @guarded("read")
-    async def txlog(self, version: int) -> bytes:
-        """The log record of the transaction committed at *version*."""
-        try:
-            _count(version, "version")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.txlog, version)
 
     @guarded("admin")
     async def export(self, after_version: int = 0, limit: int = MAX_EXPORT_PAGE) -> bytes:
@@ -375,18 +279,6 @@ class ContextActor(ContextHost):
         if not isinstance(trace, dict):
             return failed(RequestError("a trace is a dict", code="bad_argument"))
         return await self._reply(Context.record_trace, trace)
-
-    @guarded("read")
-    async def traces(self, frame: str | None = None, after: int = 0, limit: int = 1000) -> bytes:
-        """Model-call traces numbered above *after*; with *frame*, the calls it took part in."""
-        try:
-            if frame is not None:
-                _text(frame, "frame id")
-            _count(after, "after")
-            _count(limit, "limit")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(lambda ctx: ctx.traces(frame=frame, after=after, limit=limit))
 
     @guarded("recall")
     async def recall_observation(
@@ -464,16 +356,6 @@ class ContextActor(ContextHost):
         return ok(result.to_dict())
 
     # -- governance: audit, admission, review, quarantine -------------------------
-
-    @guarded("admin")
-    async def audit(self, after: int = 0, limit: int = MAX_AUDIT_PAGE) -> bytes:
-        """Durable audit entries numbered above *after*, at most *limit* (1 to 1000).
-
-        Denials, exports, imports and governance decisions (of callers and of the
-        background task), oldest first, each with its ``seq``; see
-        :func:`service.governance.read_audit`. Survives restarts.
-        """
-        return await self._reply(lambda ctx: ctx.audit(after, limit))
 
     @guarded("admin")
     async def admit(self, frame_id: str | None = None, capability: Any = None) -> bytes:
@@ -621,3 +503,42 @@ class ContextActor(ContextHost):
         except MorphzError as e:
             return failed(e)
         return ok({"id": plan.frame_id, "receipt": receipt})
+
+
+def serve(op: Operation[Any, Any]) -> Any:
+    """The context actor's method of a registered operation (:mod:`service.operations`).
+
+    The capability guard of the operation's permission (a denial is audited,
+    then answered), the one argument check (:meth:`~service.registry.Operation.bind`:
+    a bad argument is answered as its typed error, nothing runs), the service
+    function on the store thread with the caller (the capability's holder, this
+    actor's admission policy), and the reply envelope (:mod:`actors.client.replies`).
+    Its signature names the operation's arguments, so Ray binds calls by them.
+    """
+
+    async def method(
+        self: ContextActor, *args: Any, capability: Any = None, **kwargs: Any
+    ) -> bytes:
+        try:
+            bound = op.bind(*args, **kwargs)
+        except MorphzError as e:
+            return failed(e)
+        caller = Caller(holder=holder_of(capability), policy=self._policy)
+        return await self._reply(lambda ctx: op.run(ctx, bound, caller))
+
+    method.__name__ = method.__qualname__ = op.name
+    method.__doc__ = op.__doc__
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    method.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter("self", kind),
+            *(p.replace(kind=kind, annotation=inspect.Parameter.empty) for p in op.parameters),
+            inspect.Parameter("capability", inspect.Parameter.KEYWORD_ONLY, default=None),
+        ]
+    )
+    return guarded(op.permission)(method)
+
+
+for _op in operations():
+    if _op.remote:
+        setattr(ContextActor, _op.name, serve(_op))

@@ -339,7 +339,7 @@ class _Replay:
         spec, handle = self.spec, self.handle
         for attempt in range(1, spec.max_attempts + 1):
             try:
-                snap = await handle.snapshot_async(step.frames)
+                snap = await handle.snapshot.aio(step.frames)
             except MorphzError as e:
                 self.records.append(_record(step, attempt, error_code=e.code))
                 return

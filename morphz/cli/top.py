@@ -57,7 +57,7 @@ async def _sample_one(name: str, namespace: str, token: bytes | None) -> dict[st
             capability=token,
         )
         stats, meta, info = await asyncio.gather(
-            handle.stats_async(), handle.meta_async(), handle.describe_async()
+            handle.stats_async(), handle.meta.aio(), handle.describe_async()
         )
     except MorphzError as e:
         row["error"] = {"code": e.code, "message": e.message}

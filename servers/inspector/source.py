@@ -205,7 +205,7 @@ class HandleSource:
             item = dict(row)
             try:
                 h = (await self._handle(item["name"])).with_capability(token)
-                meta = await h.meta_async()
+                meta = await h.meta.aio()
                 item.update(version=meta.version, tick=meta.tick, window=meta.window)
             except NotFound:
                 continue
@@ -223,25 +223,25 @@ class HandleSource:
         if what == "search":
             return await h.inspect_search_async(a["query"], a.get("limit", 20))
         if what == "meta":
-            return _plain(await h.meta_async())
+            return _plain(await h.meta.aio())
         if what == "frame":
-            return _plain(await h.frame_async(a["frame"]))
+            return _plain(await h.frame.aio(a["frame"]))
         if what == "frame_at":
-            return _plain(await h.frame_at_async(a["frame"], a["version"]))
+            return _plain(await h.frame_at.aio(a["frame"], a["version"]))
         if what == "history":
-            return _plain(await h.history_async(a["frame"]))
+            return _plain(await h.history.aio(a["frame"]))
         if what == "event":
-            return _plain(await h.event_async(a["ref"]))
+            return _plain(await h.event.aio(a["ref"]))
         if what == "read_event":
-            return _plain(await h.read_event_async(a["ref"], a.get("offset", 0), a.get("length")))
+            return _plain(await h.read_event.aio(a["ref"], a.get("offset", 0), a.get("length")))
         if what == "traces":
-            return await h.traces_async(after=a.get("after", 0), limit=a.get("limit", 50))
+            return await h.traces.aio(after=a.get("after", 0), limit=a.get("limit", 50))
         if what == "pending":
             return await h.pending_async()
         if what == "audit":
-            return await h.audit_async(a.get("after", 0), a.get("limit", 100))
+            return await h.audit.aio(a.get("after", 0), a.get("limit", 100))
         if what == "metrics":
-            stats, meta = await asyncio.gather(h.stats_async(), h.meta_async())
+            stats, meta = await asyncio.gather(h.stats_async(), h.meta.aio())
             return {"time": time.time(), "version": meta.version, "tick": meta.tick, **stats}
         raise RequestError(f"no read {what[:40]!r}", code="bad_argument")
 

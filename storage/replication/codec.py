@@ -18,7 +18,7 @@ for anything else, so a corrupt or hostile payload changes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -175,6 +175,31 @@ def _record(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _int(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WireError(f"a replicated {what} is an integer, not {type(value).__name__}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise WireError(f"a replicated {what} is a string, not {type(value).__name__}")
+    return value
+
+
+R = TypeVar("R", Meta, Frame, Event)
+
+
+def _whole(cls: type[R], value: Any, what: str) -> R:
+    """The record *value* holds, refused unless it is a whole one: a record missing a
+    field would otherwise load with the field's default (nothing silently filled in)."""
+    record = _record(value, what)
+    decoded = cls.from_record(record)
+    if decoded.to_record() != record:
+        raise WireError(f"a replicated {what} record has missing or altered fields")
+    return decoded
+
+
 _CHANGESET_KEYS = frozenset(
     "meta frames events contents rel_add rel_del cites_add due_add due_del inbox_add"
     " inbox_del history audit lastmod client txlog outbox trace".split()
@@ -188,39 +213,50 @@ def _decode_changeset(doc: Any) -> Changeset:
         raise WireError(f"a replicated changeset has unknown fields {sorted(map(str, unknown))}")
     cs = Changeset()
     if "meta" in doc:
-        cs.meta = Meta.from_record(_record(doc["meta"], "meta"))
-    cs.frames = [Frame.from_record(_record(r, "frame")) for r in _list(doc, "frames")]
-    cs.events = [Event.from_record(_record(r, "event")) for r in _list(doc, "events")]
-    cs.contents = [(int(s), str(t)) for s, t in _rows(doc, "contents", 2)]
-    cs.rel_add = [(str(s), str(lb), str(o)) for s, lb, o in _rows(doc, "rel_add", 3)]
-    cs.rel_del = [(str(s), str(lb), str(o)) for s, lb, o in _rows(doc, "rel_del", 3)]
-    cs.cites_add = [(str(s), str(f)) for s, f in _rows(doc, "cites_add", 2)]
-    cs.due_add = [(int(t), str(f), int(g), int(r)) for t, f, g, r in _rows(doc, "due_add", 4)]
-    cs.due_del = [(int(t), str(f)) for t, f in _rows(doc, "due_del", 2)]
-    cs.inbox_add = [int(s) for s in _list(doc, "inbox_add")]
-    cs.inbox_del = [int(s) for s in _list(doc, "inbox_del")]
-    cs.history = [(str(f), int(v)) for f, v in _rows(doc, "history", 2)]
+        cs.meta = _whole(Meta, doc["meta"], "meta")
+    cs.frames = [_whole(Frame, r, "frame") for r in _list(doc, "frames")]
+    cs.events = [_whole(Event, r, "event") for r in _list(doc, "events")]
+    cs.contents = [(_int(s, "seq"), _str(t, "text")) for s, t in _rows(doc, "contents", 2)]
+    for name in ("rel_add", "rel_del"):
+        rows = [tuple(_str(x, "relation") for x in r) for r in _rows(doc, name, 3)]
+        setattr(cs, name, rows)
+    cites = _rows(doc, "cites_add", 2)
+    cs.cites_add = [(_str(s, "citing id"), _str(f, "cited id")) for s, f in cites]
+    cs.due_add = [
+        (_int(t, "tick"), _str(f, "frame id"), _int(g, "generation"), _int(r, "revision"))
+        for t, f, g, r in _rows(doc, "due_add", 4)
+    ]
+    cs.due_del = [(_int(t, "tick"), _str(f, "frame id")) for t, f in _rows(doc, "due_del", 2)]
+    cs.inbox_add = [_int(s, "seq") for s in _list(doc, "inbox_add")]
+    cs.inbox_del = [_int(s, "seq") for s in _list(doc, "inbox_del")]
+    cs.history = [(_str(f, "frame id"), _int(v, "version")) for f, v in _rows(doc, "history", 2)]
     cs.audit = [_record(r, "audit record") for r in _list(doc, "audit")]
     lastmod = _record(doc.get("lastmod", {}), "lastmod")
-    cs.lastmod = {str(k): int(v) for k, v in lastmod.items()}
+    cs.lastmod = {_str(k, "lastmod key"): _int(v, "version") for k, v in lastmod.items()}
     if "client" in doc:
         client_id, version, digest = _ints(doc["client"], 3, "client row")
         if not isinstance(digest, bytes):
             raise WireError("a replicated client digest is bytes")
-        cs.client = (str(client_id), int(version), digest)
+        cs.client = (_str(client_id, "client id"), _int(version, "version"), digest)
     for name in ("txlog", "outbox", "trace"):
         if name in doc:
             setattr(cs, name, _record(doc[name], name))
     return cs
 
 
+_REWRITE_KEYS = frozenset({"contents", "history", "txlog"})
+
+
 def _decode_rewrite(doc: Any) -> Rewrite:
     doc = _record(doc, "rewrite")
+    unknown = set(doc) - _REWRITE_KEYS
+    if unknown:
+        raise WireError(f"a replicated rewrite has unknown fields {sorted(map(str, unknown))}")
     history = [
-        (str(f), int(v), Frame.from_record(_record(r, "frame")))
+        (_str(f, "frame id"), _int(v, "version"), _whole(Frame, r, "frame"))
         for f, v, r in _rows(doc, "history", 3)
     ]
-    contents = [(int(s), str(t)) for s, t in _rows(doc, "contents", 2)]
+    contents = [(_int(s, "seq"), _str(t, "text")) for s, t in _rows(doc, "contents", 2)]
     txlog = [_record(r, "log record") for r in _list(doc, "txlog")]
     return Rewrite(contents=contents, history=history, txlog=txlog)
 
@@ -246,7 +282,7 @@ def decode_batch(data: bytes) -> Batch:
                 out.ops.append(_decode_changeset(payload))
             elif kind == "rewrite":
                 out.ops.append(_decode_rewrite(payload))
-            elif kind == "outbox_ack" and isinstance(payload, int) and payload >= 0:
+            elif kind == "outbox_ack" and type(payload) is int and payload >= 0:
                 out.ops.append(OutboxAck(payload))
             else:
                 raise WireError(f"unknown replicated operation {kind!r}")

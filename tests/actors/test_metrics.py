@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,15 +100,6 @@ def test_the_plain_actor_counts_commits_rejections_and_wire_errors(tmp_path: Pat
 
 
 # -- through Ray: the Prometheus endpoint -------------------------------------------------
-
-
-@pytest.fixture
-def handle(
-    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
-) -> Iterator[ContextHandle]:
-    h = connect(context_name, store_dir=tmp_path / "a", namespace=namespace)
-    yield h
-    h.shutdown()
 
 
 def _endpoint(node_id: str) -> str:

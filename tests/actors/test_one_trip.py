@@ -5,13 +5,11 @@ an update of a hot frame under concurrent writers (checked by the history checke
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actors import ContextHandle, connect
+from actors import ContextHandle
 from actors.client.updates import UpdateResult
 from harness.checker import Submission
 from harness.loadtest.checks import check_context, submissions_of
@@ -19,22 +17,12 @@ from protocol.errors import RequestError
 from protocol.forms import Symbol
 from protocol.receipts import Conflict
 from protocol.tx import ContextTx, Derive, Revise
-from tests.actors.cluster import RayCluster
 
 pytestmark = pytest.mark.ray
 
 HOT = "shared/counter"
 WRITERS = 8
 UPDATES = 6
-
-
-@pytest.fixture
-def ctx(
-    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
-) -> Iterator[ContextHandle]:
-    handle = connect(context_name, store_dir=tmp_path, namespace=namespace)
-    yield handle
-    handle.shutdown()
 
 
 def _count(frame: dict[str, Any]) -> int:
@@ -66,8 +54,8 @@ def _records(thread: str, result: UpdateResult) -> list[dict[str, Any]]:
     return out
 
 
-def test_update_loses_and_duplicates_nothing_under_eight_writers(ctx: ContextHandle) -> None:
-    assert ctx.submit(
+def test_update_loses_and_duplicates_nothing_under_eight_writers(handle: ContextHandle) -> None:
+    assert handle.submit(
         ContextTx(base_version=0, ops=(Derive(id=HOT, body=((Symbol("count"), 0),)),))
     ).committed
     reads: list[Any] = []
@@ -76,7 +64,7 @@ def test_update_loses_and_duplicates_nothing_under_eight_writers(ctx: ContextHan
         records: list[dict[str, Any]] = []
         known = None
         for _ in range(UPDATES):
-            result = await ctx.update_async(HOT, _bump, reason=f"w{k}", known=known)
+            result = await handle.update_async(HOT, _bump, reason=f"w{k}", known=known)
             assert result.committed, result.receipt
             known = result.frame
             records += _records(f"w{k}", result)
@@ -84,7 +72,7 @@ def test_update_loses_and_duplicates_nothing_under_eight_writers(ctx: ContextHan
 
     async def reader() -> None:
         for _ in range(20):
-            reads.append(await ctx.read_for_update_async([HOT]))
+            reads.append(await handle.read_for_update_async([HOT]))
 
     async def run() -> list[list[dict[str, Any]]]:
         return list(await asyncio.gather(*(writer(k) for k in range(WRITERS)), reader()))[:WRITERS]
@@ -96,46 +84,46 @@ def test_update_loses_and_duplicates_nothing_under_eight_writers(ctx: ContextHan
     # its body matches its version.
     for got in reads:
         assert _count(got.frames[HOT]) == got.version - 1
-    assert _count(ctx.frame(HOT)) == WRITERS * UPDATES
+    assert _count(handle.frame(HOT)) == WRITERS * UPDATES
     assert sum(r["outcome"] == "committed" for r in records) == WRITERS * UPDATES
     subs = submissions_of(records)
     assert all(isinstance(s, Submission) for s in subs)
-    verdict = check_context(records, ctx.export())
+    verdict = check_context(records, handle.export())
     assert verdict.ok, verdict.to_dict()
 
 
-def test_receipts_carry_the_new_state_through_the_actor(ctx: ContextHandle) -> None:
+def test_receipts_carry_the_new_state_through_the_actor(handle: ContextHandle) -> None:
     for fid in ("a", "b"):
-        base = ctx.version()
-        ctx.submit(ContextTx(base_version=base, ops=(Derive(id=fid, body=((Symbol("n"), 0),)),)))
-    base = ctx.version()
-    won = ctx.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 1),)),)))
-    lost = ctx.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 2),)),)))
+        base = handle.version()
+        handle.submit(ContextTx(base_version=base, ops=(Derive(id=fid, body=((Symbol("n"), 0),)),)))
+    base = handle.version()
+    won = handle.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 1),)),)))
+    lost = handle.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 2),)),)))
     assert not lost.committed and lost.version == won.version
     assert [(c.id, c.version, c.body) for c in lost.current] == [("a", won.version, "(n 1)")]
     assert lost.changed_since_base == (Conflict(id="a", version=won.version),)
-    rebased = ctx.submit(
+    rebased = handle.submit(
         ContextTx(base_version=base, ops=(Revise(id="b", body=((Symbol("n"), 1),)),))
     )
     assert rebased.committed and rebased.rebased and rebased.changed_since_base == ()
-    got = ctx.read_for_update(["a", "b", "nope"])
+    got = handle.read_for_update(["a", "b", "nope"])
     assert got.version == rebased.version
     assert got.frames["a"] is not None and got.frames["a"]["body"] == "(n 1)"
     assert got.frames["nope"] is None
 
 
-def test_bad_update_input_is_refused_before_any_call(ctx: ContextHandle) -> None:
-    version = ctx.version()
+def test_bad_update_input_is_refused_before_any_call(handle: ContextHandle) -> None:
+    version = handle.version()
     with pytest.raises(RequestError):
-        ctx.read_for_update("abc")
+        handle.read_for_update("abc")
     with pytest.raises(RequestError):
-        ctx.read_for_update([1])  # type: ignore[list-item]
+        handle.read_for_update([1])  # type: ignore[list-item]
     with pytest.raises(RequestError):
-        ctx.update(5, _bump)  # type: ignore[arg-type]
+        handle.update(5, _bump)  # type: ignore[arg-type]
     with pytest.raises(RequestError):
-        ctx.update("a", _bump, max_attempts=0)
+        handle.update("a", _bump, max_attempts=0)
     with pytest.raises(RequestError):
-        ctx.update("a", _bump, backoff=0.1)  # type: ignore[arg-type]
+        handle.update("a", _bump, backoff=0.1)  # type: ignore[arg-type]
     with pytest.raises(RequestError):
-        ctx.update("a", _bump, known={"version": "x"})
-    assert ctx.version() == version
+        handle.update("a", _bump, known={"version": "x"})
+    assert handle.version() == version

@@ -4,7 +4,6 @@ payloads, typed errors across the actor boundary, group commit."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,27 +28,18 @@ from tests.actors.cluster import RayCluster
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture
-def ctx(
-    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
-) -> Iterator[ContextHandle]:
-    handle = connect(context_name, store_dir=tmp_path, namespace=namespace)
-    yield handle
-    handle.shutdown()
-
-
 async def together(h: ContextHandle, *texts: str) -> list[Receipt]:
     """Submit transactions concurrently, as separate threads would."""
     return list(await asyncio.gather(*(h.submit_async(t) for t in texts)))
 
 
 def test_same_base_independent_frames_both_commit_same_frame_one_is_rejected(
-    ctx: ContextHandle,
+    handle: ContextHandle,
 ) -> None:
-    base = ctx.version()
+    base = handle.version()
     first, second = asyncio.run(
         together(
-            ctx,
+            handle,
             f"(context-tx (base-version {base}) (derive alpha (by t1)))",
             f"(context-tx (base-version {base}) (derive beta (by t2)))",
         )
@@ -58,10 +48,10 @@ def test_same_base_independent_frames_both_commit_same_frame_one_is_rejected(
     assert sorted([first.version, second.version]) == [base + 1, base + 2]
     assert sorted([first.rebased, second.rebased]) == [False, True]
 
-    base = ctx.version()
+    base = handle.version()
     a, b = asyncio.run(
         together(
-            ctx,
+            handle,
             f"(context-tx (base-version {base}) (revise alpha (by t1) (round 2)))",
             f"(context-tx (base-version {base}) (revise alpha (by t2) (round 2)))",
         )
@@ -73,30 +63,30 @@ def test_same_base_independent_frames_both_commit_same_frame_one_is_rejected(
     assert loser.conflicts == (Conflict(id="alpha", version=winner.version),)
 
     # the loser re-reads and rebuilds: now it is based on the winner's write
-    snap = ctx.snapshot(["alpha"])
+    snap = handle.snapshot(["alpha"])
     assert snap["frames"]["alpha"]["revision"] == 2
-    again = ctx.submit(
+    again = handle.submit(
         f"(context-tx (base-version {snap['version']}) (revise alpha (by t1 t2) (round 3)))"
     )
     assert again.committed and again.version == winner.version + 1
-    assert ctx.frame("alpha")["revision"] == 3
+    assert handle.frame("alpha")["revision"] == 3
 
 
 @pytest.mark.parametrize("first", ["testing", "pausing"])
 def test_seed_story_tests_passed_and_release_paused_are_both_held(
-    ctx: ContextHandle, first: str
+    handle: ContextHandle, first: str
 ) -> None:
-    ask = ctx.observe("user_message", "Ship v1 once the regression tests pass.")
-    ctx.claim()
-    start = ctx.submit(
+    ask = handle.observe("user_message", "Ship v1 once the regression tests pass.")
+    handle.claim()
+    start = handle.submit(
         f"(context-tx (base-version 0) (derive release (from {ask['ref']}) "
         "(goal ship-v1) (stage awaiting-tests)))"
     )
     assert start.committed
-    tests = ctx.observe("tool_result", "regression suite: 412 passed, 0 failed")
-    pause = ctx.observe("user_message", "Pause the release, legal wants a look.")
-    assert ctx.claim()["claimed"] == [tests["ref"], pause["ref"]]
-    base = ctx.version()
+    tests = handle.observe("tool_result", "regression suite: 412 passed, 0 failed")
+    pause = handle.observe("user_message", "Pause the release, legal wants a look.")
+    assert handle.claim()["claimed"] == [tests["ref"], pause["ref"]]
+    base = handle.version()
 
     def testing(base: int, stage: str) -> str:
         return (
@@ -114,13 +104,13 @@ def test_seed_story_tests_passed_and_release_paused_are_both_held(
     order = [testing(base, "(stage packaging)"), pausing]
     if first == "pausing":
         order.reverse()
-    winner, loser = ctx.submit(order[0]), ctx.submit(order[1])
+    winner, loser = handle.submit(order[0]), handle.submit(order[1])
     assert winner.committed and loser.status == "rejected"
     assert loser.conflicts == (Conflict(id="release", version=winner.version),)
 
     # the loser re-reads the release and writes a state that holds both facts
-    seen = ctx.frame("release")
-    base = ctx.version()
+    seen = handle.frame("release")
+    base = handle.version()
     if first == "pausing":  # the testing thread must not un-pause the release
         assert "(stage paused)" in seen["body"]
         rebuilt = testing(base, "(stage paused) (tests passed)")
@@ -132,16 +122,16 @@ def test_seed_story_tests_passed_and_release_paused_are_both_held(
             " (revise release (from pause-request) (goal ship-v1) (stage paused) (tests passed))"
             " (relate pause-request blocks release))"
         )
-    final = ctx.submit(rebuilt)
+    final = handle.submit(rebuilt)
     assert final.committed, final.errors
-    release = ctx.frame("release")
+    release = handle.frame("release")
     assert release["body"] == "(goal ship-v1) (stage paused) (tests passed)"
-    assert ctx.frame("test-result")["body"] == "(tests passed)"
+    assert handle.frame("test-result")["body"] == "(tests passed)"
     assert ["test-result", "supports", "release"] in release["relations_in"]
-    writes = [h for h in ctx.history("release") if h["op"] in ("derive", "revise")]
+    writes = [h for h in handle.history("release") if h["op"] in ("derive", "revise")]
     assert [h["revision"] for h in writes] == [1, 2, 3]
-    assert ctx.read_event(pause["ref"])["text"] == "Pause the release, legal wants a look."
-    assert ctx.event(tests["ref"])["lifecycle"] == "retired"
+    assert handle.read_event(pause["ref"])["text"] == "Pause the release, legal wants a look."
+    assert handle.event(tests["ref"])["lifecycle"] == "retired"
 
 
 HOSTILE: dict[str, Any] = {
@@ -154,37 +144,37 @@ HOSTILE: dict[str, Any] = {
 }
 
 
-def test_hostile_payloads_are_rejected_and_the_actor_stays_up(ctx: ContextHandle) -> None:
+def test_hostile_payloads_are_rejected_and_the_actor_stays_up(handle: ContextHandle) -> None:
     import ray
 
-    assert ctx.submit("(context-tx (base-version 0) (derive keep (x 1)))").committed
-    pid, version = ctx.pid(), ctx.version()
+    assert handle.submit("(context-tx (base-version 0) (derive keep (x 1)))").committed
+    pid, version = handle.pid(), handle.version()
     for name, payload in HOSTILE.items():
-        receipt = Receipt.from_dict(unpack(ray.get(ctx.actor.submit.remote(payload))))
+        receipt = Receipt.from_dict(unpack(ray.get(handle.actor.submit.remote(payload))))
         assert receipt.status == "rejected", name
         assert [(e.op, e.code) for e in receipt.errors] == [(None, "wire_error")], name
         assert receipt.version == version, name
-    assert ctx.pid() == pid and ctx.version() == version
-    assert ctx.stats()["wire_rejections"] == len(HOSTILE)
-    assert ctx.frame("keep")["body"] == "(x 1)"
-    assert ctx.submit_payload(b"").status == "rejected"
+    assert handle.pid() == pid and handle.version() == version
+    assert handle.stats()["wire_rejections"] == len(HOSTILE)
+    assert handle.frame("keep")["body"] == "(x 1)"
+    assert handle.submit_payload(b"").status == "rejected"
 
 
 def test_typed_errors_cross_the_actor_boundary(
-    ctx: ContextHandle, tmp_path: Path, namespace: str
+    handle: ContextHandle, tmp_path: Path, namespace: str
 ) -> None:
     with pytest.raises(NotFound, match="no frame"):
-        ctx.frame("nope")
+        handle.frame("nope")
     with pytest.raises(NotFound):
-        ctx.history("nope")
+        handle.history("nope")
     with pytest.raises(OutOfRange):
-        ctx.read_event("@e1", 0, 1 << 30)
+        handle.read_event("@e1", 0, 1 << 30)
     with pytest.raises(NotFound):
-        ctx.read_event("@e1")
+        handle.read_event("@e1")
     with pytest.raises(ParseError):
-        ctx.submit("(context-tx (base-version 0) (derive")
+        handle.submit("(context-tx (base-version 0) (derive")
     with pytest.raises(RequestError) as bad:
-        ctx.observe("gossip", "psst")
+        handle.observe("gossip", "psst")
     assert bad.value.code == "bad_kind"
     with pytest.raises(NotFound):
         lookup("no-such-context", namespace)
@@ -193,7 +183,7 @@ def test_typed_errors_cross_the_actor_boundary(
     made = connect("never-made", store_dir=tmp_path, namespace=namespace)  # the name is free
     made.shutdown()
     with pytest.raises(RequestError) as elsewhere:
-        connect(ctx.name, store_dir=tmp_path / "other", namespace=namespace)
+        connect(handle.name, store_dir=tmp_path / "other", namespace=namespace)
     assert elsewhere.value.code == "context_elsewhere"
     with pytest.raises(RequestError) as name:
         connect("../escape", store_dir=tmp_path, namespace=namespace)
@@ -228,55 +218,55 @@ def test_an_unreachable_actor_raises_store_error_after_the_retries(
         back.shutdown()
 
 
-def test_concurrent_submissions_are_group_committed(ctx: ContextHandle) -> None:
-    before = ctx.stats()
+def test_concurrent_submissions_are_group_committed(handle: ContextHandle) -> None:
+    before = handle.stats()
     n = 120
     texts = [f"(context-tx (base-version 0) (derive load/n{i} (i {i})))" for i in range(n)]
-    receipts = asyncio.run(together(ctx, *texts))
+    receipts = asyncio.run(together(handle, *texts))
     assert all(r.committed for r in receipts)
     assert sorted(r.version for r in receipts) == list(range(1, n + 1))
-    after = ctx.stats()
+    after = handle.stats()
     transactions = after["transactions"] - before["transactions"]
     batches = after["batches"] - before["batches"]
     assert transactions == n
     assert batches < transactions
     assert after["largest_batch"] > 1
-    same = lookup(ctx.name, ctx.namespace)
+    same = lookup(handle.name, handle.namespace)
     assert same.version() == n
 
 
 def test_model_search_and_recall_through_the_actor_record_what_they_retrieved(
-    ctx: ContextHandle,
+    handle: ContextHandle,
 ) -> None:
-    e = ctx.observe("tool_result", "production config: region=cn-shanghai")
-    ctx.claim()
-    base = ctx.version()
-    assert ctx.submit(
+    e = handle.observe("tool_result", "production config: region=cn-shanghai")
+    handle.claim()
+    base = handle.version()
+    assert handle.submit(
         f"(context-tx (base-version {base}) (derive target (from {e['ref']}) (region cn-shanghai))"
         " (derive release (from target) (goal ship)) (derive notes (from target) (region note)))"
     ).committed
-    found = ctx.search({"query": "region", "kinds": ["frame"], "limit": 5}, "main")
+    found = handle.search({"query": "region", "kinds": ["frame"], "limit": 5}, "main")
     assert sorted(found["recalled"]) == ["notes", "target"] and found["hits"] == 2
-    assert ctx.read_event(found["ref"])["text"].startswith("search 'region': 2 hits")
-    page = ctx.recall_observation(
+    assert handle.read_event(found["ref"])["text"].startswith("search 'region': 2 hits")
+    page = handle.recall_observation(
         {"frame_id": "target", "direction": "descendants", "max_nodes": 2}
     )
     assert page["recalled"] == ["target", "notes"] or page["recalled"] == ["target", "release"]
-    rest = ctx.recall_observation(
+    rest = handle.recall_observation(
         {"frame_id": "target", "direction": "descendants", "max_nodes": 2},
         "main",
         page["next_cursor"],
     )
     assert {*page["recalled"], *rest["recalled"]} == {"target", "notes", "release"}
     with pytest.raises(RequestError) as err:
-        ctx.search({"query": "region", "trust": ["quarantined"]}, "main")
+        handle.search({"query": "region", "trust": ["quarantined"]}, "main")
     assert err.value.code == "not_permitted"
     with pytest.raises(OutOfRange):
-        ctx.search({"query": "region", "limit": 10_000}, "main")
+        handle.search({"query": "region", "limit": 10_000}, "main")
 
 
 def test_text_submitted_through_the_handle_is_logged_as_embedded(
-    ctx: ContextHandle, tmp_path: Path
+    handle: ContextHandle, tmp_path: Path
 ) -> None:
     """One log shape whichever port committed: the handle parses once and ships the text."""
     from service.store import open_context
@@ -288,10 +278,10 @@ def test_text_submitted_through_the_handle_is_logged_as_embedded(
     embedded = open_context(tmp_path / "embedded", "twin")
     try:
         for i, text in enumerate(texts):
-            assert ctx.submit(text, client_id=f"c-{i}").committed
-            assert asyncio.run(ctx.submit_async(text, client_id=f"c-{i}")).duplicate
+            assert handle.submit(text, client_id=f"c-{i}").committed
+            assert asyncio.run(handle.submit_async(text, client_id=f"c-{i}")).duplicate
             assert embedded.commit(text, client_id=f"c-{i}").committed
-            remote, local = ctx.txlog(i + 1), embedded.txlog(i + 1)
+            remote, local = handle.txlog(i + 1), embedded.txlog(i + 1)
             assert remote["text"] == text and remote["tx"] is None
             assert remote.pop("time") > 0 and local.pop("time") > 0
             assert remote == local
@@ -300,11 +290,11 @@ def test_text_submitted_through_the_handle_is_logged_as_embedded(
 
 
 def test_fixed_shape_replies_are_typed_and_read_like_the_dicts_they_were(
-    ctx: ContextHandle,
+    handle: ContextHandle,
 ) -> None:
-    seen = ctx.observe("tool_result", "regression suite: 412 passed")
+    seen = handle.observe("tool_result", "regression suite: 412 passed")
     assert isinstance(seen, ObserveReply) and seen["ref"] == seen.ref == "@e1"
-    claim = ctx.claim()
+    claim = handle.claim()
     assert isinstance(claim, ClaimReply) and claim == {
         "tick": 1,
         "advanced": True,
@@ -312,12 +302,12 @@ def test_fixed_shape_replies_are_typed_and_read_like_the_dicts_they_were(
         "finalized": [],
         "version": 0,
     }
-    assert ctx.submit("(context-tx (base-version 0) (derive r (from @e1) (ok)))").committed
-    frame = ctx.frame("r")
+    assert handle.submit("(context-tx (base-version 0) (derive r (from @e1) (ok)))").committed
+    frame = handle.frame("r")
     assert isinstance(frame, FrameReply) and frame.sources == frame["sources"] == ["@e1"]
     assert "as_of" not in frame and frame.get("due_tick") is None
-    page = asyncio.run(ctx.read_event_async("@e1", 0, 10))
+    page = asyncio.run(handle.read_event_async("@e1", 0, 10))
     assert isinstance(page, EventPage) and page.text == "regression" and page["more"]
-    state = ctx.state()
+    state = handle.state()
     assert isinstance(state, StateReply) and [f["id"] for f in state.frames] == ["r"]
-    assert ctx.meta()["version"] == ctx.snapshot(["r"])["version"] == 1
+    assert handle.meta()["version"] == handle.snapshot(["r"])["version"] == 1

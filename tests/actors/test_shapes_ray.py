@@ -9,23 +9,13 @@ from typing import Any
 
 import pytest
 
-from actors import ContextHandle, connect
+from actors import ContextHandle
 from protocol.errors import MorphzError
 from service.context import Context
 from service.store import open_context
-from tests.actors.cluster import RayCluster
 from tests.service.test_shapes import check_types, normalise, script
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture
-def handle(
-    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
-) -> Iterator[ContextHandle]:
-    h = connect(context_name, store_dir=tmp_path / "ray", namespace=namespace)
-    yield h
-    h.shutdown()
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from actors.client.replies import open_reply
 from actors.server.context_actor import ContextActor
@@ -38,22 +38,16 @@ from harness.loadtest import (
 )
 from protocol.errors import MorphzError, NotFound, RequestError
 from protocol.wire import unpack
+from service.registry import Operation
 from tests.actors.cluster import RayCluster
 from tests.actors.local import LocalHandle
+from tests.trajectories import SAMPLE
 
 _SCRIPT = Path(sys.executable).with_name("morphz")
 MORPHZ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "morphz.cli"]
-# The STATE-Bench training trajectories: $MORPHZ_TRAJECTORIES, else beside the checkout.
-# Only the tests look there; the load test itself is always told where they are.
-TRAJECTORIES = Path(
-    os.environ.get(TRAJECTORIES_ENV)
-    or Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "data"
-    / "state-bench"
-    / "train_task_trajectories"
-)
-HAVE_TRAJECTORIES = TRAJECTORIES.is_dir()
+# The STATE-Bench sample the repository ships; the load test itself is always told where
+# the trajectories are.
+TRAJECTORIES = SAMPLE
 
 
 # -- without Ray ----------------------------------------------------------------
@@ -95,9 +89,9 @@ class _Handle(LocalHandle):
 
     loop: asyncio.AbstractEventLoop | None = None
 
-    async def snapshot_async(self, frame_ids: Iterable[str]) -> dict[str, Any]:
+    async def invoke_async(self, op: Operation[Any, Any], args: BaseModel) -> Any:
         self.loop = asyncio.get_running_loop()
-        return await super().snapshot_async(frame_ids)
+        return await super().invoke_async(op, args)
 
     def deliver(self, ref: str) -> dict[str, Any]:
         assert self.loop is not None
@@ -141,9 +135,6 @@ def test_the_check_passes_a_real_history_and_fails_a_doctored_one(tmp_path: Path
     assert "unjustified_conflict" in check_context([*records, bogus], export).kinds()
 
 
-@pytest.mark.skipif(
-    not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
-)
 def test_conversations_load_domains_interleaved() -> None:
     convs = load_conversations(TRAJECTORIES, limit=6)
     assert len(convs) == 6
@@ -322,9 +313,6 @@ def test_killed_contexts_lose_no_acknowledged_commit(
 
 
 @pytest.mark.ray
-@pytest.mark.skipif(
-    not HAVE_TRAJECTORIES, reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
-)
 def test_trajectories_replay_three_conversations(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str
 ) -> None:

@@ -11,7 +11,6 @@ a two-conversation set built here (real LMDB contexts, real SQLite FTS5).
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from collections import Counter
@@ -28,20 +27,16 @@ if str(BENCHMARKS) not in sys.path:
 
 import search_eval  # noqa: E402
 
+from tests.trajectories import full_trajectories  # noqa: E402
+
 DEV = BENCHMARKS / "search_dev"
-# The STATE-Bench training trajectories: $MORPHZ_TRAJECTORIES, else beside the checkout.
-TRAJECTORIES = Path(
-    os.environ.get(TRAJECTORIES_ENV)
-    or Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "data"
-    / "state-bench"
-    / "train_task_trajectories"
-)
-needs_trajectories = pytest.mark.skipif(
-    not TRAJECTORIES.is_dir(), reason="no STATE-Bench trajectories (set MORPHZ_TRAJECTORIES)"
-)
 CJK = re.compile("[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def trajectories() -> Path:
+    """The whole STATE-Bench training set (the dev set's pools span every trajectory)."""
+    return full_trajectories()
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +120,10 @@ def test_the_readme_states_the_licence_and_how_it_was_judged() -> None:
     assert "judged" in text and "split" in text
 
 
-@needs_trajectories
 def test_every_judged_turn_exists_in_the_trajectories(
-    questions: list[search_eval.Question],
+    questions: list[search_eval.Question], trajectories: Path
 ) -> None:
-    docs, of = search_eval.scopes(questions, TRAJECTORIES, DEV)
+    docs, of = search_eval.scopes(questions, trajectories, DEV)
     for q in questions:
         ids = {d.id for d in docs[of["conversation"][q.id]]}
         assert set(q.turns) <= ids, (q.id, sorted(set(q.turns) - ids))
@@ -137,14 +131,13 @@ def test_every_judged_turn_exists_in_the_trajectories(
         assert set(q.turns) <= pool
 
 
-@needs_trajectories
-def test_translations_cover_every_message_of_their_source() -> None:
+def test_translations_cover_every_message_of_their_source(trajectories: Path) -> None:
     for lang in ("zh", "mixed"):
         by_conv: dict[str, set[int]] = {}
         for row in _corpus(lang):
             by_conv.setdefault(row["source"], set()).add(row["turn"])
         for source, turns in by_conv.items():
-            messages = json.loads((TRAJECTORIES / f"{source}.json").read_text("utf-8"))
+            messages = json.loads((trajectories / f"{source}.json").read_text("utf-8"))
             have = {
                 i
                 for i, m in enumerate(messages["conversation"])

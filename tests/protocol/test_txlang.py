@@ -536,7 +536,12 @@ def _wrap(inner: Any, levels: list[tuple[list[Any], list[Any]]]) -> Any:
 
 
 def _clean(form: Any) -> bool:
-    return misplaced_form("derive", "a", ((S("note"), form),), has_sources=False) is None
+    """Content both nested in a form and directly in a body (where a list headed by an
+    operation name is reserved too)."""
+    return all(
+        misplaced_form("derive", "a", body, has_sources=False) is None
+        for body in (((S("note"), form),), ((S("k"), S("v")), form))
+    )
 
 
 _clean_forms = forms(8).filter(_clean)

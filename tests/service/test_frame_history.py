@@ -106,3 +106,64 @@ def test_an_mcp_tool_made_from_the_registry(ctx: Context) -> None:
         ctx.tick(),
     )
     assert missing.is_error and missing.structured_content["error"]["code"] == "not_found"
+
+
+@pytest.fixture
+def handle(ray_cluster: Any, tmp_path: Path, context_name: str, namespace: str) -> Any:
+    from actors import connect
+
+    h = connect(context_name, store_dir=tmp_path / "ray", namespace=namespace)
+    yield h
+    h.shutdown()
+
+
+@pytest.mark.ray
+def test_the_same_on_the_ray_handle_blocking_and_async(handle: Any) -> None:
+    started = story(handle)
+    revisions = handle.frame_history("plan")
+    check_revisions(revisions, started, handle.tick())
+    assert anyio.run(handle.frame_history.aio, "plan") == revisions
+    assert anyio.run(handle.frame_history_async, "plan") == revisions
+    with pytest.raises(NotFound):
+        handle.frame_history("nope")
+    with pytest.raises(OutOfRange):
+        handle.frame_history("x" * 5000)
+
+
+@pytest.mark.ray
+def test_an_http_route_made_from_the_registry(handle: Any) -> None:
+    from fastapi.testclient import TestClient
+
+    from servers.http_api import create_app
+
+    class One:
+        enforced = False
+
+        def handle(self, name: str) -> Any:
+            if name != handle.name:
+                raise NotFound(f"no context {name!r}")
+            return handle
+
+    started = story(handle)
+    with TestClient(create_app(One())) as client:  # type: ignore[arg-type]
+        base = f"/v1/contexts/{handle.name}/frames"
+        ok = client.get(f"{base}/plan/revisions")
+        missing = client.get(f"{base}/nope/revisions")
+        too_long = client.get(f"{base}/{'x' * 5000}/revisions")
+        unknown = client.get(f"{base}/plan/revisions", params={"depth": 2})
+        schema = client.get("/openapi.json").json()
+    assert ok.status_code == 200, ok.text
+    check_revisions(
+        [FrameRevision.model_validate(r) for r in ok.json()["revisions"]], started, handle.tick()
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert too_long.status_code == 422 and too_long.json()["error"]["code"] == "out_of_range"
+    assert unknown.status_code == 422 and unknown.json()["error"]["code"] == "bad_argument"
+    entry = schema["paths"]["/v1/contexts/{context}/frames/{frame_id}/revisions"]["get"]
+    assert [(p["name"], p["in"]) for p in entry["parameters"]] == [
+        ("context", "path"),
+        ("frame_id", "path"),
+    ]
+    assert {"200", "404", "422"} <= set(entry["responses"])
+    error = entry["responses"]["404"]["content"]["application/json"]["schema"]
+    assert error["$ref"].endswith("/ErrorReply")

@@ -73,8 +73,8 @@ def test_the_one_argument_check(tmp_path: Path) -> None:
                 call()
             assert info.value.code == code
         assert ctx.state() == before
-        # Tuples and generators are lists; the reply is the same.
-        assert ctx.snapshot(("a", "b")) == ctx.snapshot(f for f in ["a", "b"])
+        # A tuple is a sequence as a list is; the reply is the same.
+        assert ctx.snapshot(("a", "b")) == ctx.snapshot(["a", "b"])
         assert ctx.read_event(ref, 1, 3).text == "ell"
     finally:
         ctx.close()

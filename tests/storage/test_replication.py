@@ -7,12 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import MorphzError, RequestError, StoreError, WireError
-from protocol.view import ReadView
+from protocol.forget import Rewrite
+from protocol.view import Changeset, ReadView
 from service.context import Context
 from storage import LmdbStore
 from storage.replication import (
@@ -28,6 +30,7 @@ from storage.replication import (
     snapshot,
     store_state,
 )
+from storage.replication.codec import FORMAT, OutboxAck, encode_op
 from storage.replication.fence import HELD_PREFIX, STATE_KEY
 
 TABLES_COMPARED = (
@@ -132,17 +135,127 @@ def test_a_follower_applying_every_batch_holds_the_primarys_store(
         p.close()
 
 
+def _without_empty(payload: Any) -> Any:
+    """An operation's payload without the fields that say nothing (an empty list or
+    ``lastmod``): the encoder leaves them out, and leaving them out changes nothing."""
+    if not isinstance(payload, dict):
+        return payload
+    return {k: v for k, v in payload.items() if v != [] and not (k == "lastmod" and v == {})}
+
+
+KINDS = {Changeset: "apply", Rewrite: "rewrite", OutboxAck: "outbox_ack"}
+
+
+def assert_refused_or_faithful(data: bytes) -> bool:
+    """*data* is refused with WireError, or decodes into exactly the batch it holds:
+    the same counters, one operation per operation of the bytes, of the same kind, each
+    holding what the bytes hold (nothing dropped, coerced or added). True if it decoded."""
+    try:
+        batch = decode_batch(data)
+    except WireError:
+        return False
+    body = msgpack.unpackb(data[1:], raw=False, strict_map_key=False)
+    header = [batch.epoch, batch.seq, batch.version, batch.acked]
+    assert [type(n) for n in header] == [int] * 4 and header == body[:4]
+    assert len(batch.ops) == len(body[4])
+    for op, (kind, payload) in zip(batch.ops, body[4], strict=True):
+        assert KINDS[type(op)] == kind
+        again = msgpack.unpackb(encode_op(op), raw=False, strict_map_key=False)[1]
+        assert _without_empty(again) == _without_empty(payload), kind
+    return True
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=200))
 def test_random_bytes_never_decode_into_a_batch_silently(data: bytes) -> None:
+    assert_refused_or_faithful(data)
+    assert_refused_or_faithful(bytes([FORMAT]) + data)
+
+
+@pytest.fixture(scope="module")
+def real_batches(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+    """The batches a primary shipped for a little of everything (observations, claims,
+    derives, revisions, relations)."""
+    p = Pair(tmp_path_factory.mktemp("real"))
     try:
-        decode_batch(data)
-    except WireError:
-        pass
-    try:
-        decode_batch(b"\x01" + data)
-    except WireError:
-        pass
+        ctx = Context(p.store, name="c")
+        _work(ctx, [("observe", 1), ("derive", 1), ("derive", 2), ("relate", 1)])
+        _work(ctx, [("claim", 0), ("revise", 2), ("observe", 3)])
+        ctx.forget("@e1", reason="leak")
+        p.store.outbox_ack(p.store.outbox_last())
+        return list(p.batches)
+    finally:
+        p.close()
+
+
+# What a hostile or corrupt sender might put where a value belongs.
+WRONG_VALUES: list[Any] = [None, True, -1, 2**64 - 1, 1.5, "x", b"x", [], [1], {}, {"x": 1}]
+
+Place = tuple[Any, ...]
+
+
+def _paths(value: Any, path: Place = ()) -> list[Place]:
+    """Every place in a decoded msgpack document: list indexes and map keys, depth first."""
+    places = [path]
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            places += _paths(item, (*path, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            places += _paths(item, (*path, key))
+    return places
+
+
+def _damaged(value: Any, path: Place, how: Any) -> Any:
+    """A copy of *value* with the place *path* replaced by *how*, or dropped (``"drop"``),
+    doubled (``"double"``, in a list) or given an unknown sibling field (``"unknown"``)."""
+    if not path:
+        return how
+    head, rest = path[0], path[1:]
+    if isinstance(value, list):
+        out = list(value)
+        if not rest and how == "drop":
+            del out[head]
+        elif not rest and how == "double":
+            out.insert(head, out[head])
+        else:
+            out[head] = _damaged(value[head], rest, how)
+        return out
+    out_map = dict(value)
+    if not rest and how == "drop":
+        del out_map[head]
+    elif not rest and how == "unknown":
+        out_map["unknown_field"] = 1
+    else:
+        out_map[head] = _damaged(value[head], rest, how)
+    return out_map
+
+
+def test_every_damage_to_a_real_batch_is_refused_or_decoded_faithfully(
+    real_batches: list[bytes],
+) -> None:
+    """Each place of each real batch, in turn: replaced by a value of a wrong type, dropped,
+    doubled or given an unknown sibling. Every result is refused or decodes into exactly
+    what its bytes hold; none is lost silently."""
+    refused = decoded = 0
+    for original in real_batches:
+        assert assert_refused_or_faithful(original)  # the undamaged batch decodes
+        body = msgpack.unpackb(original[1:], raw=False, strict_map_key=False)
+        for path in _paths(body)[1:]:
+            for how in [*WRONG_VALUES, "drop", "double", "unknown"]:
+                if how in ("double",) and not isinstance(path[-1], int):
+                    continue
+                damaged = msgpack.packb(_damaged(body, path, how), use_bin_type=True)
+                if assert_refused_or_faithful(bytes([FORMAT]) + damaged):
+                    decoded += 1
+                else:
+                    refused += 1
+    assert refused > 0 and decoded > 0  # both outcomes were exercised
+
+
+def test_the_damage_reaches_every_kind_of_operation(real_batches: list[bytes]) -> None:
+    kinds = {op[0] for b in real_batches for op in msgpack.unpackb(b[1:], raw=False)[4]}
+    assert kinds == {"apply", "rewrite", "outbox_ack"}
 
 
 def test_malformed_batches_are_refused_and_change_nothing(pair: Pair) -> None:

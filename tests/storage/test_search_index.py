@@ -18,14 +18,9 @@ import storage.search.ranking as ranking_module
 from protocol.errors import OutOfRange, RequestError
 from storage.search import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
 from tests.storage.contexts import ContextSetup
+from tests.trajectories import SAMPLE
 
-STATE_BENCH = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "data"
-    / "state-bench"
-    / "train_task_trajectories"
-)
+STATE_BENCH = SAMPLE
 
 SHANGHAI_EVENT = "生产配置确认部署地区为上海 cn-shanghai"
 SEED_TX = """(context-tx
@@ -387,7 +382,6 @@ def _conversations(limit: int) -> list[tuple[str, list[dict[str, Any]]]]:
     return [(f.stem, json.loads(f.read_text(encoding="utf-8"))["conversation"]) for f in files]
 
 
-@pytest.mark.skipif(not STATE_BENCH.is_dir(), reason="STATE-Bench trajectories not present")
 def test_state_bench_conversations(s: Setup) -> None:
     owner: dict[str, str] = {}
     for name, messages in _conversations(6):
