@@ -390,12 +390,16 @@ class DenseScan:
     name = "dense-scan"
 
     def __init__(self, embedder: CachedEmbedder, docs: dict[str, list[Doc]]) -> None:
-        from storage.vectors.format import MAX_EMBED_CHARS
+        import numpy as np
+
+        from storage.vectors.documents import chunks, pooled
 
         self.embedder = embedder
         self.ids = {s: [d.id for d in ds] for s, ds in docs.items()}
+        # As the vector index embeds: chunks of a long text pooled into one vector.
         self.matrix = {
-            s: embedder.matrix([d.text[:MAX_EMBED_CHARS] for d in ds]) for s, ds in docs.items()
+            s: np.stack([pooled(list(embedder.matrix(chunks(d.text)))) for d in ds])
+            for s, ds in docs.items()
         }
 
     def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:

@@ -25,7 +25,7 @@ actor) and leaves the version unchanged. See ``docs/forget.md``.
 
 from __future__ import annotations
 
-import hashlib
+import hmac
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -43,9 +43,10 @@ MAX_REASON = 512
 """Longest reason accepted, in characters (what the audit log keeps)."""
 MAX_BY = 256
 """Longest name of whoever forgets, in characters."""
-DIGEST_PREFIX = "sha256:"
+DIGEST_PREFIX = "hmac-sha256:"
+"""The prefix of a tombstone's digest: keyed (HMAC-SHA256 under the context's erasure key)."""
 
-_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}\Z")
+_DIGEST_RE = re.compile(r"(?:hmac-sha256|sha256):[0-9a-f]{64}\Z")  # sha256: before keying
 
 
 class ForgetReport(Reply):
@@ -149,9 +150,19 @@ def check_by(by: object) -> str:
     return by
 
 
-def content_digest(text: str) -> str:
-    """The digest a tombstone keeps of erased text: ``sha256:`` and the hex SHA-256 of its UTF-8."""
-    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+def content_digest(key: bytes, text: str) -> str:
+    """The digest a tombstone keeps of erased text: ``hmac-sha256:`` and the hex HMAC-SHA256
+    of its UTF-8 under the context's erasure *key*.
+
+    Keyed, so nobody can test a guess (a phone number, a short secret) against a
+    tombstone without the key, which lives outside the store and can be destroyed
+    (:func:`storage.keys.destroy_erasure_key`); a plain hash of short text is found by
+    trying every candidate. With the key, the holder can still check that a text
+    was the one erased.
+    """
+    return (
+        DIGEST_PREFIX + hmac.new(key, text.encode("utf-8", "surrogatepass"), "sha256").hexdigest()
+    )
 
 
 def body_text(body: tuple[Form, ...]) -> str:

@@ -252,12 +252,17 @@ class ActorResolver:
         return handle
 
     def _check_admin(self, name: str, capability: bytes | None) -> None:
-        from actors.server.guard import grant_key
+        from actors.server.guard import grant_public_keys, revoked_tokens
         from protocol import capabilities
 
         if capability is None:
             raise PermissionDenied("creating a context needs a capability")
-        cap = capabilities.verify(capability, grant_key(self.store_dir), now=time.time())
+        cap = capabilities.verify(
+            capability,
+            grant_public_keys(self.store_dir),
+            now=time.time(),
+            revoked=revoked_tokens(self.store_dir),
+        )
         if self.tenant is None or not capabilities.allows(cap, self.tenant, name, "admin"):
             raise PermissionDenied(f"the capability does not grant admin on {name!r}")
 

@@ -38,7 +38,7 @@ from protocol.forget import (
     tombstone_frame,
 )
 from protocol.ids import is_event_id, is_event_ref, is_frame_id
-from protocol.state import Event, Frame
+from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, WriteView
 from storage.backend import Backend
 
@@ -63,8 +63,31 @@ def _duplicate(kind: str, target: str, rid: str, stone: Tombstone, version: int)
     )
 
 
+def erasure_key_of(meta: Meta) -> bytes:
+    """The erasure key of the context *meta* describes (kept apart from the store)."""
+    from storage.keys import context_key_id, erasure_key
+
+    return erasure_key(context_key_id(meta.tenant, meta.project, meta.created))
+
+
+def destroy_erasure_key(backend: Backend) -> bool:
+    """Destroy the erasure key of the context in *backend*: the digests its tombstones
+    keep can no longer be checked against any text. True if there was a key."""
+    from storage.keys import context_key_id
+    from storage.keys import destroy_erasure_key as destroy
+
+    meta = backend.read(lambda v: v.meta())
+    return destroy(context_key_id(meta.tenant, meta.project, meta.created))
+
+
 def _carriers(
-    w: WriteView, stone: Tombstone, target: str, *, frame_id: str | None, ref: str | None
+    w: WriteView,
+    stone: Tombstone,
+    target: str,
+    key: bytes,
+    *,
+    frame_id: str | None,
+    ref: str | None,
 ) -> list[tuple[Event, str]]:
     """The recall results that carried the content, forgotten: ``(record, tombstone text)``."""
     found: list[tuple[Event, str]] = []
@@ -74,7 +97,7 @@ def _carriers(
         text = w.event_content(e.seq) or ""
         if carries(e, text, frame_id=frame_id, ref=ref):
             why = f"carried forgotten {target}: {stone.reason}"[:MAX_REASON]
-            digest = content_digest(text)
+            digest = content_digest(key, text)
             found.append(tombstone_event(e, Tombstone(digest, stone.by, stone.at, why)))
     return found
 
@@ -109,7 +132,9 @@ def forget(
     def run(w: WriteView) -> ForgetReport:
         if not isinstance(w, RewriteView):
             raise StoreError("this store cannot rewrite records, so it cannot forget")
-        version = w.meta().version
+        meta = w.meta()
+        version = meta.version
+        key = erasure_key_of(meta)
         rw = Rewrite()
         cs = Changeset()
         if is_event_ref(target) or is_event_id(target):
@@ -117,13 +142,15 @@ def forget(
             old = event_tombstone(e)
             if old is not None:
                 return _duplicate("event", e.ref, e.id, old, version)
-            stone = Tombstone(content_digest(w.event_content(e.seq) or ""), who, now, why)
+            stone = Tombstone(content_digest(key, w.event_content(e.seq) or ""), who, now, why)
             kind, ref, rid = "event", e.ref, e.id
             new, text = tombstone_event(e, stone)
             cs.events.append(new)
             rw.contents.append((e.seq, text))
             carried = [
-                c for c in _carriers(w, stone, ref, frame_id=None, ref=ref) if c[0].seq != e.seq
+                c
+                for c in _carriers(w, stone, ref, key, frame_id=None, ref=ref)
+                if c[0].seq != e.seq
             ]
         else:
             f: Frame | None = w.frame(target) if is_frame_id(target) else None
@@ -134,7 +161,7 @@ def forget(
             old = frame_tombstone(f)
             if old is not None:
                 return _duplicate("frame", f.id, f.id, old, version)
-            stone = Tombstone(content_digest(body_text(f.body)), who, now, why)
+            stone = Tombstone(content_digest(key, body_text(f.body)), who, now, why)
             kind, ref, rid = "frame", f.id, f.id
             body = frame_tombstone_body(stone.digest)
             cs.frames.append(tombstone_frame(f, stone))
@@ -146,7 +173,7 @@ def forget(
                 redacted = None if record is None else redact_log_record(record, f.id, body)
                 if redacted is not None:
                     rw.txlog.append(redacted)
-            carried = _carriers(w, stone, ref, frame_id=f.id, ref=None)
+            carried = _carriers(w, stone, ref, key, frame_id=f.id, ref=None)
         for e2, text2 in carried:
             cs.events.append(e2)
             rw.contents.append((e2.seq, text2))

@@ -22,9 +22,11 @@ from typing import Any, Protocol
 
 from protocol.errors import RequestError
 from protocol.governance import (
+    MAX_AUDIT_PAGE,
     QUARANTINE_REVIEWER,
     WORKER,
     AdmissionPolicy,
+    ChainReport,
     Decision,
     DefaultPolicy,
     Finding,
@@ -48,6 +50,7 @@ from protocol.governance import (
     review_in,
     scan_in,
     scan_observations,
+    verify_chain,
 )
 from protocol.view import Changeset
 from storage.backend import Backend
@@ -86,6 +89,22 @@ def read_audit(store: AuditStore, after: int = 0, limit: int = 100) -> list[dict
     """
     after, limit = check_page(after, limit)
     return [{"seq": n, **rec} for n, rec in store.audit_read(after, limit)]
+
+
+def verify_audit(
+    store: AuditStore, keys: Sequence[bytes], anchor: tuple[int, str] | None = None
+) -> ChainReport:
+    """Check the audit chain of *store* under *keys* (:func:`~protocol.governance.verify_chain`),
+    and that it reaches *anchor* (a ``(seq, mac)`` head exported earlier), reading every row."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    after = 0
+    while True:
+        page = store.audit_read(after, MAX_AUDIT_PAGE)
+        rows.extend(page)
+        if len(page) < MAX_AUDIT_PAGE:
+            break
+        after = page[-1][0]
+    return verify_chain(rows, keys, anchor=anchor)
 
 
 def record_audit(store: Backend, records: Sequence[Mapping[str, Any]]) -> None:

@@ -25,6 +25,7 @@ from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
 from storage.backend import OPTIONAL_TABLES, TABLES
+from storage.keys import audit_key
 
 T = TypeVar("T")
 
@@ -271,7 +272,7 @@ class _MemoryView:
             t["outbox"].put(last + 1, None, _pack(changes.outbox))
             t["meta"].put("outbox", None, last + 1)
         if changes.audit:
-            append_audit(_AuditRows(t), changes.audit, now=time.time())
+            append_audit(_AuditRows(t), changes.audit, now=time.time(), key=audit_key())
 
     def rewrite(self, rw: Rewrite) -> None:
         """Overwrite records in place (forgetting, :mod:`protocol.forget`): an event's text

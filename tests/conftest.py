@@ -109,9 +109,10 @@ def _effects(obj: object, seen: set[int]) -> set[str]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by what they use: ``ray`` for the session cluster (directly or through
-    another fixture), ``subprocess`` for a child process, ``slow`` for a SIGKILL test.
+    another fixture), ``subprocess`` for a child process, ``kills`` for a test that sends
+    SIGKILL. ``slow`` (long-running) is written by hand on the tests it fits.
 
-    The fast loop (``./dev check``) deselects all three."""
+    The fast loop (``./dev check``) deselects all four."""
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
@@ -123,8 +124,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 effects |= _effects(fixturedef.func, set())
         if "subprocess" in effects and item.get_closest_marker("subprocess") is None:
             item.add_marker(pytest.mark.subprocess)
-        if "kill" in effects and item.get_closest_marker("slow") is None:
-            item.add_marker(pytest.mark.slow)
+        if "kill" in effects and item.get_closest_marker("kills") is None:
+            item.add_marker(pytest.mark.kills)
         if item.get_closest_marker("ray") is not None:
             for spec in RAY_WARNINGS:
                 item.add_marker(pytest.mark.filterwarnings(spec))

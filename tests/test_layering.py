@@ -7,8 +7,8 @@ Every rule is a function over a directory tree that returns its violations as
 fake trees that break one rule each (``test_each_rule_catches_its_violation``): a rule
 that cannot fail is not enforced.
 
-- protocol is pure: besides itself it imports only pydantic, pydantic_core, msgpack and
-  the pure standard library (no threads, clocks, ``os``, randomness, processes, sockets,
+- protocol is pure: besides itself it imports only pydantic, pydantic_core, msgpack,
+  cryptography (Ed25519 signatures: deterministic computation) and the pure standard library (no threads, clocks, ``os``, randomness, processes, sockets,
   files), and calls no clock or randomness function: time and ids are passed in;
 - storage never builds the application object (no service), no port, no Ray, and talks
   to no outside service (no HTTP client, no model runtime: those are adapters);
@@ -87,7 +87,9 @@ def _layer(project: str, third_party: str | None, **kw: frozenset[str]) -> Layer
 
 
 LAYERS: dict[str, Layer] = {
-    "protocol": _layer("protocol", "pydantic pydantic_core msgpack", banned_stdlib=IMPURE_STDLIB),
+    "protocol": _layer(
+        "protocol", "pydantic pydantic_core msgpack cryptography", banned_stdlib=IMPURE_STDLIB
+    ),
     "storage": _layer("protocol storage", "lmdb msgpack icu4py Stemmer numpy usearch"),
     "adapters": _layer(
         "protocol storage adapters",

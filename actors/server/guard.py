@@ -5,11 +5,14 @@
   ``enforce`` is sticky: once on, a context is always served with enforcement).
   :func:`settle_scope` refuses a later open that names another tenant or
   project (``RequestError`` code ``scope_mismatch``).
-- **Grant key.** The HMAC key that signs capabilities (see
-  :mod:`protocol.capabilities`): ``MORPHZ_GRANT_KEY`` (at least 16 bytes) when set,
-  else ``<store_dir>/.grant-key``, created once with mode 0600. Every context
-  actor of a cluster must see the same key: set the variable, or share the
-  store directory.
+- **Grant keys.** Capabilities are signed with Ed25519 (see
+  :mod:`protocol.capabilities`). The *signing* key stays with whoever issues
+  tokens (:func:`grant_key`: ``$MORPHZ_GRANT_SIGNING_KEY_FILE``, else
+  ``~/.config/morphz/grant-signing.key``), never on a cluster node; actors verify
+  with *public* keys only (:func:`grant_public_keys`: ``$MORPHZ_GRANT_PUBLIC_KEYS``
+  and ``<store_dir>/.grant-public-keys``) and refuse revoked token ids
+  (:func:`revoke_token`, ``<store_dir>/.grant-revoked``, re-read when it changes).
+  Export packages are sealed with a separate symmetric key (:func:`package_key`).
 - **Sharing.** :func:`export_frame` and :func:`import_frame` copy one frame
   from a context to another explicitly: read on the source, admin on the
   destination, a sealed package in between, an audit entry in both actors,
@@ -39,15 +42,21 @@ from actors.server.metrics import NO_METRICS, ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import MorphzError, RequestError
-from protocol.governance import audit_entry
+from protocol.governance import MAX_AUDIT_TEXT, audit_entry, printable
 from storage import context_path
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
 
-KEY_ENV = "MORPHZ_GRANT_KEY"
-"""Environment variable holding the cluster's grant key (text, at least 16 bytes)."""
-KEY_FILE = ".grant-key"
+SIGNING_KEY_ENV = "MORPHZ_GRANT_SIGNING_KEY_FILE"
+"""Environment variable naming the grant signing key file (issuers only)."""
+PUBLIC_KEYS_ENV = "MORPHZ_GRANT_PUBLIC_KEYS"
+"""Environment variable holding the public keys actors verify tokens with (hex, commas)."""
+PUBLIC_FILE = ".grant-public-keys"
+REVOKED_FILE = ".grant-revoked"
+PACKAGE_KEY_ENV = "MORPHZ_PACKAGE_KEY"
+"""Environment variable holding the key that seals export packages (at least 16 bytes)."""
+PACKAGE_FILE = ".package-key"
 SCOPE_FILE = "scope.json"
 DEFAULT_TENANT = "default"
 DEFAULT_PROJECT = "default"
@@ -56,18 +65,97 @@ MAX_VERIFIED = 1024
 """Most verified capability tokens one guard caches (expiry is still checked per call)."""
 
 
+def signing_key_path() -> Path:
+    """Where the grant signing key lives: ``$MORPHZ_GRANT_SIGNING_KEY_FILE``, else
+    ``<key dir>/grant-signing.key`` (:func:`storage.keys.key_dir`). Keep it on the machine
+    that issues tokens, never on a cluster node."""
+    from storage.keys import key_dir
+
+    named = os.environ.get(SIGNING_KEY_ENV)
+    return Path(named) if named else key_dir() / "grant-signing.key"
+
+
 def grant_key(store_dir: str | os.PathLike[str]) -> bytes:
-    """The grant key: ``$MORPHZ_GRANT_KEY``, else ``<store_dir>/.grant-key`` (made once, 0600)."""
-    env = os.environ.get(KEY_ENV)
+    """The grant *signing* key (an Ed25519 seed), read or made once; for issuing tokens.
+
+    Its public key is published to *store_dir* (:func:`publish_public_key`) so the
+    context actors serving that store verify what it signs. The actors themselves
+    never call this: they hold public keys only.
+    """
+    from storage.keys import key_at
+
+    seed = key_at(signing_key_path())
+    publish_public_key(store_dir, capabilities.public_key(seed))
+    return seed
+
+
+def publish_public_key(store_dir: str | os.PathLike[str], public: bytes) -> None:
+    """Add *public* to ``<store_dir>/.grant-public-keys`` (one hex key a line) if absent."""
+    path = Path(store_dir) / PUBLIC_FILE
+    line = public.hex()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if line in path.read_text(encoding="ascii").split():
+            return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    with os.fdopen(fd, "a", encoding="ascii") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def grant_public_keys(store_dir: str | os.PathLike[str]) -> dict[str, bytes]:
+    """The public keys tokens are verified with, by key id: ``$MORPHZ_GRANT_PUBLIC_KEYS``
+    (hex keys separated by commas) and the lines of ``<store_dir>/.grant-public-keys``."""
+    texts = [t for t in os.environ.get(PUBLIC_KEYS_ENV, "").replace(",", " ").split() if t]
+    with contextlib.suppress(FileNotFoundError):
+        texts += (Path(store_dir) / PUBLIC_FILE).read_text(encoding="ascii").split()
+    out: dict[str, bytes] = {}
+    for text in texts:
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            continue
+        if len(raw) == capabilities.SEED_BYTES:
+            out[capabilities.key_id(raw)] = raw
+    return out
+
+
+def revoked_tokens(store_dir: str | os.PathLike[str]) -> frozenset[str]:
+    """The token ids listed in ``<store_dir>/.grant-revoked`` (one a line)."""
+    try:
+        return frozenset((Path(store_dir) / REVOKED_FILE).read_text(encoding="utf-8").split())
+    except FileNotFoundError:
+        return frozenset()
+
+
+def revoke_token(store_dir: str | os.PathLike[str], token_id: str) -> None:
+    """Revoke the token *token_id* for every context of *store_dir* (checked on each call)."""
+    if not token_id or not token_id.isalnum() or len(token_id) > 64:
+        raise RequestError("a token id is 1 to 64 letters or digits", code="bad_argument")
+    path = Path(store_dir) / REVOKED_FILE
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(token_id + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def package_key(store_dir: str | os.PathLike[str]) -> bytes:
+    """The key that seals export packages between actors: ``$MORPHZ_PACKAGE_KEY``, else
+    ``<store_dir>/.package-key`` (made once, 0600). Every actor that exports to or imports
+    from another must see the same key: set the variable, or share the store directory."""
+    env = os.environ.get(PACKAGE_KEY_ENV)
     if env:
         key = env.encode("utf-8")
         if len(key) < capabilities.MIN_KEY_BYTES:
             raise RequestError(
-                f"{KEY_ENV} must hold at least {capabilities.MIN_KEY_BYTES} bytes",
+                f"{PACKAGE_KEY_ENV} must hold at least {capabilities.MIN_KEY_BYTES} bytes",
                 code="bad_grant_key",
             )
         return key
-    path = Path(store_dir) / KEY_FILE
+    path = Path(store_dir) / PACKAGE_FILE
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -83,10 +171,8 @@ def grant_key(store_dir: str | os.PathLike[str]) -> bytes:
         text = path.read_text(encoding="ascii").strip()
         if len(text) == 64:
             return text.encode("ascii")
-        import time
-
         time.sleep(0.01)
-    raise RequestError(f"grant key file {path} is malformed", code="bad_grant_key")
+    raise RequestError(f"package key file {path} is malformed", code="bad_grant_key")
 
 
 def issue_capability(
@@ -97,8 +183,11 @@ def issue_capability(
     grants: Iterable[tuple[str, Iterable[str]]],
     issued_by: str = "admin",
     expires: float | None = None,
+    ttl: float | None = capabilities.DEFAULT_TTL,
+    audience: str | None = None,
 ) -> bytes:
-    """A capability token signed with the store's grant key (protocol.capabilities.issue)."""
+    """A capability token signed with the grant signing key (protocol.capabilities.issue),
+    its public key published to *store_dir*; a random token id (for revocation)."""
     return capabilities.issue(
         grant_key(store_dir),
         holder=holder,
@@ -106,6 +195,9 @@ def issue_capability(
         grants=grants,
         issued_by=issued_by,
         expires=expires,
+        ttl=ttl,
+        audience=audience,
+        token_id=secrets.token_hex(16),
         now=time.time(),
     )
 
@@ -220,12 +312,30 @@ class Guard:
         """Where each denial is counted (the hosting actor's metrics)."""
         self._key: bytes | None = None
         self._verified: dict[bytes, Capability] = {}
+        self._public: dict[str, bytes] = {}
+        self._revoked: tuple[float, frozenset[str]] = (-1.0, frozenset())
 
     def key(self) -> bytes:
-        """The grant key (read or made once)."""
+        """The package key that seals exports (read or made once)."""
         if self._key is None:
-            self._key = grant_key(self.store_dir)
+            self._key = package_key(self.store_dir)
         return self._key
+
+    def public_keys(self, kid: str | None = None) -> dict[str, bytes]:
+        """The public keys tokens verify with (read again when *kid* is not among them)."""
+        if not self._public or (kid is not None and kid not in self._public):
+            self._public = grant_public_keys(self.store_dir)
+        return self._public
+
+    def revoked(self) -> frozenset[str]:
+        """The revoked token ids (read again when the file changed)."""
+        try:
+            stamp = os.stat(Path(self.store_dir) / REVOKED_FILE).st_mtime
+        except FileNotFoundError:
+            stamp = 0.0
+        if stamp != self._revoked[0]:
+            self._revoked = (stamp, revoked_tokens(self.store_dir))
+        return self._revoked[1]
 
     def check(
         self, op: str, method: str, token: Any
@@ -234,6 +344,7 @@ class Guard:
         before answering). Without a usable key every call is denied, never allowed."""
         if not self.enforce:
             return None
+        cap: Capability | None = None
         try:
             cap = self._capability(token)
             if not capabilities.allows(cap, self.tenant, self.context, op):
@@ -244,7 +355,12 @@ class Guard:
         except PermissionDenied as e:
             self.denials += 1
             self.metrics.denied(op)
-            return e, self.entry(method, op, holder_of(token), allowed=False, why=e.message)
+            if cap is not None:  # a verified holder without the grant
+                return e, self.entry(method, op, cap.holder, allowed=False, why=e.message)
+            # An unverified token names whoever it likes: kept apart, as claimed.
+            claimed = holder_of(token)
+            extra = {} if claimed is None else {"claimed": printable(claimed[:MAX_AUDIT_TEXT])}
+            return e, self.entry(method, op, None, allowed=False, why=e.message, **extra)
         except MorphzError as e:
             self.denials += 1
             self.metrics.denied(op)
@@ -255,12 +371,17 @@ class Guard:
     def _capability(self, token: Any) -> Capability:
         """*token* verified (cached), not expired; PermissionDenied otherwise."""
         now = time.time()
+        revoked = self.revoked()
         cap = self._verified.get(token) if isinstance(token, bytes) else None
         if cap is None:
-            cap = capabilities.verify(token, self.key(), now=now)
+            claimed = capabilities.decode(token)
+            keys = self.public_keys(claimed.kid)
+            cap = capabilities.verify(token, keys, now=now, revoked=revoked)
             if len(self._verified) >= MAX_VERIFIED:
                 self._verified.pop(next(iter(self._verified)))
             self._verified[token] = cap
+        elif cap.token_id in revoked:
+            raise PermissionDenied(f"capability {cap.token_id} was revoked")
         elif cap.expires is not None and now >= cap.expires:
             raise PermissionDenied("capability expired")
         return cap
@@ -365,13 +486,20 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
 __all__ = [
     "DEFAULT_PROJECT",
     "DEFAULT_TENANT",
-    "KEY_ENV",
+    "PACKAGE_KEY_ENV",
+    "PUBLIC_KEYS_ENV",
+    "SIGNING_KEY_ENV",
     "MAX_VERIFIED",
     "OPERATION_OF",
     "Guard",
     "check_scope_name",
     "export_frame",
     "grant_key",
+    "grant_public_keys",
+    "package_key",
+    "publish_public_key",
+    "revoke_token",
+    "revoked_tokens",
     "guarded",
     "holder_of",
     "import_frame",

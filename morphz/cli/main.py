@@ -496,6 +496,7 @@ from morphz.cli.actors import actors_cmd, stop_cmd  # noqa: E402
 from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
 from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
+from morphz.cli.grant import grant_cmd  # noqa: E402
 from morphz.cli.inspect import inspect_cmd  # noqa: E402
 from morphz.cli.loadtest import loadtest_cmd  # noqa: E402
 from morphz.cli.mcp import mcp_cmd  # noqa: E402
@@ -518,6 +519,7 @@ cli.add_command(reindex_cmd)
 cli.add_command(import_cmd)
 cli.add_command(review_cmd)
 cli.add_command(audit_cmd)
+cli.add_command(grant_cmd)
 cli.add_command(forget_cmd)
 cli.add_command(compact_cmd)
 cli.add_command(top_cmd)

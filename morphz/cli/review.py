@@ -216,12 +216,18 @@ def _when(t: Any) -> str:
 
 
 def _human_audit(d: dict[str, Any]) -> str:
+    from protocol.governance import printable
+
     lines = []
     for e in d["entries"]:
         times = f" x{e['count']} until {_when(e.get('last_time'))}" if e.get("count", 1) > 1 else ""
+        more = f" (more of #{e['coalesces']})" if e.get("coalesces") else ""
+        who = e.get("holder") or (f"claimed:{e['claimed']}" if e.get("claimed") else "-")
         lines.append(
-            f"#{e['seq']} {_when(e.get('time'))} {e.get('holder') or '-'} {e.get('method')}"
-            f" ({e.get('op')}) {e.get('outcome')}{times}: {e.get('why', '')}"
+            printable(
+                f"#{e['seq']} {_when(e.get('time'))} {who} {e.get('method')}"
+                f" ({e.get('op')}) {e.get('outcome')}{times}{more}: {e.get('why', '')}"
+            )
         )
     return "\n".join(lines) or "no audit entries"
 
@@ -406,22 +412,77 @@ def scan_cmd(
     emit(env, doc, _human_scan)
 
 
+def _human_chain(d: dict[str, Any]) -> str:
+    head = f"head #{d['head_seq']} {d['head'] or '-'}"
+    counts = f"{d['checked']} chained, {d['legacy']} before the chain, {d['pruned']} pruned"
+    if d["ok"]:
+        return f"audit chain intact: {counts}; {head}"
+    return f"audit chain BROKEN at entry #{d['bad']}: {d['why']} ({counts})"
+
+
+def _anchor(text: str | None) -> tuple[int, str] | None:
+    if text is None:
+        return None
+    seq, _, mac = text.partition(":")
+    if not seq.isdigit() or len(mac) != 64:
+        raise click.BadParameter("an anchor is SEQ:MAC, as --verify prints the head")
+    return int(seq), mac.lower()
+
+
+def _verify_audit(env: Env, anchor: str | None, key_files: tuple[Path, ...]) -> None:
+    from service.governance import verify_audit
+    from storage.keys import audit_key_path, read_key_file
+
+    head = _anchor(anchor)
+    paths = list(key_files) or [audit_key_path()]
+    keys = [read_key_file(p) for p in paths if key_files or p.exists()]
+    with _open_for_reading(env) as ctx:
+        report = verify_audit(ctx.backend, keys, head)
+    emit(env, {"context": env.context, **report.to_dict()}, _human_chain)
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
 @click.command("audit")
 @click.argument("context_name", required=False)
 @click.option("--after", type=int, default=0, show_default=True, help="Entries numbered above.")
 @click.option("--limit", type=int, default=100, show_default=True, help="At most (1-1000).")
+@click.option(
+    "--verify", is_flag=True, help="Check the chain: exit 0 intact, 1 naming the first bad entry."
+)
+@click.option("--anchor", help="With --verify: a head SEQ:MAC exported earlier, kept elsewhere.")
+@click.option(
+    "--key-file",
+    "key_files",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --verify: an audit key file (repeatable; default: this machine's audit key).",
+)
 @click.pass_obj
 @_run
-def audit_cmd(env: Env, context_name: str | None, after: int, limit: int) -> None:
+def audit_cmd(
+    env: Env,
+    context_name: str | None,
+    after: int,
+    limit: int,
+    verify: bool = False,
+    anchor: str | None = None,
+    key_files: tuple[Path, ...] = (),
+) -> None:
     """The durable audit log of CONTEXT_NAME (default: --context), read-only.
 
     Denials, exports, imports and governance decisions, oldest first; works
-    beside a running context actor. Page on with --after <last seq>.
+    beside a running context actor. Page on with --after <last seq>. With
+    --verify, checks that every entry is chained to the one before under the
+    audit key (docs/security.md) and prints the head to anchor elsewhere.
     """
     from protocol.governance import check_page
 
     check_page(after, limit)  # bad input exits 2 before the store is opened
     target = env if context_name is None else Env(env.store, context_name, env.as_json)
+    if verify:
+        _verify_audit(target, anchor, key_files)
+        return
     with _open_for_reading(target) as ctx:
         entries = ctx.audit(after, limit)
     doc = {

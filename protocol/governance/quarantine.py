@@ -22,7 +22,13 @@ from protocol.errors import RequestError
 from protocol.governance.audit import audit_entry
 from protocol.governance.decisions import decide_in
 from protocol.governance.policy import Decision, body_text
-from protocol.governance.sensitive import MAX_SCAN_CHARS, Action, SensitiveFinding, locate_in
+from protocol.governance.sensitive import (
+    MASK,
+    MAX_SCAN_CHARS,
+    Action,
+    SensitiveFinding,
+    locate_in,
+)
 from protocol.ids import SUPERSEDES, event_ref
 from protocol.state import ACCEPTED, ACTIVE, RETIRED, Frame
 from protocol.view import Changeset, ReadView, WriteView
@@ -251,7 +257,12 @@ def sensitive_audit(
                 why=why,
                 at=when,
             ),
-            "sensitive": [s.to_dict() for s in located[:MAX_AUDITED_FINDINGS]],
+            # The audit log outlives erasure (forget rewrites the record, not the log), so its
+            # excerpts hold no text of the record at all: just what was masked, and how long.
+            "sensitive": [
+                {**s.to_dict(), "excerpt": f"{MASK} ({s.end - s.start} characters)"}
+                for s in located[:MAX_AUDITED_FINDINGS]
+            ],
             "sensitive_total": len(located),
         }
     ]

@@ -24,6 +24,7 @@ from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset
 from storage.environment import MapFull
+from storage.keys import audit_key
 from storage.lmdb.audit import _AuditRows
 from storage.lmdb.environment import _store_error
 from storage.lmdb.records import (
@@ -416,7 +417,7 @@ class _LmdbWriteView(_LmdbReadView):
             self._outbox_seq = number
             txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
         if changes.audit:
-            append_audit(_AuditRows(txn, db), changes.audit, now=time.time())
+            append_audit(_AuditRows(txn, db), changes.audit, now=time.time(), key=audit_key())
 
     @_guard
     def rewrite(self, rw: Rewrite) -> None:

@@ -19,7 +19,7 @@ from protocol.errors import RequestError
 from protocol.state import Event, Frame
 from protocol.view import ReadView
 from storage.search import frame_text
-from storage.vectors.format import MAX_EMBED_CHARS, DocRecord
+from storage.vectors.format import MAX_EMBED_CHARS, MAX_EMBED_CHUNKS, DocRecord
 
 SNIPPET_CHARS = 160
 """The longest snippet of a hit the lexical index did not find (the text's start)."""
@@ -78,14 +78,45 @@ def _frame_time(view: ReadView, frame: Frame) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
+def chunks(text: str) -> list[str]:
+    """*text* cut into pieces of at most :data:`MAX_EMBED_CHARS`, at most :data:`MAX_EMBED_CHUNKS`.
+
+    A cut falls on the last whitespace of a piece's final eighth when there is
+    one (a word is not split), else at the limit. Linear in the text embedded;
+    an empty text is one empty piece.
+    """
+    out: list[str] = []
+    start, n = 0, len(text)
+    while start < n and len(out) < MAX_EMBED_CHUNKS:
+        end = min(n, start + MAX_EMBED_CHARS)
+        if end < n:
+            floor = end - MAX_EMBED_CHARS // 8
+            cut = max(text.rfind(" ", floor, end), text.rfind("\n", floor, end))
+            if cut > start:
+                end = cut + 1
+        out.append(text[start:end])
+        start = end
+    return out or [text]
+
+
+def pooled(vectors: list[np.ndarray]) -> np.ndarray:
+    """One document's vector from its chunks' unit vectors: their mean, made unit length."""
+    if len(vectors) == 1:
+        return vectors[0]
+    mean: np.ndarray = np.mean(np.stack(vectors), axis=0).astype(np.float32)
+    norm = float(np.linalg.norm(mean))
+    out: np.ndarray = mean / norm if norm > 0 else mean
+    return out
+
+
 def _event_doc(view: ReadView, e: Event) -> _Doc:
-    text = view.event_chunk(e.seq, 0, MAX_EMBED_CHARS) or ""
+    text = view.event_chunk(e.seq, 0, MAX_EMBED_CHARS * MAX_EMBED_CHUNKS) or ""
     rec = DocRecord(e.kind, e.lifecycle, e.time, e.ref, None, -math.inf, math.inf, _digest(text))
     return _Doc(e.ref, e.seq, rec, text)
 
 
 def _frame_doc(view: ReadView, f: Frame) -> _Doc:
-    text = frame_text(f)[:MAX_EMBED_CHARS]
+    text = frame_text(f)[: MAX_EMBED_CHARS * MAX_EMBED_CHUNKS]
     env = f.envelope
     lo, hi = env.get("valid_from"), env.get("valid_to")
     rec = DocRecord(

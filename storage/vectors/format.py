@@ -32,7 +32,9 @@ VECTOR_FORMAT = 1
 FRAME_LABEL = 1 << 40
 """Frames get labels from here up; events are labelled by their sequence number."""
 MAX_EMBED_CHARS = 4096
-"""Characters of a document that are embedded (an event's first ones; a frame's id and body)."""
+"""The most characters embedded in one piece: a longer document is embedded in chunks."""
+MAX_EMBED_CHUNKS = 16
+"""The most chunks of one document embedded (its first 64 KiB of text); the rest is not."""
 
 _U64 = struct.Struct(">Q")
 _STATE = b"state"

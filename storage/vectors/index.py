@@ -10,9 +10,11 @@ the model's id and dimension. Embedding never runs inside a commit: a commit
 only appends the intent, and a worker thread (:class:`~storage.vectors.worker.VectorWorker`)
 embeds behind it; a search reports how far behind (``lag``).
 
-What is embedded: an event's first :data:`~storage.vectors.format.MAX_EMBED_CHARS`
-characters, a frame's id and printed body (:func:`storage.search.frame_text`,
-the text the lexical index uses). A document is re-embedded only when that
+What is embedded: an event's text, a frame's id and printed body
+(:func:`storage.search.frame_text`, the text the lexical index uses), in chunks
+of at most :data:`~storage.vectors.format.MAX_EMBED_CHARS` characters pooled
+into one vector (:func:`~storage.vectors.documents.chunks`; at most
+:data:`~storage.vectors.format.MAX_EMBED_CHUNKS` chunks). A document is re-embedded only when that
 text changed (a digest is kept), so lifecycle, trust and valid-time changes
 only rewrite its filter record. Retired content keeps its vector (it stays
 findable); forgotten content is replaced by its tombstone's vector.
@@ -63,6 +65,8 @@ from storage.vectors.documents import (
     _frame_doc,
     _lead,
     _unit,
+    chunks,
+    pooled,
 )
 from storage.vectors.filters import VectorFilter, make_filter
 from storage.vectors.format import (
@@ -373,19 +377,25 @@ class VectorIndex(DerivedIndex[_Shared]):
 
         self._read(known)
         todo = [d for d in docs if d.vector is None]
-        for i in range(0, len(todo), EMBED_BATCH):
-            chunk = todo[i : i + EMBED_BATCH]
-            vectors = embedder.embed([d.text for d in chunk], kind="document")
-            if not isinstance(vectors, list) or len(vectors) != len(chunk):
+        # Each document is one or more chunks; batches are of chunks, pooled per document.
+        pieces = [(d, piece) for d in todo for piece in chunks(d.text)]
+        parts: dict[int, list[np.ndarray]] = {}
+        for i in range(0, len(pieces), EMBED_BATCH):
+            batch = pieces[i : i + EMBED_BATCH]
+            vectors = embedder.embed([p for _, p in batch], kind="document")
+            if not isinstance(vectors, list) or len(vectors) != len(batch):
                 raise StoreError(
                     f"the embedder returned {len(vectors) if isinstance(vectors, list) else '?'}"
-                    f" vectors for {len(chunk)} texts"
+                    f" vectors for {len(batch)} texts"
                 )
-            for d, v in zip(chunk, vectors, strict=True):
+            for (d, _), v in zip(batch, vectors, strict=True):
                 try:
-                    d.vector = _unit(v, expect.dimension, f"the embedding of {d.ident}")
+                    unit = _unit(v, expect.dimension, f"the embedding of {d.ident}")
                 except RequestError as e:
                     raise StoreError(f"embedder {expect.model_id}: {e.message}") from e
+                parts.setdefault(id(d), []).append(unit)
+        for d in todo:
+            d.vector = pooled(parts[id(d)])
         changed: list[tuple[int, np.ndarray]] = []
         labels = [d.label for d in docs]
 

@@ -13,7 +13,17 @@ import pytest
 
 from actors.client.replies import open_reply
 from actors.server.context_actor import ContextActor
-from actors.server.guard import OPERATION_OF, export_frame, grant_key, import_frame, settle_scope
+from actors.server.guard import (
+    OPERATION_OF,
+    export_frame,
+    grant_key,
+    grant_public_keys,
+    import_frame,
+    issue_capability,
+    package_key,
+    revoke_token,
+    settle_scope,
+)
 from protocol import capabilities as grants
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import NotFound, RequestError
@@ -21,6 +31,8 @@ from protocol.wire import pack, unpack
 from tests.actors.cluster import RayCluster
 
 KEY = b"k" * 32
+PUB = grants.public_key(KEY)
+"""What actors hold: the public half of the signing key KEY."""
 NOW = 1_700_000_000.0
 """The clock of the pure capability checks (tokens here never expire unless a test says so)."""
 
@@ -35,7 +47,7 @@ def cap_for(tenant: str = "acme", grants_: Any = (("payroll-*", ("read",)),), **
 
 def test_issue_verify_allows() -> None:
     cap = grants.verify(
-        cap_for(grants_=[("payroll-*", ["read", "recall"]), ("crm", ["commit"])]), KEY, now=NOW
+        cap_for(grants_=[("payroll-*", ["read", "recall"]), ("crm", ["commit"])]), PUB, now=NOW
     )
     assert cap.holder == "t1" and cap.tenant == "acme" and cap.issued_by == "ops"
     assert grants.allows(cap, "acme", "payroll-2026", "read")
@@ -44,7 +56,7 @@ def test_issue_verify_allows() -> None:
     assert grants.allows(cap, "acme", "crm", "commit")
     assert not grants.allows(cap, "acme", "crm-old", "commit")  # a plain name is exact
     assert not grants.allows(cap, "globex", "payroll-2026", "read")  # another tenant
-    admin = grants.verify(cap_for(grants_=[("*", ["admin"])]), KEY, now=NOW)
+    admin = grants.verify(cap_for(grants_=[("*", ["admin"])]), PUB, now=NOW)
     assert not grants.allows(admin, "acme", "x", "read")  # admin implies nothing else
 
 
@@ -86,15 +98,15 @@ def test_tampered_tokens_are_refused(tamper: str) -> None:
         doc["signature"] = ""
         bad = pack(doc)
     with pytest.raises(PermissionDenied) as e:
-        grants.verify(bad, KEY, now=NOW)
+        grants.verify(bad, PUB, now=NOW)
     assert e.value.code == "permission_denied" and isinstance(e.value, RequestError)
 
 
 def test_expiry_and_bad_grants() -> None:
     token = cap_for(expires=1000.0, now=900.0)
-    assert grants.verify(token, KEY, now=999.0).expires == 1000.0
+    assert grants.verify(token, PUB, now=999.0).expires == 1000.0
     with pytest.raises(PermissionDenied, match="expired"):
-        grants.verify(token, KEY, now=1000.0)
+        grants.verify(token, PUB, now=1000.0)
     with pytest.raises(RequestError):
         cap_for(grants_=[("x", ["write"])])  # not an operation
     with pytest.raises(RequestError):
@@ -108,10 +120,12 @@ def test_signature_covers_every_field() -> None:
         ("issued_by", "me"),
         ("expires", 1e12),
         ("issued_at", 0.0),
+        ("audience", "acme/other"),
+        ("token_id", "t2"),
     ]:
         forged = cap.model_copy(update={field: value})
         with pytest.raises(PermissionDenied):
-            grants.verify(grants.token(forged), KEY, now=NOW)
+            grants.verify(grants.token(forged), PUB, now=NOW)
     assert isinstance(cap, Capability)
 
 
@@ -154,15 +168,78 @@ def test_scope_is_stored_and_mismatches_refused(tmp_path: Path) -> None:
         assert e.value.code == "scope_mismatch"
 
 
-def test_grant_key_file_is_private_and_stable(
+def test_signing_key_stays_off_the_store_and_only_public_keys_go_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("MORPHZ_GRANT_KEY", raising=False)
-    key = grant_key(tmp_path)
-    assert key == grant_key(tmp_path) and len(key) == 64
-    assert stat.S_IMODE((tmp_path / ".grant-key").stat().st_mode) == 0o600
-    monkeypatch.setenv("MORPHZ_GRANT_KEY", "s" * 20)
-    assert grant_key(tmp_path) == b"s" * 20
+    monkeypatch.setenv("MORPHZ_GRANT_SIGNING_KEY_FILE", str(tmp_path / "issuer" / "signing.key"))
+    store = tmp_path / "store"
+    seed = grant_key(store)
+    assert seed == grant_key(store) and len(seed) == 32
+    assert stat.S_IMODE((tmp_path / "issuer" / "signing.key").stat().st_mode) == 0o600
+    published = (store / ".grant-public-keys").read_text().split()
+    assert published == [grants.public_key(seed).hex()]  # once, however often issued
+    assert seed.hex() not in "".join(p.read_text() for p in store.iterdir() if p.is_file())
+    assert grant_public_keys(store) == {
+        grants.key_id(grants.public_key(seed)): grants.public_key(seed)
+    }
+    monkeypatch.delenv("MORPHZ_PACKAGE_KEY", raising=False)
+    assert len(package_key(store)) == 64
+    assert stat.S_IMODE((store / ".package-key").stat().st_mode) == 0o600
+    monkeypatch.setenv("MORPHZ_PACKAGE_KEY", "s" * 20)
+    assert package_key(store) == b"s" * 20
+
+
+def test_a_holder_of_the_public_key_cannot_mint_and_old_hmac_tokens_are_refused() -> None:
+    import hashlib
+    import hmac
+
+    # What a Ray worker can read on a node: the public key. Signing with it as a seed
+    # (or any other key) yields a token that does not verify.
+    forged = grants.issue(
+        PUB, holder="w", tenant="acme", grants=[("*", ["admin"])], issued_by="worker", now=NOW
+    )
+    with pytest.raises(PermissionDenied, match="unknown key|does not verify"):
+        grants.verify(forged, PUB, now=NOW)
+    doc = {
+        "holder": "w",
+        "tenant": "acme",
+        "grants": [{"context": "*", "ops": ["admin"]}],
+        "issued_by": "x",
+        "issued_at": NOW,
+        "expires": None,
+    }
+    text = "morphz-cap/1\n" + json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    doc["signature"] = hmac.new(b"s" * 32, text.encode(), hashlib.sha256).hexdigest()
+    with pytest.raises(PermissionDenied, match="retired shared-key scheme.*morphz grant"):
+        grants.verify(pack(doc), PUB, now=NOW)
+
+
+def test_tokens_expire_by_default_name_an_audience_and_can_be_revoked() -> None:
+    cap = grants.verify(cap_for(), PUB, now=NOW)
+    assert cap.expires == NOW + grants.DEFAULT_TTL and cap.audience == "acme" and cap.token_id
+    with pytest.raises(PermissionDenied, match="expired"):
+        grants.verify(cap_for(), PUB, now=NOW + grants.DEFAULT_TTL)
+    assert grants.verify(cap_for(ttl=None), PUB, now=NOW + 1e9).expires is None  # on purpose
+    narrow = grants.verify(
+        cap_for(grants_=[("*", ["read"])], audience="acme/payroll-1"), PUB, now=NOW
+    )
+    assert grants.allows(narrow, "acme", "payroll-1", "read")
+    assert not grants.allows(narrow, "acme", "payroll-2", "read")  # another audience
+    with pytest.raises(RequestError):
+        cap_for(audience="globex")
+    with pytest.raises(PermissionDenied, match="revoked"):
+        grants.verify(cap_for(), PUB, now=NOW, revoked={cap.token_id})
+
+
+def test_a_revoked_token_is_refused_by_a_running_guard(tmp_path: Path) -> None:
+    actor = ContextActor(str(tmp_path), "acme-v", tenant="acme", enforce=True)
+    token = issue_capability(tmp_path, holder="w", tenant="acme", grants=[("*", ["read"])])
+    admin = issue_capability(tmp_path, holder="ops", tenant="acme", grants=[("*", ["admin"])])
+    assert open_reply(asyncio.run(actor.version(capability=token))) == 0
+    revoke_token(tmp_path, grants.decode(token).token_id)
+    with pytest.raises(PermissionDenied, match="revoked"):
+        open_reply(asyncio.run(actor.version(capability=token)))  # cached, yet refused
+    actor.close(capability=admin)
 
 
 def test_plain_actor_denies_audits_and_changes_nothing(tmp_path: Path) -> None:
@@ -175,9 +252,16 @@ def test_plain_actor_denies_audits_and_changes_nothing(tmp_path: Path) -> None:
         grants=[("acme-*", ["read", "commit", "admin"])],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     reader = grants.issue(
-        key, holder="r", tenant="acme", grants=[("acme-a", ["read"])], issued_by="ops", now=NOW
+        key,
+        holder="r",
+        tenant="acme",
+        grants=[("acme-a", ["read"])],
+        issued_by="ops",
+        now=NOW,
+        ttl=None,
     )
 
     async def run() -> None:
@@ -220,6 +304,7 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
         grants=[("acme-*", grants.OPERATIONS)],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     b_owner = grants.issue(
         key,
@@ -228,6 +313,7 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
         grants=[("globex-*", grants.OPERATIONS)],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     a = connect(
         "acme-a",
@@ -272,6 +358,7 @@ def test_a_thread_of_tenant_a_cannot_reach_tenant_b(
                 grants=[("*", grants.OPERATIONS)],
                 issued_by="thief",
                 now=NOW,
+                ttl=None,  # checked by actors at the real time
             ),
         }
         attempts = {
@@ -350,6 +437,7 @@ def test_explicit_export_import_is_checked_and_audited(
         grants=[("acme-*", grants.OPERATIONS)],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     a_reader = grants.issue(
         key,
@@ -358,6 +446,7 @@ def test_explicit_export_import_is_checked_and_audited(
         grants=[("acme-src", ["read"])],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     b_admin = grants.issue(
         key,
@@ -366,6 +455,7 @@ def test_explicit_export_import_is_checked_and_audited(
         grants=[("globex-dst", ["admin", "read"])],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     b_reader = grants.issue(
         key,
@@ -374,6 +464,7 @@ def test_explicit_export_import_is_checked_and_audited(
         grants=[("globex-dst", ["read"])],
         issued_by="ops",
         now=NOW,
+        ttl=None,  # checked by actors at the real time
     )
     a = connect(
         "acme-src",

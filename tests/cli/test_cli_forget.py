@@ -42,7 +42,7 @@ def test_forget_then_compact_erases_the_text(store: Path) -> None:
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
     assert doc["target"] == "@e1" and doc["kind"] == "event" and doc["via"] == "store"
-    assert doc["digest"].startswith("sha256:") and doc["by"].startswith("cli")
+    assert doc["digest"].startswith("hmac-sha256:") and doc["by"].startswith("cli")
     shown = run(store, "frame", "cfg", json_out=False).output
     assert "from: @e1 (forgotten)" in shown  # the citing frame keeps the reference
     r = run(store, "forget", "cfg", "--reason", "leaked key", "--by", "alice", json_out=False)

@@ -79,10 +79,14 @@ def test_refused_rows_are_capped_oldest_first_and_allowed_rows_kept() -> None:
         append_audit(rows, [denial(at=1000.0 + 100 * i)], keep=5, now=NOW)
         append_audit(rows, [allowed(at=1000.0 + 100 * i)], keep=5, now=NOW)
     refused = [n for n, r in rows.rows.items() if not r["allowed"]]
-    kept = [n for n, r in rows.rows.items() if r["allowed"]]
-    assert refused == [52, 54, 56, 58, 60] and len(kept) == 31  # the newest refusals stay
-    # numbers are never reused
-    assert append_audit(rows, [allowed(at=9e9)], keep=5, now=NOW) == [62]
+    kept = [n for n, r in rows.rows.items() if r["method"] == "export_frame"]
+    checkpoints = [r for r in rows.rows.values() if r["method"] == "audit_checkpoint"]
+    assert len(refused) <= 5 and len(kept) == 31  # the newest refusals stay, allowed ones all
+    assert refused == sorted(refused)[-len(refused) :] and max(refused) > max(kept) - 3
+    # each prune is one checkpoint naming what went, down to 9/10 of keep
+    assert sum(r["pruned_count"] for r in checkpoints) == 30 - len(refused)
+    last = max(rows.rows)
+    assert append_audit(rows, [allowed(at=9e9)], keep=5, now=NOW) == [last + 1]  # never reused
 
 
 def test_a_record_without_a_time_is_stamped_with_the_writers_clock() -> None:

@@ -2,7 +2,7 @@
 and SIGTERM (what a process manager sends) stops it cleanly with exit 0.
 
 It runs as a child process that starts its own local Ray cluster (no address given), as
-the README's walk-through does.
+the walk-through in docs/http.md does.
 """
 
 from __future__ import annotations

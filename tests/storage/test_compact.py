@@ -127,8 +127,36 @@ def test_forgetting_a_chunked_text_replaces_every_chunk(make_ctx: object) -> Non
     e = ctx.observe("tool_result", long)
     ctx.forget(e.ref, reason="leak")
     page = ctx.read_event(e.ref)
-    assert page["text"].startswith("(forgotten sha256:") and not page["more"]
+    assert page["text"].startswith("(forgotten hmac-sha256:") and not page["more"]
     assert ctx.read_event(e.ref, CHUNK_CHARS, 100)["text"] == ""
     seq = ref_seq(e.ref)
     assert ctx.backend.read(lambda v: v.event_chunk(seq, CHUNK_CHARS * 2, 10)) == ""
     assert ctx.backend.read(lambda v: v.event_content(seq)) == page["text"]
+
+
+def test_compact_also_compacts_the_vector_index(tmp_path: Path) -> None:
+    """The vectors of forgotten content leave the vector index's free pages too (on main
+    before this change ``compact`` left ``vectors/`` as it was)."""
+    import lmdb
+
+    path = tmp_path / "ctx"
+    _fill(path)
+    vectors = path / "vectors"
+    env = lmdb.open(str(vectors), map_size=1 << 26, max_dbs=4)
+    vecs = env.open_db(b"vecs")
+    marker = b"VECTOR-OF-FORGOTTEN-TEXT"
+    with env.begin(write=True) as txn:
+        for i in range(400):
+            txn.put(i.to_bytes(8, "big"), marker * 40, db=vecs)
+    with env.begin(write=True) as txn:  # the index worker dropped them after the forget
+        for i in range(400):
+            txn.delete(i.to_bytes(8, "big"), db=vecs)
+    env.close()
+    assert marker in (vectors / "data.mdb").read_bytes()
+    report = compact_context(path)
+    assert report["vectors_compacted"] and report["vectors_after"] < report["vectors_before"]
+    assert marker not in (vectors / "data.mdb").read_bytes()
+    env = lmdb.open(str(vectors), max_dbs=4)  # still a working environment
+    with env.begin() as txn:
+        assert txn.stat(env.open_db(b"vecs", txn=txn))["entries"] == 0
+    env.close()

@@ -589,13 +589,16 @@ class TestStoreContract:
         assert store.audit_read(5, 10) == []
         assert store.audit_read(0, 0) == []
 
-    def test_refusals_coalesce_into_one_row(self, store: Backend) -> None:
-        apply(store, audit=[denial(at=1000.0), denial(holder="eve", at=1001.0)])
+    def test_refusals_coalesce_without_rewriting_a_row(self, store: Backend) -> None:
+        apply(store, audit=[denial(at=1000.0), denial(holder="eve", at=1001.0), denial(at=1001.5)])
+        first = store.audit_read(0, 100)
         apply(store, audit=[denial(at=1002.0)])  # same holder and reason, same window
         rows = store.audit_read(0, 100)
-        assert [n for n, _ in rows] == [1, 2]
+        assert rows[:2] == first  # written rows never change
+        assert [n for n, _ in rows] == [1, 2, 3]
         assert rows[0][1]["count"] == 2 and rows[0][1]["holder"] == "mallory"
         assert rows[1][1]["count"] == 1 and rows[1][1]["holder"] == "eve"
+        assert rows[2][1]["coalesces"] == 1 and rows[2][1]["count"] == 1
 
     def test_audit_rows_leave_meta_and_outbox_alone(self, store: Backend) -> None:
         apply(
@@ -623,7 +626,7 @@ class TestStoreContract:
         ctx.commit("(context-tx (base-version 0) (derive a (x)))")
         before = (ctx.meta().to_dict(), ctx.state(), ctx.txlog(1))
         record_audit(store, [denial(at=1000.0), denial(holder="eve", at=1001.0)])
-        record_audit(store, [denial(at=1002.0)])  # coalesced into row 1
+        record_audit(store, [denial(at=1002.0)])  # coalesced: row 3 counts on top of row 1
         for i in range(5):
             entry = audit_entry(
                 "export_frame", "read", holder="curator", allowed=True, why=f"x{i}", at=1003.0 + i
@@ -631,10 +634,11 @@ class TestStoreContract:
             record_audit(store, [entry])
         assert (ctx.meta().to_dict(), ctx.state(), ctx.txlog(1)) == before
         rows = read_audit(store, 0, 100)
-        assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
-        assert rows[0]["count"] == 2 and rows[0]["holder"] == "mallory"
+        assert [r["seq"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert rows[0]["count"] == 1 and rows[0]["holder"] == "mallory"
+        assert rows[2]["coalesces"] == 1 and rows[2]["holder"] == "mallory"
         assert rows[0]["context"] == "c"
         assert [r["seq"] for r in read_audit(store, 3, 2)] == [4, 5]
-        assert read_audit(store, 7, 10) == []
+        assert read_audit(store, 8, 10) == []
         with pytest.raises(OutOfRange):
             read_audit(store, 0, 0)
