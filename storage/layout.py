@@ -13,6 +13,22 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 """Mode of the files a store creates (data, locks, keys, indexes): only its owner reads them."""
 
+
+
+def replace_durably(source: str, dest: str) -> None:
+    """Move the file *source* over *dest* so that a crash leaves one or the other whole:
+    *source* is synced first, then renamed, then the directory of *dest* is synced (the
+    rename itself survives a power loss). ``OSError`` if the disk refuses."""
+    with open(source, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(source, dest)
+    dir_fd = os.open(os.path.dirname(os.path.abspath(dest)), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 

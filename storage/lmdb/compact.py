@@ -27,7 +27,7 @@ import lmdb
 
 from protocol.errors import NotFound, StoreError, StoreLocked
 from storage.environment import OPEN, OPEN_LOCK
-from storage.layout import FILE_MODE
+from storage.layout import FILE_MODE, replace_durably
 from storage.lmdb.environment import _take_writer_lock
 from storage.lmdb.records import _MAX_DBS
 
@@ -84,15 +84,8 @@ def compact_store(path: str | os.PathLike[str]) -> dict[str, Any]:
                 finally:
                     env.close()
                 copy = os.path.join(scratch, DATA_FILE)
-                with open(copy, "rb+") as f:
-                    os.fsync(f.fileno())
                 os.chmod(copy, FILE_MODE)
-                os.replace(copy, os.path.join(key, DATA_FILE))
-                dir_fd = os.open(key, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                replace_durably(copy, os.path.join(key, DATA_FILE))
             except OSError as e:
                 raise StoreError(f"cannot compact the context store {where}: {e}") from e
             finally:

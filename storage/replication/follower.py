@@ -36,7 +36,7 @@ import tempfile
 from protocol.errors import RequestError, StoreError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, WriteView
-from storage.layout import DIR_MODE
+from storage.layout import DIR_MODE, replace_durably
 from storage.lmdb import LmdbStore
 from storage.replication.codec import OutboxAck, batch_header, decode_batch
 from storage.replication.fence import (
@@ -184,25 +184,18 @@ def install(path: str, data: bytes) -> None:
     """
     try:
         os.makedirs(path, DIR_MODE, exist_ok=True)
+        lock = os.path.join(path, "lock.mdb")
+        if os.path.exists(lock):
+            os.unlink(lock)
         fd, tmp = tempfile.mkstemp(prefix=".install-", dir=path)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(path, DATA_FILE))
+            replace_durably(tmp, os.path.join(path, DATA_FILE))
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        lock = os.path.join(path, "lock.mdb")
-        if os.path.exists(lock):
-            os.unlink(lock)
-        dir_fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
     except OSError as e:
         raise StoreError(f"cannot install a snapshot at {path}: {e}") from e
     from storage.search.format import INDEX_DIR

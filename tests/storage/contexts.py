@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
 
 from service.context import Context
 from service.store import Store
@@ -30,3 +34,20 @@ class ContextSetup:
 
     def close(self) -> None:
         self.ctx.close()
+
+
+S = TypeVar("S", bound=ContextSetup)
+
+
+def setup_fixture(cls: Callable[[Path], S], name: str) -> Any:
+    """The pytest fixture *name*: a fresh ``cls(tmp_path)`` for each test, closed after it.
+    Assign it in a test module (``s = setup_fixture(Setup, "s")``)."""
+
+    def fixture(tmp_path: Path) -> Iterator[S]:
+        setup = cls(tmp_path)
+        try:
+            yield setup
+        finally:
+            setup.close()
+
+    return pytest.fixture(fixture, name=name)

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from storage.search.morphology import PART_MARK, morphology, part_term
 from storage.search.text import identifier_parts, index_terms, query_plan, terms
+from tests.storage.contexts import setup_fixture
 from tests.storage.test_stemming import Ctx
 
 ENGLISH = morphology(("english",))
 
 
-@pytest.fixture
-def c(tmp_path: Path) -> Iterator[Ctx]:
-    setup = Ctx(tmp_path)
-    yield setup
-    setup.close()
+c = setup_fixture(Ctx, "c")
 
 
 def test_parts_of_identifiers() -> None:

@@ -9,24 +9,19 @@ records and answers the same.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import storage.search.format as format_module
 from protocol.errors import OutOfRange, RequestError
+from tests.storage.contexts import setup_fixture
 from tests.storage.test_search_index import Setup, dump
 
 Y2026 = 1767225600.0
 
 
-@pytest.fixture
-def s(tmp_path: Path) -> Iterator[Setup]:
-    setup = Setup(tmp_path)
-    yield setup
-    setup.close()
+s = setup_fixture(Setup, "s")
 
 
 def rules(s: Setup) -> str:

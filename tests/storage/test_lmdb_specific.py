@@ -344,19 +344,20 @@ def test_the_audit_survives_reopening_and_is_read_beside_the_writer(tmp_path: Pa
         record_audit(s, [denial(at=1000.0)])
     writer = LmdbStore.open(path)
     try:
-        record_audit(writer, [denial(at=1001.0)])  # same window: coalesced durably
+        # same window: a new row that coalesces the first (rows are never rewritten)
+        record_audit(writer, [denial(at=1001.0)])
         out = run_child(
             textwrap.dedent(
                 f"""
                 from storage import LmdbStore
                 with LmdbStore.open({str(path)!r}, readonly=True) as s:
                     rows = s.audit_read(0, 100)
-                    print(len(rows), rows[0][1]["count"])
+                    print(len(rows), rows[0][1]["count"], rows[1][1]["coalesces"])
                 """
             )
         )
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split() == ["1", "2"]
+        assert out.stdout.split() == ["2", "1", "1"]
     finally:
         writer.close()
 

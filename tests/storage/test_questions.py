@@ -5,11 +5,7 @@ Real LMDB files: a context with conversations as events, its lexical index.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from storage.search.questions import (
     FUNCTION_WEIGHT,
@@ -19,6 +15,7 @@ from storage.search.questions import (
     term_weights,
 )
 from storage.search.text import analyze, index_terms, query_intent
+from tests.storage.contexts import setup_fixture
 from tests.storage.test_stemming import Ctx
 
 
@@ -31,11 +28,7 @@ class Conversation(Ctx):
         return refs
 
 
-@pytest.fixture
-def c(tmp_path: Path) -> Iterator[Conversation]:
-    setup = Conversation(tmp_path)
-    yield setup
-    setup.close()
+c = setup_fixture(Conversation, "c")
 
 
 def tokens(text: str) -> list[tuple[str, int, int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import storage.search.postings as postings_module
 import storage.search.ranking as ranking_module
 from protocol.errors import OutOfRange, RequestError
 from storage.search import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
-from tests.storage.contexts import ContextSetup
+from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.trajectories import SAMPLE
 
 STATE_BENCH = SAMPLE
@@ -50,11 +49,7 @@ class Setup(ContextSetup):
         super().close()
 
 
-@pytest.fixture
-def s(tmp_path: Path) -> Iterator[Setup]:
-    setup = Setup(tmp_path)
-    yield setup
-    setup.close()
+s = setup_fixture(Setup, "s")
 
 
 def seed(s: Setup) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from storage.search.text import (
     query_plan,
     terms,
 )
-from tests.storage.contexts import ContextSetup
+from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.storage.test_search_index import answers, churn, dump
 
 ENGLISH = morphology(("english",))
@@ -60,11 +59,7 @@ class Ctx(ContextSetup):
         super().close()
 
 
-@pytest.fixture
-def c(tmp_path: Path) -> Iterator[Ctx]:
-    setup = Ctx(tmp_path)
-    yield setup
-    setup.close()
+c = setup_fixture(Ctx, "c")
 
 
 def test_english_inflections_find_each_other(c: Ctx) -> None:

@@ -12,7 +12,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ from storage.search import LexicalIndex
 from storage.vectors import Neighbours, SharedOutbox, VectorIndex, VectorWorker, fuse
 from storage.vectors.documents import chunks
 from storage.vectors.format import MAX_EMBED_CHARS, MAX_EMBED_CHUNKS
-from tests.storage.contexts import ContextSetup
+from tests.storage.contexts import ContextSetup, setup_fixture
 
 WORD = re.compile(r"\w+")
 
@@ -97,11 +97,7 @@ class Setup(ContextSetup):
         super().close()
 
 
-@pytest.fixture
-def s(tmp_path: Path) -> Iterator[Setup]:
-    setup = Setup(tmp_path)
-    yield setup
-    setup.close()
+s = setup_fixture(Setup, "s")
 
 
 def corpus(s: Setup) -> dict[str, str]:
