@@ -97,7 +97,7 @@ class AgentLoopActor:
         board: str | None = None,
         gates: list[dict[str, Any]] | None = None,
     ) -> None:
-        from actors.cluster.connection import lookup
+        from actors.client.lookup import lookup
 
         self.handle = lookup(context, namespace)
         self.board = board

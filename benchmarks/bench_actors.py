@@ -43,8 +43,9 @@ from typing import Any
 import testbed  # first: puts this checkout on sys.path
 
 from actors.client.handle import ContextHandle
-from actors.cluster.connection import connect, lookup
-from actors.cluster.placement import current_node_id, pinned
+from actors.client.lookup import lookup
+from actors.client.nodes import current_node_id, pinned
+from actors.server.connect import connect
 from harness.loadtest import percentile, run_loadtest
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Revise

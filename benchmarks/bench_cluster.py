@@ -2,7 +2,7 @@
 
 A ``ray.cluster_utils.Cluster`` of 4 nodes on this machine (one CPU each, each
 node with its own store root, ``MORPHZ_STORE``), contexts placed through the
-context directory (``actors.cluster.connection.place``):
+context directory (``actors.cluster.placing.place``):
 
 * **baseline**: 1 context on 1 node, driven by one loader actor on the same
   node (``--threads`` logical threads, asyncio tasks, each submitting durable
@@ -37,9 +37,10 @@ from typing import Any
 import testbed  # first: puts this checkout on sys.path
 
 from actors.client.handle import ContextHandle
-from actors.cluster.connection import lookup, place
+from actors.client.lookup import lookup
+from actors.client.nodes import pinned
 from actors.cluster.directory import directory
-from actors.cluster.placement import pinned
+from actors.cluster.placing import place
 from harness.loadtest import percentile
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Revise

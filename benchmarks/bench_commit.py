@@ -123,7 +123,7 @@ def write_size(store: LmdbStore, tx: ContextTx) -> dict[str, int]:
     ctx = Context(Counting())
     _check(ctx.commit(tx))
     txn = counter["txn"]
-    record = ctx.txlog(ctx.version)
+    record = ctx.txlog(ctx.version())
     return {
         "puts": txn.puts,
         "deletes": txn.deletes,
@@ -170,7 +170,7 @@ class Workload:
 
     def texts(self, n: int) -> list[str]:
         """*n* texts whose base versions follow the context's current version."""
-        version = self.ctx.version
+        version = self.ctx.version()
         out = []
         for k in range(n):
             i = self.next_id
@@ -348,7 +348,7 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
         if args.profile:
             txs = [parse_tx(t) for t in work.texts(profile_txs)]
             profile = profile_groups(ctx, txs, args.batch, 15)
-        final_version = ctx.version
+        final_version = ctx.version()
     finally:
         if raw is not None:
             raw.close()

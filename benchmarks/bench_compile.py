@@ -182,12 +182,12 @@ def replay_task(
             processed = tool_results[:-1]
             tools = " ".join(dict.fromkeys(t.replace(" ", "_") for t in tools_seen)) or "none"
             body = f"(status in-progress) (step {i}) (tools {tools})"
-            op = "derive" if ctx.version == 0 else "revise"
+            op = "derive" if ctx.version() == 0 else "revise"
             ops = [f"({op} {frame} (from {' '.join(since)}) {body})"]
             if processed:
                 ops.append(f"(retire {' '.join(processed)})")
             receipt = ctx.commit(
-                f'(context-tx (base-version {ctx.version}) (reason "step {i}") {" ".join(ops)})'
+                f'(context-tx (base-version {ctx.version()}) (reason "step {i}") {" ".join(ops)})'
             )
             assert receipt.status == "committed", receipt
             since.clear()
@@ -328,7 +328,7 @@ def build_large(path: str, rng: random.Random) -> Context:
         assert r.status == "committed", r
     # A retired history: the first 60 tool results were processed.
     retire = " ".join(e.ref for e in main[:60])
-    ctx.commit(f"(context-tx (base-version {ctx.version}) (retire {retire}))")
+    ctx.commit(f"(context-tx (base-version {ctx.version()}) (retire {retire}))")
     return ctx
 
 
@@ -359,7 +359,7 @@ def latency(rounds: int, warmup: int, base_dir: str, seed: int) -> dict[str, Any
             )
             n = i % 70
             receipt = ctx.commit(
-                f"(context-tx (base-version {ctx.version}) "
+                f"(context-tx (base-version {ctx.version()}) "
                 f"(revise note/{n} (from {e.ref}) {note_body(rng)}) (retire {oldest}))"
             )
             assert receipt.status == "committed", receipt

@@ -49,8 +49,9 @@ from typing import Any
 import testbed  # first: puts this checkout on sys.path
 
 from actors.client.handle import ContextHandle
-from actors.cluster.connection import connect, lookup
-from actors.cluster.placement import current_node_id, pinned
+from actors.client.lookup import lookup
+from actors.client.nodes import current_node_id, pinned
+from actors.server.connect import connect
 from harness.loadtest import percentile
 from protocol.forms import Symbol
 from protocol.receipts import Receipt

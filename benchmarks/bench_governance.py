@@ -46,7 +46,7 @@ from typing import Any
 import testbed  # first: puts this checkout on sys.path
 
 from actors.client.handle import ContextHandle
-from actors.cluster.connection import connect
+from actors.server.connect import connect
 from actors.server.guard import issue_capability
 from harness.loadtest import percentile
 

@@ -45,7 +45,7 @@ def build(store: Path, frames: int, per_tx: int) -> int:
     with morphz.open_context(store, "big", sync=False) as ctx:
         n = 0
         batch: list[str] = []
-        version = ctx.version
+        version = ctx.version()
         while n < frames:
             ops = []
             hub = f"t{n // per_tx}/hub"
@@ -66,7 +66,7 @@ def build(store: Path, frames: int, per_tx: int) -> int:
         if batch:
             for r in ctx.commit_many(batch):
                 assert r.committed, r
-        return int(ctx.version)
+        return int(ctx.version())
 
 
 def _free_port() -> int:

@@ -34,7 +34,7 @@ from typing import Any
 
 import testbed  # first: puts this checkout on sys.path
 
-from actors.cluster.connection import connect
+from actors.server.connect import connect
 from harness.loadtest import percentile
 
 NAMESPACE = "morphz-bench"

@@ -12,7 +12,7 @@ never count twice. Children, interleaved and repeated (medians reported):
 * ``lmdb``    — baseline: ``import lmdb``, ``lmdb.open`` of the context's
   environment, ``open_db`` of the frames table and one ``get``;
 * ``imports`` — baseline: ``from service.store import Store`` and nothing else;
-* ``open``    — the imports, then ``Store(dir).open(name)``, ``ctx.version``,
+* ``open``    — the imports, then ``Store(dir).open(name)``, ``ctx.version()``,
   ``ctx.frame(id)`` and ``ctx.read_event(ref)`` (one chunk).
 
 Each child reports its import time, its operation time and its peak RSS; the
@@ -81,7 +81,7 @@ elif mode in ("imports", "open"):
     t1 = t2 = time.perf_counter()
     if mode == "open":
         ctx = Store(store).open(name)
-        version = ctx.version
+        version = ctx.version()
         frame = ctx.frame(frame_id)
         chunk = ctx.read_event(event_ref)
         t2 = time.perf_counter()

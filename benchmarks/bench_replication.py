@@ -84,12 +84,12 @@ class Bench:
         }
 
     def factors(self, writers: int, seconds: float, rounds: int) -> dict[str, Any]:
-        from actors.cluster.connection import place
+        from actors.cluster.placing import place
 
         handles = {
             f: place(
                 f"bench-r{f}",
-                replicas=f,
+                followers=f,
                 placement=f"node:{self.ids[1]}",
                 namespace=NAMESPACE,
                 lifetime=None,
@@ -117,8 +117,8 @@ class Bench:
         return out
 
     def failover(self, kills: int) -> dict[str, Any]:
-        from actors.cluster.connection import place
         from actors.cluster.directory import directory
+        from actors.cluster.placing import place
         from protocol.errors import MorphzError
 
         times: list[float] = []
@@ -126,7 +126,7 @@ class Bench:
             name = f"bench-fo{k}"
             victim = 1 + k % 2
             handle = place(
-                name, replicas=1, placement=f"node:{self.ids[victim]}", namespace=NAMESPACE
+                name, followers=1, placement=f"node:{self.ids[victim]}", namespace=NAMESPACE
             )
             for i in range(5):
                 assert handle.submit(

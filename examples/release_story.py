@@ -29,7 +29,7 @@ def main(store_dir: str) -> int:
         ctx.claim()
         show(
             "plan",
-            ctx.commit(f"""(context-tx (base-version {ctx.version})
+            ctx.commit(f"""(context-tx (base-version {ctx.version()})
               (reason "Start the release")
               (derive release (from {request.ref}) (goal ship-v1) (stage awaiting-tests)))"""),
         )
@@ -42,7 +42,7 @@ def main(store_dir: str) -> int:
 
         # One response: a packaging action (run separately) and this transaction.
         receipt = ctx.commit(f"""(context-tx
-  (base-version {ctx.version})
+  (base-version {ctx.version()})
   (reason "Incorporate the test result and prepare the release")
   (derive test-result (from {report.ref}) (tests passed))
   (revise release (goal ship-v1) (stage packaging))
@@ -53,14 +53,14 @@ def main(store_dir: str) -> int:
         release = ctx.frame("release")
         print(f"   release r{release['revision']}: {release['body']}")
 
-        early = ctx.commit(f"(context-tx (base-version {ctx.version}) (retire {request.ref}))")
+        early = ctx.commit(f"(context-tx (base-version {ctx.version()}) (retire {request.ref}))")
         show("retire the request before delivery", early)
 
         packaged = ctx.observe("tool_result", "package: dist/app-1.0.0.tgz (sha256 9f2c…)")
         ctx.claim()
         show(
             "packaged",
-            ctx.commit(f"""(context-tx (base-version {ctx.version})
+            ctx.commit(f"""(context-tx (base-version {ctx.version()})
               (derive package (from {packaged.ref}) (artifact "dist/app-1.0.0.tgz"))
               (revise release (goal ship-v1) (stage packaged))
               (relate package supports release)
@@ -69,7 +69,7 @@ def main(store_dir: str) -> int:
         ctx.deliver(request.ref)
         show(
             "retire the request after delivery",
-            ctx.commit(f"(context-tx (base-version {ctx.version}) (retire {request.ref}))"),
+            ctx.commit(f"(context-tx (base-version {ctx.version()}) (retire {request.ref}))"),
         )
 
         print("-- history of release:")

@@ -36,8 +36,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from actors.client.handle import DEFAULT_NAMESPACE, ContextHandle, new_client_id
-from actors.cluster.connection import lookup
-from actors.cluster.placement import current_node_id, ensure_ray, pinned
+from actors.client.lookup import lookup
+from actors.client.nodes import current_node_id, ensure_ray, pinned
 from harness.workload import (
     RETRY_CODES,
     Step,

@@ -286,7 +286,7 @@ def run_demo(
     """
     import ray
 
-    from actors.cluster.connection import connect
+    from actors.server.connect import connect
     from agents.actor import AgentLoopActor
 
     if threads < 1:

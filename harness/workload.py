@@ -36,6 +36,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.client.names import DEFAULT_NAMESPACE
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Relate, Retire, Revise
 
@@ -55,7 +56,7 @@ class WorkloadSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     context: str
-    namespace: str = "morphz"
+    namespace: str = DEFAULT_NAMESPACE
     threads: int = Field(default=1, ge=1, le=1024)
     first_thread: int = Field(default=0, ge=0, le=1 << 20)
     transactions: int = Field(default=10, ge=0, le=1_000_000)

@@ -99,3 +99,13 @@ class TransportError(StoreError):
     """
 
     code = "actor_unavailable"
+
+
+# The codes of a replicated context's refusals, shared by the store that raises them,
+# the actors that answer them and the clients that follow a promotion on them.
+FENCED = "fenced"
+"""This primary was replaced: it accepts no write (the client calls its successor)."""
+STALE_EPOCH = "stale_epoch"
+"""A request from an older epoch than the receiver's (an old primary, an old promotion)."""
+REPLICA_GAP = "replica_gap"
+"""A follower missed a batch: the primary sends it a snapshot instead."""

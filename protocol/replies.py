@@ -21,6 +21,7 @@ map holding replies) back into plain values for msgpack and JSON.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -284,11 +285,50 @@ class Counter(int):
     ``ctx.version()`` and ``ctx.tick()`` are the forms an embedded context and
     a Ray handle share; the embedded context's bare ``ctx.version`` (the form
     it had first) is kept as a deprecated alias by answering a ``Counter``, so
-    old code and f-strings keep reading the number (docs/api.md).
+    old code and f-strings keep reading the number (docs/api.md). Reading it
+    bare — comparing, formatting, adding, converting it without calling it —
+    warns once per process with a ``DeprecationWarning``.
     """
 
     def __call__(self) -> int:
-        return int(self)
+        return int.__int__(self)
+
+
+_BARE_WARNED = False
+"""Whether this process was told once that a bare counter is deprecated."""
+
+
+def _warn_bare() -> None:
+    global _BARE_WARNED
+    if not _BARE_WARNED:
+        _BARE_WARNED = True
+        warnings.warn(
+            "reading ctx.version / ctx.tick bare is deprecated: call it, ctx.version()",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
+def _bare(name: str) -> Any:
+    method = getattr(int, name)
+
+    def use(self: Counter, *args: Any) -> Any:
+        _warn_bare()
+        return method(self, *args)
+
+    use.__name__ = name
+    return use
+
+
+for _name in (
+    "__abs__ __add__ __and__ __bool__ __ceil__ __divmod__ __eq__ __float__ __floor__"
+    " __floordiv__ __format__ __ge__ __gt__ __hash__ __index__ __int__ __invert__ __le__"
+    " __lshift__ __lt__ __mod__ __mul__ __ne__ __neg__ __or__ __pos__ __pow__ __radd__"
+    " __rand__ __rdivmod__ __repr__ __rfloordiv__ __rlshift__ __rmod__ __rmul__ __ror__"
+    " __round__ __rpow__ __rrshift__ __rshift__ __rsub__ __rtruediv__ __rxor__ __str__"
+    " __sub__ __truediv__ __trunc__ __xor__"
+).split():
+    setattr(Counter, _name, _bare(_name))
 
 
 def plain(value: Any) -> Any:
@@ -297,7 +337,7 @@ def plain(value: Any) -> Any:
     if isinstance(value, Reply):
         return {key: plain(item) for key, item in value.as_dict().items()}
     if isinstance(value, Counter):
-        return int(value)
+        return value()
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     if isinstance(value, dict):

@@ -193,7 +193,8 @@ class ActorResolver:
         cached = self.handles.get(name)
         if cached is not None:
             return cached
-        from actors.cluster.connection import connect, lookup
+        from actors.client.lookup import lookup
+        from actors.server.connect import connect
 
         try:
             found = lookup(name, self.namespace, store_dir=self.store_dir)
@@ -227,7 +228,7 @@ class ActorResolver:
 
     def create(self, name: str, window: int | None, capability: bytes | None) -> ContextHandle:
         """See :class:`Resolver`."""
-        from actors.cluster.connection import connect
+        from actors.server.connect import connect
         from service.store import Store
 
         if Store(self.store_dir).exists(name):

@@ -160,7 +160,7 @@ def open_memory(
     (detached, so it outlives this server and serves every other one). With
     no address, the store is opened here (embedded) unless a context actor
     holds it, found through the advert it writes into the store
-    (:func:`actors.cluster.connection.advertised`), as ``morphz tx`` finds it.
+    (:func:`actors.client.lookup.advertised`), as ``morphz tx`` finds it.
     *capability* travels with every actor call; embedded there is no guard,
     so a capability without an actor is refused (``bad_argument``).
     """
@@ -168,7 +168,7 @@ def open_memory(
     if target is not None:
         return _actor_memory(store, context, target, capability, create, may_start=True)
     if capability is not None:
-        from actors.cluster.connection import advertised
+        from actors.client.lookup import advertised
 
         # A token is enforced only by an actor: never serve the store embedded with one.
         if advertised(store, context) is None:
@@ -206,8 +206,10 @@ def _actor_memory(
     *may_start*: start the actor (detached) when the cluster has none; only when
     the cluster was named, never on the strength of a possibly stale advert.
     """
-    from actors.client.transport import DEFAULT_NAMESPACE, init_ray, ray_module
-    from actors.cluster.connection import advertised, connect, lookup
+    from actors.client.lookup import advertised, lookup
+    from actors.client.names import DEFAULT_NAMESPACE
+    from actors.client.transport import init_ray, ray_module
+    from actors.server.connect import connect
 
     advert = advertised(store, context)
     target = address or (advert or {}).get("address")

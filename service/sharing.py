@@ -66,7 +66,7 @@ def package_document(
         "tenant": tenant,
         "project": project,
         "context": ctx.name,
-        "version": ctx.version,
+        "version": ctx.version(),
         "frame": f["id"],
         "revision": f["revision"],
         "body_forms": f["body_forms"],
@@ -128,7 +128,7 @@ def commit_import(ctx: Context, plan: ImportPlan) -> dict[str, Any]:
         return {**original, "duplicate": True}
     try:
         tx = ContextTx(
-            base_version=ctx.version,
+            base_version=ctx.version(),
             reason="import",
             client_id=cid,
             ops=(Derive(id=plan.frame_id, body=plan.body),),

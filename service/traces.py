@@ -61,7 +61,7 @@ def influence(
             raise NotFound(f"no traced call {call}")
         return {**usage_influence(rows[0]), "traced": True}
     assert version is not None
-    current = ctx.version
+    current = ctx.version()
     if not 1 <= version <= current:
         code = "future_version" if version > current else None  # not yet committed: refused
         raise OutOfRange(f"version must be between 1 and {current}, not {version}", code=code)

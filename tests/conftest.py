@@ -144,7 +144,7 @@ def ray_cluster() -> Iterator[RayCluster]:
     )
     cluster.add_node(num_cpus=1, resources={NODE2: 1})
     ray.init(address=cluster.address, log_to_driver=False, namespace="morphz-tests")
-    from actors.cluster.placement import current_node_id, node_with_resource
+    from actors.client.nodes import current_node_id, node_with_resource
 
     try:
         yield RayCluster(cluster, current_node_id(), node_with_resource(NODE2))

@@ -19,7 +19,13 @@ that cannot fail is not enforced.
   the harness and the CLI import Ray lazily too, and nothing else imports it at all;
 - agents never import the harness or the facade; the harness never imports the facade;
 - the CLI never calls a governance ``run_*`` function itself (it calls the service);
-- no import circle between project modules (``if TYPE_CHECKING:`` imports excluded);
+- actors is three packages: ``actors.client`` never imports ``actors.server`` or
+  ``actors.cluster``, ``actors.server`` never imports ``actors.cluster`` (nor, from
+  either, the ``actors`` package that re-exports all three);
+- no project module is imported through ``importlib.import_module`` or ``__import__``
+  (an edge no rule could see), nor through a computed name;
+- no import circle between project modules (``if TYPE_CHECKING:`` imports excluded;
+  imports inside functions count: a circle closed at call time is still a circle);
 - no module above 800 lines, and one above 600 says why at its top;
 - every package ``__init__`` has a sorted, complete ``__all__``.
 """
@@ -48,7 +54,16 @@ PACKAGES = (
     "harness",
     "morphz",
 )
-INIT_PACKAGES = (*PACKAGES, "morphz.cli", "adapters.embeddings", "storage.search", "storage.vectors")
+INIT_PACKAGES = (
+    *PACKAGES,
+    "actors.client",
+    "actors.server",
+    "actors.cluster",
+    "morphz.cli",
+    "adapters.embeddings",
+    "storage.search",
+    "storage.vectors",
+)
 
 # Standard-library modules that touch the world: threads, clocks, the OS, randomness,
 # processes, sockets and files. The pure layer gets time and ids passed in instead.
@@ -299,6 +314,57 @@ def check_cli_calls_the_service(modules: dict[str, Module]) -> list[str]:
     return sorted(set(problems))
 
 
+# What each side of actors/ may not import (``actors`` itself re-exports all three).
+SIDES: dict[str, tuple[str, ...]] = {
+    "actors.client": ("actors.server", "actors.cluster", "actors"),
+    "actors.server": ("actors.cluster", "actors"),
+}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def check_actor_sides(modules: dict[str, Module]) -> list[str]:
+    """The client side of actors/ imports neither the server nor the cluster side, the
+    server side not the cluster side: each rule over every import, lazy ones included."""
+    problems: list[str] = []
+    for mod in modules.values():
+        side = next((s for s in SIDES if _within(mod.name, s)), None)
+        if side is None:
+            continue
+        for imp in mod.imports:
+            if imp.type_checking:
+                continue
+            for banned in SIDES[side]:
+                hit = imp.module == banned if banned == "actors" else _within(imp.module, banned)
+                if hit:
+                    problems.append(f"{mod.rel}:{imp.line}: {side} imports {imp.module}")
+    return problems
+
+
+DYNAMIC_IMPORTS = frozenset({"import_module", "__import__"})
+
+
+def check_dynamic_imports(modules: dict[str, Module]) -> list[str]:
+    """No project module is imported by ``importlib.import_module`` / ``__import__``
+    (the layering and circle rules cannot see such an edge), nor by a computed name."""
+    problems: list[str] = []
+    for mod in modules.values():
+        for node in ast.walk(mod.tree) if mod.tree else ():
+            if not isinstance(node, ast.Call) or (parts := _dotted(node.func)) is None:
+                continue
+            if parts[-1] not in DYNAMIC_IMPORTS or not node.args:
+                continue
+            arg = node.args[0]
+            where = f"{mod.rel}:{node.lineno}:"
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                problems.append(f"{where} imports a computed module name")
+            elif arg.value.split(".")[0] in PACKAGES:
+                problems.append(f"{where} imports {arg.value} through {parts[-1]}")
+    return problems
+
+
 def import_graph(modules: dict[str, Module]) -> dict[str, set[str]]:
     """Project module → the project modules it imports (``TYPE_CHECKING`` ones left out,
     function-level ones kept: a lazy import is still a dependency)."""
@@ -384,6 +450,7 @@ def _bound_names(tree: ast.Module) -> tuple[list[str] | None, int, set[str]]:
     exported: list[str] | None = None
     line = 1
     bound: set[str] = set()
+    lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else []
         if isinstance(node, ast.AnnAssign):
@@ -398,7 +465,13 @@ def _bound_names(tree: ast.Module) -> tuple[list[str] | None, int, set[str]]:
                     if isinstance(e, ast.Constant) and isinstance(e.value, str)
                 ]
         elif isinstance(node, ast.ImportFrom):
-            bound.update(a.asname or a.name for a in node.names)
+            if node.module not in ("typing", "__future__"):  # tools, not exports
+                bound.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and lazy:
+            # a lazy package: names imported for the type checker, served by __getattr__
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom):
+                    bound.update(a.asname or a.name for a in stmt.names)
         elif isinstance(node, ast.Import):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -440,6 +513,8 @@ def check_tree(root: Path) -> list[str]:
         *check_layers(modules),
         *check_pure_calls(modules),
         *check_cli_calls_the_service(modules),
+        *check_actor_sides(modules),
+        *check_dynamic_imports(modules),
         *check_circles(modules),
         *check_sizes(modules),
         *check_exports(modules),
@@ -474,6 +549,33 @@ def test_cli_leaves_governance_runs_to_the_service(real: dict[str, Module]) -> N
 
 def test_no_import_circles(real: dict[str, Module]) -> None:
     assert check_circles(real) == []
+
+
+def test_actor_sides_import_only_downwards(real: dict[str, Module]) -> None:
+    assert check_actor_sides(real) == []
+
+
+def test_no_project_module_is_imported_dynamically(real: dict[str, Module]) -> None:
+    assert check_dynamic_imports(real) == []
+
+
+@pytest.mark.parametrize(
+    ("imported", "absent"),
+    [
+        ("actors.client.handle, actors.client.lookup", ("actors.server", "actors.cluster")),
+        ("actors.server.connect", ("actors.cluster",)),
+        ("actors", ("actors.client", "actors.server", "actors.cluster")),
+    ],
+)
+def test_importing_a_side_loads_no_later_side(imported: str, absent: tuple[str, ...]) -> None:
+    code = (
+        f"import sys, {imported};"
+        "print(sorted(m for m in sys.modules if m.startswith('actors.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout.strip()
+    assert loaded.startswith("["), out.stderr
+    assert not [a for a in absent if f"'{a}" in loaded], loaded
 
 
 def test_no_oversized_module(real: dict[str, Module]) -> None:
@@ -629,6 +731,45 @@ VIOLATIONS: dict[str, tuple[dict[str, str], str]] = {
             "agents/scripted.py": '"""S."""\n\nfrom agents.loop import Actor\n',
         },
         "agents/loop.py:1: import circle: agents.loop <-> agents.scripted",
+    ),
+    "the actors client side imports the server side": (
+        {"actors/client/handle.py": '"""H."""\n\nfrom actors.server.host import Host\n'},
+        "actors/client/handle.py:3: actors.client imports actors.server.host",
+    ),
+    "the actors client side imports the package that re-exports every side": (
+        {"actors/client/lookup.py": '"""L."""\n\nfrom actors import connect\n'},
+        "actors/client/lookup.py:3: actors.client imports actors",
+    ),
+    "the actors server side imports the cluster side inside a function": (
+        {
+            "actors/server/host.py": '"""H."""\n\n\ndef replicate() -> None:\n'
+            "    from actors.cluster import replication\n"
+        },
+        "actors/server/host.py:5: actors.server imports actors.cluster",
+    ),
+    "importlib.import_module of a project module": (
+        {
+            "actors/cluster/directory.py": '"""D."""\n\nimport importlib\n\n\n'
+            "def watch() -> object:\n"
+            '    return importlib.import_module("actors.cluster.failover")\n'
+        },
+        "actors/cluster/directory.py:7: imports actors.cluster.failover through import_module",
+    ),
+    "__import__ of a computed name": (
+        {
+            "actors/cluster/directory.py": '"""D."""\n\n\ndef load(name: str) -> object:\n'
+            "    return __import__(name)\n"
+        },
+        "actors/cluster/directory.py:5: imports a computed module name",
+    ),
+    "an import circle closed inside functions": (
+        {
+            "actors/cluster/directory.py": '"""D."""\n\nfrom actors.cluster.failover import watch\n',
+            "actors/cluster/failover.py": '"""F."""\n\n\ndef watch() -> None:\n'
+            "    from actors.cluster.directory import entries\n",
+        },
+        "actors/cluster/directory.py:1: import circle:"
+        " actors.cluster.directory <-> actors.cluster.failover",
     ),
     "an oversized module": (
         {"service/big.py": '"""Big."""\n\n' + LONG},

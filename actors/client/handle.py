@@ -39,19 +39,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from actors.client.names import DEFAULT_NAMESPACE, MAX_SUBMIT_MANY, actor_name
 from actors.client.replies import open_reply, raise_error
-from actors.client.transport import (
-    DEFAULT_NAMESPACE,
-    Call,
-    Remote,
-    RetryPolicy,
-    Transport,
-    check_int,
-    check_text,
-)
+from actors.client.transport import Call, Remote, RetryPolicy, Transport, check_int, check_text
 from actors.client.updates import UpdateFn, Updater, UpdateResult
-from actors.cluster.placement import actor_name
-from actors.server.context_actor import MAX_SUBMIT_MANY
 from protocol.errors import MorphzError, RequestError, WireError
 from protocol.forget import ForgetReport
 from protocol.governance import (

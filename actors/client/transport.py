@@ -49,21 +49,21 @@ from types import ModuleType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from actors.client.joining import TOKEN_HINT, check_authenticated
-from protocol.errors import MorphzError, RequestError, StoreError, TransportError
+from actors.client.names import CONTEXT_PREFIX, DEFAULT_NAMESPACE, DIRECTORY_NAME, ContextEntry
+from actors.client.replies import open_reply
+from protocol.errors import (
+    FENCED,
+    STALE_EPOCH,
+    MorphzError,
+    RequestError,
+    StoreError,
+    TransportError,
+)
 
-DEFAULT_NAMESPACE = "morphz"
-"""The Ray namespace context actors live in unless told otherwise."""
 RAY_UNREACHABLE = "ray_unreachable"
 """The error code of a Ray cluster that cannot be joined."""
-CONTEXT_PREFIX = "ctx:"
-"""Context actors' names start with this (``actors.cluster.placement.ACTOR_PREFIX``)."""
-FENCED = "fenced"
-STALE_EPOCH = "stale_epoch"
-"""Error codes of a replaced primary (``storage.replication``): the call goes to its successor."""
 FAILOVER_WAIT = 60.0
 """Seconds a call to a replicated context's lost primary keeps retrying for its successor."""
-DIRECTORY_ACTOR = "morphz:directory"
-"""The Ray name of a namespace's context directory (``actors.cluster.directory.DIRECTORY_NAME``)."""
 DIRECTORY_WAIT = 10.0
 """Seconds a handle waits for the directory to say where a context's primary is."""
 FAILOVER_POLL = 0.25
@@ -336,19 +336,17 @@ class Transport:
         if not self.actor_name.startswith(CONTEXT_PREFIX):
             return False
         entry = self._directory_entry()
-        return entry is not None and entry["replicas"] > 0
+        return entry is not None and entry.replicated
 
-    def _directory_entry(self) -> dict[str, Any] | None:
-        """``{"primary": actor name, "replicas": n}`` of this context in its namespace's
-        directory (``actors.cluster.directory``, asked by its actor name), or None."""
-        from actors.client.replies import open_reply
-
+    def _directory_entry(self) -> ContextEntry | None:
+        """This context's entry in its namespace's context directory (asked by the
+        directory's actor name, :data:`~actors.client.names.DIRECTORY_NAME`), or None."""
         ray = ray_module()
         try:
-            directory = ray.get_actor(DIRECTORY_ACTOR, namespace=self.namespace)
-            entry = open_reply(ray.get(directory.get.remote(self.label), timeout=DIRECTORY_WAIT))
-            return {"primary": str(entry["primary"]["actor"]), "replicas": int(entry["replicas"])}
-        except (MorphzError, ValueError, KeyError, TypeError):
+            directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
+            raw = ray.get(directory.get.remote(self.label), timeout=DIRECTORY_WAIT)
+            return ContextEntry.model_validate(open_reply(raw))
+        except (MorphzError, ValueError):  # no directory, no entry, or not an entry
             return None
         except Exception:  # the directory is restarting or unreachable: ask again later
             return None
@@ -404,8 +402,8 @@ class Transport:
         entry = self._directory_entry()
         if entry is None:
             return False
-        self.replicated = entry["replicas"] > 0
-        primary = entry["primary"]
+        self.replicated = entry.replicated
+        primary = entry.primary.actor
         if primary == self.actor_name:
             return False
         try:
@@ -575,16 +573,11 @@ class RemoteAsync(Generic[H, P, T]):
 
 
 __all__ = [
-    "CONTEXT_PREFIX",
-    "DEFAULT_NAMESPACE",
-    "DIRECTORY_ACTOR",
     "DIRECTORY_WAIT",
     "FAILOVER_POLL",
     "FAILOVER_WAIT",
-    "FENCED",
     "RAY_UNREACHABLE",
     "REACH_TIMEOUT",
-    "STALE_EPOCH",
     "Call",
     "HasTransport",
     "Remote",

@@ -19,7 +19,7 @@ the stores are on the nodes, and a context actor already running keeps
 serving; only placing, looking up by directory and promotions wait until Ray
 has restarted it. Losing the GCS (the head node) loses the Ray cluster itself.
 
-The directory only records: it does not start context actors. ``actors.cluster.connection.place``
+The directory only records: it does not start context actors. ``actors.cluster.placing.place``
 asks it where a context goes, then starts the primary there. Errors travel as
 reply envelopes (``actors.client.replies``), never pickled. Ray is imported when a
 function runs, never at import. See docs/cluster.md.
@@ -32,16 +32,23 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import importlib
 import os
-import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from actors.client.lookup import directory_actor, read_entry
+from actors.client.names import (
+    DEFAULT_NAMESPACE,
+    DIRECTORY_NAME,
+    ContextEntry,
+    Member,
+    follower_actor,
+    primary_actor,
+)
+from actors.client.nodes import alive_nodes, check_node, current_node_id, ensure_ray, pinned
 from actors.client.replies import failed, ok, open_reply
 from actors.client.transport import (
-    DEFAULT_NAMESPACE,
     Call,
     RetryPolicy,
     Transport,
@@ -50,22 +57,11 @@ from actors.client.transport import (
     ray_module,
     remote_class,
 )
-from actors.cluster.placement import (
-    ACTOR_PREFIX,
-    POLICY_SPREAD,
-    alive_nodes,
-    check_node,
-    check_policy,
-    choose_nodes,
-    current_node_id,
-    ensure_ray,
-    pinned,
-)
-from protocol.errors import MorphzError, NotFound, RequestError, StoreError
+from actors.cluster.failover import watch
+from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_nodes
+from protocol.errors import STALE_EPOCH, MorphzError, NotFound, RequestError, StoreError
 from storage import check_context_name
 
-DIRECTORY_NAME = "morphz:directory"
-"""The Ray actor name of the directory, in the contexts' namespace."""
 KV_NAMESPACE = "morphz-directory/"
 """Prefix of the GCS internal-KV namespace holding a directory's state (+ the Ray namespace)."""
 STORE_ENV = "MORPHZ_STORE"
@@ -74,62 +70,17 @@ DEFAULT_ROOT = "~/.morphz"
 """A node's store root when nothing else names one (expanded on that node)."""
 PROBE_TIMEOUT = 30.0
 """Seconds the directory waits for a probe task to report a node's store root."""
-STATUS_TIMEOUT = 2.0
-"""Seconds :func:`placement_table` waits for the members' versions (all asked at once)."""
 
 __all__ = [
     "DEFAULT_ROOT",
-    "DIRECTORY_NAME",
     "KV_NAMESPACE",
     "PROBE_TIMEOUT",
-    "STATUS_TIMEOUT",
     "STORE_ENV",
-    "ContextEntry",
     "DirectoryActor",
     "DirectoryHandle",
-    "Member",
     "directory",
     "existing_directory",
-    "follower_actor",
-    "placement_table",
-    "primary_actor",
 ]
-
-
-class Member(BaseModel):
-    """One copy of a context: the node it is on, its Ray actor name and its store root."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    node_id: str
-    actor: str
-    store_dir: str
-
-
-class ContextEntry(BaseModel):
-    """Where one context lives. ``acks``: followers that must hold a commit before it is
-    acknowledged (default ``replicas``). ``epoch`` grows by one at each promotion."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    epoch: int
-    replicas: int
-    acks: int
-    primary: Member
-    followers: tuple[Member, ...]
-    policy: str
-
-
-def primary_actor(name: str, epoch: int) -> str:
-    """The actor name of *name*'s primary at *epoch*: ``ctx:<name>`` at epoch 0 (the
-    single-node name), ``ctx:<name>@e<epoch>`` afterwards."""
-    return ACTOR_PREFIX + name if epoch == 0 else f"{ACTOR_PREFIX}{name}@e{epoch}"
-
-
-def follower_actor(name: str, k: int, epoch: int) -> str:
-    """The actor name of *name*'s follower number *k* created at *epoch*."""
-    return f"{ACTOR_PREFIX}{name}#f{k}@e{epoch}"
 
 
 def _probe_root() -> str:
@@ -213,17 +164,14 @@ class DirectoryActor:
         return self._lock
 
     def _ensure_watch(self) -> None:
-        """Start ``actors.cluster.failover.watch(self)`` on this loop if that hook exists."""
+        """Start the supervisor (:func:`actors.cluster.failover.watch`) on this event loop."""
         if self._watch is not None and not self._watch.done():
             return
         try:
             loop = asyncio.get_running_loop()
-            failover = importlib.import_module("actors.cluster.failover")
-        except (RuntimeError, ImportError):
+        except RuntimeError:  # not on an event loop (the plain class in a test)
             return
-        watch = getattr(failover, "watch", None)
-        if callable(watch):
-            self._watch = loop.create_task(watch(self))
+        self._watch = loop.create_task(watch(self))
 
     def _entry(self, name: object) -> ContextEntry:
         name = check_context_name(name)
@@ -288,7 +236,7 @@ class DirectoryActor:
     async def place(
         self,
         name: str,
-        replicas: int = 0,
+        followers: int = 0,
         policy: str = POLICY_SPREAD,
         acks: int | None = None,
         store_dir: str | None = None,
@@ -299,12 +247,13 @@ class DirectoryActor:
                 name = check_context_name(name)
                 if name in self.entries:
                     return ok(self.entries[name].model_dump())
-                check_int(replicas, "replicas")
+                check_int(followers, "followers")
                 policy = check_policy(policy)
-                acks = replicas if acks is None else check_int(acks, "acks")
-                if acks > replicas:
+                acks = followers if acks is None else check_int(acks, "acks")
+                if acks > followers:
                     raise RequestError(
-                        f"acks ({acks}) cannot exceed replicas ({replicas})", code="bad_argument"
+                        f"acks ({acks}) cannot exceed the followers ({followers})",
+                        code="bad_argument",
                     )
                 if store_dir is not None and not (
                     isinstance(store_dir, str) and os.path.isabs(store_dir)
@@ -315,12 +264,12 @@ class DirectoryActor:
                 for entry in self.entries.values():
                     for m in (entry.primary, *entry.followers):
                         load[m.node_id] = load.get(m.node_id, 0) + 1
-                nodes = choose_nodes(policy, replicas, live, load)
+                nodes = choose_nodes(policy, followers, live, load)
                 roots = [store_dir or await self.root_of(n) for n in nodes]
                 entry = ContextEntry(
                     name=name,
                     epoch=0,
-                    replicas=replicas,
+                    follower_count=followers,
                     acks=acks,
                     primary=Member(
                         node_id=nodes[0], actor=primary_actor(name, 0), store_dir=roots[0]
@@ -389,7 +338,7 @@ class DirectoryActor:
                 entry = self._entry(name)
                 check_int(epoch, "epoch")
                 new_primary = _member(primary, "primary")
-                if entry.replicas or entry.followers:
+                if entry.replicated:
                     raise RequestError(
                         f"context {entry.name!r} is replicated: its primary changes by promotion",
                         code="bad_argument",
@@ -418,12 +367,8 @@ def _check_epoch(entry: ContextEntry, epoch: int) -> None:
     """A compare-and-set's guard: RequestError ``stale_epoch`` unless *entry* is at *epoch*."""
     if entry.epoch != epoch:
         raise RequestError(
-            f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}", code="stale_epoch"
+            f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}", code=STALE_EPOCH
         )
-
-
-def _entry(raw: Any) -> ContextEntry:
-    return ContextEntry.model_validate(open_reply(raw))
 
 
 def _entries(raw: Any) -> list[ContextEntry]:
@@ -483,30 +428,30 @@ class DirectoryHandle:
         self,
         name: str,
         *,
-        replicas: int = 0,
+        followers: int = 0,
         policy: str = POLICY_SPREAD,
         acks: int | None = None,
         store_dir: str | None = None,
     ) -> ContextEntry:
         """The entry of *name*, placing it if new (idempotent: an existing name answers its
         entry as it is). *policy*: ``"spread"``, ``"node:<id>"`` or ``"resource:<name>"``;
-        *replicas* follower nodes distinct from the primary's; *store_dir* (absolute)
+        *followers*: how many follower nodes, distinct from the primary's; *store_dir* (absolute)
         overrides the nodes' store roots for this context."""
         check_context_name(name)
-        check_int(replicas, "replicas")
+        check_int(followers, "followers")
         check_policy(policy)
         if acks is not None:
             check_int(acks, "acks")
         if store_dir is not None and not (isinstance(store_dir, str) and os.path.isabs(store_dir)):
             raise RequestError("store_dir must be an absolute path", code="bad_argument")
         return self.transport.call(
-            Call("place", (name, replicas, policy, acks, store_dir), _entry, guarded=False)
+            Call("place", (name, followers, policy, acks, store_dir), read_entry, guarded=False)
         )
 
     def get(self, name: str) -> ContextEntry:
         """The entry of *name*; NotFound if the directory has none."""
         check_context_name(name)
-        return self.transport.call(Call("get", (name,), _entry, guarded=False))
+        return self.transport.call(Call("get", (name,), read_entry, guarded=False))
 
     def list(self) -> list[ContextEntry]:
         """Every entry, by name."""
@@ -530,7 +475,7 @@ class DirectoryHandle:
             _member(primary, "primary").model_dump(),
             [m.model_dump() for m in _members(followers, "followers")],
         )
-        return self.transport.call(Call("promote", args, _entry, guarded=False))
+        return self.transport.call(Call("promote", args, read_entry, guarded=False))
 
     def set_primary(self, name: str, *, epoch: int, primary: Member) -> ContextEntry:
         """Record *primary* for the unreplicated context *name* if it is at *epoch* (kept);
@@ -538,7 +483,7 @@ class DirectoryHandle:
         check_context_name(name)
         check_int(epoch, "epoch")
         args = (name, epoch, _member(primary, "primary").model_dump())
-        return self.transport.call(Call("set_primary", args, _entry, guarded=False))
+        return self.transport.call(Call("set_primary", args, read_entry, guarded=False))
 
     def set_followers(
         self, name: str, *, epoch: int, followers: builtins.list[Member]
@@ -547,7 +492,7 @@ class DirectoryHandle:
         check_context_name(name)
         check_int(epoch, "epoch")
         args = (name, epoch, [m.model_dump() for m in _members(followers, "followers")])
-        return self.transport.call(Call("set_followers", args, _entry, guarded=False))
+        return self.transport.call(Call("set_followers", args, read_entry, guarded=False))
 
 
 def directory(
@@ -582,89 +527,5 @@ def directory(
 
 def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:
     """The directory of *namespace* if one was created, else None (never creates one)."""
-    check_text(namespace, "namespace")
-    ensure_ray()
-    try:
-        actor = ray_module().get_actor(DIRECTORY_NAME, namespace=namespace)
-    except ValueError:
-        return None
-    return DirectoryHandle(actor, namespace)
-
-
-def _member_version(raw: Any) -> int | None:
-    """A member's version from its ``status()`` / ``version()`` answer, None if unreadable."""
-    if isinstance(raw, bytes):
-        try:
-            raw = open_reply(raw)
-        except MorphzError:
-            return None
-    if isinstance(raw, dict):
-        raw = raw.get("applied_version", raw.get("version"))
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    return None
-
-
-def placement_table(
-    handle: DirectoryHandle, timeout: float = STATUS_TIMEOUT
-) -> builtins.list[dict[str, Any]]:
-    """Every entry of the directory with each member's version and node liveness.
-
-    One row per context: ``name``, ``epoch``, ``replicas``, ``acks``, ``policy``,
-    ``primary`` and ``followers``, each member ``{node_id, actor, store_dir,
-    node_alive, version}`` (``version`` None when the member did not answer within
-    *timeout* seconds: unreachable, not started, or its node is gone); a follower
-    also has ``lag`` = primary version − its version (None when either is
-    unknown). Members are asked all at once (``status()`` if the actor has it,
-    else ``version()``).
-    """
-    ray = ray_module()
-    alive = {n["node_id"] for n in alive_nodes()}
-    entries = handle.list()
-    asked: dict[tuple[str, str], Any] = {}
-    for entry in entries:
-        for m in (entry.primary, *entry.followers):
-            try:
-                actor = ray.get_actor(m.actor, namespace=handle.namespace)
-            except ValueError:
-                continue
-            method = getattr(actor, "status", None) or actor.version
-            asked[(entry.name, m.actor)] = method.remote()
-    versions: dict[tuple[str, str], int | None] = {}
-    deadline = time.monotonic() + timeout
-    for key, ref in asked.items():
-        try:
-            raw = ray.get(ref, timeout=max(0.01, deadline - time.monotonic()))
-        except Exception:  # unreachable, timed out or failing: unknown
-            versions[key] = None
-            continue
-        versions[key] = _member_version(raw)
-
-    def row(name: str, m: Member) -> dict[str, Any]:
-        return {
-            **m.model_dump(),
-            "node_alive": m.node_id in alive,
-            "version": versions.get((name, m.actor)),
-        }
-
-    rows = []
-    for entry in entries:
-        primary = row(entry.name, entry.primary)
-        followers = []
-        for m in entry.followers:
-            f = row(entry.name, m)
-            known = primary["version"] is not None and f["version"] is not None
-            f["lag"] = primary["version"] - f["version"] if known else None
-            followers.append(f)
-        rows.append(
-            {
-                "name": entry.name,
-                "epoch": entry.epoch,
-                "replicas": entry.replicas,
-                "acks": entry.acks,
-                "policy": entry.policy,
-                "primary": primary,
-                "followers": followers,
-            }
-        )
-    return rows
+    actor = directory_actor(namespace)
+    return None if actor is None else DirectoryHandle(actor, namespace)

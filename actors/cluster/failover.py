@@ -14,12 +14,13 @@ placed context's members with the live nodes (Ray's node table):
   holding the most batches (ties: smallest node id) applies everything it
   holds and releases its store, the directory's entry moves to ``epoch + 1``
   by compare-and-set naming that follower's actor the primary, and the
-  follower is promoted in place (:meth:`actors.cluster.member.MemberActor.become_primary`:
+  follower is promoted in place (:meth:`actors.cluster.follower.FollowerActor.become_primary`:
   the same warm process opens the store it holds as the primary). Replacement
   followers' processes are started before the seal, so they boot meanwhile;
-  the new primary snapshots every other follower before its first write. When ``acks == replicas``,
-  the promoted follower holds every acknowledged commit (each was held by
-  every follower); with ``acks < replicas`` it still does as long as every
+  the new primary snapshots every other follower before its first write. When
+  ``acks == follower_count``, the promoted follower holds every acknowledged
+  commit (each was held by every follower); with ``acks < follower_count`` it
+  still does as long as every
   surviving follower answers the fence (each acknowledged batch is held by
   ``acks`` followers, and followers hold batches in order, so the one holding
   the most holds them all).
@@ -50,10 +51,13 @@ import socket
 import time
 from typing import Any
 
+from actors.client.names import ContextEntry, Member, follower_actor
+from actors.client.nodes import pinned
 from actors.client.replies import open_reply
 from actors.client.transport import ray_module
-from actors.cluster.directory import ContextEntry, Member, follower_actor
-from actors.cluster.placement import pinned
+from actors.cluster.follower import start_follower
+from actors.cluster.replication import REPLICATION
+from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
 
@@ -109,7 +113,7 @@ async def supervise(directory: Any) -> None:
     live = set(nodes)
     _learn_roots(directory, live)
     for entry in entries:
-        if entry.replicas == 0 and not entry.followers:
+        if not entry.replicated:
             if entry.primary.node_id not in live:
                 await restore(directory, entry, live)
             continue
@@ -213,7 +217,7 @@ def _get_actor(name: str, namespace: str) -> Any | None:
 async def _replacements(
     directory: Any, entry: ContextEntry, keep: list[Member], live: set[str], epoch: int
 ) -> list[Member]:
-    """New followers on live nodes holding no member of *entry*, up to its replicas."""
+    """New followers on live nodes holding no member of *entry*, up to its follower count."""
     used = {entry.primary.node_id, *(m.node_id for m in keep)}
     load: dict[str, int] = {}
     for e in directory.entries.values():
@@ -223,7 +227,7 @@ async def _replacements(
     taken = {m.actor for m in (entry.primary, *entry.followers, *keep)}
     out: list[Member] = []
     k = 0
-    for node in free[: max(0, entry.replicas - len(keep))]:
+    for node in free[: max(0, entry.follower_count - len(keep))]:
         while follower_actor(entry.name, k, epoch) in taken:
             k += 1
         name = follower_actor(entry.name, k, epoch)
@@ -260,8 +264,6 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     keep = [m for _, _, m, _ in held[1:]]
     keep += await _replacements(directory, entry, keep, live - {chosen.node_id}, epoch)
     fresh = [m for m in keep if m not in entry.followers]
-    from actors.cluster.member import start_follower
-
     # Their processes start now, while the chosen follower seals and the entry moves.
     started_new = [start_follower(m, entry.name, ns) for m in fresh]
     try:
@@ -319,8 +321,6 @@ async def _holds(node: str, path: str) -> bool:
 
 def _reopen(entry: ContextEntry, node: str, namespace: str) -> None:
     """Stop what Ray still holds under the primary's actor name, then start it on *node*."""
-    from actors.cluster.connection import connect
-
     ray = ray_module()
     actor = _get_actor(entry.primary.actor, namespace)
     if actor is not None:
@@ -339,6 +339,7 @@ def _reopen(entry: ContextEntry, node: str, namespace: str) -> None:
         namespace=namespace,
         lifetime="detached",
         create=False,
+        replication=REPLICATION,
     )
 
 
@@ -374,7 +375,7 @@ async def repair(directory: Any, entry: ContextEntry, live: set[str]) -> Context
     """Replace followers on lost nodes and fill missing ones; tell the primary. None if
     nothing changed."""
     keep = [m for m in entry.followers if m.node_id in live]
-    if len(keep) == len(entry.followers) and len(keep) >= entry.replicas:
+    if len(keep) == len(entry.followers) and len(keep) >= entry.follower_count:
         return None
     keep += await _replacements(directory, entry, keep, live, entry.epoch)
     if keep == list(entry.followers):
@@ -384,8 +385,6 @@ async def repair(directory: Any, entry: ContextEntry, live: set[str]) -> Context
             await directory.set_followers(entry.name, entry.epoch, [m.model_dump() for m in keep])
         )
     )
-    from actors.cluster.member import start_follower
-
     for m in keep:
         if m not in entry.followers:
             start_follower(m, entry.name, directory.namespace)

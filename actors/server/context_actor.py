@@ -46,6 +46,7 @@ import inspect
 import time
 from typing import Any
 
+from actors.client.names import MAX_SUBMIT_MANY
 from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
@@ -69,9 +70,6 @@ from service.operations import operations
 from service.reads import MAX_EXPORT_PAGE
 from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP
-
-MAX_SUBMIT_MANY = 1024
-"""Most transactions one ``submit_many`` call carries."""
 
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
@@ -174,8 +172,7 @@ class ContextActor(ContextHost):
         try:
             tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
         except WireError as e:
-            self._wire_rejections += 1
-            self.metrics.rejected("wire_error")
+            self.metrics.wire_rejected()
             try:
                 meta = await self._run(Context.meta)
             except MorphzError as err:

@@ -38,7 +38,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actors.server.metrics import NO_METRICS, ContextMetrics
+from actors.client.replies import failed
+from actors.server.metrics import ContextMetrics
 from protocol import capabilities
 from protocol.capabilities import Capability, PermissionDenied
 from protocol.errors import MorphzError, RequestError
@@ -306,10 +307,8 @@ class Guard:
         self.tenant = tenant
         self.project = project
         self.enforce = enforce
-        self.denials = 0
-        """Calls refused since this guard was made."""
-        self.metrics: ContextMetrics = NO_METRICS
-        """Where each denial is counted (the hosting actor's metrics)."""
+        self.metrics = ContextMetrics("", record=False)
+        """Where each denial is counted (the hosting actor's metrics, once it hosts)."""
         self._key: bytes | None = None
         self._verified: dict[bytes, Capability] = {}
         self._public: dict[str, bytes] = {}
@@ -353,7 +352,6 @@ class Guard:
                     f" of tenant {self.tenant!r}"
                 )
         except PermissionDenied as e:
-            self.denials += 1
             self.metrics.denied(op)
             if cap is not None:  # a verified holder without the grant
                 return e, self.entry(method, op, cap.holder, allowed=False, why=e.message)
@@ -362,7 +360,6 @@ class Guard:
             extra = {} if claimed is None else {"claimed": printable(claimed[:MAX_AUDIT_TEXT])}
             return e, self.entry(method, op, None, allowed=False, why=e.message, **extra)
         except MorphzError as e:
-            self.denials += 1
             self.metrics.denied(op)
             denied = PermissionDenied(f"cannot check capabilities: {e.message}")
             return denied, self.entry(method, op, None, allowed=False, why=denied.message)
@@ -436,8 +433,6 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
     :class:`Guard`), ``audit_buffer`` (an :class:`~actors.server.inbox.AuditBuffer`)
     and ``_ensure_worker()``.
     """
-    from actors.client.replies import failed
-
     def wrap(fn: Callable[..., Any]) -> Any:
         OPERATION_OF[fn.__name__] = op
         sig = inspect.signature(fn)

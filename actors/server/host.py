@@ -10,7 +10,7 @@ While it holds the store, an actor running under Ray *advertises* itself in
 the context's directory: :data:`ADVERT_FILE` (``actor.json``) holds the Ray
 address of its cluster, its namespace, node and process id, so a command that
 finds the store locked can reach the actor instead
-(:func:`~actors.cluster.connection.advertised`). The file is written after the open
+(:func:`~actors.client.lookup.advertised`). The file is written after the open
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
@@ -28,8 +28,9 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from actors.client.names import ADVERT_FORMAT, ContextEntry, advert_path
 from actors.client.replies import error_doc, failed, ok
 from actors.server.guard import (
     DEFAULT_PROJECT,
@@ -57,29 +58,40 @@ from protocol.governance import (
 from service.context import Context
 from service.governance import SCAN_BUDGET_SECONDS, apply_pass, record_audit, scan_deadline
 from service.store import open_context
-from storage import context_path
 
 T = TypeVar("T")
 log = logging.getLogger("morphz.context_actor")
 
 LOCK_WAIT = 5.0
 """Seconds a starting actor waits for the store's writer lock (a predecessor may be exiting)."""
-ADVERT_FILE = "actor.json"
-"""The file in a context's directory naming the context actor that holds it."""
-ADVERT_FORMAT = 1
 
 
-def _replica() -> Any:
-    """:mod:`actors.cluster.replica`, imported when a context may be replicated (it needs
-    the directory)."""
-    import actors.cluster.replica
+class Replicating(Protocol):
+    """What the host keeps of a replicated primary's shipping (the cluster side's
+    :class:`~actors.cluster.replication.Replicator`): the directory entry it ships
+    under, and :meth:`refresh`, which re-reads that entry and adopts new followers."""
 
-    return actors.cluster.replica
+    @property
+    def entry(self) -> ContextEntry: ...
+
+    def refresh(self) -> None: ...
 
 
-def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
-    """Where the actor serving context *name* of *store_dir* advertises itself."""
-    return os.path.join(context_path(store_dir, name), ADVERT_FILE)
+class Replication(Protocol):
+    """The hook replication reaches a context's host through, given to the actor when
+    it is created (the cluster side gives :data:`actors.cluster.replication.REPLICATION`
+    for the contexts it places; without one a context is served alone).
+
+    :meth:`check_not_replaced` raises ``RequestError`` ``fenced`` when another actor
+    has replaced this one as the context's primary (it must not open the store);
+    :meth:`enable` wraps the open context's store for replication when this actor is
+    a replicated context's primary, and answers None when the context is not
+    replicated. Both run only under Ray, on the store thread for :meth:`enable`.
+    """
+
+    def check_not_replaced(self, name: str, namespace: str | None) -> None: ...
+
+    def enable(self, ctx: Context, name: str, namespace: str | None) -> Replicating | None: ...
 
 
 class ContextHost:
@@ -111,8 +123,10 @@ class ContextHost:
         admission: AdmissionPolicy | None = None,
         namespace: str | None = None,
         embedder: dict[str, Any] | None = None,
+        replication: Replication | None = None,
     ) -> None:
         self._store_dir = store_dir
+        self._replication = replication
         self._name = name
         self._namespace = namespace  # the Ray namespace it is named in, for the advert
         self._started_at = time.time()  # the age `morphz actors` shows
@@ -128,8 +142,6 @@ class ContextHost:
         self._unused_ticks = governance_unused_ticks
         self._worker: asyncio.Task[None] | None = None
         self._cursor: PassCursor | None = None  # where the last good pass left off
-        self._passes = 0
-        self._pass_errors = 0
         self._closing = False
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-context")
         # Content scans (the pass's plan, the quarantine scan's observations) read a
@@ -146,8 +158,7 @@ class ContextHost:
             lambda entries: record_audit(self._context().backend, entries),
             lambda: self._ctx is not None,
         )
-        self._wire_rejections = 0
-        self.replicator: Any = None  # an actors.cluster.replica.Replicator once replicated
+        self.replicator: Replicating | None = None  # set once the store is replicated
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
         self._open(window, history_keep, create, lock_wait, tenant, project, bool(enforce))
@@ -239,10 +250,10 @@ class ContextHost:
         """True (and the open failed with ``fenced``) if this actor was a replicated
         context's primary and another has replaced it: it must not open the store."""
         ray = sys.modules.get("ray")
-        if ray is None or not ray.is_initialized():
+        if self._replication is None or ray is None or not ray.is_initialized():
             return False
         try:
-            _replica().check_not_replaced(self._name, self._namespace)
+            self._replication.check_not_replaced(self._name, self._namespace)
         except MorphzError as e:
             self._open_error = e
             return True
@@ -252,10 +263,11 @@ class ContextHost:
         """Under Ray: wrap the store for replication if the directory says this actor is a
         replicated context's primary; a replaced (fenced) primary keeps no store open."""
         ray = sys.modules.get("ray")
-        if ray is None or not ray.is_initialized() or self._ctx is None:
+        hook = self._replication
+        if hook is None or ray is None or not ray.is_initialized() or self._ctx is None:
             return
         try:
-            self.replicator = _replica().enable(self._ctx, self._name, self._namespace)
+            self.replicator = hook.enable(self._ctx, self._name, self._namespace)
         except MorphzError as e:
             self._unadvertise()
             self._ctx.close()
@@ -280,14 +292,16 @@ class ContextHost:
 
         def run(ctx: Context) -> dict[str, Any]:
             replicator = self.replicator
+            if replicator is None and self._replication is not None:
+                self.replicator = replicator = self._replication.enable(
+                    ctx, self._name, self._namespace
+                )
+            elif replicator is not None:
+                replicator.refresh()
             if replicator is None:
-                self.replicator = replicator = _replica().enable(ctx, self._name, self._namespace)
-            else:
-                replicator._refresh()
-            if replicator is None:
-                return {"replicas": 0, "followers": []}
+                return {"follower_count": 0, "followers": []}
             return {
-                "replicas": replicator.entry.replicas,
+                "follower_count": replicator.entry.follower_count,
                 "epoch": replicator.entry.epoch,
                 "followers": [m.actor for m in replicator.entry.followers],
             }
@@ -447,7 +461,7 @@ class ContextHost:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            self._pass_errors += 1
+            self.metrics.governance_pass(ok=False)
             log.exception("governance pass of context %r failed", self._name)
             why = f"{type(e).__name__}: {e}"
             await self.audit_buffer.append_quietly(
@@ -456,7 +470,7 @@ class ContextHost:
                 )
             )
             return None
-        self._passes += 1
+        self.metrics.governance_pass(ok=True)
         return report
 
     async def _sample_metrics(self) -> None:
@@ -469,27 +483,18 @@ class ContextHost:
 
     @guarded("admin", raises=True)
     async def stats(self) -> dict[str, int]:
-        """Group-commit counters since this process started.
+        """The actor's counts since its process started, and what waits now.
 
-        ``batches`` counts LMDB writes that committed submissions,
-        ``transactions`` the submissions they decided, ``largest_batch`` the
-        biggest group, ``pending`` what waits now, ``held`` the conflict
-        rejections held for a turn on a hot frame, ``wire_rejections`` the
-        payloads that did not decode; ``commits``, ``rejections``, ``rebases``,
-        ``duplicates`` and (once sampled) ``index_lag`` from the actor's metrics
-        (:meth:`actors.server.metrics.ContextMetrics.totals`).
+        One object holds every count (:class:`actors.server.metrics.ContextStats`,
+        fed by the metrics recorder): ``batches`` (LMDB writes that committed
+        submissions), ``transactions`` (the submissions they decided),
+        ``largest_batch``, ``held`` (conflict rejections held for a turn on a hot
+        frame), ``wire_rejections`` (payloads that did not decode),
+        ``governance_passes`` / ``governance_errors``, ``commits``,
+        ``rejections``, ``rebases``, ``duplicates`` and (once sampled)
+        ``index_lag``; ``pending`` is what waits now.
         """
-        return {
-            "batches": self._inbox.batches,
-            "transactions": self._inbox.transactions,
-            "largest_batch": self._inbox.largest,
-            "pending": self._inbox.pending,
-            "held": self._inbox.held,
-            "wire_rejections": self._wire_rejections,
-            "governance_passes": self._passes,
-            "governance_errors": self._pass_errors,
-            **self.metrics.totals(),
-        }
+        return {**self.metrics.stats.as_dict(), "pending": self._inbox.pending}
 
     @guarded("admin", raises=True)
     async def describe(self) -> dict[str, Any]:
@@ -497,13 +502,13 @@ class ContextHost:
         return {
             **(await self.handshake()),
             "pid": os.getpid(),
-            "denials": self.guard.denials,
+            "denials": self.metrics.stats.denials,
             "governance_every": self._every,
             "admission": self._policy.name,
         }
 
     async def handshake(self, capability: Any = None) -> dict[str, Any]:
-        """What :func:`~actors.cluster.connection.connect` checks, open to every caller (no
+        """What :func:`~actors.server.connect.connect` checks, open to every caller (no
         content).
 
         Name, store directory, node, open error, tenant, project, enforcement, and the

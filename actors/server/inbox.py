@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from actors.server.metrics import NO_METRICS, ContextMetrics
+from actors.server.metrics import ContextMetrics
 from protocol.errors import MorphzError
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
@@ -68,13 +68,15 @@ class Inbox:
         executor: Executor,
         commit_many: Callable[[list[SubmittedTx]], list[Receipt]],
         max_batch: int = MAX_BATCH,
-        metrics: ContextMetrics = NO_METRICS,
+        metrics: ContextMetrics | None = None,
         *,
         hold: float = HOLD_SECONDS,
     ) -> None:
         self._executor = executor
         self._commit_many = commit_many
-        self._metrics = metrics
+        self.metrics = metrics if metrics is not None else ContextMetrics("", record=False)
+        """Where every count of this inbox goes (``metrics.stats``)."""
+        self._metrics = self.metrics
         self.max_batch = max(1, min(int(max_batch), 4096))
         self.hold = max(0.0, min(float(hold), 10.0))
         self._pending: list[_Item] = []
@@ -83,14 +85,6 @@ class Inbox:
         self._held: dict[str, deque[_Item]] = {}  # frame -> writers waiting for the turn
         self._released: set[asyncio.Future[Any]] = set()  # held, now being decided again
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.held = 0
-        """Rejections held back until the frame they conflicted on changed."""
-        self.batches = 0
-        """LMDB writes that committed submissions."""
-        self.transactions = 0
-        """Submissions those writes decided."""
-        self.largest = 0
-        """The biggest group so far."""
 
     @property
     def pending(self) -> int:
@@ -158,7 +152,7 @@ class Inbox:
         if owner is None or owner is future:
             self._start_turn(frame, future)
             return False
-        self.held += 1
+        self._metrics.held()
         queue = self._held.setdefault(frame, deque())
         if was_held:
             queue.appendleft((tx, future))  # it waited already: first in line again
@@ -214,7 +208,7 @@ class Inbox:
                 return [e]
         else:
             seconds = time.perf_counter() - started
-            self._count(len(txs))
+            self._metrics.wrote(len(txs))
             done = [r.to_dict() for r in receipts]
             self._metrics.group(done, seconds)
             return done
@@ -223,16 +217,11 @@ class Inbox:
             started = time.perf_counter()
             try:
                 out.append(self._commit_many([tx])[0].to_dict())
-                self._count(1)
+                self._metrics.wrote(1)
             except Exception as e:
                 out.append(e)
             self._metrics.group(out[-1:], time.perf_counter() - started)
         return out
-
-    def _count(self, n: int) -> None:
-        self.batches += 1
-        self.transactions += n
-        self.largest = max(self.largest, n)
 
 
 def _hot_frame(result: dict[str, Any]) -> str | None:

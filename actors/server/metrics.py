@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 log = logging.getLogger("morphz.metrics")
@@ -191,6 +191,52 @@ def _instruments() -> dict[str, Any] | None:
     return made
 
 
+@dataclass(slots=True)
+class ContextStats:
+    """Every count one context actor keeps since its process started, in one object.
+
+    Only :class:`ContextMetrics` changes it (each recording method counts here,
+    with or without Ray); the actor's ``stats()`` answers :meth:`as_dict` and
+    ``describe()`` its ``denials``.
+    """
+
+    batches: int = 0
+    """LMDB writes that committed submissions."""
+    transactions: int = 0
+    """Submissions those writes decided."""
+    largest_batch: int = 0
+    """The biggest group so far."""
+    held: int = 0
+    """Conflict rejections held back until the frame they conflicted on changed."""
+    wire_rejections: int = 0
+    """Payloads that did not decode."""
+    governance_passes: int = 0
+    """Unattended governance passes that ran to the end."""
+    governance_errors: int = 0
+    """Unattended governance passes that failed."""
+    commits: int = 0
+    """Transactions committed (duplicates not counted)."""
+    rejections: int = 0
+    """Transactions rejected (any code)."""
+    rebases: int = 0
+    """Committed transactions that were rebased."""
+    duplicates: int = 0
+    """Resubmissions answered with their original receipt."""
+    denials: int = 0
+    """Calls refused by the capability guard."""
+    index_lag: int | None = None
+    """The index lag last sampled; None until the index worker runs."""
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts ``stats()`` answers (``index_lag`` once sampled; ``denials`` is
+        ``describe()``'s)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        del out["denials"]
+        if self.index_lag is None:
+            del out["index_lag"]
+        return out
+
+
 class ContextMetrics:
     """What one context's actor records; a no-op when the process runs without Ray.
 
@@ -208,16 +254,8 @@ class ContextMetrics:
         self._m: dict[str, Any] = made or {}
         self._by: dict[tuple[str, str], dict[str, str]] = {}
         self._failed = False
-        self.commits = 0
-        """Transactions committed since this recorder was made (kept with or without Ray)."""
-        self.rejections = 0
-        """Transactions rejected (any code) since this recorder was made."""
-        self.rebases = 0
-        """Committed transactions that were rebased."""
-        self.duplicates = 0
-        """Resubmissions answered with their original receipt."""
-        self.lag: int | None = None
-        """The index lag last sampled; None until the index worker runs."""
+        self.stats = ContextStats()
+        """Every count, kept with or without Ray (the one place an actor counts)."""
 
     def _tags(self, key: str, value: str) -> dict[str, str]:
         # Tag dicts with an extra key, made once per (key, value): no dict per record.
@@ -253,10 +291,11 @@ class ContextMetrics:
                 errors = r.get("errors") or ()
                 code = str(errors[0].get("code", "unknown")) if errors else "unknown"
                 codes[code] = codes.get(code, 0) + 1
-        self.commits += commits
-        self.rebases += rebases
-        self.duplicates += duplicates
-        self.rejections += sum(codes.values())
+        stats = self.stats
+        stats.commits += commits
+        stats.rebases += rebases
+        stats.duplicates += duplicates
+        stats.rejections += sum(codes.values())
         if not self.enabled:
             return
         m, tags = self._m, self.tags
@@ -275,9 +314,32 @@ class ContextMetrics:
 
         self._record(record)
 
+    def wrote(self, n: int) -> None:
+        """One durable write committed *n* submissions (a group)."""
+        stats = self.stats
+        stats.batches += 1
+        stats.transactions += n
+        stats.largest_batch = max(stats.largest_batch, n)
+
+    def held(self) -> None:
+        """One conflict rejection held back for a turn on its hot frame."""
+        self.stats.held += 1
+
+    def wire_rejected(self) -> None:
+        """One payload that did not decode (answered with a ``wire_error`` rejection)."""
+        self.stats.wire_rejections += 1
+        self.rejected("wire_error")
+
+    def governance_pass(self, ok: bool) -> None:
+        """One unattended governance pass ended: ran to the end (*ok*) or failed."""
+        if ok:
+            self.stats.governance_passes += 1
+        else:
+            self.stats.governance_errors += 1
+
     def rejected(self, code: str, n: int = 1) -> None:
         """*n* submissions rejected with *code* outside a group write (e.g. ``wire_error``)."""
-        self.rejections += n
+        self.stats.rejections += n
         if self.enabled:
             self._record(lambda: self._m[REJECTIONS.name].inc(n, self._tags("code", code)))
 
@@ -293,26 +355,28 @@ class ContextMetrics:
 
     def index_lag(self, n: int) -> None:
         """Index updates not applied yet."""
-        self.lag = n
+        self.stats.index_lag = n
         if self.enabled:
             self._record(lambda: self._m[INDEX_LAG.name].set(n, self.tags))
 
     def denied(self, op: str) -> None:
         """One call refused by the capability guard for operation *op*."""
+        self.stats.denials += 1
         if self.enabled:
             self._record(lambda: self._m[DENIALS.name].inc(1, self._tags("op", op)))
 
     def totals(self) -> dict[str, int]:
         """The local counts: ``commits``, ``rejections``, ``rebases``, ``duplicates``, and
         ``index_lag`` once sampled (what ``morphz top`` shows beside the actor's stats)."""
+        stats = self.stats
         out = {
-            "commits": self.commits,
-            "rejections": self.rejections,
-            "rebases": self.rebases,
-            "duplicates": self.duplicates,
+            "commits": stats.commits,
+            "rejections": stats.rejections,
+            "rebases": stats.rebases,
+            "duplicates": stats.duplicates,
         }
-        if self.lag is not None:
-            out["index_lag"] = self.lag
+        if stats.index_lag is not None:
+            out["index_lag"] = stats.index_lag
         return out
 
     def start_sampler(
@@ -337,7 +401,7 @@ class ContextMetrics:
 
 
 NO_METRICS = ContextMetrics("", record=False)
-"""A recorder that records nothing (the default of the guard and the inbox)."""
+"""A recorder that sends nothing to Ray (its counts are kept, as every recorder's)."""
 
 
 __all__ = [
@@ -349,5 +413,6 @@ __all__ = [
     "SAMPLE_EVERY",
     "SECONDS_BOUNDARIES",
     "ContextMetrics",
+    "ContextStats",
     "MetricSpec",
 ]

@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.nodes import alive_nodes, current_node_id
 from actors.client.transport import init_ray
-from actors.cluster.connection import place
 from actors.cluster.directory import directory
-from actors.cluster.placement import alive_nodes, current_node_id
+from actors.cluster.placing import place
 from protocol.errors import MorphzError, NotFound
 
 
@@ -123,7 +123,7 @@ def connect_ray(address: str | None) -> bool:
 
 
 def place_contexts(
-    names: list[str], store: str | None, namespace: str, replicas: int = 0
+    names: list[str], store: str | None, namespace: str, followers: int = 0
 ) -> list[tuple[ContextHandle, str]]:
     """Start each context where the context directory places it; its handle and node id.
 
@@ -131,13 +131,15 @@ def place_contexts(
     ties to the smallest id), so *names* go round the live nodes, every node
     of the cluster and not only this machine's. Each store is ``<store>/<name>``
     on its node (*store* is a path valid on every node), or, with *store* None,
-    under each node's own store root (docs/cluster.md); *replicas* followers
+    under each node's own store root (docs/cluster.md); *followers* followers
     each (the replication module starts them). The actors are not detached:
     they end with this process, as the run's other actors do.
     """
     placed = []
     for name in names:
-        handle = place(name, replicas=replicas, store_dir=store, namespace=namespace, lifetime=None)
+        handle = place(
+            name, followers=followers, store_dir=store, namespace=namespace, lifetime=None
+        )
         placed.append((handle, directory(namespace).get(name).primary.node_id))
     return placed
 

@@ -30,7 +30,7 @@ class LoadtestOptions(BaseModel):
     environment variable, see :func:`~harness.loadtest.trajectories.trajectories_dir`).
     ``store_dir`` is where the contexts' stores go; None (the default) makes a
     temporary directory, removed after the run (kept with ``keep``).
-    ``replicas`` is each context's number of followers (docs/cluster.md).
+    ``followers`` is each context's number of followers (docs/cluster.md).
     ``kill_node_every_s`` makes the run start its own cluster of ``nodes``
     nodes on this machine (``ray.cluster_utils.Cluster``, each node's stores
     under ``<store_dir>/node-<i>``) and remove a non-head node and add it back
@@ -49,7 +49,7 @@ class LoadtestOptions(BaseModel):
     trajectories_dir: str | None = None
     conversations: int | None = Field(default=None, ge=1)
     kill_every_s: float | None = Field(default=None, gt=0.0)
-    replicas: int = Field(default=0, ge=0, le=8)
+    followers: int = Field(default=0, ge=0, le=8)
     kill_node_every_s: float | None = Field(default=None, gt=0.0)
     nodes: int = Field(default=3, ge=2, le=16)
     address: str | None = None
@@ -68,8 +68,8 @@ class LoadtestOptions(BaseModel):
             raise ValueError(
                 "kill_node_every_s runs on a test cluster of this machine: give no address"
             )
-        if self.replicas >= self.nodes and self.kill_node_every_s is not None:
-            raise ValueError(f"replicas must be below nodes ({self.nodes})")
+        if self.followers >= self.nodes and self.kill_node_every_s is not None:
+            raise ValueError(f"followers must be below nodes ({self.nodes})")
         return self
 
 

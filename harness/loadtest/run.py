@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.nodes import alive_nodes, pinned
 from actors.client.replies import open_reply
-from actors.cluster.placement import alive_nodes, pinned
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
 from harness.loadtest.checks import check_after_run, submissions_of
 from harness.loadtest.cluster import (
@@ -140,9 +140,9 @@ class _Run:
         try:
             # Followers, or a cluster whose nodes stand for separate machines: each
             # node's stores go under its own root, not under one shared directory.
-            per_node = self.cluster is not None or opts.replicas > 0
+            per_node = self.cluster is not None or opts.followers > 0
             where = None if per_node else self.store
-            for handle, node in place_contexts(names, where, opts.namespace, opts.replicas):
+            for handle, node in place_contexts(names, where, opts.namespace, opts.followers):
                 self.handles.append(handle)
                 self.nodes.append(node)
             n_agents = opts.agents or default_agents(opts.threads)
@@ -163,7 +163,7 @@ class _Run:
         finally:
             for agent in self.agents:
                 ray.kill(agent)
-            if not opts.keep and opts.replicas > 0:
+            if not opts.keep and opts.followers > 0:
                 _stop_followers(names, opts.namespace)
             if not opts.keep:
                 for h in self.handles:
@@ -421,8 +421,8 @@ class _Run:
         )
         if opts.kill_every_s is not None:
             requested["kill_every_s"] = opts.kill_every_s
-        if opts.replicas:
-            requested["replicas"] = opts.replicas
+        if opts.followers:
+            requested["followers"] = opts.followers
         if opts.kill_node_every_s is not None:
             requested["kill_node_every_s"] = opts.kill_node_every_s
             requested["nodes"] = opts.nodes

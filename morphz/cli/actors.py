@@ -34,7 +34,7 @@ CALL_TIMEOUT = 5.0
 
 def _adverts(store: str) -> list[dict[str, Any]]:
     """The adverts the context actors holding *store*'s contexts wrote into it."""
-    from actors.cluster.connection import advertised
+    from actors.client.lookup import advertised
     from service.store import Store
 
     if not os.path.isdir(store):
@@ -57,8 +57,8 @@ def _age(seconds: float | None) -> str:
 
 
 async def _row(name: str, namespace: str) -> dict[str, Any]:
+    from actors.client.lookup import lookup
     from actors.client.transport import RetryPolicy
-    from actors.cluster.connection import lookup
     from protocol.errors import MorphzError
 
     row: dict[str, Any] = {"context": name, "namespace": namespace}
@@ -82,13 +82,14 @@ async def _row(name: str, namespace: str) -> dict[str, Any]:
 def list_actors(namespace: str | None = None) -> list[dict[str, Any]]:
     """Every context actor on the cluster this process is connected to (of *namespace* if
     given), with its handshake: store directory, node, pid, age; sorted by namespace, name."""
+    from actors.client.names import CONTEXT_PREFIX
     from actors.client.transport import ray_module
-    from actors.cluster.placement import ACTOR_PREFIX
 
     named = sorted(
-        (a["namespace"], a["name"][len(ACTOR_PREFIX) :])
+        (a["namespace"], a["name"][len(CONTEXT_PREFIX) :])
         for a in ray_module().util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith(ACTOR_PREFIX) and (namespace is None or a["namespace"] == namespace)
+        if a["name"].startswith(CONTEXT_PREFIX)
+        and (namespace is None or a["namespace"] == namespace)
     )
 
     async def run() -> list[dict[str, Any]]:
@@ -210,9 +211,9 @@ def stop_cmd(
 ) -> None:
     """Stop the context actor serving context NAME of the store: its store closed cleanly
     (advert removed, lock released), then the actor ended for good."""
-    from actors.client.transport import DEFAULT_NAMESPACE, init_ray, ray_module
-    from actors.cluster.connection import advertised, lookup
-    from actors.server.host import advert_path
+    from actors.client.lookup import advertised, lookup
+    from actors.client.names import DEFAULT_NAMESPACE, advert_path
+    from actors.client.transport import init_ray, ray_module
     from morphz.cli.review import ActorOptions
     from protocol.errors import NotFound
     from storage import check_context_name

@@ -6,7 +6,7 @@ for confirmation (``--yes`` for scripts) and is refused with ``store_locked``
 while a writer holds the context. See ``docs/cli.md``.
 
 ``contexts --cluster`` lists instead the placement the cluster's context
-directory records (``actors.cluster.directory.placement_table``): each context's epoch,
+directory records (``actors.cluster.status.placement_table``): each context's epoch,
 primary and followers, every member's version and each follower's lag. It
 reads the directory and never creates one. See ``docs/cluster.md``.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from actors.client.names import DEFAULT_NAMESPACE
 from morphz.cli.console import Env, emit, run_command
 
 __all__ = ["contexts_cmd", "drop_cmd"]
@@ -101,7 +102,8 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
     import os
 
     from actors.client.transport import check_text, init_ray, ray_module
-    from actors.cluster.directory import existing_directory, placement_table
+    from actors.cluster.directory import existing_directory
+    from actors.cluster.status import placement_table
 
     check_text(namespace, "namespace")
     connected = init_ray(address or os.environ.get("RAY_ADDRESS") or "auto")
@@ -139,7 +141,10 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
     " started on this machine).",
 )
 @click.option(
-    "--namespace", default="morphz", show_default=True, help="With --cluster: the Ray namespace."
+    "--namespace",
+    default=DEFAULT_NAMESPACE,
+    show_default=True,
+    help="With --cluster: the Ray namespace.",
 )
 @click.pass_obj
 @run_command

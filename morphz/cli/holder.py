@@ -16,7 +16,7 @@ def holder_note(store: str, context: str, message: str) -> str:
     """*message* (a ``store_locked`` refusal about *context* of *store*) with who holds the
     context, as its advert says, and how to stop it; unchanged when no actor advertises
     itself or the refusal is about another context."""
-    from actors.cluster.connection import advertised
+    from actors.client.lookup import advertised
 
     try:
         advert = advertised(store, context)

@@ -199,11 +199,19 @@ def checked_text(checked: dict[str, int]) -> str:
     help="SIGKILL a context actor's process every S seconds (actors on this machine).",
 )
 @click.option(
-    "--replicas",
+    "--followers",
     type=click.IntRange(0, 8),
     default=0,
     show_default=True,
     help="Followers of each context on other nodes (docs/cluster.md).",
+)
+@click.option(
+    "--replicas",
+    "replicas",
+    type=click.IntRange(0, 8),
+    default=None,
+    hidden=True,
+    help="The earlier name of --followers (deprecated).",
 )
 @click.option(
     "--kill-node-every",
@@ -247,7 +255,8 @@ def loadtest_cmd(
     trajectories_dir: str | None,
     conversations: int | None,
     kill_every: float | None,
-    replicas: int,
+    followers: int,
+    replicas: int | None,
     kill_node_every: float | None,
     nodes: int,
     address: str | None,
@@ -260,6 +269,8 @@ def loadtest_cmd(
 
     Example: morphz --json loadtest --threads 8 --contexts 2 --duration 10 --conflict-rate 0.2
     """
+    if replicas is not None:
+        click.echo("morphz loadtest: --replicas is deprecated, use --followers", err=True)
     if (duration is None) == (transactions is None):
         raise click.UsageError("give exactly one of --duration and --transactions")
     from harness.loadtest import run_loadtest
@@ -275,7 +286,7 @@ def loadtest_cmd(
         "trajectories_dir": trajectories_dir,
         "conversations": conversations,
         "kill_every_s": kill_every,
-        "replicas": replicas,
+        "followers": followers if replicas is None else replicas,
         "kill_node_every_s": kill_node_every,
         "nodes": nodes,
         "address": address,

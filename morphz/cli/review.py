@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from actors.client.names import DEFAULT_NAMESPACE
 from morphz.cli.console import Env, emit, failing_as_usage
 from protocol.errors import StoreError, StoreLocked
 
@@ -104,7 +105,7 @@ def actor_options(fn: Callable[..., None]) -> Callable[..., None]:
     )(fn)
     fn = click.option(
         "--namespace",
-        default="morphz",
+        default=DEFAULT_NAMESPACE,
         show_default=True,
         help="Ray namespace of the context actor.",
     )(fn)
@@ -120,8 +121,8 @@ def _through_actor(env: Env, opts: ActorOptions, call: Callable[[Any], Any]) -> 
     """Run *call(handle)* against the context actor of *env*; Ray is imported only here."""
     import ray
 
+    from actors.client.lookup import lookup
     from actors.client.transport import init_ray
-    from actors.cluster.connection import lookup
 
     token = opts.token()
     started = init_ray(opts.address, namespace=opts.namespace)
@@ -253,7 +254,7 @@ def review_cmd(click_ctx: click.Context) -> None:
 def list_cmd(
     env: Env,
     address: str | None = None,
-    namespace: str = "morphz",
+    namespace: str = DEFAULT_NAMESPACE,
     capability: Path | None = None,
 ) -> None:
     """Held candidates with the policy's reasons, and quarantined frames with their findings.
@@ -296,7 +297,7 @@ def _review(
         # One write: the version after it is the one it committed at (this process
         # holds the writer lock).
         d = ctx.review(frame_id, decision, reviewer, reason=reason, holder=_holder())
-        return {"decision": d.to_dict(), "version": ctx.version}
+        return {"decision": d.to_dict(), "version": ctx.version()}
 
     doc = _decide(
         env,
@@ -361,9 +362,9 @@ def admit_cmd(
 
     def direct(ctx: Context) -> dict[str, Any]:
         # This process holds the writer lock: a version change is this call's one write.
-        before = ctx.version
+        before = ctx.version()
         ds = ctx.admit(frame_id, holder=_holder())
-        after = ctx.version
+        after = ctx.version()
         return {
             "decisions": [d.to_dict() for d in ds],
             "version": after if after != before else None,

@@ -66,8 +66,9 @@ def serve_cmd(
     if enforce and tenant is None:
         raise RequestError("--enforce needs --tenant (the contexts' tenant)", code="bad_argument")
 
-    from actors.client.transport import DEFAULT_NAMESPACE, init_ray
-    from actors.cluster.placement import current_node_id
+    from actors.client.names import DEFAULT_NAMESPACE
+    from actors.client.nodes import current_node_id
+    from actors.client.transport import init_ray
     from servers.http_api import serve_app
 
     started = init_ray(address)

@@ -9,7 +9,7 @@ answers a :class:`Writer` with the same four methods over either port:
   context actor that holds the lock (:class:`~protocol.errors.StoreLocked`).
   The actor is found through the store: while it holds the lock it writes its
   Ray address and namespace into ``<store>/<context>/actor.json``
-  (:func:`actors.cluster.connection.advertised`). ``--address`` (then ``RAY_ADDRESS``)
+  (:func:`actors.client.lookup.advertised`). ``--address`` (then ``RAY_ADDRESS``)
   names the cluster instead of the advert's address. The actor found must
   serve this very store directory (``context_elsewhere`` otherwise).
 
@@ -169,7 +169,7 @@ def writer_for(env: Env, address: str | None = None, *, create: bool = False) ->
 
 def _clear_stale_advert(env: Env) -> None:
     """Remove an advert left by a killed actor (this process holds the lock, so it is stale)."""
-    from actors.server.host import advert_path
+    from actors.client.names import advert_path
 
     try:
         os.unlink(advert_path(env.store, env.context))
@@ -179,8 +179,9 @@ def _clear_stale_advert(env: Env) -> None:
 
 @contextmanager
 def _actor_writer(env: Env, address: str | None, locked: StoreLocked) -> Iterator[Writer]:
-    from actors.client.transport import DEFAULT_NAMESPACE, init_ray, ray_module
-    from actors.cluster.connection import advertised, lookup
+    from actors.client.lookup import advertised, lookup
+    from actors.client.names import DEFAULT_NAMESPACE
+    from actors.client.transport import init_ray, ray_module
 
     advert = advertised(env.store, env.context)
     target = address or os.environ.get("RAY_ADDRESS") or (advert or {}).get("address")

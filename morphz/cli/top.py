@@ -43,8 +43,8 @@ CALL_TIMEOUT = 5.0
 
 
 async def _sample_one(name: str, namespace: str, token: bytes | None) -> dict[str, Any]:
+    from actors.client.lookup import lookup
     from actors.client.transport import RetryPolicy
-    from actors.cluster.connection import lookup
     from protocol.errors import MorphzError
 
     row: dict[str, Any] = {"context": name, "namespace": namespace}
@@ -76,14 +76,15 @@ async def _sample_one(name: str, namespace: str, token: bytes | None) -> dict[st
 def collect(namespace: str | None = None, token: bytes | None = None) -> list[dict[str, Any]]:
     """One sample of every context actor on the cluster this process is connected to
     (only those of *namespace* if given), sorted by namespace and context."""
+    from actors.client.names import CONTEXT_PREFIX
     from actors.client.transport import ray_module
-    from actors.cluster.placement import ACTOR_PREFIX
 
     ray = ray_module()
     found = sorted(
-        (a["namespace"], a["name"][len(ACTOR_PREFIX) :])
+        (a["namespace"], a["name"][len(CONTEXT_PREFIX) :])
         for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["name"].startswith(ACTOR_PREFIX) and (namespace is None or a["namespace"] == namespace)
+        if a["name"].startswith(CONTEXT_PREFIX)
+        and (namespace is None or a["namespace"] == namespace)
     )
 
     async def run() -> list[dict[str, Any]]:

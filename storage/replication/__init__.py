@@ -10,13 +10,14 @@
   rules (order, gaps, epochs, acknowledged-only reads) and the snapshots that
   start or reset a follower.
 
-No Ray here: how batches travel is the caller's (``actors.cluster.replica``).
+No Ray here: how batches travel is the caller's (``actors.cluster.replication``).
 """
 
+from protocol.errors import FENCED, REPLICA_GAP, STALE_EPOCH
 from storage.replication.codec import Batch, OutboxAck, decode_batch, encode_batch
 from storage.replication.fence import ReplicationState, store_state
-from storage.replication.follower import REPLICA_GAP, Follower, install, snapshot
-from storage.replication.recording import FENCED, STALE_EPOCH, ReplicatedStore, Ship
+from storage.replication.follower import Follower, install, snapshot
+from storage.replication.recording import ReplicatedStore, Ship
 
 __all__ = [
     "FENCED",

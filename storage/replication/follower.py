@@ -33,7 +33,7 @@ import os
 import shutil
 import tempfile
 
-from protocol.errors import RequestError, StoreError
+from protocol.errors import REPLICA_GAP, STALE_EPOCH, RequestError, StoreError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, WriteView
 from storage.layout import DIR_MODE, replace_durably
@@ -49,9 +49,7 @@ from storage.replication.fence import (
     store_state,
     write_state,
 )
-from storage.replication.recording import STALE_EPOCH
 
-REPLICA_GAP = "replica_gap"
 DATA_FILE = "data.mdb"
 
 

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from protocol.errors import MorphzError, RequestError
+from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, ReadView, WriteView
 from storage.lmdb import LmdbStore
@@ -39,8 +39,6 @@ T = TypeVar("T")
 Ship = Callable[[int, bytes], None]
 """``ship(seq, encoded batch)``: return once enough followers hold the batch durably."""
 
-STALE_EPOCH = "stale_epoch"
-FENCED = "fenced"
 
 
 class _RecordingView:

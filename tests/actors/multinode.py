@@ -110,7 +110,7 @@ def pinned_call(node_id: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` as a Ray task pinned to *node_id* and answer its result."""
     import ray
 
-    from actors.cluster.placement import pinned
+    from actors.client.nodes import pinned
 
     task = ray.remote(num_cpus=0, scheduling_strategy=pinned(node_id))(fn)
     return ray.get(task.remote(*args), timeout=120)
@@ -121,8 +121,8 @@ def pinned_call(node_id: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _find_everywhere(names: list[str]) -> dict[str, Any]:
     """Run on a node: look each context up by name and read its version and node."""
-    from actors.cluster.connection import lookup
-    from actors.cluster.placement import current_node_id
+    from actors.client.lookup import lookup
+    from actors.client.nodes import current_node_id
 
     out: dict[str, Any] = {"from": current_node_id(), "found": {}}
     for name in names:
@@ -134,8 +134,8 @@ def _find_everywhere(names: list[str]) -> dict[str, Any]:
 
 def placed_everywhere(multi: MultiNode) -> dict[str, Any]:
     """Contexts spread over every node, under each node's own root, found from every node."""
-    from actors.cluster.connection import place
     from actors.cluster.directory import directory
+    from actors.cluster.placing import place
 
     names = [f"spread-{i}" for i in range(2 * NODES)]
     handles = {n: place(n, namespace=NAMESPACE) for n in names}
@@ -168,8 +168,8 @@ def directory_restart(multi: MultiNode) -> dict[str, Any]:
     """A killed directory is restarted by Ray and reloads every entry and node root."""
     import ray
 
-    from actors.cluster.connection import place
     from actors.cluster.directory import directory
+    from actors.cluster.placing import place
 
     d = directory(NAMESPACE)
     d.register_node(multi.node_ids[1], multi.store_root(1) + "-registered")
@@ -198,8 +198,8 @@ def directory_restart(multi: MultiNode) -> dict[str, Any]:
 
 def placement_errors(multi: MultiNode) -> dict[str, Any]:
     """Unknown node, not enough nodes, bad names and policies: typed errors, nothing changes."""
-    from actors.cluster.connection import place
     from actors.cluster.directory import directory
+    from actors.cluster.placing import place
     from protocol.errors import MorphzError, NotFound
 
     d = directory(NAMESPACE)
@@ -210,12 +210,12 @@ def placement_errors(multi: MultiNode) -> dict[str, Any]:
     attempts: list[tuple[str, Callable[[], Any]]] = [
         ("unknown_node", lambda: place("x1", namespace=NAMESPACE, placement="node:" + "ab" * 28)),
         ("unknown_resource", lambda: place("x2", namespace=NAMESPACE, placement="resource:gpu9")),
-        ("too_many_replicas", lambda: d.place("x3", replicas=NODES)),
+        ("too_many_replicas", lambda: d.place("x3", followers=NODES)),
         ("bad_name", lambda: place("no/slash", namespace=NAMESPACE)),
         ("bad_policy", lambda: place("x4", namespace=NAMESPACE, placement="nearest")),
         ("empty_node", lambda: d.place("x5", policy="node:")),
-        ("negative_replicas", lambda: d.place("x6", replicas=-1)),
-        ("acks_over_replicas", lambda: d.place("x7", replicas=0, acks=1)),
+        ("negative_replicas", lambda: d.place("x6", followers=-1)),
+        ("acks_over_replicas", lambda: d.place("x7", followers=0, acks=1)),
         ("relative_root", lambda: d.register_node(multi.node_ids[0], "rel/dir")),
         ("register_unknown", lambda: d.register_node("ab" * 28, "/abs")),
         ("get_unknown", lambda: d.get("never-placed")),
@@ -282,11 +282,11 @@ def cluster_table(multi: MultiNode) -> dict[str, Any]:
     and ``?`` (null) for a member whose node is gone."""
     from click.testing import CliRunner
 
-    from actors.cluster.connection import place
+    from actors.cluster.placing import place
     from morphz.cli.main import cli
 
     # the primary on the driver's node (never removed), the follower on another
-    h = place("tabled", replicas=1, namespace=NAMESPACE, placement=f"node:{multi.node_ids[0]}")
+    h = place("tabled", followers=1, namespace=NAMESPACE, placement=f"node:{multi.node_ids[0]}")
     for i in range(3):
         report = h.observe("tool_result", f"result {i}")
         h.claim()

@@ -13,7 +13,7 @@ import pytest
 from actors.client.handle import ContextHandle, RetryPolicy, new_client_id
 from actors.client.replies import open_reply
 from actors.client.transport import Call
-from actors.cluster.connection import connect
+from actors.server.connect import connect
 from protocol.errors import ParseError, RequestError, StoreError, TransportError, WireError
 from protocol.replies import ClaimReply, FrameReply, ObserveReply
 from protocol.txlang import parse_tx

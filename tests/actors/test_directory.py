@@ -14,17 +14,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from actors.cluster.connection import connect, lookup, place
-from actors.cluster.directory import (
-    ContextEntry,
-    DirectoryHandle,
-    Member,
-    directory,
-    existing_directory,
-    follower_actor,
-    primary_actor,
-)
+from actors.client.lookup import lookup
+from actors.client.names import ContextEntry, Member, follower_actor, primary_actor
+from actors.cluster.directory import DirectoryHandle, directory, existing_directory
 from actors.cluster.placement import check_policy, choose_nodes
+from actors.cluster.placing import place
+from actors.server.connect import connect
 from morphz.cli.main import cli
 from protocol.errors import NotFound, RequestError
 from tests.actors.cluster import NODE2, RayCluster
@@ -49,7 +44,7 @@ def test_followers_are_distinct_and_least_loaded() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "replicas", "code"),
+    ("policy", "followers", "code"),
     [
         ("node:zz", 0, "not_found"),
         ("resource:tpu", 0, "not_found"),
@@ -62,9 +57,9 @@ def test_followers_are_distinct_and_least_loaded() -> None:
         ("resource", 0, "bad_placement"),
     ],
 )
-def test_bad_placements_are_typed(policy: str, replicas: int, code: str) -> None:
+def test_bad_placements_are_typed(policy: str, followers: int, code: str) -> None:
     with pytest.raises(RequestError) as e:
-        choose_nodes(policy, replicas, LIVE, {})
+        choose_nodes(policy, followers, LIVE, {})
     assert e.value.code == code
 
 
@@ -82,13 +77,17 @@ def test_member_names() -> None:
     entry = ContextEntry(
         name="n",
         epoch=0,
-        replicas=0,
+        follower_count=0,
         acks=0,
         primary=Member(node_id="a", actor="ctx:n", store_dir="/s"),
         followers=(),
         policy="spread",
     )
     assert ContextEntry.model_validate_json(entry.model_dump_json()) == entry
+    assert not entry.replicated
+    # an entry recorded under the count's earlier name reads the same
+    earlier = {**entry.model_dump(exclude={"follower_count"}), "replicas": 0}
+    assert ContextEntry.model_validate(earlier) == entry
 
 
 # -- on the session's two-node cluster ---------------------------------------------
@@ -152,9 +151,9 @@ def test_bad_placements_change_nothing(
     for kwargs, code in [
         ({"placement": "node:" + "ff" * 28}, "not_found"),
         ({"placement": "resource:nowhere"}, "not_found"),
-        ({"replicas": 2}, "not_enough_nodes"),
+        ({"followers": 2}, "not_enough_nodes"),
         ({"placement": "closest"}, "bad_placement"),
-        ({"replicas": True}, "bad_argument"),
+        ({"followers": True}, "bad_argument"),
         ({"acks": -1}, "bad_argument"),
         ({"lifetime": "forever"}, "bad_argument"),
         ({"node_id": ray_cluster.node2_id}, "bad_argument"),
@@ -228,7 +227,8 @@ def test_contexts_cluster_without_a_directory_creates_none(
 ) -> None:
     r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output) == {"namespace": namespace, "directory": False, "contexts": []}
+    doc = json.loads(r.output)
+    assert doc == {"namespace": namespace, "directory": False, "contexts": [], "unplaced": []}
     assert existing_directory(namespace) is None
 
 

@@ -65,14 +65,15 @@ def node_lost_mid_load(multi: MultiNode) -> dict[str, Any]:
     """Replication factor 1: the primary's node is removed while agents and a driver commit."""
     import ray
 
-    from actors.cluster.connection import lookup, place
+    from actors.client.lookup import lookup
     from actors.cluster.directory import directory
+    from actors.cluster.placing import place
     from harness.agent_threads import decode_records, spawn_agent
     from protocol.errors import MorphzError
     from tests.actors.checks import check_history
 
     name, lost = "rep-load", multi.node_ids[1]
-    handle = place(name, replicas=1, placement=f"node:{lost}", namespace=NAMESPACE)
+    handle = place(name, followers=1, placement=f"node:{lost}", namespace=NAMESPACE)
     entry = directory(NAMESPACE).get(name)
     assert entry.primary.node_id == lost and len(entry.followers) == 1, entry
     survivor = entry.followers[0].node_id
@@ -184,17 +185,19 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     """Replicas 2 (acks 1): the old primary's restart is fenced; back, it rejoins as a follower."""
     import ray
 
+    from actors.client.lookup import lookup
+    from actors.client.names import primary_actor
+    from actors.client.nodes import pinned
     from actors.client.transport import remote_class
-    from actors.cluster.connection import lookup, place
-    from actors.cluster.directory import directory, primary_actor
-    from actors.cluster.placement import pinned
-    from actors.cluster.replica import follower_handle
+    from actors.cluster.directory import directory
+    from actors.cluster.placing import place
+    from actors.cluster.replication import REPLICATION, follower_handle
     from actors.server.context_actor import ContextActor
     from protocol.errors import MorphzError
 
     name = "rep-fence"
     handle = place(
-        name, replicas=2, acks=1, placement=f"node:{multi.node_ids[2]}", namespace=NAMESPACE
+        name, followers=2, acks=1, placement=f"node:{multi.node_ids[2]}", namespace=NAMESPACE
     )
     old = directory(NAMESPACE).get(name)
     old_root = old.primary.store_dir
@@ -206,8 +209,8 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     # The old primary's node returns (a new node id, the same disk).
     back = multi.add_node(2)
     assert multi.roots[back] == old_root
-    # The old primary's constructor runs again there (as Ray reruns it on a restart):
-    # it is refused and opens nothing.
+    # The old primary's constructor runs again there (as Ray reruns it on a restart,
+    # with the replication hook place gave it): it is refused and opens nothing.
     _kill_named(primary_actor(name, 0))  # Ray may still hold its name
     _until("the old name to be free", lambda: _name_free(primary_actor(name, 0)))
     again = (
@@ -218,7 +221,9 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
             num_cpus=0,
             scheduling_strategy=pinned(back),
         )
-        .remote(old_root, name, None, None, False, namespace=NAMESPACE)
+        .remote(
+            old_root, name, None, None, False, namespace=NAMESPACE, replication=REPLICATION
+        )
     )
     info = ray.get(again.handshake.remote(), timeout=60)
     assert info["open_error"] and info["open_error"]["code"] == "fenced", info
@@ -262,12 +267,12 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
 
 def follower_reads_acknowledged_only(multi: MultiNode) -> dict[str, Any]:
     """A follower never shows a commit the primary has not acknowledged; replies say so."""
-    from actors.cluster.connection import place
     from actors.cluster.directory import directory
-    from actors.cluster.replica import follower_handle
+    from actors.cluster.placing import place
+    from actors.cluster.replication import follower_handle
 
     name = "rep-reads"
-    handle = place(name, replicas=1, placement=f"node:{multi.node_ids[1]}", namespace=NAMESPACE)
+    handle = place(name, followers=1, placement=f"node:{multi.node_ids[1]}", namespace=NAMESPACE)
     follower = follower_handle(directory(NAMESPACE).get(name).followers[0], NAMESPACE)
     seen: list[tuple[int, int]] = []
     for i in range(40):
@@ -289,9 +294,10 @@ def unreplicated_node_lost(multi: MultiNode) -> dict[str, Any]:
     promoted); when the node returns with its disk, it is served there again under its
     name and every acknowledged commit is there."""
 
+    from actors.client.lookup import lookup
     from actors.client.transport import RetryPolicy
-    from actors.cluster.connection import lookup, place
     from actors.cluster.directory import directory
+    from actors.cluster.placing import place
     from protocol.errors import TransportError
 
     name = "plain"
@@ -346,8 +352,8 @@ def test_replicated_scenario(scenario: str) -> None:
     assert verdict["ok"], verdict.get("traceback") or verdict
 
 
-def test_loadtest_removing_nodes_with_replicas_checks_every_history(tmp_path: Path) -> None:
-    """``morphz loadtest --replicas 1 --kill-node-every S``: nodes of its own test cluster
+def test_loadtest_removing_nodes_with_followers_checks_every_history(tmp_path: Path) -> None:
+    """``morphz loadtest --followers 1 --kill-node-every S``: nodes of its own test cluster
     are removed and added back mid-load; every history checks on the current primaries."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
@@ -355,7 +361,7 @@ def test_loadtest_removing_nodes_with_replicas_checks_every_history(tmp_path: Pa
     args = ["--threads", "4", "--contexts", "2", "--duration", "8", "--conflict-rate", "0.2"]
     done = subprocess.run(
         [sys.executable, "-m", "morphz.cli", "--store", str(tmp_path), "--json", "loadtest", *args]
-        + ["--replicas", "1", "--kill-node-every", "6"],
+        + ["--followers", "1", "--kill-node-every", "6"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -365,5 +371,5 @@ def test_loadtest_removing_nodes_with_replicas_checks_every_history(tmp_path: Pa
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0 and doc["history_ok"], (doc, done.stderr[-3000:])
     assert doc["violation_count"] == 0 and doc["committed"] > 0
-    assert doc["requested"]["replicas"] == 1 and doc["kills"] >= 1, doc["kill_log"]
+    assert doc["requested"]["followers"] == 1 and doc["kills"] >= 1, doc["kill_log"]
     assert all("error" not in k for k in doc["kill_log"]), doc["kill_log"]

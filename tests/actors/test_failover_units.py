@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from actors.client.replies import open_reply
-from actors.cluster.replica import READS, FollowerRead, ReplicaActor
+from actors.cluster.replication import READS, FollowerRead, FollowerRole
 from protocol.errors import MorphzError, RequestError, WireError
 from service.context import Context
 from storage import LmdbStore
@@ -21,7 +21,7 @@ def _primary(tmp_path: Path, ship: object) -> tuple[LmdbStore, Context]:
 
 
 def test_follower_actor_serves_acknowledged_reads_and_refuses_bad_input(tmp_path: Path) -> None:
-    follower = ReplicaActor(str(tmp_path / "follower"), "c")
+    follower = FollowerRole(str(tmp_path / "follower"), "c")
 
     def ship(seq: int, data: bytes) -> None:
         open_reply(follower.receive(data))
@@ -74,9 +74,9 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
     import asyncio
 
     from actors.client.handle import ContextHandle, _receipt
-    from actors.cluster.member import MemberActor
+    from actors.cluster.follower import FollowerActor
 
-    member = MemberActor(str(tmp_path / "follower"), "c")
+    member = FollowerActor(str(tmp_path / "follower"), "c")
     shipped: list[bytes] = []
 
     def ship(seq: int, data: bytes) -> None:

@@ -88,7 +88,7 @@ def test_writers_on_one_frame_lose_nothing_and_take_turns(writers: int) -> None:
     assert rig.count() == commits == 20 * writers
     assert rejections / commits <= writers - 1
     if writers > 2:
-        assert rig.inbox.held > 0  # writers waited for their turn instead of colliding again
+        assert rig.inbox.metrics.stats.held > 0  # writers waited for their turn instead of colliding again
     assert not rig.inbox._turn or not any(rig.inbox._held.values())
 
 
@@ -112,7 +112,7 @@ def test_a_writer_that_never_retries_holds_the_turn_only_for_hold_seconds() -> N
     assert [r.status for r in receipts] == ["rejected"] * 3
     assert all(r.errors[0].code == "conflict" for r in receipts)
     assert all(r.current and r.current[0].body == "(count 1)" for r in receipts)
-    assert rig.inbox.held == 2
+    assert rig.inbox.metrics.stats.held == 2
     assert rig.count() == 1
 
 
@@ -129,4 +129,4 @@ def test_hold_zero_answers_every_rejection_at_once() -> None:
 
     receipts = asyncio.run(main())
     assert all(r.errors[0].code == "conflict" for r in receipts)
-    assert rig.inbox.held == 0
+    assert rig.inbox.metrics.stats.held == 0

@@ -89,14 +89,19 @@ def test_the_plain_actor_counts_commits_rejections_and_wire_errors(tmp_path: Pat
             bad = await h.submit_async("(context-tx (base-version 1) (derive a (x 2)))")
             assert bad.errors[0].code == "frame_exists"
             await actor.submit(b"\x00not a transaction")
-            return dict(await actor.stats())
+            # one stats object, fed by the one recorder the guard and the inbox share
+            assert actor.guard.metrics is actor.metrics is actor._inbox.metrics
+            stats = dict(await actor.stats())
+            assert stats == {**actor.metrics.stats.as_dict(), "pending": 0}
+            return stats
         finally:
             actor.close()
 
     stats = asyncio.run(run())
     assert stats["commits"] == 1
     assert stats["rejections"] == 2  # frame_exists and the wire_error
-    assert stats["transactions"] == 2
+    assert stats["transactions"] == 2 and stats["batches"] == 2 and stats["largest_batch"] == 1
+    assert stats["wire_rejections"] == 1 and stats["held"] == 0
 
 
 # -- through Ray: the Prometheus endpoint -------------------------------------------------

@@ -14,7 +14,7 @@ from tests.readme import python_blocks
 def test_readme_ray_example_runs(
     ray_cluster: RayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    block = next(b for b in python_blocks() if "from actors import" in b)
+    block = next(b for b in python_blocks() if "from morphz import connect" in b)
     # The session is already connected to its cluster: that is the README's ray.init().
     assert "ray.init()" in block
     block = block.replace("ray.init()", "pass", 1)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from actors import ContextHandle
-from actors.cluster.placement import actor_name
-from actors.server.context_actor import MAX_SUBMIT_MANY
+from actors.client.names import MAX_SUBMIT_MANY, actor_name
 from protocol.errors import RequestError
 from protocol.forms import Symbol
 from protocol.receipts import Receipt

@@ -58,7 +58,7 @@ def test_request_stays_protected_until_the_reply() -> None:
     ship = ctx.observe("user_message", SHIP, session="release")
     loop = loop_for(ctx, "release")
     loop.step()  # plan + run_tests
-    early = ctx.commit(f"(context-tx (base-version {ctx.version}) (retire {ship.ref}))")
+    early = ctx.commit(f"(context-tx (base-version {ctx.version()}) (retire {ship.ref}))")
     assert early.status == "rejected" and early.errors[0].code == "causally_protected"
     loop.run(12)
     assert ctx.event(ship.ref)["delivered"] is True
@@ -83,7 +83,7 @@ def test_consolidation_story_procedure_supersedes_cases() -> None:
     b = ctx.observe("external", "Release case B (split repos).", session="consolidation")
     ctx.claim()
     seeded = ctx.commit(
-        f"(context-tx (base-version {ctx.version})"
+        f"(context-tx (base-version {ctx.version()})"
         f" (derive release-case-a (from {a.ref}) (layout monorepo) (outcome shipped))"
         f" (derive release-case-b (from {b.ref}) (layout split-repos) (outcome shipped))"
         f" (retire {a.ref} {b.ref}))"

@@ -198,7 +198,7 @@ def commit_all(ctx: Context, turn: ModelTurn) -> None:
 
 def canonical(text: str, ctx: Context, seed_base: int, **refs: str) -> str:
     """The seed transaction with the store's refs and version, in canonical text."""
-    text = text.replace(f"(base-version {seed_base})", f"(base-version {ctx.version})")
+    text = text.replace(f"(base-version {seed_base})", f"(base-version {ctx.version()})")
     for seed_ref, ref in refs.items():
         text = text.replace("@" + seed_ref, ref)
     return print_tx(parse_tx(text))
@@ -680,7 +680,7 @@ def test_release_story(ctx: Context, style: str) -> None:
     assert turn.action == ToolCall(
         name="package",
         arguments={"target": "ship-v1"},
-        call_id=f"package-v{ctx.version}",
+        call_id=f"package-v{ctx.version()}",
         irreversible=True,
         idempotency_key="package:ship-v1",
     )
@@ -854,7 +854,7 @@ def test_pause_after_a_conflict_holds_tests_passed_and_paused(ctx: Context, styl
 
     retry = pauser.respond(render(ctx, style=style), ())  # re-read and rebuild
     rebuilt = parse_tx(retry.transactions[0])
-    assert rebuilt.base_version == ctx.version
+    assert rebuilt.base_version == ctx.version()
     assert rebuilt.ops[0].sources == (pause, "test-result")  # type: ignore[union-attr]
     commit_all(ctx, retry)
     body = ctx.frame("release")["body"]

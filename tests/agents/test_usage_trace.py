@@ -38,7 +38,7 @@ def seeded(ctx: Context) -> str:
     facts = ctx.observe("tool_result", "regression suite: 412 passed; region=cn-shanghai")
     ctx.claim()
     ctx.commit(
-        f"(context-tx (base-version {ctx.version})"
+        f"(context-tx (base-version {ctx.version()})"
         f" (derive test-result (from {facts.ref}) (tests passed))"
         f" (derive deploy-target (from {facts.ref}) (region cn-shanghai))"
         f" (derive release (from test-result) (goal ship-v1))"
@@ -135,7 +135,7 @@ def test_bad_influence_requests_are_typed_and_change_nothing() -> None:
     with pytest.raises(OutOfRange):
         ctx.influence(version=0)
     with pytest.raises(OutOfRange):
-        ctx.influence(version=ctx.version + 1)
+        ctx.influence(version=ctx.version() + 1)
     with pytest.raises(OutOfRange):
         ctx.influence(call=0)
     with pytest.raises(NotFound):
@@ -175,7 +175,7 @@ def test_failed_uses_of_a_procedure_quarantine_it_from_traces() -> None:
 
 def find_low_quality_of(ctx: Context) -> list[Any]:
     traces = ctx.traces()
-    return ctx.backend.read(lambda v: find_low_quality(v, now_tick=ctx.tick, usage=traces))
+    return ctx.backend.read(lambda v: find_low_quality(v, now_tick=ctx.tick(), usage=traces))
 
 
 def test_ledger_events_are_never_in_the_model_input() -> None:
@@ -193,7 +193,7 @@ def test_ledger_events_are_never_in_the_model_input() -> None:
         assert not set(ledger) & set(compiled.events_present)
         text = "\n".join(str(m["content"]) for m in compiled.messages)
         assert "intent:" not in text and "[actions]" not in text
-    assert ctx.tick == 2  # the request's and the tool result's batches; ledger events add none
+    assert ctx.tick() == 2  # the request's and the tool result's batches; ledger events add none
 
 
 def test_cli_trace_decision_and_call(tmp_path: Path) -> None:
@@ -228,7 +228,7 @@ def test_a_model_search_is_retrieval_in_the_traces_and_hides_quarantined_frames(
 ) -> None:
     with open_context(tmp_path, "ctx", create=True) as ctx:
         request = seeded(ctx)
-        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive old-region (region eu)))")
+        ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive old-region (region eu)))")
         ctx.quarantine(["old-region"])
         search = ToolCall(name="search", arguments={"query": "region", "limit": 5})
         hostile = ToolCall(name="search", arguments={"query": "region", "trust": ["quarantined"]})

@@ -409,7 +409,7 @@ def test_tx_check_prints_the_receipt_and_writes_nothing(
     assert bad.exit == 1 and json.loads(bad.out)["errors"][0]["code"] == "causally_protected"
     assert data.read_bytes() == before
     with open_context(store, "default", readonly=True) as ctx:
-        assert ctx.version == 1 and ctx.state()["frames"][0]["id"] == "release"
+        assert ctx.version() == 1 and ctx.state()["frames"][0]["id"] == "release"
     # The real commit then gets the receipt the check announced.
     tx.write_text(TX_OK, encoding="utf-8")
     real = json.loads(run(capsys, monkeypatch, store, ["--json", "tx", str(tx)]).out)
@@ -428,7 +428,7 @@ def test_a_failed_fork_leaves_nothing_behind(
     assert retry.exit == 0, retry
     assert json.loads(retry.out)["context"] == "task3"
     with open_context(store, "task3", readonly=True) as ctx:
-        assert ctx.version == 1 and ctx.frame("release")["body"] == "(goal v1)"
+        assert ctx.version() == 1 and ctx.frame("release")["body"] == "(goal v1)"
 
 
 def _wait_until_reading_stdin(pid: int) -> None:

@@ -37,7 +37,7 @@ def store(tmp_path: Path) -> Path:
             '(envelope rule-2026 (valid-from "2026-01-01") (valid-to "2027-01-01"))',
             "(derive top (from rule-2025 rule-2026 rule-old) (goal release))",
         ):
-            receipt = ctx.commit(f"(context-tx (base-version {ctx.version}) {text})")
+            receipt = ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})")
             assert receipt.status == "committed", receipt.errors
         assert ctx.quarantine(["rule-old"]) == ["rule-old"]
     return path

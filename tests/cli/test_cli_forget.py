@@ -26,7 +26,7 @@ def store(tmp_path: Path) -> Path:
         report = ctx.observe("tool_result", f"deploy log: key {SECRET} accepted")
         ctx.claim()
         ctx.commit(
-            f"(context-tx (base-version {ctx.version})"
+            f"(context-tx (base-version {ctx.version()})"
             f' (derive cfg (from {report.ref}) (key "{SECRET}")))'
         )
     return path

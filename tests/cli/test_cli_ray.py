@@ -152,8 +152,8 @@ def test_review_address_unreachable_is_one_line(held_store: Path) -> None:
 
 
 def test_a_garbage_advert_is_no_advert(held_store: Path) -> None:
-    from actors.cluster.connection import advertised
-    from actors.server.host import advert_path
+    from actors.client.lookup import advertised
+    from actors.client.names import advert_path
 
     path = Path(advert_path(held_store, "default"))
     for junk in (b"", b"{not json", b"[]", b'{"format": 1, "context": "default"}', b"x" * 9000):
@@ -172,7 +172,7 @@ def test_a_garbage_advert_is_no_advert(held_store: Path) -> None:
 
 
 def test_an_embedded_writer_clears_a_stale_advert(tmp_path: Path) -> None:
-    from actors.server.host import advert_path
+    from actors.client.names import advert_path
 
     store = tmp_path / "store"
     with Store(store).open("default", create=True):
@@ -377,7 +377,7 @@ def test_an_actor_serving_another_store_is_refused(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str
 ) -> None:
     from actors import connect
-    from actors.server.host import advert_path
+    from actors.client.names import advert_path
 
     handle = connect("default", store_dir=tmp_path / "elsewhere", namespace=namespace)
     try:

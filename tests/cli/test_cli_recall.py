@@ -60,7 +60,7 @@ def store(tmp_path: Path) -> Path:
             "(relate release-procedure supersedes release-case-b)"
             "(retire release-case-a release-case-b)",
         ):
-            receipt = ctx.commit(f"(context-tx (base-version {ctx.version}) {text})")
+            receipt = ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})")
             assert receipt.status == "committed", receipt.errors
     return path
 
@@ -134,7 +134,7 @@ def test_recall_as_observation_records_a_recall_result(store: Path) -> None:
         event = ctx.event(ref)
         text = ctx.read_event(ref)["text"]
         assert ctx.frame("release-case-a")["lifecycle"] == "retired"  # unchanged
-        assert ctx.version == page["version"]
+        assert ctx.version() == page["version"]
     assert event["kind"] == "recall_result"
     assert json.loads(text)["nodes"] == page["nodes"]
 
@@ -174,7 +174,7 @@ def test_bad_and_stale_cursors_exit_1(store: Path) -> None:
     mismatch = run(store, "--json", "recall", other, "--cursor", cursor)
     assert (mismatch.exit_code, doc(mismatch)["error"]["code"]) == (1, "cursor_mismatch")
     with Store(store).open() as ctx:
-        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive later (n 1)))")
+        ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive later (n 1)))")
     stale = run(store, "--json", "recall", request, "--cursor", cursor)
     assert (stale.exit_code, doc(stale)["error"]["code"]) == (1, "stale_cursor")
 

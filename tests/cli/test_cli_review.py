@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tx(ctx: Any, text: str) -> None:
-    assert ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").committed
+    assert ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").committed
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def run(store: Path, *args: str, json_out: bool = True, context: str = "default"
 
 def version(store: Path) -> int:
     with Store(store).open(readonly=True) as ctx:
-        return int(ctx.version)
+        return int(ctx.version())
 
 
 def test_list_shows_what_awaits_a_human_without_writing(store: Path) -> None:

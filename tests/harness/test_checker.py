@@ -97,7 +97,7 @@ class Thread:
         self.read()
 
     def read(self) -> None:
-        self.base = self.ctx.version
+        self.base = self.ctx.version()
 
     def submit(
         self, ops: str, *, lose_reply: bool = False, never_arrives: bool = False
@@ -153,7 +153,7 @@ def build_story() -> Story:
         f"(derive release (from {request.ref}) (stage testing)) (derive constraints (region eu)) "
         "(derive notes (x 1)) (relate constraints limits release)"
     )
-    v["seed"] = ctx.version
+    v["seed"] = ctx.version()
     a, b, c = Thread(ctx, "a", subs), Thread(ctx, "b", subs), Thread(ctx, "c", subs)
 
     ra = a.submit(f"(revise release (from {tests.ref}) (stage packaging))")
@@ -219,7 +219,7 @@ def build_story() -> Story:
     ctx.claim()
     ctx.observe("external", "calendar: freeze")
     assert ctx.claim().finalized == ["constraints"]
-    v["finalized"] = ctx.version
+    v["finalized"] = ctx.version()
     revived = b.submit("(restore constraints)")
     assert revived is not None
     assert [(x.id, x.version) for x in revived.conflicts] == [("constraints", v["finalized"])]
@@ -235,8 +235,8 @@ def build_story() -> Story:
     assert c.submit("(unrelate notes supports release) (protect notes)") is not None
 
     # A commit no thread recorded (an operator at the console).
-    ctx.commit(f"(context-tx (base-version {ctx.version}) (revise evidence (tests passed twice)))")
-    v["untracked"] = ctx.version
+    ctx.commit(f"(context-tx (base-version {ctx.version()}) (revise evidence (tests passed twice)))")
+    v["untracked"] = ctx.version()
     return Story(read_history(ctx, subs), v)
 
 

@@ -72,7 +72,7 @@ def obs_text(c: CompiledInput) -> str:
 
 def tx(ctx: Context, body: str, reason: str | None = None) -> None:
     why = f' (reason "{reason}")' if reason else ""
-    receipt = ctx.commit(f"(context-tx (base-version {ctx.version}){why} {body})")
+    receipt = ctx.commit(f"(context-tx (base-version {ctx.version()}){why} {body})")
     assert receipt.status == "committed", receipt
 
 
@@ -83,7 +83,7 @@ def seed_story(ctx: Context) -> dict[str, str]:
     tx(ctx, f"(derive deployment/target-v1 (from {u.ref}) (fact (region cn-hangzhou)))")
     e = ctx.observe("tool_result", "production config: region = cn-shanghai", session="main")
     ctx.claim()
-    receipt = ctx.commit(SEED_TX.format(v=ctx.version, ref=e.ref))
+    receipt = ctx.commit(SEED_TX.format(v=ctx.version(), ref=e.ref))
     assert receipt.status == "committed"
     return {"request": u.ref, "config": e.ref}
 
@@ -122,11 +122,11 @@ def test_layout_protocol_then_observations_then_state(ctx: Context) -> None:
     assert "deployment/target-v1 r1" not in state  # retired by the successor rule
     assert "build/status supports deployment/target-v2" in state
     assert "deployment/target-v2 supersedes deployment/target-v1" in state  # ids stay visible
-    assert f"version: {ctx.version}" in state and f"tick: {ctx.tick}" in state
+    assert f"version: {ctx.version()}" in state and f"tick: {ctx.tick()}" in state
     assert f"current request: {refs['request']}" in state
     assert c.frames_present == ("deployment/target-v2", "build/status")
     assert c.events_present == (refs["request"], t.ref)
-    assert c.version == ctx.version and c.tick == ctx.tick and c.session == "main"
+    assert c.version == ctx.version() and c.tick == ctx.tick() and c.session == "main"
     assert c.encoding == "full" and c.maintenance_batch == ()
 
 
@@ -541,7 +541,7 @@ def test_delta_lists_what_changed(ctx: Context) -> None:
     assert "frame a r2 active\n  (x 2)" in delta
     assert "### relations added\nb blocks a" in delta
     assert "### relations removed\na supports b" in delta
-    assert "## runtime changes" in delta and f"version: {ctx.version}" in delta
+    assert "## runtime changes" in delta and f"version: {ctx.version()}" in delta
     facts = input_facts(c.messages)
     assert facts.frames["a"] == (2, "active")
     assert facts.frames["deployment/target-v2"] == (1, "retiring")
@@ -624,7 +624,7 @@ def test_delta_and_full_present_the_same_facts(ops: list[tuple[str, int]]) -> No
                 "restore": f"(restore {frame})",
                 "protect": f"(protect {frame})",
             }[op]
-            ctx.commit(f"(context-tx (base-version {ctx.version}) {body})")
+            ctx.commit(f"(context-tx (base-version {ctx.version()}) {body})")
         c = ctx.backend.read(lambda v, p=prev: compiler.compile(v, session="main", previous=p))
         full = compile_(ctx, config=cfg)
         plain = ctx.backend.read(lambda v: warm.compile(v, session="main"))

@@ -27,7 +27,7 @@ ENVELOPE_TX = """(context-tx (base-version 3)
 
 
 def tx(ctx: Context, text: str) -> dict[str, Any]:
-    return ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").to_dict()
+    return ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").to_dict()
 
 
 def inputs(ctx: Context, session: str) -> tuple[str, tuple[str, ...]]:
@@ -97,12 +97,12 @@ def test_envelope_sets_fields_without_a_new_revision(ctx: Context) -> None:
 def test_model_cannot_set_accepted_trust_or_reviewed_by(ctx: Context) -> None:
     tx(ctx, "(derive a (x 1))")
     tx(ctx, "(envelope a (trust candidate))")
-    version = ctx.version
+    version = ctx.version()
     for op in ("(envelope a (trust accepted))", '(envelope a (reviewed-by "me"))'):
         r = tx(ctx, op)
         assert r["status"] == "rejected"
         assert r["errors"][0]["code"] == "not_permitted"
-    assert ctx.version == version
+    assert ctx.version() == version
     assert ctx.frame("a")["envelope"]["trust"] == "candidate"
 
 
@@ -141,12 +141,12 @@ def test_candidates_stay_out_of_other_sessions_input(ctx: Context) -> None:
 def test_admission_accepts_a_clean_candidate(ctx: Context) -> None:
     tx(ctx, '(derive fact (deploy region "cn-shanghai"))')
     tx(ctx, "(envelope fact (trust candidate) (keys region))")
-    version = ctx.version
+    version = ctx.version()
     (d,) = ctx.admit()
     assert d.verdict == "accept" and d.reviewer == "policy:default-admission-v1"
     env = ctx.frame("fact")["envelope"]
     assert env["trust"] == "accepted" and env["reviewed_by"] == "policy:default-admission-v1"
-    assert ctx.version == version + 1
+    assert ctx.version() == version + 1
     assert ctx.txlog(version + 1)["kind"] == "governance"
     assert ctx.admit() == []  # nothing left to review
 
@@ -182,10 +182,10 @@ def test_sensitive_content_has_no_false_positive_on_dates_and_versions() -> None
 def test_high_risk_candidate_waits_for_a_human(ctx: Context) -> None:
     tx(ctx, "(derive prod-change (drop table users))")
     tx(ctx, "(envelope prod-change (trust candidate) (risk high))")
-    version = ctx.version
+    version = ctx.version()
     (d,) = ctx.admit()
     assert d.verdict == "hold" and "high risk" in d.reasons[0]
-    assert ctx.version == version  # a hold changes nothing
+    assert ctx.version() == version  # a hold changes nothing
     assert ctx.frame("prod-change")["envelope"]["trust"] == "candidate"
     done = ctx.review("prod-change", "accept", "alice")
     assert done.verdict == "accept"

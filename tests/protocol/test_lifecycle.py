@@ -8,7 +8,7 @@ from service.context import Context
 
 
 def tx(ctx: Context, *ops: str, reason: str | None = None) -> dict[str, object]:
-    head = f"(context-tx (base-version {ctx.version})"
+    head = f"(context-tx (base-version {ctx.version()})"
     if reason:
         head += f' (reason "{reason}")'
     return ctx.commit(head + " " + " ".join(ops) + ")").to_dict()
@@ -25,8 +25,8 @@ def advance(ctx: Context, ticks: int) -> list[str]:
 
 def test_eight_tick_window(ctx: Context) -> None:
     tx(ctx, "(derive notes (a 1))")
-    advance(ctx, 100 - ctx.tick)
-    assert ctx.tick == 100
+    advance(ctx, 100 - ctx.tick())
+    assert ctx.tick() == 100
     r = tx(ctx, "(retire notes)", reason="no longer needed")
     assert r["retiring"] == [{"id": "notes", "due_tick": 108}]
     assert r["relief_now"]["tokens"] == 0  # type: ignore[index]
@@ -35,12 +35,12 @@ def test_eight_tick_window(ctx: Context) -> None:
     assert (f["lifecycle"], f["due_tick"], f["retire_reason"]) == ("retiring", 108, "no longer needed")
     assert advance(ctx, 7) == []
     assert ctx.frame("notes")["lifecycle"] == "retiring"
-    version = ctx.version
+    version = ctx.version()
     assert advance(ctx, 1) == ["notes"]
     assert ctx.frame("notes")["lifecycle"] == "retired"
     # Finalization is a recorded runtime transaction.
-    assert ctx.version == version + 1
-    log = ctx.txlog(ctx.version)
+    assert ctx.version() == version + 1
+    log = ctx.txlog(ctx.version())
     assert log["kind"] == "runtime" and log["finalize"] == ["notes"]
 
 
@@ -137,7 +137,7 @@ def test_one_tick_per_claimed_batch(ctx: Context) -> None:
     assert (only_recall.tick, only_recall.advanced) == (1, False)
     # Receipts never advance the tick.
     tx(ctx, "(derive a (x 1))")
-    assert ctx.tick == 1
+    assert ctx.tick() == 1
 
 
 def test_observation_retirement_is_immediate_and_references_still_resolve(ctx: Context) -> None:
@@ -177,4 +177,4 @@ def test_operation_errors_have_stable_codes(ctx: Context) -> None:
         r = tx(ctx, op)
         assert r["status"] == "rejected", op
         assert r["errors"][0]["code"] == code, op  # type: ignore[index]
-    assert ctx.version == 1
+    assert ctx.version() == 1

@@ -59,7 +59,7 @@ def rec(
 
 
 def commit(ctx: Context, body: str) -> None:
-    receipt = ctx.commit(f"(context-tx (base-version {ctx.version}) {body})")
+    receipt = ctx.commit(f"(context-tx (base-version {ctx.version()}) {body})")
     assert receipt.status == "committed", receipt.errors
 
 
@@ -98,7 +98,7 @@ def release_cases(ctx: Context) -> dict[str, str]:
               (test "pnpm --filter web test") (artifact "apps/web/dist/"))
             (retire {a1} {a2} {b1} {b2})""",
     )
-    text = CONSOLIDATE_TX.replace("(base-version 42)", f"(base-version {ctx.version})")
+    text = CONSOLIDATE_TX.replace("(base-version 42)", f"(base-version {ctx.version()})")
     assert ctx.commit(text).status == "committed"
     return {"a1": a1, "a2": a2, "b1": b1, "b2": b2}
 
@@ -138,7 +138,7 @@ def test_seed_recall_reaches_cases_and_their_original_events(ctx: Context) -> No
     assert ids(page) == ["release-procedure", "release-case-a", "release-case-b", a1, a2, b1, b2]
     assert [n["depth"] for n in page.nodes] == [0, 1, 1, 2, 2, 2, 2]
     assert page.next_cursor is None
-    assert page.version == ctx.version
+    assert page.version == ctx.version()
     proc, case_a, case_b = page.nodes[:3]
     assert proc["type"] == "frame" and proc["lifecycle"] == "active"
     assert proc["revision"] == 1
@@ -449,7 +449,7 @@ def test_tampered_cursor_is_refused(ctx: Context) -> None:
 
 def test_model_facing_recall_checks_the_view_version(ctx: Context) -> None:
     chain(ctx, 3)
-    seen = ctx.version
+    seen = ctx.version()
     assert ids(rec(ctx, {"frame_id": "c2"}, view_version=seen)) == ["c2", "c1", "c0"]
     commit(ctx, "(derive other (n 1))")
     with pytest.raises(RequestError) as info:

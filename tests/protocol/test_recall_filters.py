@@ -42,7 +42,7 @@ def rec(ctx: Context, request: dict[str, Any], cursor: str | None = None) -> Rec
 
 
 def commit(ctx: Context, body: str) -> None:
-    receipt = ctx.commit(f"(context-tx (base-version {ctx.version}) {body})")
+    receipt = ctx.commit(f"(context-tx (base-version {ctx.version()}) {body})")
     assert receipt.status == "committed", receipt.errors
 
 

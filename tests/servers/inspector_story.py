@@ -15,7 +15,7 @@ HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2
 
 def _tx(ctx: Any, body: str, reason: str | None = None) -> int:
     why = f' (reason "{reason}")' if reason else ""
-    receipt = ctx.submit(f"(context-tx (base-version {ctx.version}){why} {body})")
+    receipt = ctx.submit(f"(context-tx (base-version {ctx.version()}){why} {body})")
     assert receipt.committed, receipt
     return int(receipt.version)
 
@@ -72,7 +72,7 @@ def fill(store: Path, name: str = "demo") -> dict[str, int]:
         _tx(ctx, "(retire old-plan)", "the plan is automated now")
         _tx(ctx, f"(derive stale-note (from {tests}) (note (cache is warm)))")
         ctx.quarantine(["stale-note"])
-        out["quarantine"] = ctx.version
+        out["quarantine"] = ctx.version()
         ctx.record_trace(
             {
                 "session": "main",
@@ -87,5 +87,5 @@ def fill(store: Path, name: str = "demo") -> dict[str, int]:
                 "action": "reply",
             }
         )
-        out["version"] = ctx.version
+        out["version"] = ctx.version()
     return out

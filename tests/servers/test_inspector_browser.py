@@ -229,7 +229,7 @@ def test_a_commit_appears_on_the_transactions_page(site: dict[str, Any], page: A
     script = (
         "import sys, morphz\n"
         "with morphz.open_context(sys.argv[1], 'demo') as ctx:\n"
-        "    r = ctx.submit(f'(context-tx (base-version {ctx.version}) (reason \"live\")'\n"
+        "    r = ctx.submit(f'(context-tx (base-version {ctx.version()}) (reason \"live\")'\n"
         "                  ' (derive live-frame (note (arrived while watching))))')\n"
         "    assert r.committed\n"
         "    print(r.version)\n"
@@ -270,7 +270,7 @@ def test_a_hostile_body_is_shown_as_text_and_never_runs(site: dict[str, Any], pa
 def test_bad_input_gets_a_clear_page_and_changes_nothing(site: dict[str, Any], page: Any) -> None:
     base = site["url"]
     with morphz.open_context(site["store"], "demo", readonly=True) as ctx:
-        version = ctx.version
+        version = ctx.version()
     cases = {
         "/c/nope/graph": (404, "no context 'nope'"),
         "/c/demo/frame?id=ghost": (404, "no frame 'ghost'"),
@@ -288,4 +288,4 @@ def test_bad_input_gets_a_clear_page_and_changes_nothing(site: dict[str, Any], p
         assert page.evaluate("window.__pwned") is None
     _shot(page, "error")
     with morphz.open_context(site["store"], "demo", readonly=True) as ctx:
-        assert ctx.version == version
+        assert ctx.version() == version

@@ -28,7 +28,7 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient
 
 def _version(store: Path) -> int:
     with morphz.open_context(store, "demo", readonly=True) as ctx:
-        return int(ctx.version)
+        return int(ctx.version())
 
 
 PAGES = [

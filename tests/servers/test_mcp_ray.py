@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from actors.cluster.connection import connect
+from actors.server.connect import connect
 from actors.server.guard import issue_capability
 from tests.actors.cluster import RayCluster
 from tests.servers.test_mcp import doc, stdio_client, text, tx

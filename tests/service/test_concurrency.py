@@ -10,7 +10,7 @@ from service.context import Context
 def seed(ctx: Context) -> int:
     ctx.commit("(context-tx (base-version 0) (derive release (stage testing)) "
                "(derive constraints (region eu)) (derive notes (x 1)))")
-    return ctx.version
+    return ctx.version()
 
 
 def test_independent_transactions_from_one_base_both_commit(ctx: Context) -> None:
@@ -33,7 +33,7 @@ def test_same_frame_from_one_base_rejects_the_later_one(ctx: Context) -> None:
     assert paused.errors[0].code == "conflict"
     assert "release (v" in paused.errors[0].message
     assert ctx.frame("release")["body"] == "(stage packaging)"
-    assert ctx.version == tests_passed.version
+    assert ctx.version() == tests_passed.version
 
 
 def test_dependencies_listed_in_from_are_checked(ctx: Context) -> None:
@@ -51,7 +51,7 @@ def test_relation_endpoints_and_edges_are_in_the_footprint(ctx: Context) -> None
     assert [c.id for c in same_edge.conflicts] == ["notes supports release"]
     other_edge = ctx.commit(f"(context-tx (base-version {base}) (relate constraints limits release))")
     assert other_edge.status == "committed" and other_edge.rebased
-    ctx.commit(f"(context-tx (base-version {ctx.version}) (revise release (stage shipped)))")
+    ctx.commit(f"(context-tx (base-version {ctx.version()}) (revise release (stage shipped)))")
     stale_endpoint = ctx.commit(
         f"(context-tx (base-version {base}) (relate constraints informs release))"
     )
@@ -61,7 +61,7 @@ def test_relation_endpoints_and_edges_are_in_the_footprint(ctx: Context) -> None
 def test_citing_an_event_retired_meanwhile_is_not_a_conflict(ctx: Context) -> None:
     e = ctx.observe("tool_result", "config: region=eu")
     ctx.claim()
-    base = ctx.version
+    base = ctx.version()
     ctx.commit(f"(context-tx (base-version {base}) (retire {e.ref}))")
     cite = ctx.commit(f"(context-tx (base-version {base}) (derive region (from {e.ref}) (eu)))")
     assert cite.status == "committed" and cite.rebased
@@ -72,7 +72,7 @@ def test_citing_an_event_retired_meanwhile_is_not_a_conflict(ctx: Context) -> No
 def test_runtime_finalization_counts_as_a_change(make_ctx: Callable[..., Context]) -> None:
     ctx = make_ctx(window=1)
     ctx.commit("(context-tx (base-version 0) (derive a (x 1)) (retire a))")
-    base = ctx.version
+    base = ctx.version()
     ctx.observe("tool_result", "tick")
     assert ctx.claim().finalized == ["a"]
     r = ctx.commit(f"(context-tx (base-version {base}) (restore a))")
@@ -83,7 +83,7 @@ def test_future_base_is_refused(ctx: Context) -> None:
     future = ctx.commit("(context-tx (base-version 5) (derive a (x 1)))")
     assert future.status == "rejected"
     assert future.errors[0].code == "future_base"
-    assert ctx.version == 0
+    assert ctx.version() == 0
 
 
 def test_too_old_beyond_kept_history() -> None:
@@ -91,7 +91,7 @@ def test_too_old_beyond_kept_history() -> None:
 
     ctx = Context(MemoryBackend(), history_keep=3)
     for i in range(5):
-        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive f{i} (x {i})))")
+        ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive f{i} (x {i})))")
     r = ctx.commit("(context-tx (base-version 1) (derive g (x 1)))")
     assert r.status == "rejected"
     assert r.errors[0].code == "too_old"
@@ -101,15 +101,15 @@ def test_too_old_beyond_kept_history() -> None:
 
 def test_client_id_makes_commits_exactly_once(ctx: Context) -> None:
     seed(ctx)
-    text = f"(context-tx (base-version {ctx.version}) (revise notes (x 9)))"
+    text = f"(context-tx (base-version {ctx.version()}) (revise notes (x 9)))"
     first = ctx.commit(text, client_id="thread-1/tx-1")
     retry = ctx.commit(text, client_id="thread-1/tx-1")
     assert first.status == "committed" and not first.duplicate
     assert retry.duplicate
     assert retry.model_copy(update={"duplicate": False}) == first
-    assert ctx.version == first.version
+    assert ctx.version() == first.version
     assert ctx.frame("notes")["revision"] == 2
-    reused = ctx.commit(f"(context-tx (base-version {ctx.version}) (revise notes (x 10)))",
+    reused = ctx.commit(f"(context-tx (base-version {ctx.version()}) (revise notes (x 10)))",
                         client_id="thread-1/tx-1")
     assert reused.errors[0].code == "client_id_reused"
     assert ctx.frame("notes")["revision"] == 2
@@ -124,4 +124,4 @@ def test_group_commit_decides_each_against_the_previous(ctx: Context) -> None:
     ])
     assert [r.status for r in receipts] == ["committed", "rejected", "committed"]
     assert [r.version for r in receipts] == [base + 1, base + 1, base + 2]
-    assert ctx.version == base + 2
+    assert ctx.version() == base + 2

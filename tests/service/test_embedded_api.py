@@ -32,7 +32,7 @@ def release(ctx: Context) -> str:
     e = ctx.observe("tool_result", "regression suite for the eu-west region: 412 passed")
     ctx.claim()
     receipt = ctx.commit(
-        f"(context-tx (base-version {ctx.version})"
+        f"(context-tx (base-version {ctx.version()})"
         f' (derive deploy-region (from {e.ref}) (region "eu-west") (tests passed)))'
     )
     assert receipt.committed
@@ -53,7 +53,7 @@ def test_search_finds_a_frame_and_an_event_and_records_what_it_found(stored: Con
 
 def test_search_sees_what_was_committed_just_before(stored: Context) -> None:
     release(stored)
-    stored.commit(f"(context-tx (base-version {stored.version}) (derive rollback (plan ready)))")
+    stored.commit(f"(context-tx (base-version {stored.version()}) (derive rollback (plan ready)))")
     assert stored.search({"query": "rollback"})["recalled"] == ["rollback"]
 
 
@@ -98,7 +98,7 @@ def test_snapshot_reads_version_and_frames_at_once(ctx: Context) -> None:
 def test_export_pages_the_log_and_ends_with_the_state(ctx: Context) -> None:
     release(ctx)
     for i in range(3):
-        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive n{i}))")
+        ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive n{i}))")
     first = ctx.export(0, 2)
     assert [r["version"] for r in first["log"]] == [1, 2] and first["more"]
     assert first["frames"] == [] and first["events"] == []
@@ -149,7 +149,7 @@ def test_observe_batch_is_idempotent_per_event_id(ctx: Context) -> None:
     with pytest.raises(RequestError) as bad:
         ctx.observe_batch([("tool_result", "x", "main", "ev:nothex")])
     assert bad.value.code == "bad_event_id"
-    assert ctx.version == 0 and len(ctx.state()["events"]) == 2
+    assert ctx.version() == 0 and len(ctx.state()["events"]) == 2
 
 
 def test_the_compile_cache_gives_what_a_fresh_compiler_gives(ctx: Context) -> None:
@@ -166,6 +166,6 @@ def test_the_compile_cache_gives_what_a_fresh_compiler_gives(ctx: Context) -> No
         assert cached == fresh
         ctx.observe("tool_result", f"step {step} done")
         ctx.claim()
-        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive s{step} (done {step})))")
+        ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive s{step} (done {step})))")
         previous = cached
     assert ctx.compile("main") == ctx.compile("main", CompilerConfig())

@@ -79,18 +79,18 @@ def _story(ctx: Context) -> tuple[str, str]:
     report = ctx.observe("tool_result", f"deploy log: key {SECRET} accepted")
     ctx.claim()
     ctx.commit(
-        f"(context-tx (base-version {ctx.version})"
+        f"(context-tx (base-version {ctx.version()})"
         f' (derive cfg (from {report.ref}) (pass "{BODY_SECRET}")))'
     )
-    ctx.commit(f'(context-tx (base-version {ctx.version}) (revise cfg (pass "{BODY_SECRET}-v2")))')
-    ctx.commit(f"(context-tx (base-version {ctx.version}) (derive plan (from cfg) (step deploy)))")
+    ctx.commit(f'(context-tx (base-version {ctx.version()}) (revise cfg (pass "{BODY_SECRET}-v2")))')
+    ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive plan (from cfg) (step deploy)))")
     ctx.record_trace({"session": "main", "frames_present": ["cfg", "plan"], "committed": [2]})
     return report.ref, "cfg"
 
 
 def test_a_forgotten_text_and_body_are_found_by_no_read(ctx: Context) -> None:
     ref, fid = _story(ctx)
-    before = ctx.version
+    before = ctx.version()
     # The walk does see them first, on every kind of path.
     assert {"history cfg", "frame_at cfg 1", "txlog 1", "export", "compile", "recall plan"} <= set(
         leaks(ctx, BODY_SECRET)
@@ -107,7 +107,7 @@ def test_a_forgotten_text_and_body_are_found_by_no_read(ctx: Context) -> None:
 
     assert leaks(ctx, SECRET) == []
     assert leaks(ctx, BODY_SECRET) == []
-    assert ctx.version == before  # forgetting rewrites history, it adds no version
+    assert ctx.version() == before  # forgetting rewrites history, it adds no version
 
     # The records keep their ids, a digest, who, when and why.
     event = ctx.event(ref)
@@ -139,7 +139,7 @@ def test_a_fork_made_afterwards_never_carries_it(ctx: Context) -> None:
     ctx.forget(fid, reason="leak")
     fork = ctx.fork(MemoryBackend())
     try:
-        assert fork.version == ctx.version
+        assert fork.version() == ctx.version()
         assert leaks(fork, SECRET) == [] and leaks(fork, BODY_SECRET) == []
         assert fork.frame(fid)["body"] == ctx.frame(fid)["body"]
         assert fork.event(ref)["forgotten"] == ctx.event(ref)["forgotten"]
@@ -254,7 +254,7 @@ def test_logs_in_dict_form_and_client_ids_replay_after_a_forget(ctx: Context) ->
     assert retry.duplicate and retry.version == 1
     fork = ctx.fork(MemoryBackend())
     try:
-        assert fork.version == 3 and leaks(fork, BODY_SECRET) == []
+        assert fork.version() == 3 and leaks(fork, BODY_SECRET) == []
         assert fork.frame("other")["body"] == "(kept fine)"
         assert fork.txlog(1)["client_id"] == "agent-1/tx-1"
     finally:

@@ -26,14 +26,14 @@ def test_fork_at_current_and_older_versions(make_ctx: Callable[..., Context]) ->
     source = make_ctx()
     learned(source)
     now = source.fork(MemoryBackend())
-    assert now.version == source.version == 3
+    assert now.version() == source.version() == 3
     assert now.state()["frames"] == source.state()["frames"]
     assert now.state()["relations"] == source.state()["relations"]
     assert now.frame("procedure")["body"] == "(steps test build verify)"
     assert now.read_event("@e1")["text"].startswith("npm test ok")
 
     older = source.fork(MemoryBackend(), at_version=2)
-    assert older.version == 2
+    assert older.version() == 2
     assert older.frame("procedure")["revision"] == 1
     assert older.frame("case-a")["lifecycle"] == "retired"
     # The fork goes on independently of its source.
@@ -70,6 +70,6 @@ def test_a_fork_keeps_the_scope_of_its_source() -> None:
     learned(source)
     fork = source.fork(MemoryBackend())
     assert (fork.meta().tenant, fork.meta().project) == ("acme", "payroll")
-    r = fork.commit(f"(context-tx (base-version {fork.version}) (derive later (x)))")
+    r = fork.commit(f"(context-tx (base-version {fork.version()}) (derive later (x)))")
     assert r.committed and fork.frame("later")["envelope"]["tenant"] == "acme"
     assert fork.frame("procedure")["envelope"] == source.frame("procedure")["envelope"]

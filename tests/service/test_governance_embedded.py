@@ -16,7 +16,7 @@ from storage.memory import MemoryBackend
 
 
 def tx(ctx: Context, text: str) -> None:
-    assert ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").committed
+    assert ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").committed
 
 
 @pytest.fixture
@@ -51,8 +51,8 @@ def test_an_embedded_review_is_audited_in_the_same_write(scoped: Context) -> Non
     assert entry["seq"] == 1 and entry["allowed"] and entry["outcome"] == "allowed"
     assert (entry["holder"], entry["method"], entry["op"]) == (EMBEDDED, "review", "admin")
     assert (entry["context"], entry["tenant"]) == ("ops", "acme")
-    assert entry["version"] == scoped.version
-    assert scoped.txlog(scoped.version)["kind"] == "governance"
+    assert entry["version"] == scoped.version()
+    assert scoped.txlog(scoped.version())["kind"] == "governance"
     assert entry["decisions"] == [
         {"frame": "risky", "verdict": "accept", "reviewer": "human:alice"}
     ]
@@ -98,9 +98,9 @@ def test_a_review_reason_over_the_limit_is_refused(scoped: Context) -> None:
 
 
 def test_admission_is_audited_unless_it_only_holds(scoped: Context) -> None:
-    version = scoped.version
+    version = scoped.version()
     (held,) = scoped.admit()
-    assert held.verdict == "hold" and scoped.version == version and scoped.audit() == []
+    assert held.verdict == "hold" and scoped.version() == version and scoped.audit() == []
     tx(scoped, "(derive fine (region cn-shanghai))")
     tx(scoped, "(envelope fine (trust candidate))")
     decisions = scoped.admit()
@@ -148,7 +148,7 @@ def test_scan_spares_a_human_decision_and_an_explicit_quarantine_reopens_it(
     tx(scoped, "(relate newer contradicts plain)")
     assert [f.rule for f in scoped.find_low_quality()] == ["contradicted"]
     scan = scoped.quarantine_scan()
-    assert scan.quarantined == ("plain",) and scan.version == scoped.version
+    assert scan.quarantined == ("plain",) and scan.version == scoped.version()
     scoped.review("plain", "accept", "carol")
     again = scoped.quarantine_scan()
     assert (again.quarantined, again.spared, again.version) == ((), ("plain",), None)
@@ -162,7 +162,7 @@ def test_scan_spares_a_human_decision_and_an_explicit_quarantine_reopens_it(
 
 def test_pending_and_audit_pages(scoped: Context) -> None:
     doc = scoped.pending()
-    assert doc["version"] == scoped.version
+    assert doc["version"] == scoped.version()
     assert doc["items"] == scoped.backend.read(lambda v: pending(v))
     assert [i["frame"] for i in doc["items"]] == ["risky"]
     scoped.review("risky", "reject", "alice")

@@ -26,7 +26,7 @@ AUDIT = {"method": "admit", "op": "admin", "holder": "tester", "context": "c"}
 
 
 def tx(ctx: Context, text: str) -> None:
-    assert ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").committed
+    assert ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").committed
 
 
 def candidates(ctx: Context) -> None:
@@ -52,9 +52,9 @@ def test_pending_is_a_read_only_dry_run(ctx: Context) -> None:
     candidates(ctx)
     contradicted(ctx)
     ctx.quarantine(ctx.find_low_quality())
-    version, entries = ctx.version, audit(ctx)
+    version, entries = ctx.version(), audit(ctx)
     items = {i["frame"]: i for i in ctx.backend.read(lambda v: pending(v))}
-    assert ctx.version == version and audit(ctx) == entries
+    assert ctx.version() == version and audit(ctx) == entries
     assert items["risky"]["awaits"] == "human" and items["risky"]["verdict"] == "hold"
     assert "high risk" in items["risky"]["reasons"][0]
     assert items["old-fact"]["trust"] == "quarantined" and items["old-fact"]["awaits"] == "human"
@@ -66,9 +66,9 @@ def test_pending_is_a_read_only_dry_run(ctx: Context) -> None:
 
 def test_admission_commits_and_audits_in_one_write(ctx: Context) -> None:
     candidates(ctx)
-    version = ctx.version
+    version = ctx.version()
     ds, committed = run_admission(ctx.backend, audit=AUDIT, now=1000.0)
-    assert committed == version + 1 == ctx.version
+    assert committed == version + 1 == ctx.version()
     assert {d.frame_id: d.verdict for d in ds} == {
         "fine": "accept",
         "risky": "hold",
@@ -80,7 +80,7 @@ def test_admission_commits_and_audits_in_one_write(ctx: Context) -> None:
     assert [d["frame"] for d in entry["decisions"]] == ["fine", "leak"]
     # holds only: nothing changes, nothing is audited
     assert run_admission(ctx.backend, audit=AUDIT)[1] is None
-    assert ctx.version == committed and len(audit(ctx)) == 1
+    assert ctx.version() == committed and len(audit(ctx)) == 1
 
 
 @pytest.mark.parametrize(
@@ -91,11 +91,11 @@ def test_admission_of_a_bad_frame_changes_nothing(
     ctx: Context, frame_id: str, error: type[Exception], code: str
 ) -> None:
     tx(ctx, "(derive plain (x))")
-    version = ctx.version
+    version = ctx.version()
     with pytest.raises(error) as info:
         run_admission(ctx.backend, frame_id=frame_id, audit=AUDIT)
     assert getattr(info.value, "code", None) == code
-    assert ctx.version == version and audit(ctx) == []
+    assert ctx.version() == version and audit(ctx) == []
 
 
 def test_review_decides_and_audits(ctx: Context) -> None:
@@ -103,7 +103,7 @@ def test_review_decides_and_audits(ctx: Context) -> None:
     d, version = run_review(
         ctx.backend, "risky", "reject", "alice", reason="never in prod", audit=AUDIT
     )
-    assert d.reviewer == "human:alice" and version == ctx.version
+    assert d.reviewer == "human:alice" and version == ctx.version()
     f = ctx.frame("risky")
     assert f["envelope"]["trust"] == "rejected" and f["lifecycle"] == "retired"
     assert f["envelope"]["review_reasons"] == ["human review of a candidate frame", "never in prod"]
@@ -127,18 +127,18 @@ def test_bad_reviews_are_typed_and_change_nothing(
 ) -> None:
     candidates(ctx)
     tx(ctx, "(derive plain (x))")
-    version = ctx.version
+    version = ctx.version()
     with pytest.raises(RequestError) as info:
         run_review(ctx.backend, frame_id, decision, reviewer, audit=AUDIT)
     assert info.value.code == code
-    assert ctx.version == version and audit(ctx) == []
+    assert ctx.version() == version and audit(ctx) == []
 
 
 def test_quarantine_scan_and_bad_options(ctx: Context) -> None:
     contradicted(ctx)
     scan = run_quarantine_scan(ctx.backend, audit=AUDIT)
     assert [(f.frame_id, f.rule) for f in scan.findings] == [("old-fact", "contradicted")]
-    assert scan.quarantined == ("old-fact",) and scan.version == ctx.version
+    assert scan.quarantined == ("old-fact",) and scan.version == ctx.version()
     assert ctx.frame("old-fact")["envelope"]["reviewed_by"] == "runtime:quarantine"
     assert audit(ctx)[-1]["decisions"][0]["verdict"] == "quarantine"
     with pytest.raises(OutOfRange):
@@ -156,11 +156,11 @@ def test_a_pass_admits_then_quarantines_and_spares_a_human_decision(ctx: Context
     assert report["decisions"][0]["frame"] == "hint"
     assert ctx.frame("old-fact")["envelope"]["reviewed_by"] == "runtime:governance-worker"
     ctx.review("old-fact", "accept", "carol")  # a human keeps it despite the contradiction
-    version = ctx.version
+    version = ctx.version()
     assert run_pass(ctx.backend)["spared"] == ["old-fact"]
     scan = run_quarantine_scan(ctx.backend)  # reported, not acted on
     assert (scan.spared, scan.quarantined, scan.version) == (("old-fact",), (), None)
-    assert ctx.version == version
+    assert ctx.version() == version
 
 
 def wait_for(check: Any, timeout: float = 10.0) -> None:

@@ -24,7 +24,7 @@ LABELS = st.sampled_from(["contradicts", "supersedes"])
 
 
 def tx(ctx: Context, text: str) -> bool:
-    return ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").committed
+    return ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").committed
 
 
 def tick(ctx: Context) -> None:
@@ -67,7 +67,7 @@ def apply_op(ctx: Context, op: tuple[Any, ...], n: int) -> object:
         text = f"out {n} password=hunter{n}x" if op[1] else f"out {n}"
         return ctx.observe("tool_result", text).ref
     if kind == "use":
-        ctx.record_trace({"tick": ctx.tick, "cited": [op[1]], "outcome": op[2]})
+        ctx.record_trace({"tick": ctx.tick(), "cited": [op[1]], "outcome": op[2]})
         return None
     assert kind == "tick"
     tick(ctx)
@@ -181,7 +181,7 @@ class Governed(RuleBasedStateMachine):
 
     @invariant()
     def same_frames(self) -> None:
-        assert self.inc.version == self.full.version
+        assert self.inc.version() == self.full.version()
         assert state(self.inc) == state(self.full)
 
 
@@ -275,12 +275,12 @@ def test_an_incremental_pass_reads_only_what_changed(ctx: Context) -> None:
     report = apply_pass(ctx.backend, p)
     assert report["quarantined"] == ["old1"] and len(report["versions"]) == 2
     # Nothing changed since: the next pass reads no frame and writes nothing.
-    version = ctx.version
+    version = ctx.version()
     watched.clear()
     cursor = report["cursor"]
     p = ctx.backend.read(plan)
     assert watched[-1].frames == 0 and not p.writes
-    assert apply_pass(ctx.backend, p)["cursor"].version == version == ctx.version
+    assert apply_pass(ctx.backend, p)["cursor"].version == version == ctx.version()
 
 
 def test_a_pass_falls_back_to_a_full_one_when_it_cannot_follow_the_log(ctx: Context) -> None:
@@ -313,10 +313,10 @@ def test_a_decision_on_a_frame_that_changed_since_the_read_waits_for_the_next_pa
     assert [d.frame_id for d in plan.decisions] == ["fine"] and plan.quarantine
     # Between the read and the write: the candidate now carries a secret.
     tx(ctx, '(revise fine (db "password=hunter22"))')
-    version = ctx.version
+    version = ctx.version()
     report = apply_pass(ctx.backend, plan)
     assert report["deferred"] == ["fine", "old-fact"] and report["versions"] == []
-    assert ctx.version == version  # nothing written: the quarantine waits with the admission
+    assert ctx.version() == version  # nothing written: the quarantine waits with the admission
     assert ctx.frame_record("fine").envelope["trust"] == "candidate"
     report = run_pass(ctx.backend, cursor=report["cursor"])
     assert not report["full"] and report["quarantined"] == ["old-fact"]
@@ -345,12 +345,12 @@ def test_the_unused_rule_runs_in_sweeps_at_most_a_quarter_of_its_ticks_apart(
     swept = []
     for _ in range(10):
         tick(ctx)
-        ctx.record_trace({"tick": ctx.tick, "frames_present": ["busy"]})
+        ctx.record_trace({"tick": ctx.tick(), "frames_present": ["busy"]})
         report = run_pass(ctx.backend, unused_ticks=8, cursor=report["cursor"])
         assert not report["full"]
         swept.append(report["cursor"].swept)
         if report["quarantined"]:
-            assert (ctx.tick, report["quarantined"]) == (8, ["idle"])
+            assert (ctx.tick(), report["quarantined"]) == (8, ["idle"])
     assert swept == [0, 2, 2, 4, 4, 6, 6, 8, 8, 10]
     assert ctx.frame_record("idle").envelope["trust"] == "quarantined"
     assert ctx.frame_record("busy").envelope["trust"] == "accepted"
@@ -379,7 +379,7 @@ def test_the_embedded_worker_keeps_its_cursor(ctx: Context) -> None:
     tx(ctx, "(envelope other (trust candidate))")
     report = worker.run_once()
     assert not report["full"] and [d["frame"] for d in report["decisions"]] == ["other"]
-    assert worker.cursor is report["cursor"] and worker.cursor.version == ctx.version
+    assert worker.cursor is report["cursor"] and worker.cursor.version == ctx.version()
 
 
 def test_what_changed_elsewhere_is_followed_to_the_frames_it_settles(ctx: Context) -> None:
@@ -410,4 +410,4 @@ def test_what_is_written_between_the_read_and_the_write_is_seen_by_the_next_pass
     assert report["cursor"].version == plan.version  # the write follows another one
     report = run_pass(ctx.backend, cursor=report["cursor"])
     assert [d["frame"] for d in report["decisions"]] == ["late"]
-    assert report["cursor"].version == ctx.version  # this one followed its own read
+    assert report["cursor"].version == ctx.version()  # this one followed its own read

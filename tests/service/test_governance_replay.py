@@ -18,11 +18,11 @@ def test_admitted_candidates_replay_in_forks_and_the_checker(ctx: Context) -> No
     decisions = ctx.admit()
     assert [d.verdict for d in decisions] == ["accept"]
     assert ctx.frame_record("hint").envelope["trust"] == "accepted"
-    assert ctx.txlog(ctx.version)["kind"] == "governance"
+    assert ctx.txlog(ctx.version())["kind"] == "governance"
 
     fork = ctx.fork(MemoryBackend())
     assert fork.frame_record("hint").envelope == ctx.frame_record("hint").envelope
-    assert fork.version == ctx.version
+    assert fork.version() == ctx.version()
 
     def export(v):  # type: ignore[no-untyped-def]
         meta = v.meta()

@@ -22,7 +22,7 @@ AUDIT = audit_template("quarantine_scan", holder="test:secrets", context="defaul
 
 
 def tx(ctx: Context, text: str) -> None:
-    assert ctx.commit(f"(context-tx (base-version {ctx.version}) {text})").committed
+    assert ctx.commit(f"(context-tx (base-version {ctx.version()}) {text})").committed
 
 
 def sensitive_entries(ctx: Context) -> list[dict[str, Any]]:
@@ -65,16 +65,16 @@ def test_a_key_in_an_accepted_frame_is_located_quarantined_and_audited(ctx: Cont
     assert entry["sensitive_total"] == 1 and entry["sensitive"][0]["ref"] == "deploy-creds"
     assert "deploy-creds" in entry["why"]
     no_secret(
-        scan.to_dict(), ctx.audit(), ctx.txlog(ctx.version), ctx.frame("deploy-creds")["envelope"]
+        scan.to_dict(), ctx.audit(), ctx.txlog(ctx.version()), ctx.frame("deploy-creds")["envelope"]
     )
 
 
 def test_a_token_in_a_tool_result_is_reported_with_forget_as_the_remedy(ctx: Context) -> None:
     report = ctx.observe("tool_result", f"$ env\nHOME=/root\nGITHUB_TOKEN={TOKEN}\nPATH=/bin")
     ctx.claim()
-    version = ctx.version
+    version = ctx.version()
     scan = ctx.quarantine_scan()
-    assert scan.quarantined == () and scan.version is None and ctx.version == version
+    assert scan.quarantined == () and scan.version is None and ctx.version() == version
     (s,) = scan.sensitive
     assert (s.record, s.ref, s.field, s.action) == ("observation", report.ref, "text", "reported")
     assert s.id == report.id
@@ -90,9 +90,9 @@ def test_a_token_in_a_tool_result_is_reported_with_forget_as_the_remedy(ctx: Con
 def test_a_clean_context_is_scanned_without_a_write_or_an_audit_entry(ctx: Context) -> None:
     ctx.observe("user_message", "ship v1 once tests pass; build 3f786850e387550fdab836ed7e6d")
     tx(ctx, "(derive release (goal ship-v1) (run 123e4567-e89b-12d3-a456-426614174000))")
-    version = ctx.version
+    version = ctx.version()
     scan = run_quarantine_scan(ctx.backend, audit=AUDIT)
-    assert scan.sensitive == () and scan.quarantined == () and ctx.version == version
+    assert scan.sensitive == () and scan.quarantined == () and ctx.version() == version
     assert ctx.audit() == []
 
 
@@ -121,11 +121,11 @@ def test_keys_and_protected_or_retiring_frames_are_checked_candidates_left_to_ad
 
 def test_bad_scan_options_change_nothing(ctx: Context) -> None:
     tx(ctx, f'(derive creds (key "{KEY}"))')
-    version = ctx.version
+    version = ctx.version()
     for kw in ({"unused_ticks": 0}, {"failed_uses": 0}, {"failed_uses": 10_000}):
         with pytest.raises(OutOfRange):
             ctx.quarantine_scan(**kw)  # type: ignore[arg-type]
-    assert ctx.version == version and ctx.audit() == []
+    assert ctx.version() == version and ctx.audit() == []
     assert ctx.frame("creds")["envelope"]["trust"] == "accepted"
 
 

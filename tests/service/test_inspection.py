@@ -20,7 +20,7 @@ IDS = ["a", "b", "c", "d"]
 
 def _commit(ctx: Any, ops: str, reason: str | None = None) -> int:
     why = f' (reason "{reason}")' if reason else ""
-    r = ctx.submit(f"(context-tx (base-version {ctx.version}){why} {ops})")
+    r = ctx.submit(f"(context-tx (base-version {ctx.version()}){why} {ops})")
     assert r.committed, r
     return int(r.version)
 
@@ -56,7 +56,7 @@ def test_the_graph_as_of_every_version_is_the_state_after_that_commit(
         truth = {0: (set(), set())}
         for fid in IDS[:2]:
             _commit(ctx, f"(derive {fid} (note (first {fid})))")
-            truth[ctx.version] = _truth(ctx)
+            truth[ctx.version()] = _truth(ctx)
         for op, s, label, o in steps:
             have = {f["id"] for f in ctx.state().frames}
             if op == "derive":
@@ -70,7 +70,7 @@ def test_the_graph_as_of_every_version_is_the_state_after_that_commit(
                     _commit(ctx, f"(relate {s} {label} {o})")
                 elif op == "unrelate" and present:
                     _commit(ctx, f"(unrelate {s} {label} {o})")
-            truth[ctx.version] = _truth(ctx)
+            truth[ctx.version()] = _truth(ctx)
         for version, expected in truth.items():
             g = inspection.graph(ctx, version=version, radius=4, limit=400)
             assert g["as_of"] == version and g["relations_exact"]
@@ -108,7 +108,7 @@ def test_far_from_both_ends_relations_are_marked_inexact(
 def test_refusals_name_the_bad_argument_and_change_nothing(tmp_path: Path) -> None:
     with morphz.open_context(tmp_path, "bad") as ctx:
         _commit(ctx, "(derive a (note (a)))")
-        before = ctx.version
+        before = ctx.version()
         cases = [
             (lambda: inspection.graph(ctx, version=before + 1), OutOfRange, "future_version"),
             (lambda: inspection.graph(ctx, version=-1), OutOfRange, "out_of_range"),
@@ -132,7 +132,7 @@ def test_refusals_name_the_bad_argument_and_change_nothing(tmp_path: Path) -> No
             with pytest.raises(kind) as raised:
                 call()
             assert raised.value.code == code
-        assert ctx.version == before
+        assert ctx.version() == before
 
 
 def test_transactions_revisions_and_a_diff(tmp_path: Path) -> None:
@@ -161,14 +161,14 @@ def test_transactions_revisions_and_a_diff(tmp_path: Path) -> None:
         assert d["from"]["revision"] == 1 and d["to"]["revision"] == 2 and not d["cut"]
         big = "w" * (inspection.MAX_DIFF_CHARS + 10)
         _commit(ctx, f'(revise release (goal ship) (note "{big}"))')
-        assert inspection.diff(ctx, "release", 2, ctx.version)["cut"]
+        assert inspection.diff(ctx, "release", 2, ctx.version())["cut"]
 
 
 def test_the_search_reads_and_records_nothing(tmp_path: Path) -> None:
     with morphz.open_context(tmp_path, "s") as ctx:
         _commit(ctx, "(derive release (note (regression suite passed)))")
-        version, events = ctx.version, len(ctx.state().events)
+        version, events = ctx.version(), len(ctx.state().events)
         found = inspection.search(ctx, "regression", limit=5)
         assert [h["id"] for h in found["hits"]] == ["release"]
         assert "«regression»" in found["hits"][0]["snippet"]
-        assert ctx.version == version and len(ctx.state().events) == events
+        assert ctx.version() == version and len(ctx.state().events) == events

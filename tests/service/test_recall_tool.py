@@ -28,5 +28,5 @@ def test_recall_result_is_an_observation_and_restore_brings_a_frame_back(ctx: Co
     after = ctx.state()
     assert after["frames"] == before["frames"] and after["version"] == before["version"]
     assert ctx.claim().advanced is False  # a recall result alone does not advance the tick
-    ctx.commit(f"(context-tx (base-version {ctx.version}) (restore case-b))")
+    ctx.commit(f"(context-tx (base-version {ctx.version()}) (restore case-b))")
     assert ctx.frame("case-b")["lifecycle"] == "active"

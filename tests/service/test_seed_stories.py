@@ -22,7 +22,7 @@ DEPLOY_TX = """(context-tx
 
 def as_written(text: str, ctx: Context, seed_base: int, **refs: str) -> str:
     """The seed text with the store's refs and the current version substituted."""
-    text = text.replace(f"(base-version {seed_base})", f"(base-version {ctx.version})")
+    text = text.replace(f"(base-version {seed_base})", f"(base-version {ctx.version()})")
     for seed_ref, ref in refs.items():
         text = text.replace("@" + seed_ref, ref)
     return text
@@ -36,7 +36,7 @@ def commit_ok(ctx: Context, text: str) -> dict[str, object]:
 
 def test_release_story(ctx: Context) -> None:
     request = ctx.observe("user_message", "Ship v1 once the regression tests pass.")
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version}) "
+    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) "
                    f"(derive release (from {request.ref}) (goal ship-v1) (stage awaiting-tests)))")
     report = ctx.observe("tool_result", "regression suite: 412 passed, 0 failed\n" * 200)
     ctx.claim()
@@ -44,7 +44,7 @@ def test_release_story(ctx: Context) -> None:
     before = ctx.frame("release")
     assert (before["revision"], before["body"]) == (1, "(goal ship-v1) (stage awaiting-tests)")
     assert ctx.event(report.ref)["lifecycle"] == "active"
-    version_before = ctx.version
+    version_before = ctx.version()
 
     receipt = commit_ok(ctx, as_written(RELEASE_TX, ctx, 12, e42=report.ref))
 
@@ -71,7 +71,7 @@ def test_release_story(ctx: Context) -> None:
 
 
 def test_deployment_region_change_retires_old_frame_through_successor(ctx: Context) -> None:
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version}) "
+    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) "
                    "(derive deployment/target-v1 (fact (region cn-hangzhou)))"
                    "(derive build/failure (cause flaky-cache)))")
     config = ctx.observe("tool_result", "production config: region=cn-shanghai")
@@ -100,7 +100,7 @@ def test_consolidating_two_release_cases_into_a_procedure(ctx: Context) -> None:
     run_a = ctx.observe("tool_result", "npm test: ok; npm run build: ok; dist/ verified")
     run_b = ctx.observe("tool_result", "pnpm --filter web test: ok; build ok; apps/web/dist/ ok")
     ctx.claim()
-    commit_ok(ctx, f"""(context-tx (base-version {ctx.version})
+    commit_ok(ctx, f"""(context-tx (base-version {ctx.version()})
       (derive release-case-a (from {run_a.ref}) (layout single-package) (test "npm test"))
       (derive release-case-b (from {run_b.ref}) (layout workspace) (test "pnpm --filter web test")))""")
 
@@ -122,13 +122,13 @@ def test_consolidating_two_release_cases_into_a_procedure(ctx: Context) -> None:
 
 
 def test_later_successor_completes_a_pending_retirement(ctx: Context) -> None:
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version}) (derive plan/v1 (stage draft)))")
-    first = commit_ok(ctx, f"(context-tx (base-version {ctx.version}) (retire plan/v1))")
+    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) (derive plan/v1 (stage draft)))")
+    first = commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) (retire plan/v1))")
     assert first["retiring"] == [{"id": "plan/v1", "due_tick": 8}]
     assert ctx.frame("plan/v1")["lifecycle"] == "retiring"
 
     # No new retire: the successor alone completes the pending retirement.
-    second = commit_ok(ctx, f"""(context-tx (base-version {ctx.version})
+    second = commit_ok(ctx, f"""(context-tx (base-version {ctx.version()})
       (derive plan/v2 (from plan/v1) (stage final))
       (relate plan/v2 supersedes plan/v1))""")
     assert second["retired_now"] == ["plan/v1"]
@@ -136,12 +136,12 @@ def test_later_successor_completes_a_pending_retirement(ctx: Context) -> None:
 
 
 def test_successor_without_source_or_relation_does_not_bypass_window(ctx: Context) -> None:
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version}) (derive a (x 1)) (derive b (x 2)))")
+    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) (derive a (x 1)) (derive b (x 2)))")
     # b supersedes a but does not cite it: the window applies.
-    receipt = commit_ok(ctx, f"(context-tx (base-version {ctx.version}) "
+    receipt = commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) "
                              "(relate b supersedes a) (retire a))")
     assert receipt["retired_now"] == []
     assert ctx.frame("a")["lifecycle"] == "retiring"
     # c cites a but no supersedes edge: still the window.
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version}) (derive c (from a) (x 3)))")
+    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) (derive c (from a) (x 3)))")
     assert ctx.frame("a")["lifecycle"] == "retiring"

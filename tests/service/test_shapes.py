@@ -9,11 +9,13 @@ files and in memory), and each reply must survive the trip the actor gives it
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from protocol import replies
 from protocol.errors import NotFound, OutOfRange, WireError
 from protocol.receipts import Receipt
 from protocol.replies import (
@@ -169,12 +171,24 @@ def test_the_script_runs_the_same_on_both_backends(make_ctx: Any, tmp_path: Path
 
 
 def test_version_and_tick_are_methods_and_the_bare_form_still_reads(ctx: Context) -> None:
-    assert isinstance(ctx.version, Counter) and ctx.version() == ctx.version == 0
-    assert type(ctx.version()) is int and type(ctx.tick()) is int
-    assert f"{ctx.version}" == "0" and ctx.version + 1 == 1
+    assert type(ctx.version()) is int and type(ctx.tick()) is int and ctx.version() == 0
     ctx.submit("(context-tx (base-version 0) (derive a (x 1)))")
     assert ctx.version() == 1 and ctx.meta().version == 1
-    assert plain({"v": ctx.version}) == {"v": 1} and type(plain(ctx.version)) is int
+    bare = ctx.version
+    assert isinstance(bare, Counter)
+    assert plain({"v": bare}) == {"v": 1} and type(plain(bare)) is int  # no warning: no bare use
+
+
+def test_the_bare_counter_warns_once_per_process(
+    ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replies, "_BARE_WARNED", False)
+    bare = ctx.version
+    with pytest.warns(DeprecationWarning, match=r"ctx\.version\(\)"):
+        assert bare == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second bare use says nothing
+        assert f"{ctx.tick}" == "0" and ctx.version + 1 == 1
 
 
 def test_replies_are_frozen_mappings(ctx: Context) -> None:

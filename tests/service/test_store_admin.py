@@ -107,7 +107,7 @@ def test_check_returns_the_receipt_and_writes_nothing(tmp_path: Path) -> None:
         rejected = ro.check("(context-tx (base-version 1) (retire @e1))")
         assert rejected.status == "rejected"
         assert rejected.errors[0].code == "causally_protected"
-        assert ro.version == 1
+        assert ro.version() == 1
     with open_context(tmp_path, "default", create=False) as ctx:
         real = ctx.commit(tx, client_id="c-1")
         assert (real.status, real.version) == ("committed", 2)

@@ -29,7 +29,7 @@ class ContextSetup:
 
     def commit(self, tx: str) -> None:
         """Commit *tx*, its ``{base}`` replaced by the context's version; it must commit."""
-        receipt = self.ctx.commit(tx.replace("{base}", str(self.ctx.version)))
+        receipt = self.ctx.commit(tx.replace("{base}", str(self.ctx.version())))
         assert receipt.committed, receipt.to_dict()
 
     def close(self) -> None:

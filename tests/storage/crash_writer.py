@@ -53,11 +53,11 @@ def main() -> int:
     if sorted(items) != sorted(f"{ITEM}{k}" for k in range(start)):
         print(f"BROKEN items are not 0..{start - 1}: {sorted(items)}", flush=True)
         return 3
-    print(f"READY {start} {ctx.version}", flush=True)
+    print(f"READY {start} {ctx.version()}", flush=True)
     i = start
     while True:
         e = ctx.observe("tool_result", f"result {i}", session="crash-writer")
-        receipt = ctx.commit(item_tx(i, ctx.version, e.ref), client_id=f"w-{i}")
+        receipt = ctx.commit(item_tx(i, ctx.version(), e.ref), client_id=f"w-{i}")
         if not receipt.committed:
             print(f"REJECTED {i} {receipt.to_dict()}", flush=True)
             return 4

@@ -32,17 +32,17 @@ def _fill(path: Path) -> tuple[str, int]:
         report = ctx.observe("tool_result", f"deploy log: key {SECRET} accepted " * 3)
         ctx.claim()
         ctx.commit(
-            f"(context-tx (base-version {ctx.version})"
+            f"(context-tx (base-version {ctx.version()})"
             f' (derive cfg (from {report.ref}) (pass "{BODY_SECRET}")))'
         )
         ctx.commit(
-            f'(context-tx (base-version {ctx.version}) (revise cfg (pass "{BODY_SECRET}-v2")))'
+            f'(context-tx (base-version {ctx.version()}) (revise cfg (pass "{BODY_SECRET}-v2")))'
         )
         assert ctx.search({"query": SECRET})["hits"] >= 1
         ctx.forget(report.ref, reason="leaked key")
         ctx.forget("cfg", reason="leaked passphrase")
         # The index's own catch-up after the forget rebuilt it without the content.
-        return report.ref, ctx.version
+        return report.ref, ctx.version()
 
 
 def _bytes(path: Path) -> bytes:
@@ -62,14 +62,14 @@ def test_a_forgotten_text_is_not_in_the_data_file_after_compaction(tmp_path: Pat
     assert not (path / "index").exists()
     # The store is whole after the swap: same version, records, tombstones; writable.
     with Context(LmdbStore.open(path)) as ctx:
-        assert ctx.version == version
+        assert ctx.version() == version
         assert len(ctx.state()["events"]) == 202  # and the recorded search
         assert ctx.event(ref)["forgotten"]["reason"] == "leaked key"
         assert ctx.frame("cfg")["envelope"]["forgotten"]["reason"] == "leaked passphrase"
         assert "noise 7" in ctx.read_event("@e8")["text"]
         assert ctx.search({"query": "noise"})["hits"] >= 1  # the index is rebuilt
         assert ctx.searcher.index.search(SECRET).hits == ()
-        ctx.commit(f"(context-tx (base-version {ctx.version}) (derive after (done)))")
+        ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive after (done)))")
     # The rebuilt index, compacted too, holds none of it either.
     compact_context(path)
     with Context(LmdbStore.open(path)) as ctx:

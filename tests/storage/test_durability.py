@@ -170,7 +170,7 @@ def _check_store(store: Path, acked: dict[int, int]) -> int:
             again = ctx.commit(rec["text"], client_id=f"w-{last}")
             assert again.committed and again.duplicate, again
             assert again.version == acked[last]
-            assert ctx.version == version
+            assert ctx.version() == version
         return n
     finally:
         ctx.close()

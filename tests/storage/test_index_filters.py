@@ -97,7 +97,7 @@ def test_quarantine_and_rejection_reach_the_index_through_the_outbox(s: Setup) -
 
     s.index.catch_up()
     fresh = s.search("sign", trust=shown, kinds="frame")
-    assert fresh.lag == 0 and fresh.indexed_version == s.ctx.version
+    assert fresh.lag == 0 and fresh.indexed_version == s.ctx.version()
     assert {h.id for h in fresh.hits} == {"rule/2025", "rule/2026"}
     assert set(s.ids("sign", trust="quarantined")) == {"rule/any", risky.ref, log}  # events pass
     assert s.ids("sign", trust="quarantined", kinds="frame") == ["rule/any"]

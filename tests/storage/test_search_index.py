@@ -194,12 +194,12 @@ def test_worker_drains_intents_in_the_background(s: Setup) -> None:
         s.commit(
             "(context-tx (base-version {base}) (derive build/status (from @e50) (status green)))"
         )
-        assert worker.wait_for(version=s.ctx.version, timeout=20)
+        assert worker.wait_for(version=s.ctx.version(), timeout=20)
         result = s.search("构建成功", limit=100)
         assert result.lag == 0 and result.indexed_version == result.version
         assert len(result.hits) == 50
         assert worker.wait_for(timeout=20)
-        assert not worker.wait_for(version=s.ctx.version + 5, timeout=0.2)
+        assert not worker.wait_for(version=s.ctx.version() + 5, timeout=0.2)
         assert worker.error is None
 
 
@@ -313,7 +313,7 @@ def test_rebuild_answers_like_the_incremental_index(
     before = dump(s.index)
     stats = s.index.rebuild()
     assert stats["documents"] == s.index.state().documents
-    assert stats["indexed_version"] == s.ctx.version
+    assert stats["indexed_version"] == s.ctx.version()
     after = dump(s.index)
     assert after["docs"] == before["docs"] and after["terms"] == before["terms"]
     assert after["state"] == before["state"]

@@ -182,7 +182,7 @@ def test_nearest_first_with_snippets_and_scores(s: Setup) -> None:
     assert res.hits[0].snippet.startswith("zebra: I want a refund")
     assert res.hits[0].score >= res.hits[1].score
     assert res.lag == 0 and res.model_id == "test:hash" and not res.building
-    assert res.indexed_version == s.ctx.version
+    assert res.indexed_version == s.ctx.version()
 
 
 def test_only_changed_text_is_embedded_again(s: Setup) -> None:

@@ -1,9 +1,9 @@
-"""A replicated context's member actor: a follower that is promoted in place.
+"""A replicated context's follower actor: a follower that is promoted in place.
 
-:class:`MemberActor` is the Ray actor every follower runs as. While a follower
+:class:`FollowerActor` is the Ray actor every follower runs as. While a follower
 it answers the follower's calls (``receive``, ``confirm``, ``status``,
 ``fence``, ``install``, ``seal``, ``read``) through a
-:class:`~actors.cluster.replica.ReplicaActor`; :meth:`MemberActor.become_primary`
+:class:`~actors.cluster.replication.FollowerRole`; :meth:`FollowerActor.become_primary`
 turns it into the context's primary in the same process, over the store it
 already holds: the supervisor (:mod:`actors.cluster.failover`) calls it once the
 directory names this actor the primary under the new epoch. Promotion thus
@@ -20,7 +20,7 @@ actor, so Ray runs them one at a time on the actor's event loop, in the order
 they start; a batch that overtakes another is refused as a gap
 (``replica_gap``) and the primary sends a snapshot, so order is never assumed.
 
-A restart (Ray reruns the constructor) asks the directory first: a member the
+A restart (Ray reruns the constructor) asks the directory first: a follower actor the
 directory names as primary opens as the primary again; any other opens as a
 follower. Ray is imported only when a function runs.
 """
@@ -29,48 +29,48 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.client.names import ContextEntry, Member
+from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
 from actors.client.transport import Call, remote_class
-from actors.cluster.directory import ContextEntry, Member
-from actors.cluster.placement import pinned
-from actors.cluster.replica import ReplicaActor, replica_entry
+from actors.cluster.replication import REPLICATION, FollowerRole, replicated_entry
+from actors.server.connect import MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
-from protocol.errors import RequestError
-from storage.replication import STALE_EPOCH
+from protocol.errors import STALE_EPOCH, RequestError
 
-__all__ = ["MemberActor", "start_follower", "start_followers"]
+__all__ = ["FollowerActor", "start_follower", "start_followers"]
 
 
-class MemberActor(ContextActor):
+class FollowerActor(ContextActor):
     """A follower of context *name* (its copy under ``<store_dir>/<name>``) that
     :meth:`become_primary` promotes in place; see the module doc."""
 
     def __init__(self, store_dir: str, name: str, namespace: str | None = None) -> None:
-        self._member_dir = store_dir
-        self._member_name = name
-        self._member_namespace = namespace
-        self._replica: ReplicaActor | None = None
+        self._store_root = store_dir
+        self._context_name = name
+        self._namespace_of = namespace
+        self._role: FollowerRole | None = None
         self._promoted = False
-        found = replica_entry(name, namespace)
+        found = replicated_entry(name, namespace)
         if found is not None and found[0].primary.actor == found[1]:
-            self._host()  # a restart of a promoted member: it is the primary
+            self._host()  # a restart of a promoted follower: it is the primary
         else:
-            self._replica = ReplicaActor(store_dir, name)
+            self._role = FollowerRole(store_dir, name)
 
     def _host(self) -> None:
         ContextActor.__init__(
-            self, self._member_dir, self._member_name, create=False,
-            namespace=self._member_namespace,
+            self, self._store_root, self._context_name, create=False,
+            namespace=self._namespace_of, replication=REPLICATION,
         )  # fmt: skip
         self._promoted = True
 
-    def _follower(self) -> ReplicaActor:
-        if self._replica is None:
+    def _follower(self) -> FollowerRole:
+        if self._role is None:
             raise RequestError(
-                f"this member of {self._member_name!r} is its primary now, not a follower",
+                f"this follower actor of {self._context_name!r} is its primary now",
                 code=STALE_EPOCH,
             )
-        return self._replica
+        return self._role
 
     def _as_follower(self, method: str, *args: Any) -> bytes:
         try:
@@ -81,31 +81,31 @@ class MemberActor(ContextActor):
         return result
 
     def receive(self, data: bytes) -> bytes:
-        """Hold batch *data* durably (:meth:`ReplicaActor.receive`)."""
+        """Hold batch *data* durably (:meth:`FollowerRole.receive`)."""
         return self._as_follower("receive", data)
 
     def confirm(self, acked: int) -> bytes:
-        """Apply what the primary acknowledged (:meth:`ReplicaActor.confirm`)."""
+        """Apply what the primary acknowledged (:meth:`FollowerRole.confirm`)."""
         return self._as_follower("confirm", acked)
 
     def status(self) -> bytes:
-        """Epoch, applied and held batches (:meth:`ReplicaActor.status`)."""
+        """Epoch, applied and held batches (:meth:`FollowerRole.status`)."""
         return self._as_follower("status")
 
     def fence(self, epoch: int) -> bytes:
-        """Refuse batches of older epochs (:meth:`ReplicaActor.fence`)."""
+        """Refuse batches of older epochs (:meth:`FollowerRole.fence`)."""
         return self._as_follower("fence", epoch)
 
     def install(self, data: bytes, epoch: int) -> bytes:
-        """Replace this copy by a snapshot (:meth:`ReplicaActor.install`)."""
+        """Replace this copy by a snapshot (:meth:`FollowerRole.install`)."""
         return self._as_follower("install", data, epoch)
 
     def seal(self, epoch: int) -> bytes:
-        """Apply every held batch and release the store (:meth:`ReplicaActor.seal`)."""
+        """Apply every held batch and release the store (:meth:`FollowerRole.seal`)."""
         return self._as_follower("seal", epoch)
 
     def read(self, method: str, args: list[Any]) -> bytes:
-        """A read at the applied state (:meth:`ReplicaActor.read`)."""
+        """A read at the applied state (:meth:`FollowerRole.read`)."""
         return self._as_follower("read", method, args)
 
     async def become_primary(self, epoch: int) -> dict[str, Any]:
@@ -118,21 +118,19 @@ class MemberActor(ContextActor):
         snapshotted). Idempotent; answers what ``handshake`` answers.
         """
         if not self._promoted:
-            if self._replica is not None:
-                self._replica.seal(int(epoch))  # a no-op reply if already sealed
-                self._replica = None
+            if self._role is not None:
+                self._role.seal(int(epoch))  # a no-op reply if already sealed
+                self._role = None
             self._host()
         info: dict[str, Any] = await self.handshake()
         return info
 
 
 def start_follower(member: Member, name: str, namespace: str) -> Any:
-    """Get or create the member actor *member* of context *name* (its Ray handle), pinned
+    """Get or create the follower actor *member* of context *name* (its Ray handle), pinned
     to its node; it starts as a follower."""
-    from actors.cluster.connection import MAX_CONCURRENCY
-
     return (
-        remote_class(MemberActor)
+        remote_class(FollowerActor)
         .options(
             name=member.actor,
             namespace=namespace,
@@ -149,7 +147,7 @@ def start_follower(member: Member, name: str, namespace: str) -> Any:
 
 
 def start_followers(handle: Any, entry: ContextEntry) -> None:
-    """After :func:`actors.cluster.connection.place` started *entry*'s primary: start its followers
+    """After :func:`actors.cluster.placing.place` started *entry*'s primary: start its followers
     and make the primary replicate to them."""
     for m in entry.followers:
         start_follower(m, entry.name, handle.transport.namespace)

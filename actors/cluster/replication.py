@@ -1,11 +1,11 @@
-"""Replicated contexts over Ray: the follower actor, and the primary's side of shipping.
+"""Replicated contexts over Ray: the follower's role, and the primary's side of shipping.
 
-A replicated context (``replicas >= 1`` in its directory entry,
+A replicated context (``follower_count >= 1`` in its directory entry,
 :mod:`actors.cluster.directory`) has one primary — the usual
 :class:`~actors.server.context_actor.ContextActor` — and followers, each a
-:class:`ReplicaActor` pinned to its own node and holding a full copy of the
-store under that node's root. The rules are :mod:`storage.replication`'s;
-this module only moves bytes:
+follower actor (:class:`~actors.cluster.follower.FollowerActor`) pinned to its
+own node and holding a full copy of the store under that node's root. The rules
+are :mod:`storage.replication`'s; this module only moves bytes:
 
 * :class:`Replicator` is the primary's ``ship``: each batch goes to every
   follower at once and the write returns when ``acks`` of them answered that
@@ -17,19 +17,22 @@ this module only moves bytes:
   ``replicas_unavailable``: durable on the primary, not acknowledged). A
   follower answering ``stale_epoch`` means a newer primary exists: the
   primary is fenced.
-* :class:`ReplicaActor` applies batches in order and serves reads at its
+* :class:`FollowerRole` applies batches in order and serves reads at its
   *applied* state — only commits the primary has acknowledged — every reply
-  saying so (:class:`FollowerRead`). It is the follower's part of the Ray
-  actor :class:`actors.cluster.member.MemberActor`, which a promotion turns into the
-  primary in place; the followers are started by whoever records them
-  (:func:`actors.cluster.member.start_follower`), never by the primary.
+  saying so (:class:`FollowerRead`). It is what the Ray actor
+  :class:`actors.cluster.follower.FollowerActor` does while a follower (a
+  promotion turns that actor into the primary in place); the followers are
+  started by whoever records them (:func:`actors.cluster.follower.start_follower`),
+  never by the primary.
 
 :func:`enable` is what the primary's host calls on open (and on
-``replicate``): if the directory names this actor the primary of a replicated
-context, the store is wrapped in a :class:`~storage.replication.ReplicatedStore`
-and every follower is brought to the primary's state by snapshot before any
-write is accepted; if the directory names another primary, the open fails
-with ``RequestError`` ``fenced``. Ray is imported only when a function runs.
+``replicate``) through the replication hook (:data:`REPLICATION`, an
+:class:`actors.server.host.Replication`): if the directory names this actor the
+primary of a replicated context, the store is wrapped in a
+:class:`~storage.replication.ReplicatedStore` and every follower is brought to
+the primary's state by snapshot before any write is accepted; if the directory
+names another primary, the open fails with ``RequestError`` ``fenced``. Ray is
+imported only when a function runs.
 """
 
 from __future__ import annotations
@@ -40,23 +43,29 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from actors.client.lookup import directory_entry
+from actors.client.names import DEFAULT_NAMESPACE, ContextEntry, Member
 from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import DEFAULT_NAMESPACE, Call, Transport, ray_module
-from actors.cluster.directory import ContextEntry, Member, existing_directory
-from protocol.errors import MorphzError, RequestError, StoreLocked, TransportError
-from service.context import Context
-from storage import LmdbStore, context_path
-from storage.replication import (
+from actors.client.transport import Call, Transport, ray_module
+from protocol.errors import (
     FENCED,
     REPLICA_GAP,
     STALE_EPOCH,
+    MorphzError,
+    RequestError,
+    StoreLocked,
+    TransportError,
+)
+from service.context import Context
+from storage import LmdbStore, context_path
+from storage.replication import (
     Follower,
     ReplicatedStore,
     install,
     snapshot,
 )
 
-log = logging.getLogger("morphz.replica")
+log = logging.getLogger("morphz.replication")
 
 SHIP_TIMEOUT = 30.0
 """Seconds a write waits for enough followers (re-reading the directory meanwhile)."""
@@ -80,12 +89,14 @@ __all__ = [
     "SHIP_TIMEOUT",
     "FollowerHandle",
     "FollowerRead",
-    "ReplicaActor",
+    "REPLICATION",
+    "DirectoryReplication",
+    "FollowerRole",
     "Replicator",
     "check_not_replaced",
     "enable",
     "follower_handle",
-    "replica_entry",
+    "replicated_entry",
 ]
 
 
@@ -126,11 +137,14 @@ def _open_store(path: str) -> LmdbStore:
             time.sleep(0.05)
 
 
-class ReplicaActor:
-    """One follower of context *name*, its copy under ``<store_dir>/<name>`` on this node.
+class FollowerRole:
+    """What one follower of context *name* does: its copy under ``<store_dir>/<name>``
+    on this node.
 
-    Plain class; run as a Ray actor with one call at a time (batches apply in
-    the order the primary sent them). Every method answers a reply envelope.
+    A plain class (not a Ray actor): the follower actor
+    (:class:`~actors.cluster.follower.FollowerActor`) answers its calls through it,
+    one at a time (batches apply in the order the primary sent them). Every method
+    answers a reply envelope.
     """
 
     def __init__(self, store_dir: str, name: str) -> None:
@@ -370,11 +384,11 @@ class Replicator:
         """Snapshot every follower (on open: whatever they held is replaced)."""
         self._sync(list(self.entry.followers))
 
-    def _refresh(self) -> None:
-        known = existing_directory(self.namespace)
-        if known is None:
-            return
-        self.adopt(known.get(self.name))
+    def refresh(self) -> None:
+        """Re-read this context's directory entry and adopt its followers."""
+        entry = directory_entry(self.name, self.namespace)
+        if entry is not None:
+            self.adopt(entry)
 
     def ship(self, seq: int, data: bytes) -> None:
         """Return once ``acks`` followers hold batch *seq* durably (see the module doc)."""
@@ -410,7 +424,7 @@ class Replicator:
             if got >= need:
                 return
             try:
-                self._refresh()
+                self.refresh()
             except MorphzError as e:
                 if e.code == STALE_EPOCH:
                     raise
@@ -428,7 +442,7 @@ class Replicator:
             actor.confirm.remote(acked)
 
 
-def replica_entry(name: str, namespace: str | None) -> tuple[ContextEntry, str] | None:
+def replicated_entry(name: str, namespace: str | None) -> tuple[ContextEntry, str] | None:
     """The directory entry of a replicated context *name* and this actor's name, or None."""
     ray = ray_module()
     if not ray.is_initialized() or not namespace:
@@ -436,14 +450,11 @@ def replica_entry(name: str, namespace: str | None) -> tuple[ContextEntry, str] 
     me = ray.get_runtime_context().get_actor_name()
     if not me:
         return None
-    known = existing_directory(namespace)
-    if known is None:
-        return None
     try:
-        entry = known.get(name)
+        entry = directory_entry(name, namespace)
     except MorphzError:
         return None
-    if entry.replicas == 0 and not entry.followers:
+    if entry is None or not entry.replicated:
         return None
     return entry, me
 
@@ -452,7 +463,7 @@ def check_not_replaced(name: str, namespace: str | None) -> None:
     """``RequestError`` ``fenced`` if the directory names another actor the primary of
     the replicated context *name*: a replaced primary (a restart of the old one) never
     opens its store for writing again."""
-    found = replica_entry(name, namespace)
+    found = replicated_entry(name, namespace)
     if found is not None and found[0].primary.actor != found[1]:
         entry, me = found
         raise RequestError(
@@ -466,10 +477,10 @@ def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
     """Replicate *ctx* if the directory says this actor is its primary (see the module doc).
 
     Returns None when the context is not replicated (no directory, no entry,
-    ``replicas == 0``); raises ``RequestError`` ``fenced`` when the directory
+    ``follower_count == 0``); raises ``RequestError`` ``fenced`` when the directory
     names another primary. Call it on the store thread, before serving writes.
     """
-    found = replica_entry(name, namespace)
+    found = replicated_entry(name, namespace)
     if found is None or namespace is None:
         return None
     entry, me = found
@@ -493,3 +504,21 @@ def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
         ctx._searcher.close()
         ctx._searcher = None
     return replicator
+
+
+class DirectoryReplication:
+    """The replication hook (:class:`actors.server.host.Replication`) of the contexts
+    the cluster side places: what the context directory says decides whether a
+    primary replicates, and to whom, and whether it was replaced."""
+
+    def check_not_replaced(self, name: str, namespace: str | None) -> None:
+        """:func:`check_not_replaced`."""
+        check_not_replaced(name, namespace)
+
+    def enable(self, ctx: Context, name: str, namespace: str | None) -> Replicator | None:
+        """:func:`enable`."""
+        return enable(ctx, name, namespace)
+
+
+REPLICATION = DirectoryReplication()
+"""The hook :func:`actors.cluster.placing.place` gives the primaries it starts."""

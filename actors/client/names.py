@@ -1,0 +1,106 @@
+"""What every side of the actor layer names the same way, defined once.
+
+The Ray namespace contexts live in, the actor names of a context's primary and
+followers, the context directory's actor name, the limits both a handle and its
+actor enforce, where a context actor advertises itself, and the directory's
+entries (:class:`ContextEntry`, :class:`Member`) with the one call that reads
+an entry. The client side (:mod:`actors.client`), the server side
+(:mod:`actors.server`) and the cluster side (:mod:`actors.cluster`) import these
+from here; none keeps its own copy. The error codes they share are
+:mod:`protocol.errors`' (``FENCED``, ``STALE_EPOCH``, ``REPLICA_GAP``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from storage import context_path
+
+DEFAULT_NAMESPACE = "morphz"
+"""The Ray namespace context actors live in unless told otherwise."""
+CONTEXT_PREFIX = "ctx:"
+"""Context actors (primaries and followers) are named ``ctx:<context name>…``."""
+DIRECTORY_NAME = "morphz:directory"
+"""The Ray actor name of a namespace's context directory."""
+MAX_SUBMIT_MANY = 1024
+"""Most transactions one ``submit_many`` call carries."""
+ADVERT_FILE = "actor.json"
+"""The file in a context's directory naming the context actor that holds it."""
+ADVERT_FORMAT = 1
+"""The format number written into (and required of) an advert."""
+
+
+def actor_name(context: str) -> str:
+    """The Ray actor name of the context *context* served from one node (epoch 0)."""
+    return CONTEXT_PREFIX + context
+
+
+def primary_actor(name: str, epoch: int) -> str:
+    """The actor name of *name*'s primary at *epoch*: ``ctx:<name>`` at epoch 0 (the
+    single-node name), ``ctx:<name>@e<epoch>`` afterwards."""
+    return actor_name(name) if epoch == 0 else f"{CONTEXT_PREFIX}{name}@e{epoch}"
+
+
+def follower_actor(name: str, k: int, epoch: int) -> str:
+    """The actor name of *name*'s follower number *k* created at *epoch*."""
+    return f"{CONTEXT_PREFIX}{name}#f{k}@e{epoch}"
+
+
+def advert_path(store_dir: str | os.PathLike[str], name: str) -> str:
+    """Where the actor serving context *name* of *store_dir* advertises itself."""
+    return os.path.join(context_path(store_dir, name), ADVERT_FILE)
+
+
+class Member(BaseModel):
+    """One member of a context — its primary or one of its followers: the node it is on,
+    its Ray actor name and its store root."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_id: str
+    actor: str
+    store_dir: str
+
+
+class ContextEntry(BaseModel):
+    """Where one context lives, as the directory records it.
+
+    ``follower_count``: how many followers the context is placed with (the
+    ``followers`` tuple lists those running now; a lost one is replaced).
+    ``acks``: followers that must hold a commit before it is acknowledged
+    (default ``follower_count``). ``epoch`` grows by one at each promotion. An entry
+    recorded as ``replicas`` (the count's earlier name) reads the same.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    epoch: int
+    follower_count: int = Field(validation_alias=AliasChoices("follower_count", "replicas"))
+    acks: int
+    primary: Member
+    followers: tuple[Member, ...]
+    policy: str
+
+    @property
+    def replicated(self) -> bool:
+        """True if the context has (or is meant to have) followers."""
+        return self.follower_count > 0 or bool(self.followers)
+
+
+__all__ = [
+    "ADVERT_FILE",
+    "ADVERT_FORMAT",
+    "CONTEXT_PREFIX",
+    "DEFAULT_NAMESPACE",
+    "DIRECTORY_NAME",
+    "MAX_SUBMIT_MANY",
+    "ContextEntry",
+    "Member",
+    "actor_name",
+    "advert_path",
+    "follower_actor",
+    "primary_actor",
+]

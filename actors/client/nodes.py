@@ -1,0 +1,79 @@
+"""Ray's nodes: their ids, which are alive, and pinning an actor to one (NodeAffinity).
+
+A context's store is a local LMDB directory, so its actor is pinned, with a
+hard node affinity, to the node that holds the directory. Everything here
+imports Ray when called (through :func:`actors.client.transport.ray_module`),
+never at module import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.client.transport import init_ray, ray_module
+from protocol.errors import NotFound, RequestError
+
+
+def ensure_ray() -> None:
+    """Connect to Ray if this process is not connected yet
+    (:func:`~actors.client.transport.init_ray`: ``RAY_ADDRESS`` if set, else a new local
+    cluster)."""
+    init_ray()
+
+
+def current_node_id() -> str:
+    """The id of the node this process runs on."""
+    ray = ray_module()
+    ensure_ray()
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def alive_nodes() -> list[dict[str, Any]]:
+    """The live nodes of the cluster: ``{"node_id", "address", "resources"}``, by id."""
+    ray = ray_module()
+    ensure_ray()
+    out = []
+    for node in ray.nodes():
+        if node.get("Alive"):
+            out.append(
+                {
+                    "node_id": str(node["NodeID"]),
+                    "address": str(node.get("NodeManagerAddress", "")),
+                    "resources": dict(node.get("Resources", {})),
+                }
+            )
+    return sorted(out, key=lambda n: n["node_id"])
+
+
+def node_with_resource(resource: str) -> str:
+    """The id of a live node offering the custom resource *resource*; NotFound if none."""
+    for node in alive_nodes():
+        if node["resources"].get(resource, 0) > 0:
+            return str(node["node_id"])
+    raise NotFound(f"no live node offers the resource {resource!r}")
+
+
+def check_node(node_id: object) -> str:
+    """Return *node_id* if it names a live node; NotFound otherwise."""
+    if not isinstance(node_id, str) or not node_id:
+        raise RequestError(f"a node id is a non-empty string, not {node_id!r}", code="bad_argument")
+    if node_id not in {n["node_id"] for n in alive_nodes()}:
+        raise NotFound(f"no live node {node_id}")
+    return node_id
+
+
+def pinned(node_id: str) -> Any:
+    """A scheduling strategy that runs an actor on *node_id* and nowhere else."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+__all__ = [
+    "alive_nodes",
+    "check_node",
+    "current_node_id",
+    "ensure_ray",
+    "node_with_resource",
+    "pinned",
+]
