@@ -247,7 +247,8 @@ class HandleSource:
 
 
 def _placement(namespace: str) -> list[dict[str, Any]]:
-    from actors.cluster.directory import existing_directory, placement_table
+    from actors.cluster.directory import existing_directory
+    from actors.cluster.status import placement_table
 
     handle = existing_directory(namespace)
     return [] if handle is None else placement_table(handle)
