@@ -67,6 +67,7 @@ from protocol.receipts import Receipt
 from protocol.wire import submitted_from_dict
 from servers.inspector import HandleSource, create_inspector
 from servers.operations import add_routes
+from servers.tx_openapi import MAX_BODY_BYTES, TX_OPENAPI, TX_RESPONSES
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
@@ -81,8 +82,6 @@ __all__ = [
     "serve_app",
 ]
 
-MAX_BODY_BYTES = 1 << 20
-"""The largest request body accepted (a transaction's text is far smaller)."""
 
 MAX_TOKEN_CHARS = 8192
 """The longest ``Authorization`` token accepted."""
@@ -438,7 +437,9 @@ def create_app(resolver: Resolver) -> FastAPI:
         description='S-expression text (text/plain, or JSON {"text": …}) or the JSON form.'
         " Idempotency-Key is the client id: a retry answers the original receipt."
         " A rejected transaction is 409 with its receipt.",
-        responses={409: {"description": "rejected: the receipt is in error.receipt"}},
+        response_model=None,
+        responses=TX_RESPONSES,
+        openapi_extra=TX_OPENAPI,
     )
     async def transactions(context: str, request: Request) -> Any:
         key = request.headers.get("idempotency-key")

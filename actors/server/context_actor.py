@@ -56,7 +56,7 @@ from protocol.governance import (
 )
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
-from protocol.wire import pack, submitted_from_msgpack
+from protocol.wire import SubmittedTx, pack, submitted_from_msgpack
 from service import inspection, sharing
 from service.compile import compile_args
 from service.context import Context
@@ -170,7 +170,9 @@ class ContextActor(ContextHost):
 
     async def _submit(self, payload: bytes, reads: bool) -> bytes:
         try:
-            tx = submitted_from_msgpack(payload)  # parsed by the client: its text is logged
+            # The client's text is not trusted: it may say other than the operations it
+            # carries. The log records the operations applied (read back printed from them).
+            tx = SubmittedTx(submitted_from_msgpack(payload).tx)
         except WireError as e:
             self.metrics.wire_rejected()
             try:

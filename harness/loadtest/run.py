@@ -142,10 +142,12 @@ class _Run:
             # node's stores go under its own root, not under one shared directory.
             per_node = self.cluster is not None or opts.followers > 0
             where = None if per_node else self.store
+            self._phase(f"starting {opts.contexts} context actor(s)")
             for handle, node in place_contexts(names, where, opts.namespace, opts.followers):
                 self.handles.append(handle)
                 self.nodes.append(node)
             n_agents = opts.agents or default_agents(opts.threads)
+            self._phase(f"starting {n_agents} agent actor(s) for {opts.threads} threads")
             agent_cls = ray.remote(LoadAgent)
             for j in range(n_agents):
                 self.agents.append(
@@ -175,6 +177,11 @@ class _Run:
                     forget_contexts(names, opts.namespace)
                 except MorphzError:  # the directory is unreachable: entries stay behind
                     pass
+
+    def _phase(self, what: str) -> None:
+        """Tell the progress callback what is being started (``{"phase": what}``)."""
+        if self.progress is not None:
+            self.progress({"phase": what})
 
     def _plan(self, conversations: list[Conversation], n_agents: int) -> list[_Work]:
         opts = self.opts
@@ -488,7 +495,8 @@ def run_loadtest(
 
     *progress*, if given, is called about twice a second with ``elapsed_s``,
     ``duration_s``, ``transactions``, ``committed`` (the contexts' versions,
-    polled), ``kills`` and ``done``, and once more at the end (``done`` true).
+    polled), ``kills`` and ``done``, and once more at the end (``done`` true); before
+    the load, with ``{"phase": …}`` saying what is being started.
     *tamper* lets a test change a context's records before they are checked.
     The contexts are stopped at the end unless ``keep``. Their stores go under
     ``store_dir`` and stay there; without one they go into a temporary

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -46,6 +47,9 @@ class _Bar:
         self.task = self.progress.add_task("load", total=total, what="starting")
 
     def update(self, p: Mapping[str, Any]) -> None:
+        if "phase" in p:  # before the load: what is being started
+            self.progress.update(self.task, what=str(p["phase"]))
+            return
         done = p["elapsed_s"] if self.duration is not None else p["committed"]
         what = f"{p['committed']} committed, {p['kills']} kills"
         if p["done"]:
@@ -301,11 +305,31 @@ def loadtest_cmd(
     # Ray's driver prints worker and raylet messages (a killed actor …) on stdout:
     # send them to stderr so that stdout carries only the report.
     with contextlib.redirect_stdout(sys.stderr):
-        if bar is not None:
-            with bar.shown():
-                doc = run_loadtest(options, progress=bar.update)
-        else:
-            doc = run_loadtest(options)
+        joined = False
+        if bar is not None and kill_node_every is None:
+            # Ray joined (or started) before the bar shows: what it says while starting
+            # is printed above the bar, not into it.
+            from actors.client.transport import init_ray
+
+            target = address or os.environ.get("RAY_ADDRESS")
+            click.echo(
+                f"loadtest: joining the Ray cluster at {target}"
+                if target
+                else "loadtest: starting a local Ray cluster (about 10 s)",
+                err=True,
+            )
+            joined = init_ray(address)
+        try:
+            if bar is not None:
+                with bar.shown():
+                    doc = run_loadtest(options, progress=bar.update)
+            else:
+                doc = run_loadtest(options)
+        finally:
+            if joined:
+                import ray
+
+                ray.shutdown()
     if env.as_json:
         click.echo(json.dumps(doc, ensure_ascii=False))
     else:

@@ -254,6 +254,7 @@ def tx(
     # Parsed once, here: a parse error exits 2 before the store is touched, and the
     # service commits the parsed form and logs the text as given.
     submitted = SubmittedTx(parse_tx(text), text)
+    _check_log_refs(env, text)
     if check:
         if create:
             raise click.UsageError("--check writes nothing; it does not combine with --create")
@@ -269,6 +270,22 @@ def tx(
     emit(env, doc, _human_receipt)
     if not receipt.committed:
         sys.exit(EXIT_REFUSED)
+
+
+def _check_log_refs(env: Env, text: str) -> None:
+    """Refuse a transaction copied from another context's log whose event references
+    name other observations here (:mod:`morphz.cli.logrefs`)."""
+    from morphz.cli.logrefs import check_refs, parse_header
+    from protocol.errors import NotFound
+
+    if parse_header(text) is None:
+        return
+    try:
+        ctx = env.read()
+    except NotFound:  # a context made by this very write (--create) has no observation
+        return
+    with ctx:
+        check_refs(text, env.context, ctx)
 
 
 def _human_check(d: dict[str, Any]) -> str:
@@ -385,9 +402,15 @@ def history(env: Env, frame_id: str) -> None:
 @run_command
 def log_cmd(env: Env, version: int) -> None:
     """The transaction committed at VERSION, as logged (text, base, client id, receipt)."""
+    from morphz.cli.logrefs import event_refs, header
+    from protocol.txlang import parse_tx
+
     with env.read() as ctx:
-        doc = ctx.txlog(version)
-    emit(env, doc, lambda d: d["text"])
+        doc = dict(ctx.txlog(version))
+        refs = event_refs(parse_tx(doc["text"])) if doc.get("text") else []
+        doc["event_ids"] = {ref: str(ctx.event(ref)["id"]) for ref in refs}
+    line = header(env.context, version, doc["event_ids"])
+    emit(env, doc, lambda d: f"{line}\n{d['text']}" if line else d["text"])
 
 
 @cli.command()

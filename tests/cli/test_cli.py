@@ -255,7 +255,10 @@ def test_release_story_through_the_cli(bare: Cli, tmp_path: Path) -> None:
     assert "(derive test-result (from @e2) (tests passed))" in log["text"]
     assert log["receipt"]["version"] == 2
     assert log["receipt"]["retired_now"] == ["@e2"]
-    assert cli.human("log", "1") == first.read_text(encoding="utf-8") + "\n"
+    head, _, body = cli.human("log", "1").partition("\n")
+    # the stable id of each event reference first, as a comment (docs/cli.md, log | tx)
+    assert head.startswith("; logged in context default at version 1; @e1 is ev:")
+    assert body == first.read_text(encoding="utf-8") + "\n"
 
 
 # -- exit codes ----------------------------------------------------------------

@@ -138,3 +138,44 @@ def test_a_fork_at_the_current_version_keeps_what_was_recorded_but_not_claimed(
     assert (copy.version, copy.tick) == (source.version, source.tick)
     with Store(store).open("copy") as fork:  # the waiting input is claimed in the fork
         assert fork.claim().claimed == ["@e2"]
+
+
+def test_log_piped_into_tx_across_contexts_refuses_references_that_mean_something_else(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    with open_context(store, "default", create=True) as ctx:
+        ctx.observe("user_message", "ship v1")
+        ctx.claim()
+        ctx.commit("(context-tx (base-version 0) (derive release (from @e1) (goal v1)))")
+    assert morphz(store, "fork", "copy").exit_code == 0
+    with open_context(store, "copy") as ctx:
+        b = ctx.observe("tool_result", "tests passed in the fork")  # @e2 in copy
+        ctx.claim()
+        ctx.commit("(context-tx (base-version 1) (derive tests (from @e2) (passed)))")
+        ctx.commit("(context-tx (base-version 2) (derive again (from @e1) (goal v1)))")
+    with open_context(store, "default") as ctx:
+        other = ctx.observe("tool_result", "tests FAILED here")  # @e2 in default
+        ctx.claim()
+    logged = morphz(store, "--context", "copy", "log", "2")
+    assert logged.exit_code == 0
+    head = logged.output.splitlines()[0]
+    assert head == f"; logged in context copy at version 2; @e2 is {b.id}"
+    assert json.loads(morphz(store, "--json", "--context", "copy", "log", "2").output)[
+        "event_ids"
+    ] == {"@e2": b.id}
+    text = logged.output
+    for args in (["--json", "tx"], ["--json", "tx", "--check"]):
+        r = morphz(store, *args, stdin=text)
+        assert r.exit_code == 1, r.output
+        err = error(r)
+        assert err["code"] == "ref_mismatch"
+        assert b.id in err["message"] and other.id in err["message"]
+        assert "not in this context" in err["message"]
+    with open_context(store, "default", readonly=True) as ctx:
+        assert ctx.version() == 1  # nothing written
+    # a reference that means the same observation in both contexts goes through
+    same = morphz(store, "--context", "copy", "log", "3").output
+    assert same.startswith("; logged in context copy at version 3; @e1 is ")
+    r = morphz(store, "--json", "tx", stdin=same.replace("(base-version 2)", "(base-version 1)"))
+    assert r.exit_code == 0, r.output

@@ -282,6 +282,11 @@ def test_synthetic_load_commits_rejects_and_checks_out(
     }
     assert doc["latency_ms"]["p50"] > 0 and doc["throughput_tx_s"] > 0
     assert seen and seen[-1]["done"]
+    # before the load, the progress says what is being started (not a bare "starting")
+    phases = [p["phase"] for p in seen if "phase" in p]
+    assert phases[0] == "starting 2 context actor(s)"
+    assert phases[1].startswith("starting ") and "for 4 threads" in phases[1]
+    assert all("phase" in p for p in seen[:2])
     for c in doc["per_context"]:  # the contexts were stopped; their stores stay
         with pytest.raises(NotFound):
             lookup(c["name"], namespace)

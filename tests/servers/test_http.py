@@ -104,6 +104,28 @@ def test_openapi_document_and_docs_are_served(client: httpx.Client) -> None:
     ):
         assert path in paths, path
     assert set(paths["/v1/contexts/{context}/search"]) == {"get", "post"}
+    post = paths["/v1/contexts/{context}/transactions"]["post"]
+    body = post["requestBody"]["content"]
+    assert body["text/plain"]["schema"]["type"] == "string"
+    header = next(p for p in post["parameters"] if p["name"] == "Idempotency-Key")
+    assert header["in"] == "header"
+    replies = post["responses"]
+    assert replies["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Receipt")
+    for status in ("404", "409", "422", "503"):
+        ref = replies[status]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.endswith("/ErrorReply"), status
+    schemas = doc["components"]["schemas"]
+    assert "error" in schemas["ErrorReply"]["properties"]
+    assert "HTTPValidationError" not in str(replies)
+    # what Swagger's "Try it out" sends: the example, as text/plain, with the key
+    name = _new_context(client)
+    tried = client.post(
+        f"/v1/contexts/{name}/transactions",
+        content=body["text/plain"]["example"],
+        headers={"content-type": "text/plain", header["name"]: header["example"]},
+    )
+    assert tried.status_code == 200, tried.text
+    assert tried.json()["status"] == "committed" and tried.json()["client_id"] == "note-1"
     docs = client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
 
@@ -387,7 +409,10 @@ def test_the_inspector_reads_through_the_actors_and_their_guard(
     assert {n["id"] for n in graph["nodes"]} == {"release", "ok"}
     assert graph["edges"] == [["ok", "supports", "release"]]
     assert client.get(api + "/graph?version=1").json()["edges"] == []
-    assert [t["version"] for t in client.get(api + "/transactions").json()["transactions"]] == [2, 1]
+    assert [t["version"] for t in client.get(api + "/transactions").json()["transactions"]] == [
+        2,
+        1,
+    ]
     assert "+(stage packaging)" in client.get(api + "/diff?id=release&a=1&b=2").json()["diff"]
     assert client.get(api + "/search?q=packaging").json()["hits"][0]["id"] == "release"
     assert client.get(api + "/metrics").json()["metrics"]["commits"] >= 2
