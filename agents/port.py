@@ -5,21 +5,21 @@ on an embedded :class:`~service.context.Context`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
 
 from protocol.compiler import CompilerConfig
 from protocol.receipts import Receipt
 from protocol.replies import (
-    ClaimReply,
-    DeliverReply,
-    EventPage,
-    EventReply,
-    ObserveReply,
-    RecallReply,
     SearchReply,
 )
 from protocol.turns import CompiledInput
 from service.context import Context
+from service.operations import Operations
+from service.registry import Operation
+
+T = TypeVar("T")
 
 
 class ContextPort(Protocol):
@@ -53,10 +53,11 @@ class ContextPort(Protocol):
         """A chunk of an observation's original text (R28)."""
 
 
-class EmbeddedPort:
-    """:class:`ContextPort` over an embedded :class:`~service.context.Context`: each call is
-    the service method of the same name, answered in the shape a
-    :class:`~actors.client.handle.ContextHandle` answers.
+class EmbeddedPort(Operations):
+    """:class:`ContextPort` over an embedded :class:`~service.context.Context`: every
+    registered operation (:mod:`service.operations`) runs on the context, so each call
+    has the signature and the reply a :class:`~actors.client.handle.ContextHandle` has;
+    ``submit``, ``compile``, ``record_trace`` and ``search`` are the context's own.
 
     The compile cache and the search index are the context's own
     (:meth:`~service.context.Context.compile`, :meth:`~service.context.Context.search`);
@@ -69,33 +70,17 @@ class EmbeddedPort:
         if index is not None:
             ctx.use_index(index)
 
-    def observe(
-        self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
-    ) -> ObserveReply:
-        """Record an observation (under *event_id* when given: idempotent)."""
-        if event_id is None:
-            return self.ctx.observe(kind, text, session=session)
-        return self.observe_many([(kind, text, session, event_id)])[0]
+    def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """Run a registered operation on the context."""
+        return self.ctx.invoke(op, args)
 
-    def observe_many(self, items: list[tuple[str, str, str, str | None]]) -> list[ObserveReply]:
-        """Record ``(kind, text, session, event_id|None)`` items in one durable write."""
-        return self.ctx.observe_batch(items)
-
-    def event(self, ref: str) -> EventReply:
-        """An event's metadata by ``@eN`` or stable id; NotFound."""
-        return self.ctx.event(ref)
-
-    def claim(self) -> ClaimReply:
-        """Claim the waiting inputs as one batch."""
-        return self.ctx.claim()
+    async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """:meth:`invoke` inside a coroutine (in the loop's thread)."""
+        return self.ctx.invoke(op, args)
 
     def submit(self, tx: str) -> Receipt:
         """Commit one transaction."""
         return self.ctx.commit(tx)
-
-    def deliver(self, ref: str) -> DeliverReply:
-        """Mark a request delivered."""
-        return self.ctx.deliver(ref)
 
     def compile(
         self,
@@ -111,10 +96,6 @@ class EmbeddedPort:
         """Append a trace."""
         self.ctx.record_trace(trace)
 
-    def read_event(self, ref: str, offset: int = 0, length: int | None = None) -> EventPage:
-        """Read an event's text."""
-        return self.ctx.read_event(ref, offset, length)
-
     def search(self, args: dict[str, Any], session: str) -> SearchReply:
         """A model's search as a ``recall_result``: ``{"ref", "hits", "recalled", "lag"}``."""
         return self.ctx.search(args, session)
@@ -122,10 +103,3 @@ class EmbeddedPort:
     def close(self) -> None:
         """Close the context's search index (it reopens at the next search)."""
         self.ctx.searcher.close()
-
-    def recall_observation(
-        self, request: dict[str, Any], session: str, cursor: str | None = None
-    ) -> RecallReply:
-        """Recall one page and record it as a ``recall_result`` observation (the
-        handle's :class:`RecallReply`)."""
-        return self.ctx.recall_observation(request, cursor, session=session)

@@ -229,7 +229,7 @@ class Morphz:
         for lo in range(0, bulk, 10_000):
             self.ctx.observe_many(
                 [
-                    (k, t, "main", base + lo + j)
+                    {"kind": k, "text": t, "session": "main", "time": base + lo + j}
                     for j, (k, t) in enumerate(docs[lo : min(bulk, lo + 10_000)])
                 ]
             )
@@ -242,7 +242,10 @@ class Morphz:
         log(f"  rebuild: {bulk} docs in {stats['seconds']} s")
         if incremental:
             self.ctx.observe_many(
-                [(k, t, "main", base + bulk + j) for j, (k, t) in enumerate(docs[bulk:])]
+                [
+                    {"kind": k, "text": t, "session": "main", "time": base + bulk + j}
+                    for j, (k, t) in enumerate(docs[bulk:])
+                ]
             )
             started = time.perf_counter()
             self.index.catch_up(batch=1000)

@@ -55,7 +55,7 @@ class Side:
         for lo in range(0, bulk, 10_000):
             self.ctx.observe_many(
                 [
-                    (k, t, "main", base + lo + j)
+                    {"kind": k, "text": t, "session": "main", "time": base + lo + j}
                     for j, (k, t) in enumerate(docs[lo : min(bulk, lo + 10_000)])
                 ]
             )
@@ -71,7 +71,12 @@ class Side:
     def incremental(self) -> dict[str, float]:
         base = time.time()
         rest = self.docs[self.bulk :]
-        self.ctx.observe_many([(k, t, "main", base + j) for j, (k, t) in enumerate(rest)])
+        self.ctx.observe_many(
+            [
+                {"kind": k, "text": t, "session": "main", "time": base + j}
+                for j, (k, t) in enumerate(rest)
+            ]
+        )
         c0, t0 = time.process_time(), time.perf_counter()
         self.index.catch_up(batch=1000)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0

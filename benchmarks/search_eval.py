@@ -316,7 +316,10 @@ class MorphzContexts:
         for n, (scope, ds) in enumerate(sorted(docs.items())):
             ctx = self.store.open(f"s{n}", sync=False)
             replies = ctx.observe_many(
-                [(d.kind, d.text, "main", 1.0e9 + i) for i, d in enumerate(ds)]
+                [
+                    {"kind": d.kind, "text": d.text, "session": "main", "time": 1.0e9 + i}
+                    for i, d in enumerate(ds)
+                ]
             )
             self.ctx[scope] = ctx
             self.ids[scope] = {r.ref: d.id for r, d in zip(replies, ds, strict=True)}

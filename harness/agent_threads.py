@@ -145,8 +145,8 @@ class AgentThread:
             if step.kind == "observe":
                 try:
                     text = f"{thread_name(number)} step {step.index}: tool finished"
-                    event = await handle.observe_async("tool_result", text, session=step.thread)
-                    await handle.claim_async()
+                    event = await handle.observe.aio("tool_result", text, session=step.thread)
+                    await handle.claim.aio()
                 except MorphzError as e:
                     records.append(submission_record(step, 0, error_code=e.code))
                     since_read = spec.read_every

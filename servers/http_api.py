@@ -421,7 +421,7 @@ def create_app(resolver: Resolver) -> FastAPI:
     @app.post(base + "/observations", status_code=201, summary="Record an observation")
     async def observe(context: str, body: Observation, request: Request) -> Any:
         handle = await ctx(request, context)
-        reply = await handle.observe_async(
+        reply = await handle.observe.aio(
             body.kind, body.text, session=body.session, event_id=body.event_id
         )
         return _plain(reply)
@@ -429,7 +429,7 @@ def create_app(resolver: Resolver) -> FastAPI:
     @app.post(base + "/claim", summary="Claim the waiting inputs as one tick")
     async def claim(context: str, request: Request) -> Any:
         handle = await ctx(request, context)
-        return _plain(await handle.claim_async())
+        return _plain(await handle.claim.aio())
 
     @app.post(
         base + "/transactions",
@@ -495,7 +495,7 @@ def create_app(resolver: Resolver) -> FastAPI:
             raise RequestError("a recall request is a JSON object", code="bad_argument")
         session, cursor = doc.pop("session", "main"), doc.pop("cursor", None)
         handle = await ctx(request, context)
-        reply = await handle.recall_observation_async(doc, session, cursor)
+        reply = await handle.recall_observation.aio(doc, session=session, cursor=cursor)
         return _plain(reply)
 
     async def _search(context: str, request: Request, args: Any) -> Any:

@@ -20,7 +20,7 @@ call into those parts, with the docstring its callers read.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
@@ -29,9 +29,6 @@ import service.reads as reads
 import service.sharing as sharing
 import service.traces as traces
 from protocol.engine import (
-    ClaimResult,
-    claim,
-    deliver,
     evaluate,
     observe,
 )
@@ -40,12 +37,9 @@ from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
 from protocol.replies import (
-    ClaimReply,
     Counter,
-    DeliverReply,
     FrameReply,
     ObserveReply,
-    RecallReply,
     SearchReply,
 )
 from protocol.state import Event, Frame, Meta
@@ -55,7 +49,7 @@ from protocol.view import BatchView, WriteView
 from protocol.wire import SubmittedTx
 from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
-from service.observations import Observation, check_items, new_event_id, observed, record
+from service.observations import new_event_id, observed
 from service.operations import Operations
 from service.reads import MAX_EXPORT_PAGE
 from service.registry import Caller, Operation
@@ -142,18 +136,9 @@ class Context(Operations, GovernanceAPI):
 
     # -- writes -------------------------------------------------------------
 
-    def observe(
-        self, kind: str, text: str, *, session: str = "main", risky: bool = False
-    ) -> ObserveReply:
-        """Record an observation; it is immutable and waits until claimed.
-
-        Answers ``{"ref", "id", "duplicate"}`` (an :class:`ObserveReply`, as a
-        Ray handle does); :meth:`event` reads the rest. *risky* flags it as
-        unreviewed content: a frame derived from it enters as a candidate (R42).
-        """
-        if not risky:
-            return self.observe_many([(kind, text, session)])[0]
-        return observed(self._observe_one(kind, text, session, {"risky": True}), False)
+    def observe_batch(self, items: Sequence[Any]) -> list[ObserveReply]:
+        """:meth:`observe_many` under its former name (items with event ids)."""
+        return self.observe_many(items)
 
     def observe_retrieval(
         self, text: str, frames: Sequence[str], *, session: str = "main"
@@ -178,52 +163,6 @@ class Context(Operations, GovernanceAPI):
             return e
 
         return self.backend.transact(run)
-
-    def observe_many(
-        self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, float | None]]
-    ) -> list[ObserveReply]:
-        """Record many observations, in order, in one durable write.
-
-        Each item is ``(kind, text, session)`` or ``(kind, text, session, time)``
-        where *time* (seconds since the epoch) is when the input happened; it
-        defaults to now. Answers one :class:`ObserveReply` per item, in order.
-        """
-        batch = []
-        for item in items:
-            at = item[3] if len(item) == 4 else None
-            batch.append(Observation(item[0], item[1], item[2], at, new_event_id()))
-        return [observed(e, duplicate) for e, duplicate in self._record(batch)]
-
-    def observe_batch(self, items: Sequence[Sequence[Any]]) -> list[ObserveReply]:
-        """Record ``(kind, text, session, event_id | None)`` items in one durable write.
-
-        Idempotent per event id (``ev:`` and 20 hex digits, chosen by the
-        caller): an id recorded before answers its event with ``"duplicate":
-        True`` and records nothing, and an id naming a different observation is
-        refused (``event_id_reused``; nothing of the batch is recorded). Answers
-        ``[{"ref", "id", "duplicate"}]`` in order; see
-        :func:`service.observations.check_items` for the argument errors.
-        """
-        batch = [Observation(k, t, s, None, eid) for k, t, s, eid in check_items(items)]
-        return [observed(e, duplicate) for e, duplicate in self._record(batch)]
-
-    def _record(self, batch: list[Observation]) -> list[tuple[Event, bool]]:
-        now = time.time()
-        return self.backend.transact(lambda w: record(w, batch, now))
-
-    def claim(self) -> ClaimReply:
-        """Claim every waiting input as one batch; see :func:`protocol.engine.claim`.
-
-        Answers ``{"tick", "advanced", "claimed", "finalized", "version"}``.
-        """
-        now = time.time()
-
-        def run(w: WriteView) -> ClaimResult:
-            result, cs = claim(w, now=now)
-            w.apply(cs)
-            return result
-
-        return ClaimReply.of(self.backend.transact(run).to_dict())
 
     def commit(self, tx: ContextTx | str, *, client_id: str | None = None) -> Receipt:
         """Validate and commit one transaction durably; return its receipt.
@@ -286,20 +225,6 @@ class Context(Operations, GovernanceAPI):
         now = time.time()
         return self.backend.read(lambda v: evaluate(v, item, now=now, text=text).receipt)
 
-    def deliver(self, ref: str) -> DeliverReply:
-        """Mark the user request *ref* delivered: it may now be retired (R19)."""
-
-        def run(w: WriteView) -> Event:
-            e, cs = deliver(w, ref)
-            if cs is not None:
-                w.apply(cs)
-            return e
-
-        e = self.backend.transact(run)
-        return DeliverReply(ref=e.ref, id=e.id, delivered=True)
-
-    # -- reads --------------------------------------------------------------
-
     def frame_record(self, frame_id: str) -> Frame:
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
         f = self.backend.read(lambda v: v.frame(frame_id))
@@ -329,29 +254,6 @@ class Context(Operations, GovernanceAPI):
     ) -> RecallPage:
         """One page of graph recall (R26, R27); see :func:`protocol.recall.recall`."""
         return read_recall(self.backend, request, cursor, view_version)
-
-    def recall_observation(
-        self,
-        request: RecallRequest | dict[str, Any] | str,
-        cursor: str | None = None,
-        view_version: int | None = None,
-        *,
-        session: str = "main",
-    ) -> RecallReply:
-        """Recall one page for the model, recorded as a ``recall_result`` observation (R30).
-
-        Answers what a Ray handle answers: the observation's ref, the page's
-        node and edge counts, the frame ids it returned and the next cursor.
-        :meth:`recall_recorded` is the same call answering the page itself.
-        """
-        page, e = self.recall_recorded(request, cursor, view_version, session=session)
-        return RecallReply(
-            ref=e.ref,
-            nodes=len(page.nodes),
-            edges=len(page.edges),
-            recalled=[str(f) for f in e.extra.get("recalled") or ()],
-            next_cursor=page.next_cursor,
-        )
 
     def recall_recorded(
         self,

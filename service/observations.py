@@ -9,74 +9,46 @@ the event already recorded (``duplicate``), never a second one.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-from protocol.engine import observe
-from protocol.errors import OutOfRange, RequestError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
+from pydantic_core import PydanticCustomError
+
+from protocol.engine import claim as claim_inputs
+from protocol.engine import deliver as deliver_request
+from protocol.engine import observe as observe_event
+from protocol.errors import RequestError
 from protocol.ids import is_event_id
-from protocol.replies import ObserveReply
+from protocol.recall import RecallRequest
+from protocol.replies import ClaimReply, DeliverReply, ObserveReply, RecallReply
 from protocol.state import Event
 from protocol.view import WriteView
+from service.registry import MAX_REF_CHARS, Count, EventRef, Text
+
+if TYPE_CHECKING:
+    from service.context import Context
 
 MAX_OBSERVE_BATCH = 1024
-"""Most observations one checked batch (:func:`check_items`) holds."""
+"""Most observations one batch holds."""
 
 
 class Observation(NamedTuple):
-    """One observation to record: its kind, text, session, time and stable event id."""
+    """One observation to record: its kind, text, session, time, stable event id and
+    the extra fields it is recorded with (``risky``)."""
 
     kind: str
     text: str
     session: str
     time: float | None
     event_id: str
+    extra: dict[str, Any] | None = None
 
 
 def new_event_id() -> str:
     """A fresh stable event id: ``ev:`` and 20 random hex digits."""
     return "ev:" + os.urandom(10).hex()
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise RequestError(
-            f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
-        )
-    return value
-
-
-def check_items(items: Any) -> list[tuple[str, str, str, str]]:
-    """``[kind, text, session, event_id | None]`` items checked, each with an event id.
-
-    A missing id is drawn fresh. RequestError ``bad_argument`` for a malformed
-    item, ``bad_event_id`` for an id that is not ``ev:`` and 20 hex digits;
-    OutOfRange for an empty batch or one over :data:`MAX_OBSERVE_BATCH`.
-    """
-    if not isinstance(items, (list, tuple)):
-        raise RequestError("observations must be a list", code="bad_argument")
-    if not 1 <= len(items) <= MAX_OBSERVE_BATCH:
-        raise OutOfRange(
-            f"number of observations must be between 1 and {MAX_OBSERVE_BATCH}, not {len(items)}"
-        )
-    out = []
-    for item in items:
-        if not isinstance(item, (list, tuple)) or len(item) not in (3, 4):
-            raise RequestError(
-                "an observation is [kind, text, session, event_id]", code="bad_argument"
-            )
-        kind = _text(item[0], "kind")
-        text = _text(item[1], "text")
-        session = _text(item[2], "session")
-        eid = item[3] if len(item) == 4 else None
-        if eid is None:
-            eid = new_event_id()
-        elif not isinstance(eid, str) or not is_event_id(eid):
-            raise RequestError(
-                f"an event id is 'ev:' and 20 hex digits, not {eid!r}", code="bad_event_id"
-            )
-        out.append((kind, text, session, eid))
-    return out
 
 
 def observed(e: Event, duplicate: bool) -> ObserveReply:
@@ -92,7 +64,7 @@ def record(w: WriteView, batch: Sequence[Observation], now: float) -> list[tuple
     is kept: the caller's write is discarded).
     """
     out: list[tuple[Event, bool]] = []
-    for kind, text, session, at, eid in batch:
+    for kind, text, session, at, eid, extra in batch:
         seq = w.event_seq(eid)
         if seq is not None:
             known = w.event(seq)
@@ -104,7 +76,162 @@ def record(w: WriteView, batch: Sequence[Observation], now: float) -> list[tuple
             out.append((known, True))
             continue
         when = now if at is None else at
-        e, cs = observe(w, kind=kind, text=text, session=session, now=when, event_id=eid)
+        e, cs = observe_event(
+            w, kind=kind, text=text, session=session, now=when, event_id=eid, extra=extra
+        )
         w.apply(cs)
         out.append((e, False))
     return out
+
+
+# -- the operations (declared in service.operations) ---------------------------------
+
+
+def _event_id(value: Any) -> Any:
+    if value is not None and (not isinstance(value, str) or not is_event_id(value)):
+        raise PydanticCustomError(
+            "bad_event_id", "an event id is 'ev:' and 20 hex digits, not {value}", {"value": value}
+        )
+    return value
+
+
+EventId = Annotated[str, BeforeValidator(_event_id)]
+"""A caller-chosen event id (``ev:`` and 20 hex digits): a retry under it is idempotent."""
+Session = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
+"""The session (conversation or agent thread) an observation belongs to."""
+
+
+class ObservationItem(BaseModel):
+    """One observation of a batch: ``(kind, text, session[, event_id])`` or this map,
+    which may add ``time`` (seconds since the epoch: when the input happened)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Text
+    text: Text
+    session: Session = "main"
+    event_id: EventId | None = None
+    time: Annotated[float, Field(ge=0)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_tuple(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            if len(value) not in (3, 4):
+                raise PydanticCustomError(
+                    "bad_argument", "an observation is (kind, text, session[, event_id])"
+                )
+            return dict(zip(("kind", "text", "session", "event_id"), value, strict=False))
+        return value
+
+    def with_event_id(self) -> ObservationItem:
+        """This item with an event id: its own, else a fresh one."""
+        if self.event_id is not None:
+            return self
+        return self.model_copy(update={"event_id": new_event_id()})
+
+
+Batch = Annotated[Sequence[ObservationItem], Field(max_length=MAX_OBSERVE_BATCH)]
+"""The observations of one durable write: at most :data:`MAX_OBSERVE_BATCH` (none: no write)."""
+
+
+def _transact(ctx: Context, batch: list[Observation]) -> list[ObserveReply]:
+    if not batch:
+        return []
+    now = time.time()
+    done = ctx.backend.transact(lambda w: record(w, batch, now))
+    return [observed(e, duplicate) for e, duplicate in done]
+
+
+def observe(
+    ctx: Context,
+    kind: Text,
+    text: Text,
+    *,
+    session: Session = "main",
+    event_id: EventId | None = None,
+    risky: bool = False,
+) -> ObserveReply:
+    """Record an observation; it is immutable and waits until claimed: ``{ref, id, duplicate}``.
+
+    Under *event_id* (chosen by the caller; a remote handle draws one) a retry
+    answers the event already recorded (``duplicate``). *risky* flags unreviewed
+    content: a frame derived from it enters as a candidate (R42).
+    """
+    eid = event_id or new_event_id()
+    extra = {"risky": True} if risky else None
+    return _transact(ctx, [Observation(kind, text, session, None, eid, extra)])[0]
+
+
+def observe_many(ctx: Context, items: Batch) -> list[ObserveReply]:
+    """Record many observations, in order, in one durable write; one reply per item.
+
+    Each item is ``(kind, text, session)``, ``(kind, text, session, event_id)``
+    or a map that may add ``time``. An event id recorded before answers its
+    event (``duplicate``); one naming a different observation is refused
+    (``event_id_reused``) and nothing of the batch is recorded.
+    """
+    batch = [
+        Observation(i.kind, i.text, i.session, i.time, i.event_id or new_event_id()) for i in items
+    ]
+    return _transact(ctx, batch)
+
+
+def claim(ctx: Context) -> ClaimReply:
+    """Claim every waiting input as one batch (R20): tick, advanced, claimed, finalized, version."""
+    now = time.time()
+
+    def run(w: WriteView) -> Any:
+        result, cs = claim_inputs(w, now=now)
+        w.apply(cs)
+        return result
+
+    return ClaimReply.of(ctx.backend.transact(run).to_dict())
+
+
+def deliver(ctx: Context, ref: EventRef) -> DeliverReply:
+    """Mark the user request *ref* delivered: it may now be retired (R19)."""
+
+    def run(w: WriteView) -> Event:
+        e, cs = deliver_request(w, ref)
+        if cs is not None:
+            w.apply(cs)
+        return e
+
+    e = ctx.backend.transact(run)
+    return DeliverReply(ref=e.ref, id=e.id, delivered=True)
+
+
+def recall_observation(
+    ctx: Context,
+    request: RecallRequest | dict[str, Any] | str,
+    *,
+    session: Session = "main",
+    cursor: Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)] | None = None,
+    view_version: Count | None = None,
+) -> RecallReply:
+    """Recall one page for the model, recorded as a ``recall_result`` observation (R26, R30).
+
+    Answers the observation's ref, the page's node and edge counts, the frame
+    ids it returned (``recalled``) and the next cursor; see
+    :meth:`service.context.Context.recall_recorded` for the page itself.
+    """
+    page, e = ctx.recall_recorded(request, cursor, view_version, session=session)
+    return RecallReply(
+        ref=e.ref,
+        nodes=len(page.nodes),
+        edges=len(page.edges),
+        recalled=[str(f) for f in e.extra.get("recalled") or ()],
+        next_cursor=page.next_cursor,
+    )
+
+
+def keyed(args: Any) -> Any:
+    """The arguments of ``observe`` or ``observe_many`` with an event id for every
+    observation: what a remote port sends, so a retried call records nothing twice."""
+    if hasattr(args, "items"):
+        items = [item.with_event_id() for item in args.items]
+        return args.model_copy(update={"items": items})
+    if args.event_id is None:
+        return args.model_copy(update={"event_id": new_event_id()})
+    return args

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import service.observations as observations
 import service.queries as queries
 from service.registry import OPERATIONS, Operation, Route, Tool
 
@@ -31,6 +32,23 @@ class Operations:
     function, a handle sends the checked arguments to the context actor.
     """
 
+    observe = Operation(
+        observations.observe,
+        permission="commit",
+        writes=True,
+        keyed=observations.keyed,
+    )
+    observe_many = Operation(
+        observations.observe_many,
+        permission="commit",
+        writes=True,
+        keyed=observations.keyed,
+    )
+    claim = Operation(observations.claim, permission="commit", writes=True)
+    deliver = Operation(observations.deliver, permission="commit", writes=True)
+    recall_observation = Operation(
+        observations.recall_observation, permission="recall", writes=True
+    )
     frame = Operation(queries.frame, permission="read", writes=False)
     frame_at = Operation(queries.frame_at, permission="read", writes=False)
     event = Operation(queries.event, permission="read", writes=False)

@@ -238,6 +238,8 @@ def argument_error(name: str, e: ValidationError) -> MorphzError:
         message = f"{name} takes no argument {what}"
     else:
         message = f"{what}: {err.get('msg', 'invalid')}"
+    if kind.startswith("bad_"):  # a check that names its own error code
+        return RequestError(message, code=kind)
     if kind in RANGE_ERRORS:
         return OutOfRange(message)
     return RequestError(message, code="bad_argument")
@@ -266,7 +268,9 @@ class Operation(Generic[P, R]):
     parameter named ``caller`` receives the :class:`Caller` and is no argument.
     *remote*: the context actor and the handle serve it from this declaration
     (False: they hand-write the forms that carry it, as ``submit`` sends wire
-    bytes; the signature and the reply stay this one's).
+    bytes; the signature and the reply stay this one's). *keyed* gives checked
+    arguments the idempotency key a remote port sends with every attempt of
+    one call (an event id), so a retry never writes twice.
     """
 
     def __init__(
@@ -279,6 +283,7 @@ class Operation(Generic[P, R]):
         http: Route | None = None,
         mcp: Tool | None = None,
         remote: bool = True,
+        keyed: Callable[[Any], Any] | None = None,
     ) -> None:
         self.fn = fn
         self.name = fn.__name__
@@ -288,6 +293,7 @@ class Operation(Generic[P, R]):
         self.http = http
         self.mcp = mcp
         self.remote = remote
+        self.keyed = keyed
         self.__doc__ = inspect.getdoc(fn)
 
     def __set_name__(self, owner: type, name: str) -> None:

@@ -52,12 +52,9 @@ from protocol.governance import (
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.replies import (
-    ClaimReply,
-    DeliverReply,
     HistoryEntry,
     MetaReply,
     ObserveReply,
-    RecallReply,
     Reply,
     SearchReply,
 )
@@ -260,11 +257,15 @@ class ContextHandle(Operations):
         return self.transport.actor
 
     def _call(self, op: Operation[Any, T], args: BaseModel) -> Call[T]:
+        if op.keyed is not None:
+            args = op.keyed(args)
         return Call(op.name, op.wire(args), _decoder(op))
 
     def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
         """Send a registered operation (:mod:`service.operations`) with its checked *args*
-        to the context actor; its reply, of the type the embedded call answers."""
+        to the context actor; its reply, of the type the embedded call answers. The
+        idempotency key of a write (an event id) is drawn here, once, so every retry
+        carries the same one."""
         return self.transport.call(self._call(op, args))
 
     async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
@@ -355,44 +356,6 @@ class ContextHandle(Operations):
     submit_payload_async = submit_payload.aio
 
     # -- other writes -----------------------------------------------------------
-
-    @Remote
-    def observe(
-        self, kind: str, text: str, *, session: str = "main", event_id: str | None = None
-    ) -> Call[ObserveReply]:
-        """Record an observation: ``{"ref", "id", "duplicate"}``. Retries are idempotent.
-
-        With *event_id* (``ev:`` + 20 hex digits) the caller names the event: a
-        second observation under the same id answers the first (``duplicate``).
-        """
-        return Call(
-            "observe_many", ([self._observation(kind, text, session, event_id)],), _observed_one
-        )
-
-    observe_async = observe.aio
-
-    @Remote
-    def observe_many(
-        self, items: Iterable[tuple[str, str, str] | tuple[str, str, str, str | None]]
-    ) -> Call[list[ObserveReply]]:
-        """Record ``(kind, text, session[, event_id])`` observations in one durable write."""
-        return Call("observe_many", ([self._observation(*item) for item in items],), _observed)
-
-    observe_many_async = observe_many.aio
-
-    @Remote
-    def claim(self) -> Call[ClaimReply]:
-        """Claim the waiting inputs as one batch (R20): tick, advanced, claimed, finalized."""
-        return Call("claim", (), _typed(ClaimReply))
-
-    claim_async = claim.aio
-
-    @Remote
-    def deliver(self, ref: str) -> Call[DeliverReply]:
-        """Mark the user request *ref* delivered (R19): ``{"ref", "id", "delivered"}``."""
-        return Call("deliver", (check_text(ref, "ref"),), _typed(DeliverReply))
-
-    deliver_async = deliver.aio
 
     # -- reads ------------------------------------------------------------------
 
@@ -528,19 +491,6 @@ class ContextHandle(Operations):
         return Call("record_trace", (trace,), _nothing)
 
     record_trace_async = record_trace.aio
-
-    @Remote
-    def recall_observation(
-        self, request: dict[str, Any], session: str = "main", cursor: str | None = None
-    ) -> Call[RecallReply]:
-        """Recall one page into a ``recall_result`` observation.
-
-        Answers ``{"ref", "nodes", "edges", "recalled", "next_cursor"}``.
-        """
-        args = (request, check_text(session, "session"), cursor)
-        return Call("recall_observation", args, _typed(RecallReply))
-
-    recall_observation_async = recall_observation.aio
 
     @Remote
     def search(self, args: dict[str, Any], session: str = "main") -> Call[SearchReply]:

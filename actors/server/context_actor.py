@@ -191,40 +191,6 @@ class ContextActor(ContextHost):
 
     # -- other writes -------------------------------------------------------
 
-    @guarded("commit")
-    async def observe(
-        self, kind: str, text: str, session: str = "main", event_id: str | None = None
-    ) -> bytes:
-        """Record an observation; answers ``{"ref", "id", "duplicate"}``.
-
-        With an ``event_id`` (``ev:`` + 20 hex digits, chosen by the caller) the
-        call is idempotent: a retry returns the event already recorded.
-        """
-        item = [kind, text, session, event_id]
-        return await self._reply(lambda ctx: ctx.observe_batch([item])[0])
-
-    @guarded("commit")
-    async def observe_many(self, items: list[Any]) -> bytes:
-        """Record ``[kind, text, session, event_id|None]`` items in one durable write.
-
-        See :meth:`service.context.Context.observe_batch`.
-        """
-        return await self._reply(Context.observe_batch, items)
-
-    @guarded("commit")
-    async def claim(self) -> bytes:
-        """Claim every waiting input as one batch (R20); answers the claim's dict form."""
-        return await self._reply(Context.claim)
-
-    @guarded("commit")
-    async def deliver(self, ref: str) -> bytes:
-        """Mark the user request *ref* delivered (R19)."""
-        try:
-            _text(ref, "ref")
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(Context.deliver, ref)
-
     # -- reads (the registered ones are made by :func:`serve`) ---------------------
 
     @guarded("read")
@@ -278,26 +244,6 @@ class ContextActor(ContextHost):
         if not isinstance(trace, dict):
             return failed(RequestError("a trace is a dict", code="bad_argument"))
         return await self._reply(Context.record_trace, trace)
-
-    @guarded("recall")
-    async def recall_observation(
-        self, request: dict[str, Any], session: str = "main", cursor: str | None = None
-    ) -> bytes:
-        """Recall one page and record it as a ``recall_result`` observation (R26, R30).
-
-        Answers ``{"ref", "nodes", "edges", "recalled", "next_cursor"}``
-        (``recalled``: the frame ids on the page).
-        """
-        try:
-            _text(session, "session")
-            if cursor is not None:
-                _text(cursor, "cursor")
-        except MorphzError as e:
-            return failed(e)
-
-        return await self._reply(
-            lambda ctx: ctx.recall_observation(request, cursor, session=session)
-        )
 
     @guarded("recall")
     async def search(self, args: dict[str, Any], session: str = "main") -> bytes:

@@ -362,7 +362,11 @@ def import_cmd(env: Env, source: Any, batch: int, create: bool) -> None:
     refs: list[str] = []
     with env.open(create=create) as ctx:
         for i in range(0, len(items), batch):
-            refs.extend(e.ref for e in ctx.observe_many(items[i : i + batch]))
+            chunk = [
+                {"kind": k, "text": t, "session": s, "time": at}
+                for k, t, s, at in items[i : i + batch]
+            ]
+            refs.extend(e.ref for e in ctx.observe_many(chunk))
     doc = {"imported": len(refs), "refs": refs}
     emit(
         env,

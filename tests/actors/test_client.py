@@ -137,7 +137,7 @@ def test_each_method_is_one_definition_with_a_blocking_and_an_async_form() -> No
 
 
 def test_replies_of_a_fixed_shape_are_typed_and_checked() -> None:
-    handle, _ = _handle(pack({"ok": [{"ref": "@e1", "id": "ev:" + "0" * 20, "duplicate": False}]}))
+    handle, _ = _handle(pack({"ok": {"ref": "@e1", "id": "ev:" + "0" * 20, "duplicate": False}}))
     report = handle.observe("tool_result", "ok")
     assert isinstance(report, ObserveReply) and report.ref == report["ref"] == "@e1"
     claim = {"tick": 1, "advanced": True, "claimed": ["@e1"], "finalized": [], "version": 0}

@@ -254,8 +254,8 @@ def test_model_search_and_recall_through_the_actor_record_what_they_retrieved(
     assert page["recalled"] == ["target", "notes"] or page["recalled"] == ["target", "release"]
     rest = handle.recall_observation(
         {"frame_id": "target", "direction": "descendants", "max_nodes": 2},
-        "main",
-        page["next_cursor"],
+        session="main",
+        cursor=page["next_cursor"],
     )
     assert {*page["recalled"], *rest["recalled"]} == {"target", "notes", "release"}
     with pytest.raises(RequestError) as err:

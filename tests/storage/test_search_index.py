@@ -111,10 +111,30 @@ def test_retired_content_is_found_and_filtered_by_lifecycle(s: Setup) -> None:
 def test_time_kind_and_prefix_filters(s: Setup) -> None:
     s.ctx.observe_many(
         [
-            ("tool_result", "backup finished on node alpha", "ops", 1_000.0),
-            ("user_message", "is the backup finished", "main", 2_000.0),
-            ("tool_result", "backup finished on node beta", "ops", 3_000.0),
-            ("external", "backup window announced", "main", 4_000.0),
+            {
+                "kind": "tool_result",
+                "text": "backup finished on node alpha",
+                "session": "ops",
+                "time": 1_000.0,
+            },
+            {
+                "kind": "user_message",
+                "text": "is the backup finished",
+                "session": "main",
+                "time": 2_000.0,
+            },
+            {
+                "kind": "tool_result",
+                "text": "backup finished on node beta",
+                "session": "ops",
+                "time": 3_000.0,
+            },
+            {
+                "kind": "external",
+                "text": "backup window announced",
+                "session": "main",
+                "time": 4_000.0,
+            },
         ]
     )
     s.ctx.claim()
@@ -246,12 +266,12 @@ def churn(s: Setup, rng: random.Random, rounds: int) -> None:
         n = rng.randint(1, 4)
         s.ctx.observe_many(
             [
-                (
-                    "tool_result",
-                    " ".join(rng.choices(WORDS, k=rng.randint(0, 12))),
-                    "main",
-                    1000.0 + r,
-                )
+                {
+                    "kind": "tool_result",
+                    "text": " ".join(rng.choices(WORDS, k=rng.randint(0, 12))),
+                    "session": "main",
+                    "time": 1000.0 + r,
+                }
                 for _ in range(n)
             ]
         )
