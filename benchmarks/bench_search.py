@@ -21,7 +21,9 @@ Two corpora, the same documents and queries for every engine, in one run:
   words only (latency; they hit the scan cap on the large corpus).
 
 Engines: Morphz's :class:`storage.search.index.LexicalIndex` (search includes the
-snippet and the context read that feeds it); SQLite FTS5 with the
+snippet and the context read that feeds it), as a user gets it and as
+``morphz-plain`` (the same index, BM25 over the words alone: no question rules,
+no neighbour evidence, the ranking before them); SQLite FTS5 with the
 ``unicode61`` tokenizer and with the ``trigram`` tokenizer, queried with the
 query's words OR-ed (``"w1" OR "w2"``), ranked by ``bm25`` with
 ``snippet()``. Index throughput: Morphz ``rebuild`` (bulk) and incremental
@@ -264,6 +266,24 @@ class Morphz:
         self.ctx.close()
 
 
+class MorphzPlain:
+    """The same index ranked by BM25 over the words alone (no question rules, no
+    neighbour evidence): the ranking before them, measured in the same run."""
+
+    name = "morphz-plain"
+
+    def __init__(self, morphz: Morphz) -> None:
+        self.index = morphz.index
+        self.figures: dict[str, Any] = {}
+
+    def search(self, words: list[str]) -> list[int]:
+        result = self.index.search(" ".join(words), limit=10, questions=False, neighbours=False)
+        return [int(h.id[2:]) for h in result.hits if h.id.startswith("@e")]
+
+    def close(self) -> None:
+        pass
+
+
 class Fts5:
     def __init__(self, root: Path, tokenizer: str, docs: Sequence[tuple[str, str]]) -> None:
         self.name = f"fts5-{tokenizer}"
@@ -480,7 +500,7 @@ def run_corpus(
     root.mkdir(parents=True, exist_ok=True)
     incremental = min(20_000, len(docs) // 10)
     morphz = Morphz(root, docs, incremental, log)
-    engines: list[Any] = [morphz]
+    engines: list[Any] = [morphz, MorphzPlain(morphz)]
     try:
         for tokenizer in ("unicode61", "trigram"):
             engines.append(Fts5(root, tokenizer, docs))
@@ -545,7 +565,14 @@ def print_report(name: str, doc: dict[str, Any]) -> None:
         )
 
 
-ENGINES = ("morphz", "fts5-unicode61", "fts5-trigram", "morphz-dense", "morphz-hybrid")
+ENGINES = (
+    "morphz",
+    "morphz-plain",
+    "fts5-unicode61",
+    "fts5-trigram",
+    "morphz-dense",
+    "morphz-hybrid",
+)
 
 
 def print_dev_set(report: dict[str, Any]) -> None:

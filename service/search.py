@@ -12,7 +12,8 @@ Without an embedder, search is the lexical index's, unchanged. With one
 (:class:`adapters.embeddings.EmbedderConfig` or an
 :class:`~storage.embeddings.Embedder`), :meth:`Searcher.find` is hybrid: the
 lexical and the semantic rankings (each :data:`FUSE_DEPTH` deep, same
-filters) are fused by reciprocal rank (:func:`storage.vectors.fuse`), ties
+filters) are fused by weighted reciprocal rank (:func:`storage.vectors.fuse`,
+:data:`FUSE_K`, :data:`FUSE_WEIGHTS`), ties
 broken by id, and each hit says which signals found it. If the query cannot
 be embedded (the endpoint is down), the answer is the lexical ranking with
 ``semantic.degraded`` saying why: a search never fails because of the
@@ -56,6 +57,11 @@ SEARCH_CATCH_UP = 2.0
 """Seconds a search waits for the index workers to reflect what was committed before it."""
 FUSE_DEPTH = 50
 """How many hits of each ranking a hybrid search fuses (at least the limit asked for)."""
+FUSE_K = 5
+"""The rank offset of the hybrid search's reciprocal-rank fusion (chosen on the dev split)."""
+FUSE_WEIGHTS = {"lexical": 1.0, "semantic": 0.5}
+"""Each ranking's weight in the fusion: ``weight / (FUSE_K + rank)`` (chosen on the dev split:
+docs/search.md, "Fusion by evidence")."""
 EMBEDDER_PAUSE = 30.0
 """Seconds after an embedder failure during which searches do not call it again (they
 answer lexical hits with the failure as ``degraded`` at once, instead of each waiting
@@ -375,7 +381,7 @@ def _spec_model(spec: Any) -> str:
 def _fused(
     lexical: SearchResult, semantic: list[Any], limit: int, info: SemanticInfo
 ) -> SearchResult:
-    """The lexical and semantic hits fused by reciprocal rank, the best *limit*."""
+    """The lexical and semantic hits fused by weighted reciprocal rank, the best *limit*."""
     from storage.vectors import fuse
 
     by_id: dict[str, Any] = {h.id: h for h in semantic}
@@ -384,7 +390,9 @@ def _fused(
         [
             ("lexical", [(h.id, h.score) for h in lexical.hits]),
             ("semantic", [(h.id, h.score) for h in semantic]),
-        ]
+        ],
+        FUSE_K,
+        FUSE_WEIGHTS,
     )
     own = {h.id: h.signals for h in lexical.hits if h.signals}
     hits = []
@@ -430,6 +438,8 @@ def _fused(
 __all__ = [
     "EMBEDDER_PAUSE",
     "FUSE_DEPTH",
+    "FUSE_K",
+    "FUSE_WEIGHTS",
     "SEARCH_CATCH_UP",
     "Searcher",
     "VECTORS_DIR",

@@ -13,7 +13,7 @@ from actors import ContextHandle
 from protocol.errors import MorphzError
 from service.context import Context
 from service.store import open_context
-from tests.service.test_shapes import check_types, normalise, script
+from tests.service.test_shapes import check_types, every_operation, normalise, script
 
 pytestmark = pytest.mark.ray
 
@@ -69,3 +69,16 @@ def test_bad_input_gets_the_same_typed_error_on_both_and_changes_nothing(
             errors.append((type(info.value), info.value.code))
         assert errors[0] == errors[1], (what, errors)
     assert [normalise(c.state()) for c in (embedded, handle)] == before
+
+
+def test_every_registered_operation_the_same_on_both(
+    handle: ContextHandle, embedded: Context
+) -> None:
+    here, there = every_operation(embedded), every_operation(handle)
+    assert [(c, type(r)) for c, r in here] == [(c, type(r)) for c, r in there]
+    for (call, mine), (_, theirs) in zip(here, there, strict=True):
+        mine, theirs = normalise(mine), normalise(theirs)
+        if call == "txlog":  # the handle submits under a fresh client id, logged in the text
+            for key in ("text", "tx"):
+                mine.pop(key), theirs.pop(key)
+        assert mine == theirs, call

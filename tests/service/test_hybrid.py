@@ -16,6 +16,7 @@ import morphz
 from adapters.embeddings import EmbedderConfig, make_embedder
 from protocol.errors import OutOfRange, RequestError
 from service.context import Context
+from service.search import FUSE_K, FUSE_WEIGHTS
 from storage.search import LexicalIndex
 from tests.actors.cluster import RayCluster
 from tests.embedding_server import EmbeddingServer
@@ -73,8 +74,10 @@ def test_hits_say_which_signals_found_them(hybrid: Context) -> None:
     both = [h for h in result.hits if len(h.signals) == 2]
     only = [h for h in result.hits if [s.name for s in h.signals] == ["semantic"]]
     assert len(both) >= 2 and only  # semantic neighbours without the words
-    # Fused scores: 1/(60+rank) summed; both signals beat one.
-    assert first.score == pytest.approx(sum(1 / (60 + s.rank) for s in first.signals))
+    # Fused scores: weight/(k+rank) summed; both signals beat one.
+    assert first.score == pytest.approx(
+        sum(FUSE_WEIGHTS[s.name] / (FUSE_K + s.rank) for s in first.signals)
+    )
     assert min(h.score for h in both) > max(h.score for h in only)
     doc = result.to_dict()
     assert doc["hits"][0]["signals"][0] == {

@@ -95,7 +95,7 @@ def script(ctx: Any, *, search: bool = True) -> list[tuple[str, Any]]:
     return out
 
 
-VOLATILE = frozenset({"time", "created", "client_id"})
+VOLATILE = frozenset({"time", "created", "client_id", "who"})
 
 
 def normalise(value: Any) -> Any:
@@ -236,3 +236,49 @@ def test_a_reply_of_another_shape_is_refused_at_the_boundary() -> None:
         )
     with pytest.raises(WireError, match="malformed SearchReply"):
         SearchReply.decode({"ref": "@e1", "hits": "2", "recalled": [], "lag": 0})
+
+
+EXAMPLES: dict[str, Any] = {
+    "observe": lambda c: c.observe("tool_result", "one more", session="side"),
+    "observe_many": lambda c: c.observe_many(
+        [("tool_result", "a", "main"), ("external", "b", "x")]
+    ),
+    "claim": lambda c: c.claim(),
+    "deliver": lambda c: c.deliver("@e2"),
+    "recall_observation": lambda c: c.recall_observation({"frame_id": "release"}, session="s"),
+    "frame": lambda c: c.frame("release"),
+    "frame_at": lambda c: c.frame_at("test-result", 1),
+    "event": lambda c: c.event("@e1"),
+    "read_event": lambda c: c.read_event("@e1", 2, 9),
+    "state": lambda c: c.state(),
+    "history": lambda c: c.history("release"),
+    "frame_history": lambda c: c.frame_history("test-result"),
+    "snapshot": lambda c: c.snapshot(["release", "nope"]),
+    "read_for_update": lambda c: c.read_for_update(["release"]),
+    "meta": lambda c: c.meta(),
+    "txlog": lambda c: c.txlog(1),
+    "traces": lambda c: c.traces(after=0, limit=10),
+    "audit": lambda c: c.audit(0, 10),
+}
+"""One call of every registered operation, after :func:`script`."""
+
+
+def every_operation(ctx: Any) -> list[tuple[str, Any]]:
+    """:func:`script`, then every registered operation once (service/operations.py), in
+    declaration order; fails when an operation has no example here."""
+    from service.operations import operations
+
+    names = [op.name for op in operations()]
+    assert sorted(EXAMPLES) == sorted(names), "give every registered operation an example"
+    script(ctx, search=False)
+    return [(name, EXAMPLES[name](ctx)) for name in names]
+
+
+def test_every_registered_operation_answers_its_declared_reply(lmdb_ctx: Any) -> None:
+    from pydantic import TypeAdapter
+
+    from service.operations import Operations
+
+    for name, reply in every_operation(lmdb_ctx):
+        TypeAdapter(getattr(Operations, name).reply).validate_python(reply)
+        assert normalise(reply) == normalise(unpack(pack(plain(reply)))), name

@@ -370,6 +370,15 @@ def test_rrf_is_deterministic_and_names_the_signals() -> None:
     assert fused[0][2][1].rank == 1 and fused[2][2][0].rank == 2
     tie = fuse([("lexical", [("y", 1.0)]), ("semantic", [("x", 1.0)])])
     assert [i for i, _, _ in tie] == ["x", "y"]  # equal fused scores: by id
+    # Weighted: the semantic ranking at half weight no longer outvotes lexical rank 1.
+    lists = [("lexical", [("a", 9.0), ("b", 5.0)]), ("semantic", [("c", 0.9), ("a", 0.1)])]
+    weighted = fuse(lists, 5, {"semantic": 0.5})
+    assert [i for i, _, _ in weighted] == ["a", "b", "c"]
+    assert weighted[0][1] == pytest.approx(1 / 6 + 0.5 / 7)
+    assert [i for i, _, _ in fuse(lists, 5, {"semantic": 0.0})][:2] == ["a", "b"]
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError):
+            fuse(lists, 5, {"semantic": bad})
 
 
 def test_above_the_exact_limit_the_graph_proposes_and_exact_scores_decide(
