@@ -10,7 +10,21 @@ Measured in one run, on one local Ray cluster, at each writer count of
 (b) **append-as-own-frame**: every update derives its own frame (sourced from
     and related to the shared frame), based on the last version the writer saw
     (no read; the receipt's version is the next base), with up to
-    ``--window`` submissions in flight per writer.
+    ``--window`` submissions in flight per writer;
+(c) **field append** (``append``): every update is ``(append shared/plan
+    (tokens "wK-i"))`` on the ONE shared frame, based on the last version the
+    writer saw (stale is fine: an append is applied to the frame as it stands),
+    up to ``--window`` in flight per writer;
+(d) **own field** (``fields``): every update is ``(set shared/plan (wK i))``,
+    each writer setting its own field of the ONE shared frame, based on the
+    last version it saw, one in flight per writer (two sets of one field in flight
+    would rightly collide).
+
+``--grow N`` also measures (e) one writer appending N times (default 10,000)
+to one frame of an embedded context (LMDB, fsync as configured), printing the
+mean commit time per block of 1,000 appends (the first block is the same run's
+baseline) and, at each block's length, what encoding and decoding the frame
+record alone cost: where the time goes as the frame grows.
 
 Beside each, in the same run, a plain SQLite compare-and-set loop doing the
 same updates from the same number of processes: (a) ``SELECT version, body``
@@ -18,6 +32,9 @@ then ``UPDATE … SET body = ?, version = version + 1 WHERE version = ?`` and
 retry when no row changed; (b) one ``BEGIN IMMEDIATE`` transaction per update
 inserting its own row and bumping the version. The database is in WAL mode
 with ``synchronous=FULL``, so each commit is fsync'd, as each Morphz commit is.
+
+For (c) and (d) the SQLite row beside them is the compare-and-set loop of (a),
+run again in the same run.
 
 Printed per run: updates/s, rejections per committed update, p50/p99 latency
 per update (from the first attempt to the committed receipt), and the lost
@@ -56,11 +73,11 @@ from harness.loadtest import percentile
 from protocol.forms import Symbol
 from protocol.receipts import Receipt
 from protocol.sexpr import read_forms
-from protocol.tx import ContextTx, Derive, Relate, Revise
+from protocol.tx import AppendField, ContextTx, Derive, Relate, Revise, SetField
 
 NAMESPACE = "morphz-bench-contention"
 SHARED = "shared/plan"
-WORKLOADS = ("rmw", "own")
+WORKLOADS = ("rmw", "own", "append", "fields")
 ONE_TRIP_METHODS = ("read_for_update", "update")
 """Handle methods ``--api one-trip`` needs; absent, the option is refused."""
 
@@ -270,6 +287,56 @@ class Writer:
             "cpu": time.process_time() - cpu,
         }
 
+    async def edits(
+        self, workload: str, k: int, updates: int, window: int, start_at: float
+    ) -> dict[str, Any]:
+        """(c) and (d): field edits of the shared frame, *window* in flight, each based on
+        the last version this writer saw; a rejection is counted and submitted again."""
+        await _sleep_until(start_at)
+        latencies: list[float] = []
+        rejections = trips = 0
+        committed: list[str] = []
+        base = await self.handle.version_async()
+        next_i = 0
+
+        def edit(i: int) -> Any:
+            if workload == "append":
+                return AppendField(id=SHARED, field="tokens", values=(Symbol(f"w{k}-{i}"),))
+            return SetField(id=SHARED, field=f"w{k}", values=(i,))
+
+        async def lane() -> None:
+            nonlocal base, next_i, rejections, trips
+            while next_i < updates:
+                i = next_i
+                next_i += 1
+                t = time.perf_counter()
+                while True:
+                    tx = ContextTx(base_version=base, reason=workload, ops=(edit(i),))
+                    receipt = await self.submit(tx)
+                    trips += 1
+                    base = max(base, receipt.version)
+                    if receipt.committed:
+                        break
+                    rejections += 1
+                latencies.append((time.perf_counter() - t) * 1000)
+                committed.append(f"w{k}-{i}")
+
+        cpu = time.process_time()
+        started = time.perf_counter()
+        # A writer's own field is set by one submission at a time: two of its sets in
+        # flight would be concurrent changes of one field, which the second rightly loses.
+        lanes = 1 if workload == "fields" else max(1, window)
+        await asyncio.gather(*(lane() for _ in range(lanes)))
+        return {
+            "start": started,
+            "end": time.perf_counter(),
+            "latencies": latencies,
+            "rejections": rejections,
+            "round_trips": trips,
+            "committed": committed,
+            "cpu": time.process_time() - cpu,
+        }
+
 
 async def _sleep_until(at: float) -> None:
     delay = at - time.perf_counter()
@@ -300,6 +367,18 @@ def _process_cpu(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_fields(body_text: str, writers: int, updates: int) -> list[str]:
+    """What (d) left in the shared frame, as the updates it shows: writer K's field at
+    its last value i stands for every update wK-0 … wK-i (each set overwrote the one
+    before it, in the writer's own order)."""
+    present: list[str] = []
+    for form in read_forms(body_text):
+        if isinstance(form, tuple) and form and str(form[0]).startswith("w"):
+            last = form[1] if len(form) == 2 and isinstance(form[1], int) else -1
+            present += [f"{form[0]}-{i}" for i in range(min(last, updates - 1) + 1)]
+    return present
 
 
 def _check_tokens(committed: list[str], present: list[str]) -> dict[str, int]:
@@ -465,9 +544,14 @@ class Bench:
             start_at = time.perf_counter() + 0.5
             if workload == "rmw":
                 refs = [a.rmw.remote(k, updates, start_at) for k, a in enumerate(actors)]
-            else:
+            elif workload == "own":
                 refs = [
                     a.own.remote(k, updates, self.args.window, start_at)
+                    for k, a in enumerate(actors)
+                ]
+            else:
+                refs = [
+                    a.edits.remote(workload, k, updates, self.args.window, start_at)
                     for k, a in enumerate(actors)
                 ]
             summary, committed = _merge(ray.get(refs))
@@ -476,8 +560,10 @@ class Bench:
                 summary["actor_cpu_us_per_update"] = round(
                     (after - actor_cpu) / len(committed) * 1e6
                 )
-            if workload == "rmw":
+            if workload in ("rmw", "append"):
                 present = _tokens_of(handle.frame(SHARED).body)
+            elif workload == "fields":
+                present = _own_fields(handle.frame(SHARED).body, writers, updates)
             else:
                 state = handle.state()
                 present = [f["id"] for f in state.frames if str(f["id"]).startswith("own/")]
@@ -522,20 +608,27 @@ class Bench:
 
     def run(self) -> None:
         levels = self.args.writers
+        titles = {
+            "rmw": "(a) shared-frame read-modify-write",
+            "own": f"(b) append-as-own-frame (window {self.args.window})",
+            "append": f"(c) (append shared/plan (tokens …)) from stale bases (window "
+            f"{self.args.window})",
+            "fields": "(d) each writer sets its own field of shared/plan (one in flight each)",
+        }
         for workload in self.args.workloads:
-            updates = self.args.rmw_updates if workload == "rmw" else self.args.own_updates
-            title = (
-                "shared-frame read-modify-write"
-                if workload == "rmw"
-                else (f"append-as-own-frame (window {self.args.window})")
-            )
-            self.say(f"({'a' if workload == 'rmw' else 'b'}) {title}, {updates} updates per writer")
+            updates = self.args.own_updates if workload == "own" else self.args.rmw_updates
+            self.say(f"{titles[workload]}, {updates} updates per writer")
             single: dict[str, float] = {}
             for n in levels:
-                sq = run_sqlite(self.dir, workload, n, updates)
+                sq = run_sqlite(self.dir, "own" if workload == "own" else "rmw", n, updates)
                 self.row("sqlite", workload, n, sq)
-                for api in self.args.apis:
-                    system = "morphz" if api == "current" else "morphz1"
+                apis = self.args.apis if workload in ("rmw", "own") else ["current"]
+                for api in apis:
+                    system = (
+                        "morphz"
+                        if api == "current" or workload not in ("rmw", "own")
+                        else "morphz1"
+                    )
                     mz = self.morphz(workload, n, updates, api)
                     self.row(system, workload, n, mz)
                     if n == 1:
@@ -555,11 +648,61 @@ class Bench:
                         )
                     )
             self.say()
+        if self.args.grow:
+            self.grow(self.args.grow)
         self.report["loud"] = self.loud
         if self.loud:
             self.say("!!! NONZERO LOST OR DUPLICATED COUNTS:")
             for line in self.loud:
                 self.say("!!! " + line)
+
+    def grow(self, appends: int) -> None:
+        """(e): one writer appends *appends* times to one frame of an embedded context."""
+        from protocol.state import Frame
+        from service.store import open_context
+
+        self.say(f"(e) one frame appended {appends:,} times (embedded context, LMDB)")
+        ctx = open_context(os.path.join(self.dir, "grow"), "grow", sync=self.args.grow_sync)
+        try:
+            ctx.commit("(context-tx (base-version 0) (derive shared (tokens)))")
+            curve: list[dict[str, Any]] = []
+            block: list[float] = []
+            for i in range(appends):
+                t = time.perf_counter()
+                r = ctx.commit(f'(context-tx (base-version 1) (append shared (tokens "w-{i}")))')
+                block.append(time.perf_counter() - t)
+                if not r.committed:
+                    self.loud.append(f"grow: append {i} rejected: {r.errors}")
+                if (i + 1) % 1000 == 0 or i + 1 == appends:
+                    record = ctx.backend.read(lambda v: v.frame("shared"))
+                    assert isinstance(record, Frame)
+                    t = time.perf_counter()
+                    doc = record.to_record()
+                    encode = time.perf_counter() - t
+                    t = time.perf_counter()
+                    Frame.from_record(doc)
+                    decode = time.perf_counter() - t
+                    point = {
+                        "length": i + 1,
+                        "commit_us": round(sum(block) / len(block) * 1e6),
+                        "p99_us": round(percentile([b * 1e6 for b in block], 99)),
+                        "frame_encode_us": round(encode * 1e6),
+                        "frame_decode_us": round(decode * 1e6),
+                    }
+                    curve.append(point)
+                    block = []
+                    self.say(
+                        f"  length {point['length']:>6}: commit {point['commit_us']:>7} µs mean "
+                        f"(p99 {point['p99_us']:>7}), of which the frame record alone: encode "
+                        f"{point['frame_encode_us']:>6} µs, decode {point['frame_decode_us']:>6} µs"
+                    )
+            first = curve[0]["commit_us"]
+            ratio = testbed.ratio(curve[-1]["commit_us"], first)
+            self.say(f"  last block / first block: {ratio:.2f}")
+            self.report["grow"] = {"sync": self.args.grow_sync, "curve": curve, "ratio": ratio}
+        finally:
+            ctx.close()
+        self.say()
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -604,12 +747,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--window", type=_positive, default=8, help="own-frame submissions in flight per writer"
     )
     parser.add_argument(
+        "--grow",
+        type=int,
+        nargs="?",
+        const=10_000,
+        default=0,
+        help="also append this many times to one frame (default 10,000) and print the curve",
+    )
+    parser.add_argument(
+        "--grow-sync",
+        action="store_true",
+        help="fsync each commit of --grow (default: no fsync, the engine's cost alone)",
+    )
+    parser.add_argument(
         "--api",
         choices=["current", "one-trip", "both"],
         default="current",
         help="the handle API the writers use (both: each, beside the same SQLite run)",
     )
     args = parser.parse_args(argv)
+    if not 0 <= args.grow <= 1_000_000:
+        parser.error(f"--grow wants 1 to 1,000,000 appends, got {args.grow}")
     args.dir = args.dir or testbed.scratch_parent()
     args.workloads = args.workload or list(WORKLOADS)
     args.rmw_updates = args.updates or (60 if args.quick else 500)

@@ -34,7 +34,7 @@ from protocol.errors import RequestError
 from protocol.forms import Form, Symbol
 from protocol.replies import Reply
 from protocol.state import Event, Frame, estimate_tokens
-from protocol.tx import ContextTx, Derive, Revise
+from protocol.tx import ContextTx, Derive, FieldOp, RemoveField, Revise
 
 FORGOTTEN = "forgotten"
 """The head of a tombstone form, and the key of the tombstone in an event's ``extra``
@@ -252,12 +252,12 @@ def redact_log_record(
     """
     if record.get("kind") != "model":
         return None
-    indexes = {
-        w["index"]
-        for w in record.get("writes") or ()
-        if isinstance(w, dict) and w.get("frame") == frame_id and isinstance(w.get("index"), int)
-    }
-    if not indexes:
+    writes = [
+        w for w in record.get("writes") or () if isinstance(w, dict) and w.get("frame") == frame_id
+    ]
+    indexes = {w["index"] for w in writes if isinstance(w.get("index"), int)}
+    edited = any(isinstance(w.get("field"), str) for w in writes)
+    if not indexes and not edited:
         return None
     tx = _logged_tx(record)
     ops = list(tx.ops)
@@ -267,6 +267,16 @@ def redact_log_record(
             op = ops[i]
             if isinstance(op, (Derive, Revise)) and op.id == frame_id and op.body != body:
                 ops[i] = op.model_copy(update={"body": body})
+                changed = True
+    if edited:
+        # A field edit carried content too: it becomes an edit that changes nothing of the
+        # tombstone body (removing a value the tombstone does not hold), so the replay
+        # still makes one revision there, never refused where the original was not.
+        for i, op in enumerate(ops):
+            if isinstance(op, FieldOp) and op.id == frame_id and op.field != FORGOTTEN:
+                ops[i] = RemoveField(
+                    id=frame_id, sources=op.sources, field=FORGOTTEN, values=(Symbol("redacted"),)
+                )
                 changed = True
     if not changed:
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 ERROR_CODES = {
     "conflict": "something the transaction references changed after its base version",
@@ -22,6 +22,9 @@ ERROR_CODES = {
     "unknown_relation": "unrelate names an edge that does not exist",
     "not_a_frame": "the operation needs a frame, not an event",
     "self_source": "a frame cannot list itself as a source",
+    "not_keyed": "a field edit names a frame whose body is not a set of fields",
+    "not_a_number": "incr names a field that does not hold one integer",
+    "counter_overflow": "incr would leave the signed 64-bit range",
 }
 
 
@@ -46,10 +49,38 @@ class OpError(_Model):
 
 
 class Conflict(_Model):
-    """A referenced id that changed after the base version, and the version that changed it."""
+    """A referenced id that changed after the base version, and the version that changed it.
+
+    ``field`` names the field of frame ``id`` that collided when a ``set`` or ``unset``
+    was refused because that field changed (absent from the JSON form otherwise).
+    """
 
     id: str
     version: int
+    field: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_no_field(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("field") is None:
+            out.pop("field", None)
+        return out
+
+
+class Edit(_Model):
+    """What happened to one field edit of a committed transaction.
+
+    ``op`` is its index in the transaction, ``revision`` the frame's revision it made.
+    ``outcome`` is ``applied`` (the base was the current version), ``rebased`` (the
+    base was older but nothing changed the frame since) or ``merged`` (the frame
+    changed after the base, and the edit was applied to that newer revision).
+    """
+
+    op: int
+    id: str
+    field: str
+    revision: int
+    outcome: Literal["applied", "rebased", "merged"]
 
 
 class Current(_Model):
@@ -94,7 +125,9 @@ class Receipt(_Model):
     other transactions wrote after the base, up to ``version`` (id and the last
     version that wrote it, sorted by id; empty when more than
     :data:`MAX_CHANGES_LISTED` versions lie between). Both are empty on other
-    receipts, and absent from receipts written before they existed. A commit's
+    receipts, and absent from receipts written before they existed. ``edits`` says, for
+    each field edit of a committed transaction, whether it was applied, rebased or
+    merged (:class:`Edit`); it is absent from the JSON form when empty. A commit's
     receipt does not list what changed since its base: reading the log for it
     made group commits several times slower (docs/actors.md).
     """
@@ -116,6 +149,7 @@ class Receipt(_Model):
     conflicts: tuple[Conflict, ...] = ()
     changed_since_base: tuple[Conflict, ...] = ()
     current: tuple[Current, ...] = ()
+    edits: tuple[Edit, ...] = ()
 
     @property
     def committed(self) -> bool:
@@ -124,7 +158,10 @@ class Receipt(_Model):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (the CLI prints this)."""
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if not out["edits"]:
+            del out["edits"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Receipt:
@@ -172,6 +209,7 @@ def committed_receipt(
     now_tokens: int,
     pending_frames: list[str],
     pending_tokens: int,
+    edits: tuple[tuple[int, str, str, int, str], ...] = (),
 ) -> tuple[Receipt, dict[str, Any]]:
     """A committed receipt built from trusted engine values, and its JSON form."""
     doc: dict[str, Any] = {
@@ -193,6 +231,10 @@ def committed_receipt(
         "changed_since_base": [],
         "current": [],
     }
+    if edits:
+        doc["edits"] = [
+            {"op": i, "id": f, "field": n, "revision": r, "outcome": o} for i, f, n, r, o in edits
+        ]
     receipt = _trusted(
         Receipt,
         {
@@ -215,6 +257,12 @@ def committed_receipt(
             "conflicts": (),
             "changed_since_base": (),
             "current": (),
+            "edits": tuple(
+                _trusted(Edit, {"op": i, "id": f, "field": n, "revision": r, "outcome": o})
+                for i, f, n, r, o in edits
+            )
+            if edits
+            else (),
         },
     )
     return receipt, doc

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from protocol.errors import WireError
+from protocol.fields import field_key, lifecycle_key, shape_key
 from protocol.forms import Form, Symbol, check_form
 from protocol.ids import (
     MAX_CLIENT_ID,
@@ -29,6 +30,30 @@ from protocol.ids import (
     is_frame_id,
     is_label,
     is_ref,
+)
+from protocol.reserved import (  # the language's names, re-exported
+    ALL_OP_NAMES as ALL_OP_NAMES,
+)
+from protocol.reserved import (
+    CONTEXT_TX as CONTEXT_TX,
+)
+from protocol.reserved import (
+    FIELD_OP_NAMES as FIELD_OP_NAMES,
+)
+from protocol.reserved import (
+    FROM as FROM,
+)
+from protocol.reserved import (
+    OP_NAMES as OP_NAMES,
+)
+from protocol.reserved import (
+    RESERVED_BODY_HEADS as RESERVED_BODY_HEADS,
+)
+from protocol.reserved import (
+    MisplacedForm as MisplacedForm,
+)
+from protocol.reserved import (
+    misplaced_form as misplaced_form,
 )
 
 MAX_OPS = 1024
@@ -84,201 +109,6 @@ def _body(values: tuple[Any, ...], info: ValidationInfo) -> tuple[Form, ...]:
     except WireError as e:
         raise ValueError(e.message) from e
     return values
-
-
-FROM = "from"
-"""The head of the sources clause, reserved everywhere in a body (see :func:`misplaced_form`)."""
-
-CONTEXT_TX = "context-tx"
-
-OP_NAMES = (
-    "derive",
-    "revise",
-    "relate",
-    "unrelate",
-    "retire",
-    "restore",
-    "protect",
-    "unprotect",
-    "envelope",
-)
-
-RESERVED_BODY_HEADS = frozenset({*OP_NAMES, CONTEXT_TX, "base-version", "client-id"})
-"""Heads a form directly in a body may not have: an operation or a transaction clause
-written there is one whose parenthesis closed too late. Deeper in a body they are content."""
-
-
-class MisplacedForm(ValueError):
-    """A body form the language reserves (:func:`misplaced_form`); ``path`` locates it.
-
-    ``path`` is the index of the form in the body, then its index inside each
-    enclosing list, outermost first.
-    """
-
-    def __init__(self, message: str, path: tuple[int, ...]) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-def _sources_shape(op: str, frame_id: str, refs: tuple[Any, ...]) -> str:
-    shown = " ".join(str(r) for r in refs[:4] if isinstance(r, str)) or "REF…"
-    if len(refs) > 4:
-        shown += " …"
-    return f"({op} {frame_id} (from {shown}) BODY…)"
-
-
-def _is_head(form: Any, names: frozenset[str]) -> bool:
-    # Only an atom is a head: ("retire" x), with a string, is content.
-    return type(form) is tuple and bool(form) and type(form[0]) is Symbol and form[0] in names
-
-
-def _near_from(form: Any) -> bool:
-    """``(form @e1)``, ``(From @e1)``: a list of references headed by a misspelt ``from``."""
-    if not (isinstance(form, tuple) and len(form) > 1) or type(form[0]) is str:
-        return False
-    head = form[0]
-    if not isinstance(head, str) or head == FROM or not 2 <= len(head) <= 6:
-        return False
-    if not _one_edit(head.lower(), FROM):  # cheap: decides most lists before their items
-        return False
-    items = form[1:]
-    if not all(isinstance(r, str) and type(r) is not str and is_ref(r) for r in items):
-        return False
-    return any(is_event_ref(r) for r in items)
-
-
-def _one_edit(a: str, b: str) -> bool:
-    """True if *a* equals *b* or is one insertion, deletion, substitution or swap away."""
-    if a == b:
-        return True
-    if abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diff) == 1 or (
-            len(diff) == 2
-            and diff[1] == diff[0] + 1
-            and a[diff[0]] == b[diff[1]]
-            and a[diff[1]] == b[diff[0]]
-        )
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
-
-
-def misplaced_form(
-    op: str,
-    frame_id: str,
-    body: tuple[Any, ...],
-    *,
-    has_sources: bool,
-    sources: tuple[str, ...] = (),
-) -> MisplacedForm | None:
-    """The first form of *body* (of ``derive``/``revise`` *frame_id*) the language reserves.
-
-    ``None`` when the body is content only. Reserved, so that a misplaced
-    clause is an error rather than body text that silently drops its meaning:
-
-    * ``(from …)`` anywhere in the body, at any depth: sources come right after
-      the frame id, once (*has_sources*: a sources clause was written there,
-      listing *sources*);
-    * a list of references headed by a misspelling of ``from`` (``(form @e1)``);
-    * an event reference (``@e1``) as the body's first form: a ``(from …)``
-      without its parentheses;
-    * directly in the body, a list headed by an operation name, ``context-tx``,
-      ``base-version`` or ``client-id``.
-
-    Atoms written as strings are content: ``("from" Paris)`` is a body form.
-    """
-    if not _suspect(body):
-        return None
-    for i, form in enumerate(body):
-        if i == 0 and isinstance(form, str) and type(form) is not str and is_event_ref(form):
-            return MisplacedForm(
-                f"{form} right after the frame id is a source: write it in (from …):"
-                f" {_sources_shape(op, frame_id, (form,))}",
-                (i,),
-            )
-        if _is_head(form, RESERVED_BODY_HEADS):
-            head = str(form[0])
-            if head == CONTEXT_TX:
-                why = "(context-tx …) cannot be inside a body: a text holds one transaction"
-            elif head in OP_NAMES:
-                why = (
-                    f"({head} …) is inside the body of ({op} {frame_id} …): close that"
-                    f" operation before it; to keep it as content, wrap it, e.g. (note ({head} …))"
-                )
-            else:
-                why = (
-                    f"({head} …) is a clause of the transaction, not body content: it comes"
-                    f" before the first operation; to keep it as content, wrap it,"
-                    f" e.g. (note ({head} …))"
-                )
-            return MisplacedForm(why, (i,))
-        found = _find_from(form, (i,)) if type(form) is tuple else None
-        if found is not None:
-            path, bad = found
-            if bad[0] != FROM:
-                return MisplacedForm(
-                    f"({bad[0]} …) looks like a misspelt (from …); sources come right after"
-                    f" the frame id: {_sources_shape(op, frame_id, bad[1:])}",
-                    path,
-                )
-            if len(path) == 1 and has_sources:
-                message = (
-                    f"(from …) appears twice in ({op} {frame_id} …): list every source in the"
-                    f" one (from …) right after the frame id:"
-                    f" {_sources_shape(op, frame_id, (*sources, *bad[1:]))}"
-                )
-            else:
-                message = (
-                    f"(from …) must come right after the frame id:"
-                    f" {_sources_shape(op, frame_id, bad[1:])}"
-                )
-                if len(path) > 1:
-                    message += (
-                        "; the head from is reserved at any depth in a body: to keep the word,"
-                        ' write it as a string, ("from" …)'
-                    )
-            return MisplacedForm(message, path)
-    return None
-
-
-def _suspect(body: tuple[Any, ...]) -> bool:
-    """False if *body* surely holds no reserved form: the cheap pass of every commit."""
-    for i, form in enumerate(body):
-        if type(form) is tuple:
-            if form and type(form[0]) is Symbol and form[0] in RESERVED_BODY_HEADS:
-                return True
-            if _has_from(form):
-                return True
-        elif i == 0 and type(form) is Symbol and form.startswith("@"):
-            return True
-    return False
-
-
-def _has_from(form: tuple[Any, ...]) -> bool:
-    if form:
-        head = form[0]
-        if type(head) is Symbol and len(head) <= 6 and (head == FROM or _near_from(form)):
-            return True
-        for item in form:
-            if type(item) is tuple and _has_from(item):
-                return True
-    return False
-
-
-def _find_from(form: Any, path: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[Any, ...]] | None:
-    if not form:
-        return None
-    head = form[0]
-    if type(head) is Symbol and (head == FROM or (2 <= len(head) <= 6 and _near_from(form))):
-        return path, form
-    for j, item in enumerate(form):
-        if type(item) is tuple:
-            found = _find_from(item, (*path, j))
-            if found is not None:
-                return found
-    return None
 
 
 def _check_frame_op(op: Derive | Revise) -> None:
@@ -488,8 +318,130 @@ class Envelope(_Model):
         return self
 
 
+def _field_name(value: str) -> str:
+    if not isinstance(value, str) or not is_label(value):
+        raise ValueError(f"not a field name (an atom): {str(value)[:60]!r}")
+    if value == FROM:
+        raise ValueError("from cannot name a field: it is the sources clause")
+    return value
+
+
+class FieldOp(_Model):
+    """One edit of one field of a keyed body (:mod:`protocol.fields`).
+
+    ``values`` are the forms after the field name. The field as it would be
+    written, ``(FIELD values…)``, obeys the body rules (:func:`misplaced_form`).
+    """
+
+    op: str
+    id: str
+    sources: tuple[str, ...] = ()
+    field: str
+    values: tuple[Any, ...] = ()
+
+    _v_id = field_validator("id")(_frame_id)
+    _v_sources = field_validator("sources")(_refs)
+    _v_field = field_validator("field")(_field_name)
+
+    @field_validator("values")
+    @classmethod
+    def _v_values(cls, values: tuple[Any, ...], info: ValidationInfo) -> tuple[Any, ...]:
+        if info.context and info.context.get(FORMS_CHECKED) is True:
+            return values
+        try:
+            for form in values:
+                check_form(form, 2)  # inside the field's list, inside the body
+        except WireError as e:
+            raise ValueError(e.message) from e
+        return values
+
+    @model_validator(mode="after")
+    def _v_shape(self) -> FieldOp:
+        self._check_values()
+        form = (Symbol(self.field), *self.values)
+        bad = misplaced_form(self.op, self.id, (form,), has_sources=bool(self.sources))
+        if bad is not None:
+            raise bad
+        return self
+
+    def _check_values(self) -> None:
+        """Raise ``ValueError`` if ``values`` do not fit this edit."""
+
+
+class SetField(FieldOp):
+    """``(set ID [(from REF…)] (FIELD VALUE…))``: replace one field (add it if missing)."""
+
+    op: Literal["set"] = "set"
+
+
+class AppendField(FieldOp):
+    """``(append ID [(from REF…)] (FIELD ITEM…))``: add items at the end of one field."""
+
+    op: Literal["append"] = "append"
+
+    def _check_values(self) -> None:
+        if not self.values:
+            raise ValueError(f"append needs at least one item: (append {self.id} (FIELD ITEM…))")
+
+
+class RemoveField(FieldOp):
+    """``(remove ID [(from REF…)] (FIELD ITEM…))``: remove every occurrence of the items."""
+
+    op: Literal["remove"] = "remove"
+
+    def _check_values(self) -> None:
+        if not self.values:
+            raise ValueError(f"remove needs at least one item: (remove {self.id} (FIELD ITEM…))")
+
+
+class IncrField(FieldOp):
+    """``(incr ID [(from REF…)] (FIELD N))``: add the integer N to the field's one integer."""
+
+    op: Literal["incr"] = "incr"
+
+    def _check_values(self) -> None:
+        if len(self.values) != 1 or type(self.values[0]) is not int:
+            raise ValueError(f"incr takes one integer: (incr {self.id} ({self.field} 1))")
+
+
+class UnsetField(FieldOp):
+    """``(unset ID [(from REF…)] FIELD)``: remove one field (a missing one is not an error)."""
+
+    op: Literal["unset"] = "unset"
+
+    def _check_values(self) -> None:
+        if self.values:
+            raise ValueError(f"unset takes a field name only: (unset {self.id} {self.field})")
+
+
+FieldEdit = SetField | AppendField | RemoveField | IncrField | UnsetField
+"""Any of the field edits."""
+
+FIELD_EDIT_CLASSES: dict[str, type[FieldOp]] = {
+    "set": SetField,
+    "append": AppendField,
+    "remove": RemoveField,
+    "incr": IncrField,
+    "unset": UnsetField,
+}
+"""The model class of each field edit, by operation name."""
+
+
 Op = Annotated[
-    Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope,
+    Derive
+    | Revise
+    | Relate
+    | Unrelate
+    | Retire
+    | Restore
+    | Protect
+    | Unprotect
+    | Envelope
+    | SetField
+    | AppendField
+    | RemoveField
+    | IncrField
+    | UnsetField,
     Field(discriminator="op"),
 ]
 
@@ -524,11 +476,18 @@ class ContextTx(_Model):
 
         Keys are ``f:<frame id>``, ``e:<event ref>`` and ``r:<subject>\\x00<label>\\x00<object>``.
         Writes are operation targets; reads are ``from`` sources and relation endpoints.
+        A field edit (:mod:`protocol.fields`) reads its frame's lifecycle key and, for
+        ``set`` and ``unset``, its field's key and the body's shape key; it writes no
+        whole-frame key, so it conflicts only as :data:`~protocol.fields.EDIT_CHECKS_FIELD`
+        says.
         """
         reads: set[str] = set()
         writes: set[str] = set()
         for op in self.ops:
-            if isinstance(op, (Derive, Revise)):
+            if isinstance(op, FieldOp):
+                reads.update(field_edit_keys(op))
+                reads.update(ref_key(r) for r in op.sources)
+            elif isinstance(op, (Derive, Revise)):
                 writes.add("f:" + op.id)
                 reads.update(ref_key(r) for r in op.sources)
             elif isinstance(op, Relate):  # Unrelate too
@@ -542,6 +501,13 @@ class ContextTx(_Model):
             else:
                 writes.add("f:" + op.id)
         return frozenset(reads - writes), frozenset(writes)
+
+
+def field_edit_keys(op: FieldOp) -> tuple[str, ...]:
+    """The keys whose change after the base refuses the field edit *op*."""
+    if op.op in ("set", "unset"):
+        return (lifecycle_key(op.id), field_key(op.id, op.field), shape_key(op.id))
+    return (lifecycle_key(op.id),)
 
 
 def ref_key(ref: str) -> str:
@@ -559,4 +525,6 @@ def key_display(key: str) -> str:
     kind, rest = key[:2], key[2:]
     if kind == "r:":
         return " ".join(rest.split("\x00"))
+    if kind == "b:":
+        return rest.partition("\x00")[0]
     return rest

@@ -13,7 +13,7 @@ operation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -21,13 +21,16 @@ from protocol.errors import ParseError
 from protocol.forms import MAX_DEPTH, Form, Symbol
 from protocol.sexpr import Located, describe, emit, error_at, offset_of, read_located
 from protocol.tx import (
+    ALL_OP_NAMES,
     ENVELOPE_FIELDS,
+    FIELD_EDIT_CLASSES,
     FROM,
     MAX_OPS,
-    OP_NAMES,
     ContextTx,
     Derive,
     Envelope,
+    FieldEdit,
+    FieldOp,
     MisplacedForm,
     Protect,
     Relate,
@@ -36,10 +39,22 @@ from protocol.tx import (
     Revise,
     Unprotect,
     Unrelate,
+    UnsetField,
     misplaced_form,
 )
 
-_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
+_AnyOp = (
+    Derive
+    | Revise
+    | Relate
+    | Unrelate
+    | Retire
+    | Restore
+    | Protect
+    | Unprotect
+    | Envelope
+    | FieldEdit
+)
 
 _ENVELOPE_CLAUSES = {name.replace("_", "-"): name for name in ENVELOPE_FIELDS}
 """Clause names of ``(envelope ID …)`` (``valid-from``) and their field names."""
@@ -110,13 +125,13 @@ class _TxReader:
                     raise self.fail(where, f"({name} …) appears more than once")
                 fields[key] = self.clause(name, clause, where)
                 field_where[key] = where
-            elif name in OP_NAMES:
+            elif name in ALL_OP_NAMES:
                 if len(ops) >= MAX_OPS:
                     raise self.fail(where, f"more than {MAX_OPS} operations")
                 ops.append(self.operation(name, clause, where))
                 op_wheres.append(where)
             else:
-                valid = OP_NAMES if ops else CLAUSE_NAMES + OP_NAMES
+                valid = ALL_OP_NAMES if ops else CLAUSE_NAMES + ALL_OP_NAMES
                 raise self.fail(
                     where,
                     f"unknown clause or operation {name!r}; expected one of {', '.join(valid)}",
@@ -162,6 +177,8 @@ class _TxReader:
                 return self.frame_op(name, args, arg_wheres, where)
             if name == "envelope":
                 return self.envelope_op(args, arg_wheres, where)
+            if name in FIELD_EDIT_CLASSES:
+                return self.field_op(name, args, arg_wheres, where)
             if name in ("relate", "unrelate"):
                 if len(args) != 3:
                     raise self.fail(where, f"{name} takes three atoms: ({name} A LABEL B)")
@@ -241,6 +258,49 @@ class _TxReader:
                 again = misplaced_form(name, frame_id, body, has_sources=has_from, sources=sources)
                 bad = again or bad
             raise self.fail(self.locate(bad.path, 2 + has_from, where), str(bad)) from None
+
+    def field_op(
+        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
+    ) -> FieldEdit:
+        shape = (
+            f"({name} ID [(from REF…)] FIELD)"
+            if name == "unset"
+            else f"({name} ID [(from REF…)] (FIELD VALUE…))"
+        )
+        if not args or not isinstance(args[0], Symbol):
+            raise self.fail(where, f"{name} needs a frame id first: {shape}")
+        frame_id = str(args[0])
+        rest, rest_wheres = args[1:], arg_wheres[1:]
+        sources: tuple[str, ...] = ()
+        if rest and _is_from_list(rest[0]):
+            from_where = rest_wheres[0]
+            ref_wheres = (
+                from_where.items[1:]
+                if isinstance(from_where, Located) and from_where.items is not None
+                else [from_where] * (len(rest[0]) - 1)
+            )
+            sources = tuple(
+                self.atom(name, f, w, "a source")
+                for f, w in zip(rest[0][1:], ref_wheres, strict=True)
+            )
+            rest, rest_wheres = rest[1:], rest_wheres[1:]
+        if len(rest) != 1:
+            raise self.fail(where, f"{name} edits exactly one field: {shape}")
+        form = rest[0]
+        cls = FIELD_EDIT_CLASSES[name]
+        if cls is UnsetField:
+            field = self.atom(name, form, rest_wheres[0], "the field name")
+            values: tuple[Form, ...] = ()
+        else:
+            if not (isinstance(form, tuple) and form and isinstance(form[0], Symbol)):
+                raise self.fail(
+                    rest_wheres[0], f"{name}: the field is a list headed by its name: {shape}"
+                )
+            field, values = str(form[0]), form[1:]
+        edit = cls.model_validate(
+            {"id": frame_id, "sources": sources, "field": field, "values": values}
+        )
+        return cast(FieldEdit, edit)
 
     def locate(self, path: tuple[int, ...], first: int, where: Located) -> Any:
         """Where the body form at *path* starts; *first* is the body's index in the op list.
@@ -356,6 +416,19 @@ def _print_op(op: _AnyOp) -> str:
         return f"(restore {op.ref})"
     if isinstance(op, (Protect, Unprotect)):
         return f"({op.op} {op.id})"
+    if isinstance(op, FieldOp):
+        out = [f"({op.op} {op.id}"]
+        if op.sources:
+            out.append(" (from" + "".join(" " + s for s in op.sources) + ")")
+        if isinstance(op, UnsetField):
+            out.append(f" {op.field})")
+            return "".join(out)
+        out.append(f" ({op.field}")
+        for form in op.values:
+            out.append(" ")
+            emit(form, out, 2)
+        out.append("))")
+        return "".join(out)
     if isinstance(op, Envelope):
         out = [f"(envelope {op.id}"]
         for key in ENVELOPE_FIELDS:

@@ -9,7 +9,11 @@ Both forms carry the same *dict form* of a transaction (:func:`tx_to_dict`)::
              {"op": "retire", "refs": ["@e42"]}, {"op": "restore", "ref": "…"},
              {"op": "protect", "id": "…"},
              {"op": "envelope", "id": "…", "kind": "procedural", "valid_from": 1767225600.0,
-              "keys": ["release"], "risk": "medium", "trust": "candidate"}, …]}
+              "keys": ["release"], "risk": "medium", "trust": "candidate"},
+             {"op": "set", "id": "release", "field": "status", "values": ["blocked"]},
+             {"op": "append", "id": "findings", "sources": ["@e7"], "field": "items",
+              "values": [{"s": "disk full"}]},
+             {"op": "unset", "id": "release", "field": "owner"}, …]}
 
 Body forms use :func:`protocol.forms.to_plain`: symbols are JSON strings,
 strings are ``{"s": text}``, lists are lists. ``None`` fields are omitted.
@@ -49,7 +53,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgpack
 from pydantic import ValidationError
@@ -57,14 +61,17 @@ from pydantic import ValidationError
 from protocol.errors import WireError
 from protocol.forms import MAX_INT_DIGITS, Symbol, from_plain, is_int_text, to_plain
 from protocol.tx import (
+    ALL_OP_NAMES,
     ENVELOPE_FIELDS,
+    FIELD_EDIT_CLASSES,
     FORMS_CHECKED,
     MAX_OPS,
     MAX_REFS,
-    OP_NAMES,
     ContextTx,
     Derive,
     Envelope,
+    FieldEdit,
+    FieldOp,
     MisplacedForm,
     Protect,
     Relate,
@@ -87,7 +94,18 @@ MAX_NESTING = 64
 EXT_BIGINT = 1
 """msgpack extension code of an integer outside the 64-bit range, as ASCII decimal."""
 
-_AnyOp = Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
+_AnyOp = (
+    Derive
+    | Revise
+    | Relate
+    | Unrelate
+    | Retire
+    | Restore
+    | Protect
+    | Unprotect
+    | Envelope
+    | FieldEdit
+)
 
 _MAX_CONTAINER = 1 << 20
 _INT64_MIN = -(1 << 63)
@@ -108,6 +126,10 @@ _OP_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "protect": (frozenset({"id"}), frozenset()),
     "unprotect": (frozenset({"id"}), frozenset()),
     "envelope": (frozenset({"id"}), frozenset(ENVELOPE_FIELDS)),
+    **{
+        name: (frozenset({"id", "field"}), frozenset({"sources", "values"}))
+        for name in FIELD_EDIT_CLASSES
+    },
 }
 
 
@@ -294,7 +316,18 @@ def _envelope_to_dict(op: Envelope) -> dict[str, Any]:
     return out
 
 
+def _field_op_to_dict(op: FieldOp) -> dict[str, Any]:
+    out: dict[str, Any] = {"op": op.op, "id": op.id}
+    if op.sources:
+        out["sources"] = list(op.sources)
+    out["field"] = op.field
+    if op.values:
+        out["values"] = _plain_body(op.values)
+    return out
+
+
 _OP_TO_DICT: dict[type, Any] = {
+    **dict.fromkeys(FIELD_EDIT_CLASSES.values(), _field_op_to_dict),
     Derive: _frame_op_to_dict,
     Revise: _frame_op_to_dict,
     Relate: _relate_to_dict,
@@ -322,6 +355,8 @@ def _op_to_dict(op: _AnyOp) -> dict[str, Any]:
         return _protect_to_dict(op)
     if isinstance(op, Envelope):
         return _envelope_to_dict(op)
+    if isinstance(op, FieldOp):
+        return _field_op_to_dict(op)
     raise WireError(f"not an operation: {type(op).__name__}")
 
 
@@ -413,7 +448,7 @@ def _op_from_dict(value: Any, index: int) -> _AnyOp:
         raise WireError(f"{where}: an operation must be a map, got {type(value).__name__}")
     name = value.get("op")
     if not isinstance(name, str) or name not in _OP_KEYS:
-        raise WireError(f"{where}: unknown op {name!r}; expected one of {', '.join(OP_NAMES)}")
+        raise WireError(f"{where}: unknown op {name!r}; expected one of {', '.join(ALL_OP_NAMES)}")
     required, optional = _OP_KEYS[name]
     if "sources" in optional:
         for key in _SOURCES_MISNAMED:
@@ -451,6 +486,22 @@ def _op_from_dict(value: Any, index: int) -> _AnyOp:
             return Restore(ref=_text(value["ref"], f"{where}: ref"))
         if name == "envelope":
             return _envelope_from_dict(value, where)
+        if name in FIELD_EDIT_CLASSES:
+            values = value.get("values", [])
+            if not isinstance(values, (list, tuple)):
+                raise WireError(f"{where}: values must be an array, got {type(values).__name__}")
+            try:
+                forms = tuple(from_plain(form, 2) for form in values)
+            except WireError as e:
+                raise WireError(f"{where}: values: {e.message}") from e
+            edit = {
+                "id": _text(value["id"], f"{where}: id"),
+                "sources": _texts(value.get("sources", []), f"{where}: sources"),
+                "field": _text(value["field"], f"{where}: field"),
+                "values": forms,
+            }
+            made = FIELD_EDIT_CLASSES[name].model_validate(edit, context=_FORMS_CHECKED)
+            return cast(FieldEdit, made)
         target = _text(value["id"], f"{where}: id")
         return (Protect if name == "protect" else Unprotect)(id=target)
     except ValidationError as e:

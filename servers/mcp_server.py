@@ -313,7 +313,8 @@ Change memory with one context transaction: S-expression text that commits whole
 or not at all. Shape:
 (context-tx (base-version N) (reason "why")
   (derive ID (from SOURCE...) BODY)   ; new frame from events @eN / frames
-  (revise ID BODY)                    ; new revision of a frame
+  (revise ID BODY)                    ; new revision of a frame (the whole body)
+  (set|append|remove ID (FIELD VALUE...)) (incr ID (FIELD N)) (unset ID FIELD) ; one field
   (relate SUBJECT LABEL OBJECT) (unrelate SUBJECT LABEL OBJECT)
   (retire ID-or-@eN) (restore ID) (protect ID) (unprotect ID))
 N is the version you read (from `state` or a receipt). Bodies are S-expressions \
@@ -322,7 +323,9 @@ such as (tests passed) or (region "cn-shanghai"). The reply is the receipt: stat
 written, and `errors` (code, message, op) and `conflicts` (ids changed by others \
 and the versions that changed them) say what to do: re-read and resubmit on the \
 current version. Transactions on frames nobody else touched are rebased \
-automatically. The full language and lifecycle are in the `protocol` prompt. \
+automatically. On a frame others write too, edit fields instead of revising: an \
+append never conflicts, a set only with a change to the same field (named in \
+`conflicts`). The full language and lifecycle are in the `protocol` prompt. \
 client_id makes a retry safe: the same id returns the original receipt."""
 
 

@@ -47,6 +47,9 @@ base-version is the version shown under ## runtime. Operations apply in order:
 - (derive ID (from REF…) BODY…) creates a frame; every source must exist.
 - (revise ID [(from REF…)] BODY…) replaces the whole body (restate what should \
 stay) and cancels a pending retirement.
+- Fields: in a body like (status open) (items a), (set ID (status done)), \
+(append ID (items b)), (remove ID (items a)), (incr ID (n 1)), (unset ID status) \
+change one field; append never conflicts, set only on its own field.
 - (relate A LABEL B) and (unrelate A LABEL B) add and remove named edges between \
 frames; A supersedes B lets B retire at once when A cites it.
 - (retire REF…) takes observations out of your next input at once (their text \

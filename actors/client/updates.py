@@ -2,8 +2,9 @@
 
 :meth:`ContextHandle.update <actors.client.handle.ContextHandle.update>` reads the
 frame once (``read_for_update``: the version and the body at that version, one
-snapshot), builds a ``revise`` (or a ``derive`` when the frame does not exist)
-from the caller's function, and submits it. A ``conflict`` rejection carries
+snapshot), builds a ``revise`` (or a ``derive`` when the frame does not exist,
+or field edits when both bodies are keyed: see :meth:`Updater.tx`) from the
+caller's function, and submits it. A ``conflict`` rejection carries
 the frame as it stands now and the version to base on (the receipt's
 ``current`` and ``version``), so the retry is rebuilt from the receipt with no
 read; the retry waits a jittered, exponentially growing delay first, so that
@@ -23,11 +24,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from protocol.errors import RequestError
-from protocol.forms import Form, to_plain
+from protocol.errors import MorphzError, RequestError
+from protocol.fields import edits_between
+from protocol.forms import Form, from_plain, to_plain
 from protocol.receipts import Receipt
 from protocol.sexpr import print_form, read_forms
-from protocol.tx import ContextTx, Derive, Revise
+from protocol.tx import FIELD_EDIT_CLASSES, ContextTx, Derive, Revise
 
 UpdateFn = Callable[[dict[str, Any] | None], Sequence[Form]]
 """Given the frame's state (``{"revision", "version", "lifecycle", "body", "body_forms"}``,
@@ -102,29 +104,61 @@ class Updater:
         self.state = reply["frames"].get(self.frame_id)
 
     def tx(self) -> ContextTx:
-        """The next attempt's transaction, from the state it is based on."""
+        """The next attempt's transaction, from the state it is based on.
+
+        When the frame and the new body are both keyed (docs/language.md, "Fields")
+        and the kept fields keep their order, the attempt is the field edits that
+        make the change (:func:`~protocol.fields.edits_between`): an ``append``
+        when a field grew at the end, a ``set`` when it changed otherwise, and so
+        on; so writers changing different fields, or appending to one, do not
+        reject each other. Otherwise it is a ``revise`` of the whole body.
+        """
         self.attempts += 1
         try:
             body = tuple(self.fn(self.state))
-            op: Derive | Revise = (
-                Derive(id=self.frame_id, body=body)
-                if self.state is None
-                else Revise(id=self.frame_id, body=body)
-            )
-            tx = ContextTx(base_version=self.base, reason=self.reason, ops=(op,))
+            ops: tuple[Any, ...]
+            if self.state is None:
+                ops = (Derive(id=self.frame_id, body=body),)
+            else:
+                ops = self._edits(body) or (Revise(id=self.frame_id, body=body),)
+            tx = ContextTx(base_version=self.base, reason=self.reason, ops=ops)
         except ValidationError as e:
             raise RequestError(f"the update function gave a bad body: {e}") from e
-        self.body = op.body
+        self.body = body
         return tx
+
+    def _edits(self, body: tuple[Form, ...]) -> tuple[Any, ...]:
+        """The field edits from the state's body to *body*; () when a revise is needed."""
+        assert self.state is not None
+        forms = self.state.get("body_forms")
+        if not isinstance(forms, list):
+            return ()
+        try:
+            old = tuple(from_plain(f, 1) for f in forms)
+        except MorphzError:
+            return ()
+        edits = edits_between(old, body)
+        if not edits:
+            return ()
+        return tuple(
+            FIELD_EDIT_CLASSES[op].model_validate(
+                {"id": self.frame_id, "field": name, "values": values}
+            )
+            for op, name, values in edits
+        )
 
     def outcome(self, tx: ContextTx, receipt: Receipt) -> bool | None:
         """After *tx*'s receipt: True (done, committed), False (done, rejected for good or out
         of attempts), None (retry; call :meth:`rebased` first, or read again if it says so)."""
         self.submitted.append((tx, receipt))
         if receipt.committed:
+            # Edits merged into a newer revision leave a frame this update has not seen:
+            # the state stays based on the version read, so a later set still conflicts
+            # with whatever changed its field since.
+            merged = any(e.outcome == "merged" for e in receipt.edits)
             self.state = {
                 "revision": 1 if self.state is None else int(self.state["revision"]) + 1,
-                "version": receipt.version,
+                "version": tx.base_version if merged else receipt.version,
                 "lifecycle": "active" if self.state is None else self.state["lifecycle"],
                 "body": " ".join(print_form(f) for f in self.body),
                 "body_forms": [to_plain(f) for f in self.body],

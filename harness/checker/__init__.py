@@ -3,7 +3,7 @@
 A history is what the clients saw — one :class:`Submission` per submitted
 transaction, with its receipt or with no reply at all — together with what the
 store kept: the transaction log, the events and the final state of frames and
-relations. :func:`check_history` proves five properties of it and returns a
+relations. :func:`check_history` proves six properties of it and returns a
 :class:`Verdict` listing every :class:`Violation` found:
 
 (a) **Replay.** The log versions are exactly ``1..N``; replaying the log in
@@ -28,6 +28,13 @@ relations. :func:`check_history` proves five properties of it and returns a
     the log under its client id, and every receipt for one client id names the
     same version (``lost_ack``). A submission with an unknown outcome may have
     committed at most once — (d) — and is otherwise not checked.
+(f) **Field edits.** A ``set`` or ``unset`` commits only if its field, the
+    frame's whole body and its lifecycle did not change between its base and
+    its commit, and an ``append``, ``remove`` or ``incr`` only if the lifecycle
+    did not (``lost_update``, told from the frames before and after each
+    replayed version); and every edited frame's final fields are what its
+    logged edits make of them, in order (``lost_edit``: an append lost or
+    applied twice), rebuilt from the log by :mod:`~harness.checker.fields`.
 
 How the replay works: a fresh :class:`~storage.memory.MemoryBackend` gets the
 context's window and ``history_keep`` and every event, reset to active and not
@@ -55,6 +62,7 @@ from harness.checker.verdicts import (
     DUPLICATE_APPLY,
     LOG_GAP,
     LOST_ACK,
+    LOST_EDIT,
     LOST_UPDATE,
     REPLAY_DIVERGED,
     REPLAY_MISMATCH,
@@ -71,6 +79,7 @@ __all__ = [
     "DUPLICATE_APPLY",
     "LOG_GAP",
     "LOST_ACK",
+    "LOST_EDIT",
     "LOST_UPDATE",
     "REPLAY_DIVERGED",
     "REPLAY_MISMATCH",

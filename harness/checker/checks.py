@@ -6,6 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from harness.checker.fields import check_field_edits
 from harness.checker.log import (
     change_index,
     changed_between,
@@ -56,6 +57,8 @@ def check_history(
     records, complete = index_log(list(log), out)
     txs = logged_txs(records, out)
     replayed = 0
+    moved: dict[str, list[int]] = {}
+    final_frames = list(final_frames)
     if complete:
         replayed = replay(
             records,
@@ -68,10 +71,12 @@ def check_history(
             out,
             tenant=tenant,
             project=project,
+            moved=moved,
         )
     changed_at = change_index(records)
     acked = _check_acks(subs, records, out)
-    _check_lost_updates(subs, acked, records, txs, changed_at, out)
+    _check_lost_updates(subs, acked, records, txs, changed_at, moved, out)
+    check_field_edits(records, txs, list(final_frames), out)
     _check_rejections(subs, records, history_keep, out)
     _check_exactly_once(records, out)
     by_outcome = Counter(s.outcome for s in subs)
@@ -93,12 +98,25 @@ def _check_lost_updates(
     records: Mapping[int, Mapping[str, Any]],
     txs: Mapping[int, ContextTx],
     changed_at: Mapping[str, list[int]],
+    moved: Mapping[str, list[int]],
     out: list[Violation],
 ) -> None:
     def check(keys: frozenset[str], base: int, version: int, who: str) -> None:
         for key in sorted(keys):
             shown = key_display(key)
-            hit = changed_between(changed_at.get(shown, []), base, version)
+            if key[:2] in ("b:", "l:"):
+                # A field edit's keys: what really changed the field, the body's shape
+                # or the lifecycle (from the replay), not every change of the frame.
+                hit = changed_between(moved.get(key, []), base, version)
+                what = key.partition("\x00")[2]
+                if key[:2] == "l:":
+                    shown = f"the lifecycle of {shown}"
+                elif what:
+                    shown = f"field {what} of {shown}"
+                else:
+                    shown = f"the whole body of {shown}"
+            else:
+                hit = changed_between(changed_at.get(shown, []), base, version)
             if hit is not None:
                 out.append(
                     Violation(

@@ -13,6 +13,7 @@ from harness.checker.log import int_or_none
 from harness.checker.verdicts import REPLAY_DIVERGED, REPLAY_MISMATCH, Violation
 from protocol.engine import evaluate, finalize_due
 from protocol.errors import MorphzError
+from protocol.fields import changed_fields, field_key, lifecycle_key, shape_key
 from protocol.state import ACTIVE, Event, Frame, Meta
 from protocol.tx import ContextTx
 from protocol.view import Changeset, ReadView, WriteView
@@ -53,8 +54,13 @@ def replay(
     *,
     tenant: str | None = None,
     project: str | None = None,
+    moved: dict[str, list[int]] | None = None,
 ) -> int:
-    """Replay the log on a fresh store; return the number of records replayed."""
+    """Replay the log on a fresh store; return the number of records replayed.
+
+    *moved*, when given, is filled with the versions that changed each frame's fields
+    and lifecycle (:func:`field_moves`), keyed like the footprint (``b:``, ``l:``).
+    """
     store = MemoryBackend()
     fresh = []
     for e in events:
@@ -77,7 +83,9 @@ def replay(
     replayed = 0
     for version, rec in records.items():
         try:
-            fatal, problems = store.transact(partial(replay_one, version=version, rec=rec, txs=txs))
+            fatal, problems = store.transact(
+                partial(replay_one, version=version, rec=rec, txs=txs, moved=moved)
+            )
         except (MorphzError, KeyError, TypeError, ValueError, AssertionError) as e:
             fatal, problems = True, [f"v{version}: replay failed: {type(e).__name__}: {e}"]
         out.extend(Violation(kind=REPLAY_DIVERGED, detail=p) for p in problems)
@@ -96,7 +104,12 @@ def replay(
 
 
 def replay_one(
-    w: WriteView, *, version: int, rec: Mapping[str, Any], txs: Mapping[int, ContextTx]
+    w: WriteView,
+    *,
+    version: int,
+    rec: Mapping[str, Any],
+    txs: Mapping[int, ContextTx],
+    moved: dict[str, list[int]] | None = None,
 ) -> tuple[bool, list[str]]:
     """Replay one record; return (stop here?, problems). Writes only if it commits."""
     kind = rec.get("kind")
@@ -143,6 +156,9 @@ def replay_one(
         return True, [f"v{version}: unknown record kind {kind!r}"]
     assert changes.txlog is not None
     replayed_rec = changes.txlog
+    if moved is not None:
+        for key in field_moves(w, changes.frames):
+            moved.setdefault(key, []).append(version)
     w.apply(changes)
     differing = [
         name
@@ -157,6 +173,26 @@ def replay_one(
         detail += f" (changes {plain(replayed_rec.get('changes'))} on replay, "
         detail += f"{plain(rec.get('changes'))} logged)"
     return False, [detail]
+
+
+def field_moves(before: ReadView, frames: list[Frame]) -> list[str]:
+    """The field and lifecycle keys that writing *frames* over *before* really changes.
+
+    Told from the frames as they stand before and after (a body compared field by
+    field, a lifecycle and protection compared), not from what the engine recorded:
+    an edit that leaves a field as it was changes nothing here.
+    """
+    keys: list[str] = []
+    for f in frames:
+        old = before.frame(f.id)
+        names = changed_fields(None if old is None else old.body, f.body)
+        if names is None:
+            keys.append(shape_key(f.id))
+        else:
+            keys.extend(field_key(f.id, n) for n in sorted(names))
+        if old is not None and (old.lifecycle != f.lifecycle or old.protected != f.protected):
+            keys.append(lifecycle_key(f.id))
+    return keys
 
 
 def compare_state(

@@ -26,11 +26,15 @@ DUPLICATE_APPLY = "duplicate_apply"
 """One client id on more than one log record."""
 LOST_ACK = "lost_ack"
 """An acknowledged commit that the log does not hold under its client id."""
+LOST_EDIT = "lost_edit"
+"""A field of a frame does not hold what its logged edits make of it, in order: an
+``append`` lost or applied twice, an ``incr`` not counted, a ``set`` not kept."""
 
 VIOLATION_KINDS = (
     DUPLICATE_APPLY,
     LOG_GAP,
     LOST_ACK,
+    LOST_EDIT,
     LOST_UPDATE,
     REPLAY_DIVERGED,
     REPLAY_MISMATCH,

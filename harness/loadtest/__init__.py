@@ -45,7 +45,7 @@ from harness.loadtest.checks import (
     submissions_of,
 )
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
-from harness.loadtest.report import REPORT_KEYS, figures, percentile
+from harness.loadtest.report import REPORT_KEYS, conflict_counts, figures, percentile
 from harness.loadtest.run import default_agents, run_loadtest, spread
 from harness.loadtest.trajectories import (
     TRAJECTORIES_ENV,
@@ -77,6 +77,7 @@ __all__ = [
     "check_context",
     "check_on_disk",
     "check_options",
+    "conflict_counts",
     "default_agents",
     "figures",
     "load_conversations",

@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,8 +22,8 @@ from harness.agent_threads import AgentThread, check_spec, receipt_fields, submi
 from harness.loadtest.trajectories import Conversation, slug
 from harness.workload import RETRY_CODES, thread_name
 from protocol.errors import MorphzError, RequestError
-from protocol.forms import Form, Symbol
-from protocol.tx import ContextTx, Derive, Relate, Retire, Revise
+from protocol.forms import Form, Symbol, from_plain
+from protocol.tx import AppendField, ContextTx, Derive, Relate, Retire, Revise
 from protocol.wire import pack
 
 ROUND_STEPS = 1
@@ -61,6 +61,7 @@ class TrajectorySpec(BaseModel):
     threads: tuple[TrajectoryThread, ...]
     seconds: float | None = Field(default=None, gt=0.0)
     conflict_rate: float = Field(default=0.1, ge=0.0, le=1.0)
+    shared_mode: Literal["replace", "list", "fields"] = "replace"
     max_attempts: int = Field(default=5, ge=1, le=100)
     backoff_ms: float = Field(default=5.0, ge=0.0)
     backoff_max_ms: float = Field(default=200.0, ge=0.0)
@@ -85,6 +86,7 @@ class _Step:
     relate: tuple[str, str] | None = None
     retire: str | None = None
     shared: str | None = None
+    shared_mode: str = "replace"
     frames: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -95,8 +97,25 @@ class _Step:
             wanted.append(self.shared)
         self.frames = list(dict.fromkeys(wanted))
 
-    def build(self, known: Mapping[str, bool], base: int, client_id: str) -> ContextTx:
-        """The step's transaction, given which frames exist (*known*) at version *base*."""
+    def intents(self) -> dict[str, list[str]]:
+        """What the step means to change, per frame (see :func:`~harness.loadtest.conflict_counts`):
+        its own frame as a whole, and the shared frame's ``seen`` list by appending to it
+        (however it is written: a ``revise`` of the list in ``list`` mode, an ``append``
+        in ``fields`` mode) or as a whole in ``replace`` mode."""
+        out = {self.target: ["*"]}
+        if self.shared is not None:
+            out[self.shared] = ["*"] if self.shared_mode == "replace" else ["append:seen"]
+        return out
+
+    def build(
+        self,
+        known: Mapping[str, bool],
+        base: int,
+        client_id: str,
+        shared_seen: tuple[Form, ...] = (),
+    ) -> ContextTx:
+        """The step's transaction, given which frames exist (*known*) at version *base*
+        and, in ``list`` mode, the shared frame's ``seen`` items as read (*shared_seen*)."""
         S = Symbol
         sources = self.events + tuple(f for f in self.frame_sources if known.get(f, False))
         write: Derive | Revise
@@ -104,12 +123,21 @@ class _Step:
             write = Revise(id=self.target, sources=sources, body=self.body)
         else:
             write = Derive(id=self.target, sources=sources, body=self.body)
-        ops: list[Derive | Revise | Relate | Retire] = [write]
+        ops: list[Any] = [write]
         if self.relate is not None and known.get(self.relate[1], False):
             ops.append(Relate(subject=self.target, label=self.relate[0], object=self.relate[1]))
         if self.shared is not None:
-            seen = ((S("seen"), S(self.thread), S(self.kind), self.index),)
-            if known.get(self.shared, False):
+            note: Form = (S(self.thread), S(self.kind), self.index)
+            seen = ((S("seen"), *note),)
+            if self.shared_mode != "replace":
+                seen = ((S("seen"), *shared_seen, note),)
+            exists = known.get(self.shared, False)
+            if exists and self.shared_mode == "fields":
+                edit = AppendField(
+                    id=self.shared, sources=(self.target,), field="seen", values=(note,)
+                )
+                ops.append(edit)
+            elif exists:
                 ops.append(Revise(id=self.shared, sources=(self.target,), body=seen))
             else:
                 ops.append(Derive(id=self.shared, sources=(self.target,), body=seen))
@@ -121,6 +149,16 @@ class _Step:
             client_id=client_id,
             ops=tuple(ops),
         )
+
+
+def _seen_items(frame: Mapping[str, Any] | None) -> tuple[Form, ...]:
+    """The items of a shared frame's ``(seen …)`` list, from a ``read_for_update`` entry."""
+    if frame is None:
+        return ()
+    for form in frame.get("body_forms") or ():
+        if isinstance(form, list) and form and form[0] == "seen":
+            return tuple(from_plain(x, 2) for x in form[1:])
+    return ()
 
 
 def _record(step: _Step, attempt: int, **fields: Any) -> dict[str, Any]:
@@ -334,24 +372,36 @@ class _Replay:
         shared = None
         if self.rng.random() < self.spec.conflict_rate:
             shared = f"shared/{self.domain}"
-        step = _Step(self.thread, self.steps, kind, target, body, shared=shared, **parts)
+        mode = self.spec.shared_mode
+        step = _Step(
+            self.thread, self.steps, kind, target, body, shared=shared, shared_mode=mode, **parts
+        )
         self.steps += 1
         spec, handle = self.spec, self.handle
         for attempt in range(1, spec.max_attempts + 1):
+            shared_seen: tuple[Form, ...] = ()
             try:
-                snap = await handle.snapshot.aio(step.frames)
+                if mode == "list" and step.shared is not None:
+                    # The list is read with the version it is based on, in one read.
+                    got = await handle.read_for_update.aio(step.frames)
+                    base = int(got.version)
+                    known = {f: v is not None for f, v in got.frames.items()}
+                    shared_seen = _seen_items(got.frames.get(step.shared))
+                else:
+                    snap = await handle.snapshot.aio(step.frames)
+                    base = int(snap["version"])
+                    known = {f: v is not None for f, v in snap["frames"].items()}
             except MorphzError as e:
                 self.records.append(_record(step, attempt, error_code=e.code))
                 return
-            base = int(snap["version"])
-            known = {f: v is not None for f, v in snap["frames"].items()}
-            tx = step.build(known, base, new_client_id())
+            tx = step.build(known, base, new_client_id(), shared_seen)
             reads, writes = tx.footprint()
             fields: dict[str, Any] = {
                 "client_id": tx.client_id,
                 "base_version": base,
                 "footprint": sorted(reads | writes),
                 "source_events": sorted(k for k in reads if k.startswith("e:")),
+                "intents": step.intents(),
             }
             started = time.perf_counter()
             try:

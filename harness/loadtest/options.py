@@ -28,6 +28,11 @@ class LoadtestOptions(BaseModel):
     one per thread). ``trajectories_dir`` is where the STATE-Bench trajectories
     are for the ``trajectories`` workload (None: the ``MORPHZ_TRAJECTORIES``
     environment variable, see :func:`~harness.loadtest.trajectories.trajectories_dir`).
+    ``shared_mode`` is how a trajectory step writes its domain's shared frame:
+    ``replace`` revises its whole body with the step's note, ``list`` appends the
+    note to the frame's ``(seen …)`` list by read-modify-write (a ``revise`` of the
+    whole list, based on the read), ``fields`` appends it with
+    ``(append shared/<domain> (seen NOTE))`` (no read; never refused for concurrency).
     ``store_dir`` is where the contexts' stores go; None (the default) makes a
     temporary directory, removed after the run (kept with ``keep``).
     ``followers`` is each context's number of followers (docs/cluster.md).
@@ -45,6 +50,7 @@ class LoadtestOptions(BaseModel):
     transactions: int | None = Field(default=None, ge=1, le=1_000_000_000)
     conflict_rate: float = Field(default=0.1, ge=0.0, le=1.0)
     shared_frames: int = Field(default=1, ge=1, le=65)
+    shared_mode: Literal["replace", "list", "fields"] = "replace"
     workload: Literal["synthetic", "trajectories"] = "synthetic"
     trajectories_dir: str | None = None
     conversations: int | None = Field(default=None, ge=1)

@@ -36,6 +36,7 @@ REPORT_KEYS = (
     "kills",
     "kill_log",
     "kill_misses",
+    "contention",
     "history_ok",
     "violations",
     "violation_count",
@@ -50,7 +51,9 @@ REPORT_KEYS = (
 
 ``interrupted`` is true when the run was cut short (SIGINT): the figures and
 the history check cover what was submitted until then. ``store_kept`` is false
-when the run made a temporary store and removed it."""
+when the run made a temporary store and removed it. ``contention`` holds the
+shared-frame mode, the ``conflict`` rejections, how many of them were *false*
+(:func:`conflict_counts`), and rejections and false conflicts per 1,000 commits."""
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -95,6 +98,51 @@ def figures(records: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, A
             "max": round(max(answered, default=0.0), 2),
         },
     }
+
+
+def conflict_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Of one context's records: ``conflicts`` (``conflict`` rejections) and how many were
+    ``false_conflicts``: every frame the rejection names was written, by the version
+    named, with edits that do not collide with the rejected ones.
+
+    A record's ``intents`` say, per frame, what its transaction meant to change:
+    ``append:FIELD`` (add to a list), ``set:FIELD``, or ``*`` (the whole body). Two
+    intents on one frame collide when either is ``*`` or they share a field that
+    one of them does not only append to. A rejection naming a version no record
+    with intents committed (a runtime transaction, another client) is counted true.
+    """
+    at: dict[int, Mapping[str, Any]] = {}
+    for r in records:
+        if r.get("outcome") == "committed" and isinstance(r.get("version"), int):
+            at[int(r["version"])] = r
+    conflicts = false = 0
+
+    def theirs(frame: str, version: int) -> Sequence[str] | None:
+        intents = (at.get(version) or {}).get("intents") or {}
+        return intents.get(frame)
+
+    for r in records:
+        if r.get("outcome") != "rejected" or r.get("error_code") != "conflict":
+            continue
+        conflicts += 1
+        mine = r.get("intents") or {}
+        named = r.get("conflicts") or ()
+        if named and all(
+            _disjoint(
+                mine.get(str(c[0])), (at.get(int(c[1])) or {}).get("intents", {}).get(str(c[0]))
+            )
+            for c in named
+        ):
+            false += 1
+    return {"conflicts": conflicts, "false_conflicts": false}
+
+
+def _disjoint(a: Sequence[str] | None, b: Sequence[str] | None) -> bool:
+    if not a or not b or "*" in a or "*" in b:
+        return False
+    fields_a = {x.partition(":")[2] for x in a}
+    fields_b = {x.partition(":")[2] for x in b}
+    return all(f"append:{f}" in a and f"append:{f}" in b for f in fields_a & fields_b)
 
 
 # --- orchestration -------------------------------------------------------------

@@ -32,10 +32,12 @@ from harness.loadtest.cluster import (
 )
 from harness.loadtest.nodes import NodeKiller, TestCluster
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
-from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, figures
+from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, conflict_counts, figures
 from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
 from harness.workload import WorkloadSpec
 from protocol.errors import MorphzError, StoreError
+from protocol.forms import Symbol
+from protocol.tx import ContextTx, Derive
 from protocol.wire import unpack
 
 MAX_AGENTS = 8
@@ -160,6 +162,8 @@ class _Run:
                 )
             ray.get([agent.pid.remote() for agent in self.agents])  # started before timing
             work = self._plan(conversations, n_agents)
+            if opts.workload == "trajectories" and opts.shared_mode != "replace":
+                self._shared_lists(conversations)
             records, elapsed, killer = self._load(work)
             return self._report(records, elapsed, killer, n_agents)
         finally:
@@ -177,6 +181,20 @@ class _Run:
                     forget_contexts(names, opts.namespace)
                 except MorphzError:  # the directory is unreachable: entries stay behind
                     pass
+
+    def _shared_lists(self, conversations: list[Conversation]) -> None:
+        """Create every domain's shared list ``(seen)`` before the load, so threads add to
+        it rather than race to create it (a race of creates is a real conflict)."""
+        domains = sorted({c.domain for c in conversations})
+        ops = tuple(Derive(id=f"shared/{d}", body=((Symbol("seen"),),)) for d in domains)
+        for handle in self.handles:
+            if ops:
+                tx = ContextTx(base_version=handle.version(), reason="shared lists", ops=ops)
+                receipt = handle.submit(tx)
+                if not receipt.committed:
+                    raise StoreError(
+                        f"could not create the shared lists: {receipt.errors}", code="agent_error"
+                    )
 
     def _phase(self, what: str) -> None:
         """Tell the progress callback what is being started (``{"phase": what}``)."""
@@ -201,6 +219,7 @@ class _Run:
                         threads=threads,
                         seconds=opts.duration_s,
                         conflict_rate=opts.conflict_rate,
+                        shared_mode=opts.shared_mode,
                         seed=opts.seed,
                     )
                     work.append(_Work(agent, c, "replay", (spec.model_dump(),)))
@@ -379,6 +398,7 @@ class _Run:
         opts = self.opts
         violations: list[dict[str, str]] = []
         per_context = []
+        collisions: Counter[str] = Counter()
         checked = {"submissions": 0, "log_records": 0, "replayed": 0, "acknowledged_on_disk": 0}
         local = set(local_nodes())
         all_records: list[dict[str, Any]] = []
@@ -400,6 +420,9 @@ class _Run:
                 {"context": handle.name, "kind": v.kind, "detail": v.detail} for v in found
             )
             fig = figures(by_context.get(c, []), elapsed)
+            conflicted = conflict_counts(by_context.get(c, []))
+            for key, value in conflicted.items():
+                collisions[key] += value
             per_context.append(
                 {
                     "name": handle.name,
@@ -418,9 +441,20 @@ class _Run:
                     "history_ok": not found,
                     "violations": len(found),
                     "replayed": result.replayed,
+                    **conflicted,
                 }
             )
         total = figures(all_records, elapsed)
+        commits = max(1, total["committed"])
+        contention = {
+            "shared_mode": opts.shared_mode,
+            "conflicts": collisions["conflicts"],
+            "false_conflicts": collisions["false_conflicts"],
+            "rejections_per_1000_commits": round(total["rejected"] * 1000 / commits, 2),
+            "false_conflicts_per_1000_commits": round(
+                collisions["false_conflicts"] * 1000 / commits, 2
+            ),
+        }
         requested: dict[str, Any] = (
             {"duration_s": opts.duration_s}
             if opts.duration_s is not None
@@ -453,6 +487,7 @@ class _Run:
                 "skipped": 0 if killer is None else killer.skipped,
                 "errors": 0 if killer is None else killer.errors,
             },
+            "contention": contention,
             "history_ok": not violations,
             "violations": violations[:MAX_VIOLATIONS],
             "violation_count": len(violations),

@@ -103,6 +103,16 @@ def _human(doc: Mapping[str, Any]) -> None:
             + f" ({checked_text(doc.get('checked') or {})})",
         ),
     ]
+    contention = doc.get("contention")
+    if contention is not None:
+        rows.append(
+            (
+                "per 1,000 commits",
+                f"{contention['rejections_per_1000_commits']:.1f} rejections, "
+                f"{contention['false_conflicts_per_1000_commits']:.1f} false conflicts "
+                f"(shared: {contention['shared_mode']})",
+            )
+        )
     if "store" in doc:
         kept = doc.get("store_kept", True)
         rows.append(("store", doc["store"] + ("" if kept else " (temporary, removed)")))
@@ -167,6 +177,14 @@ def checked_text(checked: dict[str, int]) -> str:
     default=0.1,
     show_default=True,
     help="Share of transactions that write frames other threads also write.",
+)
+@click.option(
+    "--shared-mode",
+    type=click.Choice(["replace", "list", "fields"]),
+    default="replace",
+    show_default=True,
+    help="How a trajectory step writes its domain's shared frame: replace its body, "
+    "append to its list by read-modify-write (revise), or with (append …).",
 )
 @click.option(
     "--shared-frames",
@@ -255,6 +273,7 @@ def loadtest_cmd(
     transactions: int | None,
     conflict_rate: float,
     shared_frames: int,
+    shared_mode: str,
     workload: str,
     trajectories_dir: str | None,
     conversations: int | None,
@@ -286,6 +305,7 @@ def loadtest_cmd(
         "transactions": transactions,
         "conflict_rate": conflict_rate,
         "shared_frames": shared_frames,
+        "shared_mode": shared_mode,
         "workload": workload,
         "trajectories_dir": trajectories_dir,
         "conversations": conversations,

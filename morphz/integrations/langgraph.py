@@ -52,8 +52,15 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from morphz.integrations.langgraph_items import (
+    Decoded,
+    decode_item,
+    fits_fields,
+    item_body,
+    put_edits,
+)
 from protocol.errors import NotFound, OutOfRange, RequestError
-from protocol.forms import MAX_STRING_CHARS, Symbol, from_plain
+from protocol.forms import MAX_STRING_CHARS, Symbol
 from protocol.ids import MAX_FRAME_ID, is_frame_id
 from protocol.receipts import Receipt
 from protocol.replies import FrameReply
@@ -127,6 +134,8 @@ class _Seen:
     live: bool
     version: int
     created_at: str = ""
+    item: Decoded | None = None
+    """The item as this store last read or wrote it (what a ``put`` edits from)."""
 
 
 # -- frame ids ------------------------------------------------------------------------
@@ -253,6 +262,7 @@ def _value_text(value: Any) -> str:
 def _body(
     namespace: tuple[str, ...], key: str, value_text: str, created: str, updated: str
 ) -> tuple[Any, ...]:
+    """The whole-value layout (values whose keys cannot each be a field)."""
     for label in (*namespace, key):
         if any("\ud800" <= ch <= "\udfff" for ch in label):
             raise RequestError(f"{label!r} holds a lone surrogate", code="bad_key")
@@ -266,44 +276,18 @@ def _body(
     return (head, (Symbol("value"), value_text))
 
 
-@dataclass(frozen=True)
-class _Decoded:
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    created_at: str
-    updated_at: str
-
-    def item(self) -> Item:
-        return Item(
-            value=self.value,
-            key=self.key,
-            namespace=self.namespace,
-            created_at=datetime.fromisoformat(self.created_at),
-            updated_at=datetime.fromisoformat(self.updated_at),
-        )
+def _item_body(
+    namespace: tuple[str, ...], key: str, value: dict[str, Any], text: str, created: str, now: str
+) -> tuple[Any, ...]:
+    if fits_fields(value):
+        _body(namespace, key, text, created, now)  # the same checks of the labels
+        return item_body(namespace, key, value, created, now)
+    return _body(namespace, key, text, created, now)
 
 
-def _decode(frame: FrameReply) -> _Decoded | None:
+def _decode(frame: FrameReply) -> Decoded | None:
     """The item a frame's body holds, or None when the frame is not an item."""
-    try:
-        forms = [from_plain(f) for f in frame.body_forms]
-        head, value = forms
-        if head[0] != "item" or value[0] != "value" or len(value) != 2:
-            return None
-        fields = {f[0]: f[1:] for f in head[1:]}
-        namespace = tuple(fields["namespace"])
-        (key,) = fields["key"]
-        (created,) = fields["created-at"]
-        (updated,) = fields["updated-at"]
-        parsed = json.loads(value[1])
-    except (ValueError, TypeError, KeyError, IndexError):
-        return None
-    if not all(isinstance(s, str) and not isinstance(s, Symbol) for s in (*namespace, key)):
-        return None
-    if not isinstance(parsed, dict):
-        return None
-    return _Decoded(namespace, key, parsed, created, updated)
+    return decode_item(frame.body_forms)
 
 
 def _now() -> str:
@@ -483,7 +467,7 @@ class MorphzStore(BaseStore):
                 )
         return results
 
-    def _read(self, fid: str, seen: dict[str, _Seen]) -> _Decoded | None:
+    def _read(self, fid: str, seen: dict[str, _Seen]) -> Decoded | None:
         """Read frame *fid* and remember what was seen; the live item or None."""
         while True:
             try:
@@ -498,7 +482,7 @@ class MorphzStore(BaseStore):
             if decoded is None:
                 raise RequestError(f"frame {fid} is not a store item", code="not_an_item")
             live = frame.lifecycle == "active"
-            seen[fid] = _Seen(True, live, frame.updated_version, decoded.created_at)
+            seen[fid] = _Seen(True, live, frame.updated_version, decoded.created_at, decoded)
             return decoded if live else None
 
     def _get(self, namespace: tuple[str, ...], key: str, seen: dict[str, _Seen]) -> Item | None:
@@ -527,10 +511,20 @@ class MorphzStore(BaseStore):
             ops: tuple[Any, ...]
             if before is None or not before.exists:
                 base = self.context.version() if before is None else before.version
-                ops = (Derive(id=fid, body=_body(namespace, key, text, now, now)),)
+                ops = (Derive(id=fid, body=_item_body(namespace, key, value, text, now, now)),)
+            elif (
+                before.live
+                and before.item is not None
+                and before.item.keyed
+                and fits_fields(dict(value))
+            ):
+                # Only the keys that changed: a writer of other keys does not collide.
+                base = before.version
+                ops = put_edits(fid, before.item, dict(value), now)
             else:
                 base = before.version
-                revise = Revise(id=fid, body=_body(namespace, key, text, before.created_at, now))
+                body = _item_body(namespace, key, value, text, before.created_at, now)
+                revise = Revise(id=fid, body=body)
                 ops = (revise,) if before.live else (Restore(ref=fid), revise)
             receipt: Receipt | None = self._submit(base, ops, "langgraph store put")
             if receipt is not None and receipt.status == "rejected" and before is not None:
@@ -538,7 +532,14 @@ class MorphzStore(BaseStore):
                     receipt = self._rebase(fid, before, ops, "langgraph store put")
             if receipt is not None and receipt.status == "committed":
                 created = before.created_at if before is not None and before.exists else now
-                seen[fid] = _Seen(True, True, receipt.version, created)
+                # Edits merged into a newer revision: the next write stays based on the
+                # version read, so it still collides with what changed its keys since.
+                merged = any(e.outcome == "merged" for e in receipt.edits)
+                written = Decoded(
+                    namespace, key, dict(value), created, now, (now,), fits_fields(dict(value))
+                )
+                at = base if merged else receipt.version
+                seen[fid] = _Seen(True, True, at, created, written)
                 return
             if receipt is not None and receipt.errors[0].code not in _CONFLICTS:
                 error = receipt.errors[0]

@@ -122,7 +122,12 @@ def check_base(view: ReadView, meta: Meta, tx: ContextTx) -> Outcome | None:
             )
         found = footprint_conflicts(view, tx, base)
         if found:
-            shown = ", ".join(f"{c.id} (v{c.version})" for c in found)
+            shown = ", ".join(
+                f"{c.id} (v{c.version})"
+                if c.field is None
+                else f"{c.field} of {c.id} (v{c.version})"
+                for c in found
+            )
             return reject(
                 meta,
                 tx,
@@ -149,12 +154,18 @@ def current_frames(view: ReadView, tx: ContextTx, base: int) -> tuple[Current, .
     instead of reading again. A frame that no longer exists has no body.
     """
     reads, writes = tx.footprint()
+    frames: dict[str, int] = {}
+    for key in reads | writes:
+        if key[:2] in ("f:", "b:", "l:"):
+            changed_at = view.lastmod(key)
+            if changed_at > base:
+                fid = key_display(key)
+                frames[fid] = max(frames.get(fid, 0), changed_at)
     out: list[Current] = []
-    for key in sorted(k for k in reads | writes if k.startswith("f:")):
-        changed_at = view.lastmod(key)
-        if changed_at <= base:
-            continue
-        f = view.frame(key_display(key))
+    for fid in sorted(frames):
+        key = "f:" + fid
+        changed_at = max(frames[fid], view.lastmod(key))
+        f = view.frame(fid)
         if f is None:
             out.append(Current(id=key_display(key), version=changed_at))
             continue
@@ -171,14 +182,24 @@ def current_frames(view: ReadView, tx: ContextTx, base: int) -> tuple[Current, .
 
 
 def footprint_conflicts(view: ReadView, tx: ContextTx, base: int) -> tuple[Conflict, ...]:
-    """The footprint keys of *tx* changed after version *base*, sorted, with when (R23, R24)."""
+    """The footprint keys of *tx* changed after version *base*, sorted, with when (R23, R24).
+
+    A field key (``set``/``unset`` of a field that changed) is reported with its
+    frame id and the ``field``; a body rewritten as a whole or a lifecycle change
+    is reported by frame id alone, once per frame.
+    """
     reads, writes = tx.footprint()
     # An event's content never changes; only its lifecycle does. Citing an event as
     # a source therefore cannot conflict: only retire/restore of the same event can.
     keys = writes | {k for k in reads if not k.startswith("e:")}
-    found = []
+    found: dict[tuple[str, str | None], int] = {}
     for key in sorted(keys):
         changed_at = view.lastmod(key)
         if changed_at > base:
-            found.append(Conflict(id=key_display(key), version=changed_at))
-    return tuple(found)
+            name = (key.partition("\x00")[2] or None) if key[:2] == "b:" else None
+            at = (key_display(key), name)
+            found[at] = max(found.get(at, 0), changed_at)
+    return tuple(
+        Conflict(id=i, version=v) if n is None else Conflict(id=i, version=v, field=n)
+        for (i, n), v in found.items()
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from protocol.engine.overlay import Overlay
 from protocol.engine.records import runtime_records
+from protocol.fields import lifecycle_key
 from protocol.state import RETIRED, RETIRING
 from protocol.view import Changeset, ReadView
 
@@ -80,6 +81,7 @@ def finalize_due(view: ReadView, *, tick: int, now: float) -> tuple[list[str], C
         return finalized, cs
     new_meta.version = version
     cs.lastmod = {"f:" + fid: version for fid in finalized}
+    cs.lastmod.update({lifecycle_key(fid): version for fid in finalized})
     tokens = sum(f.tokens for f in cs.frames)
     cs.txlog, cs.outbox = runtime_records(
         base=meta.version,

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from protocol.engine.overlay import Decision, OpFailure, Overlay
+from protocol.fields import FieldError, apply_edit, changed_fields
 from protocol.ids import SUPERSEDES, ref_seq
 from protocol.state import (
     ACCEPTED,
@@ -24,6 +25,7 @@ from protocol.state import (
     Frame,
 )
 from protocol.tx import (
+    FIELD_EDIT_CLASSES,
     Derive,
     Envelope,
     Protect,
@@ -164,6 +166,7 @@ def _derive(d: Decision, op: Derive, index: int) -> None:
     if unreviewed:
         env["trust"] = CANDIDATE
     ov.put_new_frame(f)
+    d.note_fields(op.id, changed_fields(None, op.body))
     sourced = d.sourced
     for src in sources:
         if not src.startswith("ev:"):
@@ -179,11 +182,19 @@ def _revise(d: Decision, op: Revise, index: int) -> None:
     if current.lifecycle == RETIRED:
         raise OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
     added = _resolve_sources(ov, op.sources, op.id)
+    d.note_fields(op.id, changed_fields(current.body, op.body))
     f = ov.writable_frame(op.id)
     f.revision += 1
     f.body = op.body
+    _add_sources(d, f, added)
+    d.writes.append({"frame": op.id, "op": "revise", "revision": f.revision, "index": index})
+
+
+def _add_sources(d: Decision, f: Frame, added: dict[str, Event | Frame]) -> None:
+    """A new revision of *f* citing *added*: sources grow, trust and window follow (R15, R42)."""
     new = [s for s in added if s not in f.sources]
-    f.sources = f.sources + tuple(new)
+    if new:
+        f.sources = f.sources + tuple(new)
     unreviewed, session = _unreviewed_session(added[s] for s in new)
     if unreviewed and f.trust == ACCEPTED:
         f.envelope["trust"] = CANDIDATE
@@ -195,7 +206,40 @@ def _revise(d: Decision, op: Revise, index: int) -> None:
     for src in f.sources:
         if not src.startswith("ev:"):
             sourced.add(src)
-    d.writes.append({"frame": op.id, "op": "revise", "revision": f.revision, "index": index})
+
+
+def _field_edit(d: Decision, op: Any, index: int) -> None:
+    """``set``, ``append``, ``remove``, ``incr`` or ``unset`` of one field (protocol.fields).
+
+    Applied to the frame as it stands now: the conflict rule (which edits are refused
+    when their field changed after the base) was applied before any operation ran.
+    """
+    ov = d.ov
+    current = ov.frame(op.id)
+    if current is None:
+        raise OpFailure("unknown_ref", f"no frame {op.id}")
+    if current.lifecycle == RETIRED:
+        raise OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
+    try:
+        body = apply_edit(current.body, op.op, op.id, op.field, op.values)
+    except FieldError as e:
+        raise OpFailure(e.code, e.message) from None
+    added = _resolve_sources(ov, op.sources, op.id)
+    f = ov.writable_frame(op.id)
+    f.revision += 1
+    f.body = body
+    _add_sources(d, f, added)
+    d.note_fields(op.id, {op.field})
+    base = d.tx.base_version
+    if base == d.meta.version:
+        outcome = "applied"
+    elif ov.view.lastmod("f:" + op.id) > base:
+        outcome = "merged"
+    else:
+        outcome = "rebased"
+    d.edits.append((index, op.id, op.field, f.revision, outcome))
+    # No "index": the operation holds one field, not the body the history shows.
+    d.writes.append({"frame": op.id, "op": op.op, "revision": f.revision, "field": op.field})
 
 
 def _relate(d: Decision, op: Relate, index: int) -> None:  # Unrelate too
@@ -317,6 +361,7 @@ HANDLERS: dict[type, Callable[[Decision, Any, int], None]] = {
     Protect: _protect,
     Unprotect: _unprotect,
     Envelope: _envelope,
+    **dict.fromkeys(FIELD_EDIT_CLASSES.values(), _field_edit),
 }
 
 
@@ -338,5 +383,7 @@ def apply_operation(d: Decision, op: Any, index: int) -> None:
         _unprotect(d, op, index)
     elif isinstance(op, Envelope):
         _envelope(d, op, index)
+    elif isinstance(op, tuple(FIELD_EDIT_CLASSES.values())):
+        _field_edit(d, op, index)
     else:  # pragma: no cover - the op union is closed
         raise OpFailure("unknown_op", f"unknown operation {op!r}")

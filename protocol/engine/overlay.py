@@ -117,6 +117,8 @@ class Decision:
         "restored_subjects",
         "edges_changed",
         "writes",
+        "fields_changed",
+        "edits",
     )
 
     def __init__(self, ov: Overlay, meta: Meta, tx: ContextTx, version: int) -> None:
@@ -133,4 +135,17 @@ class Decision:
         self.restored_subjects: set[str] = set()
         self.edges_changed: set[tuple[str, str, str]] = set()
         self.writes: list[dict[str, Any]] = []
-        """The log's ``writes``: which frame each derive, revise or envelope wrote."""
+        """The log's ``writes``: which frame each derive, revise, envelope or field edit wrote."""
+        self.fields_changed: dict[str, set[str] | None] = {}
+        """Frame id → the fields its body writes changed; None: rewritten as a whole."""
+        self.edits: list[tuple[int, str, str, int, str]] = []
+        """The receipt's ``edits``: ``(op index, frame, field, revision, outcome)``."""
+
+    def note_fields(self, frame_id: str, names: set[str] | None) -> None:
+        """Record that the body of *frame_id* changed in fields *names* (None: as a whole)."""
+        known = self.fields_changed.get(frame_id, set())
+        if names is None or known is None:
+            self.fields_changed[frame_id] = None
+        else:
+            known.update(names)
+            self.fields_changed[frame_id] = known

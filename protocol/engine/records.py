@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.engine.overlay import Decision
+from protocol.fields import field_key, lifecycle_key, shape_key
 from protocol.ids import event_ref
 from protocol.receipts import (
     MAX_CHANGES_LISTED,
@@ -118,6 +119,8 @@ def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | No
     now_tokens = 0
     pending_tokens = 0
     targets: set[str] | None = None
+    moved: list[str] = []  # footprint keys of changed fields and lifecycles (lastmod only)
+    fields_changed = d.fields_changed
 
     frames = ov.frames
     initials = ov.initial_frames
@@ -137,8 +140,16 @@ def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | No
         history.append((fid, version))
         changed.append("f:" + fid)
         shown.append(fid)
+        if fid in fields_changed:
+            names = fields_changed[fid]
+            if names is None:
+                moved.append(shape_key(fid))
+            else:
+                moved.extend(field_key(fid, n) for n in names)
         was = initial.lifecycle if initial is not None else None
         life = f.lifecycle
+        if initial is not None and (was != life or initial.protected != f.protected):
+            moved.append(lifecycle_key(fid))
         if life == RETIRED:
             if was != RETIRED:
                 retired_now.append(fid)
@@ -215,7 +226,11 @@ def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | No
         now_tokens=now_tokens,
         pending_frames=pending_frames,
         pending_tokens=pending_tokens,
+        edits=tuple(d.edits),
     )
+    lastmod = dict.fromkeys(changed, version)
+    if moved:
+        lastmod.update(dict.fromkeys(moved, version))
     cs = Changeset(
         meta=new_meta,
         frames=frames_out,
@@ -223,7 +238,7 @@ def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | No
         rel_add=sorted(ov.rel_add) if len(ov.rel_add) > 1 else list(ov.rel_add),
         rel_del=sorted(ov.rel_del) if len(ov.rel_del) > 1 else list(ov.rel_del),
         cites_add=cites_add,
-        lastmod=dict.fromkeys(changed, version),
+        lastmod=lastmod,
         due_add=due_add,
         due_del=due_del,
         client=None if tx.client_id is None else (tx.client_id, version, digest),

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/bench_contention.py: both workloads run, nothing is lost.
+"""Smoke test of benchmarks/bench_contention.py: every workload runs, nothing is lost.
 
 Figures are not asserted; only that the run completes through a real context
 actor and a real SQLite database and that its lost/duplicated checks hold.
@@ -40,10 +40,26 @@ def test_both_workloads_run_beside_sqlite_with_nothing_lost(bench: Any, tmp_path
     report = bench.run(args)
     runs = report["runs"]
     seen = {(r["system"], r["workload"], r["writers"]) for r in runs}
-    assert seen == {(s, w, n) for s in ("sqlite", "morphz") for w in ("rmw", "own") for n in (1, 2)}
+    workloads = ("rmw", "own", "append", "fields")
+    assert seen == {(s, w, n) for s in ("sqlite", "morphz") for w in workloads for n in (1, 2)}
     for r in runs:
         assert r["updates"] == 3 * r["writers"], r
         assert (r["lost"], r["duplicated"]) == (0, 0), r
+    assert report["loud"] == []
+    for r in runs:
+        if r["system"] == "morphz" and r["workload"] in ("append", "fields"):
+            assert r["rejections"] == 0, r  # field edits from stale bases never collide
+
+
+def test_the_grow_curve_is_measured(bench: Any, tmp_path: Path) -> None:
+    args = bench.parse_args(
+        ["--workload", "fields", "--writers", "1", "--updates", "2", "--grow", "1500"]
+        + ["--dir", str(tmp_path)]
+    )
+    report = bench.run(args)
+    curve = report["grow"]["curve"]
+    assert [p["length"] for p in curve] == [1000, 1500]
+    assert all(p["commit_us"] > 0 and p["frame_decode_us"] >= 0 for p in curve)
     assert report["loud"] == []
 
 

@@ -341,6 +341,38 @@ def test_trajectories_replay_three_conversations(
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("mode", ["list", "fields"])
+def test_shared_frames_as_a_list_or_by_field_edits(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str, mode: str
+) -> None:
+    doc = run_loadtest(
+        _options(
+            ray_cluster,
+            tmp_path,
+            namespace,
+            threads=4,
+            contexts=1,
+            transactions=48,
+            conflict_rate=0.6,
+            shared_mode=mode,
+            workload="trajectories",
+            trajectories_dir=str(TRAJECTORIES),
+            conversations=4,
+        )
+    )
+    assert doc["history_ok"], doc["violations"]
+    c = doc["contention"]
+    assert c["shared_mode"] == mode
+    if mode == "fields":  # appends from stale bases: never refused for concurrency
+        assert c["conflicts"] == 0 and c["false_conflicts"] == 0
+    else:  # every collision is of two appends to the same list, written as revises
+        assert c["false_conflicts"] == c["conflicts"]
+    assert c["rejections_per_1000_commits"] == round(
+        doc["rejected"] * 1000 / max(1, doc["committed"]), 2
+    )
+
+
+@pytest.mark.ray
 def test_a_doctored_record_fails_the_check(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str
 ) -> None:

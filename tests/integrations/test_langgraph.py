@@ -355,6 +355,50 @@ def test_a_put_based_on_a_stale_read_is_a_conflict(ctx: Context) -> None:
     assert theirs.get(NS, KEY).value == {"v": "mine"}  # type: ignore[union-attr]
 
 
+def test_puts_of_different_keys_of_one_item_both_commit(ctx: Context) -> None:
+    mine, theirs = MorphzStore(ctx), MorphzStore(ctx)
+    mine.put(NS, KEY, {"status": "open", "owner": "ana", "tags": ["a"]})
+    seen_mine, seen_theirs = mine.get(NS, KEY), theirs.get(NS, KEY)
+    assert seen_mine is not None and seen_theirs is not None
+    theirs.put(NS, KEY, {**seen_theirs.value, "status": "blocked"})
+    mine.put(NS, KEY, {**seen_mine.value, "owner": "bo", "tags": ["a", "b"]})  # stale: merges
+    item = theirs.get(NS, KEY)
+    assert item is not None
+    assert item.value == {"status": "blocked", "owner": "bo", "tags": ["a", "b"]}
+    assert item.updated_at >= item.created_at
+    # The same key from a stale read still collides, and names the item's frame.
+    assert mine.get(NS, KEY) is not None and theirs.get(NS, KEY) is not None
+    theirs.put(NS, KEY, {**item.value, "status": "done"})
+    with pytest.raises(StoreConflict) as info:
+        mine.put(NS, KEY, {**item.value, "status": "shipped"})
+    assert info.value.conflicts[0][0] == frame_id_for(NS, KEY)
+    # A key dropped from the value is removed; the frame holds one field per key.
+    got = mine.get(NS, KEY)
+    assert got is not None
+    mine.put(NS, KEY, {"status": got.value["status"]})
+    assert theirs.get(NS, KEY).value == {"status": "done"}  # type: ignore[union-attr]
+    body = ctx.frame(frame_id_for(NS, KEY)).body
+    assert '(v:status "status"' in body and "v:owner" not in body
+
+
+def test_an_item_in_the_whole_value_layout_reads_and_is_rewritten(ctx: Context) -> None:
+    fid = frame_id_for(NS, KEY)
+    old = (
+        f'(derive {fid} (item (namespace "agents" "shared") (key "notes")'
+        ' (created-at "2026-01-01T00:00:00+00:00") (updated-at "2026-01-02T00:00:00+00:00"))'
+        ' (value "{\\"v\\": 1}"))'
+    )
+    assert ctx.commit(f"(context-tx (base-version {ctx.version()}) {old})").committed
+    store = MorphzStore(ctx)
+    item = store.get(NS, KEY)
+    assert item is not None and item.value == {"v": 1}
+    store.put(NS, KEY, {"v": 2, "w": 3})
+    again = MorphzStore(ctx).get(NS, KEY)
+    assert again is not None and again.value == {"v": 2, "w": 3}
+    assert again.created_at == item.created_at
+    assert "(v:w" in ctx.frame(fid).body
+
+
 def test_a_put_of_a_key_never_read_is_a_create(ctx: Context) -> None:
     first, second = MorphzStore(ctx), MorphzStore(ctx)
     first.put(NS, KEY, {"v": 1})

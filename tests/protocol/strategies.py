@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from protocol.forms import MAX_DEPTH, Symbol, is_atom_text
 from protocol.ids import is_frame_id, is_label
 from protocol.tx import (
+    FIELD_EDIT_CLASSES,
     ContextTx,
     Derive,
     Envelope,
@@ -110,7 +111,39 @@ bodies: st.SearchStrategy[tuple[Any, ...]] = st.builds(
 
 _sources = st.lists(refs, max_size=3).map(tuple)
 
+field_names: st.SearchStrategy[str] = labels.filter(lambda name: name != "from")
+
+
+def _edit_values(op: str) -> st.SearchStrategy[tuple[Any, ...]]:
+    if op == "incr":
+        return ints.map(lambda n: (n,))
+    if op == "unset":
+        return st.just(())
+    return st.lists(forms(6), min_size=op != "set", max_size=3).map(tuple)
+
+
+def _valid_edit(op: str, frame: str, sources: Any, field: str, values: Any) -> Any:
+    try:
+        edit = {"id": frame, "sources": sources, "field": field, "values": values}
+        return FIELD_EDIT_CLASSES[op].model_validate(edit)
+    except ValueError:  # a reserved form in the values: (from …) somewhere
+        return None
+
+
+field_edits: st.SearchStrategy[Any] = (
+    st.sampled_from(sorted(FIELD_EDIT_CLASSES))
+    .flatmap(
+        lambda op: st.builds(
+            _valid_edit, st.just(op), frame_ids, _sources, field_names, _edit_values(op)
+        )
+    )
+    .filter(lambda edit: edit is not None)
+)
+"""Valid field edits (``set``, ``append``, ``remove``, ``incr``, ``unset``) of any frame."""
+
+
 ops: st.SearchStrategy[Any] = st.one_of(
+    field_edits,
     st.builds(Derive, id=frame_ids, sources=_sources, body=bodies),
     st.builds(Revise, id=frame_ids, sources=_sources, body=bodies.filter(bool)),
     st.builds(Relate, subject=frame_ids, label=labels, object=frame_ids),

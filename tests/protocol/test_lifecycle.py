@@ -32,7 +32,11 @@ def test_eight_tick_window(ctx: Context) -> None:
     assert r["relief_now"]["tokens"] == 0  # type: ignore[index]
     assert r["relief_pending"]["frames"] == ["notes"]  # type: ignore[index]
     f = ctx.frame("notes")
-    assert (f["lifecycle"], f["due_tick"], f["retire_reason"]) == ("retiring", 108, "no longer needed")
+    assert (f["lifecycle"], f["due_tick"], f["retire_reason"]) == (
+        "retiring",
+        108,
+        "no longer needed",
+    )
     assert advance(ctx, 7) == []
     assert ctx.frame("notes")["lifecycle"] == "retiring"
     version = ctx.version()
@@ -76,7 +80,11 @@ def test_revise_restore_protect_cancel_the_request(ctx: Context) -> None:
     rejected = tx(ctx, "(retire c)")
     assert rejected["status"] == "rejected"
     assert rejected["errors"] == [
-        {"op": 0, "code": "protected", "message": "retire: frame c is protected; unprotect it first"}
+        {
+            "op": 0,
+            "code": "protected",
+            "message": "retire: frame c is protected; unprotect it first",
+        }
     ]
     assert tx(ctx, "(unprotect c)", "(retire c)")["status"] == "committed"
     assert ctx.frame("c")["lifecycle"] == "retiring"
@@ -103,8 +111,13 @@ def test_finalization_checks_the_revision(ctx: Context) -> None:
 
 
 def test_restore_then_revise_a_retired_frame_in_one_transaction(ctx: Context) -> None:
-    tx(ctx, "(derive old (x 1))", "(derive new (from old) (x 2))", "(relate new supersedes old)",
-       "(retire old)")
+    tx(
+        ctx,
+        "(derive old (x 1))",
+        "(derive new (from old) (x 2))",
+        "(relate new supersedes old)",
+        "(retire old)",
+    )
     assert ctx.frame("old")["lifecycle"] == "retired"
     rejected = tx(ctx, "(revise old (x 3))")
     assert rejected["errors"][0]["code"] == "retired_frame"  # type: ignore[index]

@@ -251,6 +251,39 @@ def test_stdio_every_tool_prompt_and_resources(tmp_path: Path) -> None:
     anyio.run(main)
 
 
+def test_stdio_field_edits_through_commit(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with stdio_client(tmp_path, "--create") as client:
+            listed = await client.list_tools()
+            commit_tool = next(t for t in listed.tools if t.name == "commit")
+            assert "(set|append|remove ID (FIELD VALUE...))" in str(commit_tool.description)
+            prompt = await client.get_prompt("protocol")
+            assert "(append ID (items" in prompt.messages[0].content.text  # type: ignore[union-attr]
+            made = doc(await client.call_tool("commit", {"tx": tx(0, "(derive plan (items))")}))
+            base = made["version"]
+            for item in ("a", "b"):  # two writers on one stale base: both land
+                got = doc(
+                    await client.call_tool(
+                        "commit", {"tx": tx(base, f"(append plan (items {item}))")}
+                    )
+                )
+                assert got["status"] == "committed", got
+            assert got["edits"] == [
+                {"op": 0, "id": "plan", "field": "items", "revision": 3, "outcome": "merged"}
+            ]
+            lost = doc(await client.call_tool("commit", {"tx": tx(base, "(set plan (items c))")}))
+            assert lost["status"] == "rejected"
+            assert lost["conflicts"] == [{"id": "plan", "version": base + 2, "field": "items"}]
+            frame = doc(await client.call_tool("frame", {"id": "plan"}))
+            assert frame["body"] == "(items a b)" and frame["revision"] == 3
+            bad = doc(
+                await client.call_tool("commit", {"tx": tx(base + 2, "(incr plan (items 1))")})
+            )
+            assert bad["status"] == "rejected" and bad["errors"][0]["code"] == "not_a_number"
+
+    anyio.run(main)
+
+
 def test_stdio_hostile_arguments_write_nothing(tmp_path: Path) -> None:
     async def main() -> None:
         async with stdio_client(tmp_path, "--create") as client:

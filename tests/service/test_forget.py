@@ -259,3 +259,21 @@ def test_logs_in_dict_form_and_client_ids_replay_after_a_forget(ctx: Context) ->
         assert fork.txlog(1)["client_id"] == "agent-1/tx-1"
     finally:
         fork.close()
+
+
+def test_field_edits_of_a_forgotten_frame_are_redacted_and_a_fork_replays(ctx: Context) -> None:
+    ctx.commit("(context-tx (base-version 0) (derive cfg (keys) (n 0)))")
+    ctx.commit(f'(context-tx (base-version 1) (append cfg (keys "{BODY_SECRET}")))')
+    ctx.commit(f'(context-tx (base-version 1) (set cfg (note "{BODY_SECRET}")))')  # merged
+    ctx.commit("(context-tx (base-version 3) (incr cfg (n 2)) (derive other (kept fine)))")
+    report = ctx.forget("cfg", reason="leak")
+    assert report.log_versions == [1, 2, 3, 4]
+    assert leaks(ctx, BODY_SECRET) == []
+    fork = ctx.fork(MemoryBackend())
+    try:
+        assert fork.version() == 4 and leaks(fork, BODY_SECRET) == []
+        assert fork.frame("cfg")["body"] == ctx.frame("cfg")["body"]
+        assert fork.frame("cfg")["revision"] == 4
+        assert fork.frame("other")["body"] == "(kept fine)"
+    finally:
+        fork.close()
