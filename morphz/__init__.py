@@ -15,15 +15,14 @@ answering a :class:`ContextHandle`; their errors (:class:`TransportError`,
 :class:`PermissionDenied` …) and the typed replies both forms answer
 (:class:`ClaimReply`, :class:`FrameReply` …) are here too.
 
-``import morphz`` does not import Ray, nor the actor layer, the compiler, the
-model clients or the recall walk: those names load on first use (module
+``import morphz`` does not import Ray, nor the actor layer, the embedding clients,
+the compiler, the model clients or the recall walk: those names load on first use (module
 ``__getattr__``). ``open_context(..., embedder=morphz.EmbedderConfig(...))``
 makes search hybrid: words and meaning, fused (docs/search.md).
 """
 
 from typing import TYPE_CHECKING, Any
 
-from adapters.embeddings import EmbedderConfig
 from protocol.capabilities import PermissionDenied
 from protocol.errors import (
     MorphzError,
@@ -71,6 +70,7 @@ from service.store import Store, open_context
 
 if TYPE_CHECKING:
     from actors import ContextHandle, RetryPolicy, connect, directory, lookup, place
+    from adapters.embeddings import EmbedderConfig
     from agents import ModelConfig, OpenAIChatModel, ScriptedModel, first_match
     from agents.scripted import build_tx
     from protocol.compiler import Compiler, CompilerConfig, compile_input
@@ -170,6 +170,8 @@ def __getattr__(name: str) -> Any:
             "read_recall": read_recall,
             "recall": recall,
         }[name]
+    elif name == "EmbedderConfig":
+        from adapters.embeddings import EmbedderConfig as value
     elif name == "ModelTurn":
         from protocol.turns import ModelTurn as value
     elif name == "PROTOCOL_TEXT":
