@@ -136,7 +136,9 @@ _OP_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 # --- msgpack framing ----------------------------------------------------------
 
 
-def _ext_default(obj: Any) -> Any:
+def ext_default(obj: Any) -> Any:
+    """msgpack's ``default``: an integer beyond 64 bits (at most :data:`MAX_INT_DIGITS`
+    digits) as the big-integer extension; anything else is a :class:`WireError`."""
     # msgpack calls this for integers that do not fit 64 bits (and unknown types).
     if isinstance(obj, int) and not isinstance(obj, bool):
         text = str(obj)
@@ -146,7 +148,9 @@ def _ext_default(obj: Any) -> Any:
     raise WireError(f"type {type(obj).__name__} cannot be encoded")
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def ext_hook(code: int, data: bytes) -> Any:
+    """msgpack's ``ext_hook``: the big-integer extension back to an ``int``; any other
+    extension type, or a big integer that fits 64 bits, is a :class:`WireError`."""
     if code != EXT_BIGINT:
         raise WireError(f"msgpack extension type {code} is not accepted")
     text = data.decode("ascii")
@@ -160,7 +164,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 def _encode(obj: Any) -> bytes:
     try:
-        body: bytes = msgpack.packb(obj, use_bin_type=True, default=_ext_default)
+        body: bytes = msgpack.packb(obj, use_bin_type=True, default=ext_default)
     except WireError:
         raise
     except Exception as e:  # foreign encoder: every failure becomes a WireError
@@ -195,7 +199,7 @@ def _decode(data: Any) -> Any:
             raw=False,
             strict_map_key=True,
             use_list=True,
-            ext_hook=_ext_hook,
+            ext_hook=ext_hook,
             max_bin_len=MAX_PAYLOAD_BYTES,
             max_str_len=MAX_PAYLOAD_BYTES,
             max_array_len=_MAX_CONTAINER,

@@ -24,6 +24,7 @@ from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
+from protocol.wire import ext_default, ext_hook
 from storage.backend import OPTIONAL_TABLES, TABLES
 from storage.keys import audit_key
 
@@ -36,11 +37,11 @@ _TABLES = TABLES + OPTIONAL_TABLES
 
 
 def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb(obj, use_bin_type=True, default=ext_default)  # type: ignore[no-any-return]
 
 
 def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=ext_hook)
 
 
 class _Table:

@@ -51,6 +51,7 @@ import msgpack
 
 from protocol.errors import StoreError
 from protocol.state import Frame, Meta
+from protocol.wire import ext_default, ext_hook
 from storage.backend import OPTIONAL_TABLES, TABLES
 
 T = TypeVar("T")
@@ -78,11 +79,11 @@ _GROUP_RE = re.compile(rb"[^\x00\xff]*")
 
 
 def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb(obj, use_bin_type=True, default=ext_default)  # type: ignore[no-any-return]
 
 
 def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=ext_hook)
 
 
 def _u64(n: int) -> bytes:

@@ -23,6 +23,7 @@ from protocol.forget import Rewrite
 from protocol.governance import append_audit
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset
+from protocol.wire import ext_default
 from storage.environment import MapFull
 from storage.keys import audit_key
 from storage.lmdb.audit import _AuditRows
@@ -334,7 +335,7 @@ class _LmdbWriteView(_LmdbReadView):
         # id is in event_ids already (every event is written with its index row).
         self._indexed: dict[int, str] = {}
         # One Packer per write: cheaper than packb's fresh Packer per record.
-        self._pk = msgpack.Packer(use_bin_type=True)
+        self._pk = msgpack.Packer(use_bin_type=True, default=ext_default)
 
     @_guard
     def apply(self, changes: Changeset) -> None:

@@ -26,6 +26,7 @@ from protocol.errors import WireError
 from protocol.forget import Rewrite
 from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset
+from protocol.wire import ext_default, ext_hook
 
 FORMAT = 1
 """The format byte every encoded batch starts with."""
@@ -110,7 +111,7 @@ def encode_op(op: Op) -> bytes:
         doc = ["rewrite", _rewrite(op)]
     else:
         doc = ["outbox_ack", op.upto]
-    return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
+    return msgpack.packb(doc, use_bin_type=True, default=ext_default)  # type: ignore[no-any-return]
 
 
 def encode_parts(epoch: int, seq: int, version: int, acked: int, ops: list[bytes]) -> bytes:
@@ -135,7 +136,7 @@ def batch_header(data: bytes) -> tuple[int, int, int, int]:
     if not isinstance(data, (bytes, bytearray)) or len(data) < 2 or data[0] != FORMAT:
         raise WireError(f"not a replicated batch of format {FORMAT}")
     try:
-        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=ext_hook)
         unpacker.feed(bytes(data[1:]))
         if unpacker.read_array_header() != 5:
             raise WireError("a replicated batch is a list of 5 items")
@@ -268,7 +269,9 @@ def decode_batch(data: bytes) -> Batch:
     if data[0] != FORMAT:
         raise WireError(f"a replicated batch has format {data[0]}, not {FORMAT}")
     try:
-        body = msgpack.unpackb(bytes(data[1:]), raw=False, strict_map_key=False)
+        body = msgpack.unpackb(
+            bytes(data[1:]), raw=False, strict_map_key=False, ext_hook=ext_hook
+        )
         epoch, seq, version, acked, ops = _ints(body, 5, "batch")
         for value in (epoch, seq, version, acked):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
