@@ -401,7 +401,8 @@ def create_app(resolver: Resolver) -> FastAPI:
         return await asyncio.to_thread(resolver.contexts)
 
     # The web inspector's pages (docs/inspector.md), each read checked by the actor's guard.
-    inspector = create_inspector(HandleSource(handle_of, names), error_status=error_status)
+    source = HandleSource(handle_of, names, getattr(resolver, "namespace", None))
+    inspector = create_inspector(source, error_status=error_status)
     app.mount(INSPECTOR_PREFIX, inspector)
 
     base = API_PREFIX + "/contexts/{context}"

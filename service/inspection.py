@@ -13,6 +13,7 @@ a side. Every port serves them the same way: the embedded inspector calls
 from __future__ import annotations
 
 import difflib
+import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +77,23 @@ def _edge(change: str) -> Edge | None:
     return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
 
 
-def _flips(v: ReadView, low: int, high: int) -> dict[Edge, bool]:
+MAX_CACHED_VERSIONS = 1_000_000
+"""Most versions whose relation changes one context keeps in memory (see :func:`_flips`)."""
+
+Changes = dict[int, tuple[Edge, ...]]
+_CHANGES: weakref.WeakKeyDictionary[Any, Changes] = weakref.WeakKeyDictionary()
+
+
+def _changes_of(backend: Any) -> Changes:
+    """The relation changes already read from *backend*'s log, by version: a committed log
+    record never changes what relations it changed, so a slider moved again reads no log."""
+    try:
+        return _CHANGES.setdefault(backend, {})
+    except TypeError:  # a backend that cannot be weakly referenced: no cache
+        return {}
+
+
+def _flips(v: ReadView, low: int, high: int, known: Changes) -> dict[Edge, bool]:
     """The relations changed an odd number of times by versions ``low+1 .. high``.
 
     A logged relation change is a flip (a relate of a present edge and an unrelate
@@ -85,19 +102,23 @@ def _flips(v: ReadView, low: int, high: int) -> dict[Edge, bool]:
     """
     flipped: dict[Edge, bool] = {}
     for version in range(low + 1, high + 1):
-        rec = v.txlog(version)
-        for change in (rec or {}).get("changes") or ():
-            e = _edge(change)
-            if e is not None:
-                if flipped.pop(e, None) is None:
-                    flipped[e] = True
+        edges = known.get(version)
+        if edges is None:
+            rec = v.txlog(version)
+            changes = (rec or {}).get("changes") or ()
+            edges = tuple(e for c in changes if (e := _edge(c)) is not None)
+            if len(known) < MAX_CACHED_VERSIONS:
+                known[version] = edges
+        for e in edges:
+            if flipped.pop(e, None) is None:
+                flipped[e] = True
     return flipped
 
 
 class _AsOf:
     """Frames and relations of one snapshot as they stood at version *at*."""
 
-    def __init__(self, v: ReadView, current: int, at: int) -> None:
+    def __init__(self, v: ReadView, current: int, at: int, known: Changes) -> None:
         self.v, self.current, self.at = v, current, at
         self.exact = True
         self.from_scratch = False
@@ -105,9 +126,9 @@ class _AsOf:
         if at == current:
             return
         if current - at <= MAX_LOG_WALK and current - at <= at:
-            changed = _flips(v, at, current)
+            changed = _flips(v, at, current, known)
         elif at <= MAX_LOG_WALK:
-            changed, self.from_scratch = _flips(v, 0, at), True
+            changed, self.from_scratch = _flips(v, 0, at, known), True
         else:  # too far from both ends: relations as they stand now
             changed, self.exact = {}, False
         for e in changed:
@@ -160,10 +181,15 @@ def _node(f: Frame, center: bool) -> dict[str, Any]:
 
 
 def _graph(
-    v: ReadView, center: str | None, version: int | None, radius: int, limit: int
+    v: ReadView,
+    center: str | None,
+    version: int | None,
+    radius: int,
+    limit: int,
+    known: Changes,
 ) -> dict[str, Any]:
     current, at = _version(v, version)
-    view = _AsOf(v, current, at)
+    view = _AsOf(v, current, at, known)
     if center is not None:
         if view.frame(center) is None:
             where = "" if at == current else f" at version {at}"
@@ -236,7 +262,8 @@ def graph(
         raise OutOfRange(f"limit must be between 1 and {MAX_GRAPH_NODES}, not {limit}")
     if not 0 <= radius <= MAX_RADIUS:
         raise OutOfRange(f"radius must be between 0 and {MAX_RADIUS}, not {radius}")
-    return ctx.backend.read(lambda v: _graph(v, center, version, radius, limit))
+    known = _changes_of(ctx.backend)
+    return ctx.backend.read(lambda v: _graph(v, center, version, radius, limit, known))
 
 
 def _agent(v: ReadView, rec: dict[str, Any]) -> str:

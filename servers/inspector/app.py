@@ -133,7 +133,8 @@ class _Pages:
 
     async def contexts(self, request: Request) -> dict[str, Any]:
         rows = await self.source.contexts(_token_of(request))
-        return {"contexts": rows, "served": self.source.served}
+        placement = await self.source.placement()
+        return {"contexts": rows, "served": self.source.served, "placement": placement}
 
     async def graph(self, request: Request, context: str) -> dict[str, Any]:
         data = await self.read(
@@ -292,7 +293,9 @@ def create_inspector(source: Source, *, error_status: Status) -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def contexts_page(request: Request) -> Any:
         found = await pages.contexts(request)
-        return html(request, "contexts.html", contexts=found["contexts"])
+        return html(
+            request, "contexts.html", contexts=found["contexts"], placement=found["placement"]
+        )
 
     @app.post("/capability", include_in_schema=False)
     async def capability(request: Request) -> Any:

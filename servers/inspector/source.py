@@ -62,6 +62,10 @@ class Source(Protocol):
         """The read *what* (one of :data:`READS`) of *context* as JSON-ready data."""
         ...
 
+    async def placement(self) -> list[dict[str, Any]] | None:
+        """On a cluster, each placed context's primary, followers and lag; else None."""
+        ...
+
 
 def _plain(reply: Any) -> Any:
     """A typed reply (or a list of them) as the plain dict its JSON twin shows."""
@@ -102,7 +106,9 @@ class StoreSource:
     """Every context of one store directory, opened read-only in this process.
 
     Opened contexts are kept (a read-only open takes no writer lock, so a running
-    writer is unaffected) and read one at a time: a context is not thread-safe.
+    writer is unaffected) and read one at a time: a context is not thread-safe. A
+    context's counters (``Store.info``, which counts every frame) are kept until its
+    version moves.
     """
 
     served = False
@@ -112,17 +118,33 @@ class StoreSource:
 
         self.store = Store(store_dir)
         self._open: dict[str, Context] = {}
+        self._info: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def _context(self, name: str) -> Context:
         ctx = self._open.get(name)
         if ctx is None:
-            ctx = self._open[name] = self.store.open(name, readonly=True)
+            from service.search import embedder_from_env
+            from service.store import open_context
+
+            # MORPHZ_EMBED_*: hybrid search, as `morphz serve` and `morphz search` do.
+            embedder = embedder_from_env()
+            ctx = open_context(self.store.path, name, readonly=True, embedder=embedder)
+            self._open[name] = ctx
         return ctx
 
     def _contexts(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [info.model_dump() for info in self.store.contexts_info()]
+            if not self.store.path.is_dir():
+                self.store.contexts_info()  # NotFound: no store there (never an empty list)
+            out = []
+            for name in self.store.contexts():
+                version = self._context(name).meta().version
+                cached = self._info.get(name)
+                if cached is None or cached["version"] != version:  # counting frames is O(n)
+                    cached = self._info[name] = self.store.info(name).model_dump()
+                out.append(cached)
+            return out
 
     def _read(self, context: str, what: str, args: dict[str, Any]) -> Any:
         with self._lock:
@@ -131,6 +153,10 @@ class StoreSource:
     async def contexts(self, token: bytes | None) -> list[dict[str, Any]]:
         """See :class:`Source`."""
         return await asyncio.to_thread(self._contexts)
+
+    async def placement(self) -> list[dict[str, Any]] | None:
+        """See :class:`Source`: an embedded store has no cluster."""
+        return None
 
     async def read(self, context: str, what: str, args: dict[str, Any], token: bytes | None) -> Any:
         """See :class:`Source`; *token* is not needed by an embedded store."""
@@ -149,15 +175,28 @@ Handles = Callable[[str], Awaitable["ContextHandle"]]
 
 class HandleSource:
     """Contexts behind their actors: *handle* gives a context's handle (NotFound for an
-    unknown one), *names* lists the contexts. Every read carries the caller's token."""
+    unknown one), *names* lists the contexts; with *namespace* (the actors'), the
+    contexts page shows the cluster's placement (primary, followers, lag). Every read
+    carries the caller's token."""
 
     served = True
 
     def __init__(
-        self, handle: Handles, names: Callable[[], Awaitable[list[dict[str, Any]]]]
+        self,
+        handle: Handles,
+        names: Callable[[], Awaitable[list[dict[str, Any]]]],
+        namespace: str | None = None,
     ) -> None:
         self._handle = handle
         self._names = names
+        self._namespace = namespace
+
+    async def placement(self) -> list[dict[str, Any]] | None:
+        """See :class:`Source`: the placement table of the context directory of the
+        actors' namespace (docs/cluster.md); empty when no directory was created."""
+        if self._namespace is None:
+            return None
+        return await asyncio.to_thread(_placement, self._namespace)
 
     async def contexts(self, token: bytes | None) -> list[dict[str, Any]]:
         """See :class:`Source`: each context with its counters where its actor answers."""
@@ -205,3 +244,11 @@ class HandleSource:
             stats, meta = await asyncio.gather(h.stats_async(), h.meta.aio())
             return {"time": time.time(), "version": meta.version, "tick": meta.tick, **stats}
         raise RequestError(f"no read {what[:40]!r}", code="bad_argument")
+
+
+def _placement(namespace: str) -> list[dict[str, Any]]:
+    from actors.cluster.directory import existing_directory
+    from actors.cluster.status import placement_table
+
+    handle = existing_directory(namespace)
+    return [] if handle is None else placement_table(handle)

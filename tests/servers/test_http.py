@@ -441,3 +441,26 @@ def test_the_inspector_reads_through_the_actors_and_their_guard(
         assert handle.version() == 0
     finally:
         handle.shutdown()
+
+
+def test_the_inspector_lists_the_cluster_placement(client: httpx.Client, server: Server) -> None:
+    import ray
+
+    from actors import place
+    from actors.cluster.directory import directory
+
+    assert client.get("/inspect/api/").json()["placement"] == []  # no directory yet
+    d = directory(server.namespace)
+    name = "placed-" + uuid.uuid4().hex[:8]
+    handle = place(name, namespace=server.namespace, store_dir=str(server.store / "placed"))
+    try:
+        rows = client.get("/inspect/api/").json()["placement"]
+        row = next(r for r in rows if r["name"] == name)
+        assert row["primary"]["node_alive"] and row["primary"]["version"] == 0
+        assert row["followers"] == []
+        page = client.get("/inspect/")
+        assert page.status_code == 200 and 'id="placement"' in page.text and name in page.text
+    finally:
+        handle.shutdown()
+        d.remove(name)
+        ray.kill(d.actor, no_restart=True)
