@@ -218,16 +218,7 @@ class _TxReader:
         sources: tuple[str, ...] = ()
         has_from = bool(body) and _is_from_list(body[0])
         if has_from:
-            from_where = arg_wheres[1]
-            ref_wheres = (
-                from_where.items[1:]
-                if isinstance(from_where, Located) and from_where.items is not None
-                else [from_where] * (len(body[0]) - 1)
-            )
-            sources = tuple(
-                self.atom(name, f, w, "a source")
-                for f, w in zip(body[0][1:], ref_wheres, strict=True)
-            )
+            sources = self.sources(name, body[0], arg_wheres[1])
             body = body[1:]
         cls = Derive if name == "derive" else Revise
         try:
@@ -247,6 +238,18 @@ class _TxReader:
                 bad = again or bad
             raise self.fail(self.locate(bad.path, 2 + has_from, where), str(bad)) from None
 
+    def sources(self, name: str, from_list: tuple[Form, ...], from_where: Any) -> tuple[str, ...]:
+        """The references of a ``(from REF…)`` list, each checked as an atom where it stands."""
+        ref_wheres = (
+            from_where.items[1:]
+            if isinstance(from_where, Located) and from_where.items is not None
+            else [from_where] * (len(from_list) - 1)
+        )
+        return tuple(
+            self.atom(name, f, w, "a source")
+            for f, w in zip(from_list[1:], ref_wheres, strict=True)
+        )
+
     def field_op(
         self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
     ) -> FieldEdit:
@@ -261,16 +264,7 @@ class _TxReader:
         rest, rest_wheres = args[1:], arg_wheres[1:]
         sources: tuple[str, ...] = ()
         if rest and _is_from_list(rest[0]):
-            from_where = rest_wheres[0]
-            ref_wheres = (
-                from_where.items[1:]
-                if isinstance(from_where, Located) and from_where.items is not None
-                else [from_where] * (len(rest[0]) - 1)
-            )
-            sources = tuple(
-                self.atom(name, f, w, "a source")
-                for f, w in zip(rest[0][1:], ref_wheres, strict=True)
-            )
+            sources = self.sources(name, rest[0], rest_wheres[0])
             rest, rest_wheres = rest[1:], rest_wheres[1:]
         if len(rest) != 1:
             raise self.fail(where, f"{name} edits exactly one field: {shape}")
