@@ -210,6 +210,8 @@ class MetaReply(Reply):
     created: float
     tenant: str | None
     project: str | None
+    branches: dict[str, Any] | None = None
+    """Sent when the context has a fork origin, merges or tags (docs/branches.md)."""
 
 
 class SnapshotReply(Reply):

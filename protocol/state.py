@@ -75,9 +75,13 @@ class Meta:
     created: float = 0.0
     tenant: str | None = None
     project: str | None = None
+    branches: dict[str, Any] | None = None
+    """Where the context comes from and what it merged (a fork's origin and version, the
+    last merge from each source) and its tags (docs/branches.md). Replaced, never
+    mutated in place: copies share it."""
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "version": self.version,
             "tick": self.tick,
             "window": self.window,
@@ -87,6 +91,9 @@ class Meta:
             "tenant": self.tenant,
             "project": self.project,
         }
+        if self.branches is not None:
+            out["branches"] = self.branches
+        return out
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Meta:
@@ -102,6 +109,7 @@ class Meta:
             self.created,
             self.tenant,
             self.project,
+            self.branches,
         )
 
 

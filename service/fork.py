@@ -14,14 +14,23 @@ source's current delivery flag.
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
+from pathlib import Path
 from typing import Any
 
 from protocol.engine import evaluate, finalize_due
-from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.errors import NotFound, OutOfRange, RequestError, StoreError
 from protocol.state import ACTIVE, Meta
 from protocol.view import Changeset, ReadView, WriteView
 from service.reads import logged_tx
+from storage import LmdbStore, check_context_name, context_path
 from storage.backend import Backend
+
+ASIDE = ".morphz-"
+"""Prefix of the directories a fork is built in and a drop is moved to (never a context
+name: a context name cannot start with a dot)."""
 
 
 def fork_into(
@@ -90,6 +99,9 @@ def fork_into(
         created=meta.created or 1.0,
         tenant=meta.tenant,
         project=meta.project,
+        # Where the fork comes from: the merge base of a later diff or merge
+        # (docs/branches.md). Tags stay with the source.
+        branches={"fork": {"origin": origin, "version": version}} if origin else None,
     )
 
     def load(w: WriteView) -> None:
@@ -140,3 +152,45 @@ def fork_into(
         "waiting": len(waiting or ()),
         "origin": origin,
     }
+
+
+def fork_store(
+    store_dir: str | os.PathLike[str], source: str, new: str, *, at_version: int | None = None
+) -> dict[str, Any]:
+    """Fork context *source* of the store at *store_dir* into the new context *new*.
+
+    Atomic: the fork is built in a directory aside and renamed into place only once
+    complete, so a failed fork leaves no context *new* behind and a retry can succeed.
+    The source is read through a read-only open, which runs beside its writer.
+    RequestError ``exists`` if *new* exists, NotFound if *source* does not.
+    Returns what :func:`fork_into` returns, with ``context`` set to *new*.
+    """
+    root = Path(store_dir)
+    check_context_name(new)
+    final = context_path(root, new)
+    if LmdbStore.exists(final):
+        raise RequestError(f"context {new!r} already exists", code="exists")
+    if not LmdbStore.exists(context_path(root, source)):
+        raise NotFound(f"no context {source!r} in {root}")
+    aside = root / f"{ASIDE}fork-{new}-{uuid.uuid4().hex[:12]}"
+    try:
+        src = LmdbStore.open(context_path(root, source), readonly=True)
+        try:
+            target = LmdbStore.open(aside, create=True)
+            try:
+                doc = fork_into(src, target, at_version=at_version, origin=source)
+            finally:
+                target.close()
+        finally:
+            src.close()
+        try:
+            os.rename(aside, final)
+        except OSError as e:
+            if LmdbStore.exists(final):
+                raise RequestError(f"context {new!r} already exists", code="exists") from e
+            raise StoreError(f"cannot move the fork into place at {final}: {e}") from e
+    finally:
+        if aside.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+    doc["context"] = new
+    return doc

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import service.asof as asof
+import service.branches as branches
 import service.observations as observations
 import service.queries as queries
 from service.registry import OPERATIONS, Operation, Route, Tool
@@ -68,6 +70,48 @@ class Operations:
     txlog = Operation(queries.txlog, permission="read", writes=False)
     traces = Operation(queries.traces, permission="read", writes=False)
     audit = Operation(queries.audit, permission="admin", writes=False)
+    state_at = Operation(
+        asof.state_at, permission="read", writes=False, http=Route("GET", "/state/at/{at}")
+    )
+    recall_at = Operation(asof.recall_at, permission="read", writes=False)
+    tag = Operation(
+        asof.tag, permission="commit", writes=True, http=Route("POST", "/tags", 201), mcp=Tool()
+    )
+    tags = Operation(
+        asof.tags,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/tags", key="tags"),
+        mcp=Tool(),
+    )
+    untag = Operation(asof.untag, permission="commit", writes=True)
+    branch = Operation(
+        branches.branch,
+        permission="admin",
+        writes=True,
+        http=Route("POST", "/branch", 201),
+        mcp=Tool(),
+    )
+    diff = Operation(
+        branches.diff,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/diff/{source}"),
+        mcp=Tool("diff_context"),
+    )
+    merge = Operation(
+        branches.merge,
+        permission="commit",
+        writes=True,
+        http=Route("POST", "/merge"),
+        mcp=Tool("merge_context"),
+    )
+    pick = Operation(
+        branches.pick, permission="commit", writes=True, http=Route("POST", "/pick"), mcp=Tool()
+    )
+    revert = Operation(
+        branches.revert, permission="commit", writes=True, http=Route("POST", "/revert"), mcp=Tool()
+    )
 
 
 def operations() -> list[Operation[Any, Any]]:

@@ -31,6 +31,7 @@ from protocol.replies import (
     StateReply,
     UpdateReadReply,
 )
+from service.asof import VersionRef, resolve
 from service.reads import MAX_READ_CHARS, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
 from service.registry import Count, EventRef, FrameId
 
@@ -52,9 +53,15 @@ def frame(ctx: Context, frame_id: FrameId) -> FrameReply:
     return FrameReply.of(ctx.backend.read(lambda v: reads.frame(v, frame_id)))
 
 
-def frame_at(ctx: Context, frame_id: FrameId, version: Count) -> FrameReply:
-    """The frame as it stood when *version* committed (R29 as-of read); NotFound if absent."""
-    return FrameReply.of(ctx.backend.read(lambda v: reads.frame_at(v, frame_id, version)))
+def frame_at(ctx: Context, frame_id: FrameId, version: VersionRef) -> FrameReply:
+    """The frame as it stood when *version* (a number or a tag) committed (R29 as-of
+    read); NotFound if absent."""
+
+    def read(v: Any) -> dict[str, Any]:
+        at = version if isinstance(version, int) else resolve(v, version)
+        return reads.frame_at(v, frame_id, at)
+
+    return FrameReply.of(ctx.backend.read(read))
 
 
 def event(ctx: Context, ref: EventRef) -> EventReply:

@@ -23,6 +23,7 @@ from protocol.errors import NotFound, RequestError, StoreError
 from protocol.suggest import did_you_mean
 from protocol.view import ReadView
 from service.context import Context
+from service.fork import ASIDE
 from storage import LmdbStore, check_context_name, context_path
 
 DEFAULT_STORE = ".morphz"
@@ -36,9 +37,7 @@ __all__ = [
     "open_context",
 ]
 
-_ASIDE = ".morphz-"
-"""Prefix of the directories a fork is built in and a drop is moved to (never a context
-name: a context name starts with a letter or digit)."""
+_ASIDE = ASIDE
 
 
 def missing_context(store_dir: str | os.PathLike[str], name: str) -> NotFound:
@@ -264,28 +263,11 @@ class Store:
         ``exists`` if *new* exists. Returns what
         :func:`service.fork.fork_into` returns, with ``context`` set to *new*.
         """
-        from service.fork import fork_into
+        from service.fork import fork_store
 
         check_context_name(new)
         if self.exists(new):
             raise RequestError(f"context {new!r} already exists", code="exists")
-        final = self.context_path(new)
-        aside = self.path / f"{_ASIDE}fork-{new}-{uuid.uuid4().hex[:12]}"
-        try:
-            with self.open(source, readonly=True) as src:
-                target = LmdbStore.open(aside, create=True)
-                try:
-                    doc = fork_into(src.backend, target, at_version=at_version, origin=source)
-                finally:
-                    target.close()
-            try:
-                os.rename(aside, final)
-            except OSError as e:
-                if self.exists(new):
-                    raise RequestError(f"context {new!r} already exists", code="exists") from e
-                raise StoreError(f"cannot move the fork into place at {final}: {e}") from e
-        finally:
-            if aside.exists():
-                shutil.rmtree(aside, ignore_errors=True)
-        doc["context"] = new
-        return doc
+        if not self.exists(source):
+            raise missing_context(self.path, source)
+        return fork_store(self.path, source, new, at_version=at_version)

@@ -354,12 +354,14 @@ def _human_state(d: dict[str, Any]) -> str:
 
 
 @cli.command()
+@click.option("--at", "at", default=None, help="As of this version or tag (docs/branches.md).")
 @click.pass_obj
 @run_command
-def state(env: Env) -> None:
-    """Version, tick, frames, events and relations of the context."""
+def state(env: Env, at: str | None) -> None:
+    """Version, tick, frames, events and relations of the context (now, or --at a version
+    or a tag)."""
     with env.read() as ctx:
-        doc = ctx.state()
+        doc = ctx.state() if at is None else ctx.state_at(int(at) if at.isdigit() else at)
     emit(env, doc, _human_state)
 
 
@@ -516,6 +518,7 @@ def fork(env: Env, new_context: str, at_version: int | None) -> None:
 
 
 from morphz.cli.actors import actors_cmd, stop_cmd  # noqa: E402
+from morphz.cli.branches import BRANCH_COMMANDS  # noqa: E402
 from morphz.cli.contexts import contexts_cmd, drop_cmd  # noqa: E402
 from morphz.cli.demo import demo_cmd  # noqa: E402
 from morphz.cli.forget import compact_cmd, forget_cmd  # noqa: E402
@@ -529,6 +532,8 @@ from morphz.cli.search import import_cmd, reindex_cmd, search_cmd  # noqa: E402
 from morphz.cli.serve import serve_cmd  # noqa: E402
 from morphz.cli.top import top_cmd  # noqa: E402
 
+for _cmd in BRANCH_COMMANDS:
+    cli.add_command(_cmd)
 cli.add_command(contexts_cmd)
 cli.add_command(actors_cmd)
 cli.add_command(stop_cmd)

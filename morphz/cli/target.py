@@ -53,6 +53,9 @@ class Writer(Protocol):
 
     via: str
     """``"store"`` or ``"actor"``: which port carries the writes."""
+    port: Any
+    """The embedded context or the actor's handle: every registered operation
+    (``port.merge(…)``, ``port.tag(…)``) answers the same reply on both."""
 
     def observe(self, kind: str, text: str, session: str) -> dict[str, Any]:
         """Record an observation: ``{"ref", "id", "kind", "session", "size"}``."""
@@ -91,6 +94,7 @@ class StoreWriter:
     via = "store"
 
     def __init__(self, ctx: Context) -> None:
+        self.port = ctx
         self.ctx = ctx
 
     def observe(self, kind: str, text: str, session: str) -> dict[str, Any]:
@@ -121,6 +125,7 @@ class ActorWriter:
 
     def __init__(self, handle: ContextHandle) -> None:
         self.handle = handle
+        self.port = handle
 
     def observe(self, kind: str, text: str, session: str) -> dict[str, Any]:
         """:meth:`Writer.observe` through the actor."""

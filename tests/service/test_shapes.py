@@ -259,6 +259,16 @@ EXAMPLES: dict[str, Any] = {
     "txlog": lambda c: c.txlog(1),
     "traces": lambda c: c.traces(after=0, limit=10),
     "audit": lambda c: c.audit(0, 10),
+    "state_at": lambda c: c.state_at(1),
+    "recall_at": lambda c: c.recall_at(1, {"frame_id": "test-result"}),
+    "tag": lambda c: c.tag("first", 1),
+    "tags": lambda c: c.tags(),
+    "untag": lambda c: c.untag("first"),
+    "branch": lambda c: c.branch("alt"),
+    "diff": lambda c: c.diff("alt"),
+    "merge": lambda c: c.merge("alt", dry_run=True),
+    "pick": lambda c: c.pick("alt", frames=["release"]),
+    "revert": lambda c: c.revert(1, 1, dry_run=True, strategy="theirs"),
 }
 """One call of every registered operation, after :func:`script`."""
 
