@@ -1,4 +1,4 @@
-"""``morphz diff``, ``merge``, ``pick``, ``tag``, ``revert``: branches of memory (docs/branches.md).
+"""``morphz fork``, ``diff``, ``merge``, ``pick``, ``tag``, ``revert`` (docs/branches.md).
 
 Read from the target's side, as git does: ``morphz --context main diff alt``
 compares ``main`` (ours) with ``alt`` (theirs); ``merge alt`` brings ``alt``'s
@@ -137,6 +137,22 @@ def _finish(env: Env, reply: Any) -> None:
     emit(env, reply, human_merge)
     if reply["status"] == "refused":
         sys.exit(EXIT_REFUSED)
+
+
+@click.command("fork")
+@click.argument("new_context")
+@click.option("--at-version", type=int, default=None, help="Fork as of this version.")
+@click.pass_obj
+@run_command
+def fork_cmd(env: Env, new_context: str, at_version: int | None) -> None:
+    """Fork this context into NEW_CONTEXT as of a version, for new tasks to start from.
+
+    Atomic: a failed fork leaves no NEW_CONTEXT behind.
+    """
+    from service.store import Store
+
+    doc = Store(env.store).fork(env.context, new_context, at_version=at_version)
+    emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
 
 
 @click.command("diff")
@@ -279,5 +295,5 @@ def revert_cmd(
     _finish(env, reply)
 
 
-BRANCH_COMMANDS = (diff_cmd, merge_cmd, pick_cmd, tag_cmd, revert_cmd)
+BRANCH_COMMANDS = (fork_cmd, diff_cmd, merge_cmd, pick_cmd, tag_cmd, revert_cmd)
 """The commands this module adds to ``morphz``."""

@@ -358,8 +358,7 @@ def _human_state(d: dict[str, Any]) -> str:
 @click.pass_obj
 @run_command
 def state(env: Env, at: str | None) -> None:
-    """Version, tick, frames, events and relations of the context (now, or --at a version
-    or a tag)."""
+    """Version, tick, frames, events and relations of the context (now, or --at)."""
     with env.read() as ctx:
         doc = ctx.state() if at is None else ctx.state_at(int(at) if at.isdigit() else at)
     emit(env, doc, _human_state)
@@ -499,22 +498,6 @@ def _influence_text(doc: dict[str, Any]) -> str:
         row("retrieved, not adopted:", doc["retrieved_not_adopted"])
         row("present, not cited:", doc["present_not_cited"])
     return "\n".join(lines)
-
-
-@cli.command()
-@click.argument("new_context")
-@click.option("--at-version", type=int, default=None, help="Fork as of this version.")
-@click.pass_obj
-@run_command
-def fork(env: Env, new_context: str, at_version: int | None) -> None:
-    """Fork this context into NEW_CONTEXT as of a version, for new tasks to start from.
-
-    Atomic: a failed fork leaves no NEW_CONTEXT behind.
-    """
-    from service.store import Store
-
-    doc = Store(env.store).fork(env.context, new_context, at_version=at_version)
-    emit(env, doc, lambda d: f"{d['context']}: forked from {d['origin']} at version {d['version']}")
 
 
 from morphz.cli.actors import actors_cmd, stop_cmd  # noqa: E402
