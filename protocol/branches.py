@@ -33,7 +33,7 @@ change too. Everything here is a function of its arguments.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -325,11 +325,11 @@ class Plan:
 
 
 def _sources(
-    f: Frame, exists: set[str], event_refs: Mapping[str, str], plan: Plan
+    f: Frame, exists: Callable[[str], bool], event_refs: Mapping[str, str], plan: Plan
 ) -> tuple[str, ...]:
     out: list[str] = []
     for s in f.sources:
-        ref = event_refs.get(s) if s.startswith("ev:") else (s if s in exists else None)
+        ref = event_refs.get(s) if s.startswith("ev:") else (s if exists(s) else None)
         if ref is None:
             plan.dropped_sources.append((f.id, s))
         elif ref not in out and len(out) < MAX_REFS:
@@ -340,7 +340,7 @@ def _sources(
 def plan_ops(
     merged: Iterable[tuple[Frame | None, Frame]],
     *,
-    exists: Iterable[str],
+    exists: Callable[[str], bool],
     event_refs: Mapping[str, str],
     relations_added: Iterable[Edge] = (),
     relations_removed: Iterable[Edge] = (),
@@ -349,17 +349,23 @@ def plan_ops(
     ``(ours, merged)``, ours None for a frame the target lacks), then the relation
     changes whose ends exist afterwards.
 
-    *exists*: the frame ids the target holds; *event_refs*: the target's reference
+    *exists*: whether the target holds a frame id; *event_refs*: the target's reference
     (``@eN``) of each event id a merged frame may cite. A source the target cannot
     resolve is left out and listed in ``dropped_sources``. New frames are derived in
     the order given (the caller orders them by creation, so a frame's sources come first).
     """
     plan = Plan()
-    have = set(exists)
     pairs = list(merged)
-    for ours, new in pairs:  # new frames first: changed ones may cite them
-        if ours is None:
-            have.add(new.id)
+    created = {new.id for ours, new in pairs if ours is None}  # derived first: cited later
+    known: dict[str, bool] = {}
+
+    def have(frame_id: str) -> bool:
+        if frame_id in created:
+            return True
+        if frame_id not in known:
+            known[frame_id] = exists(frame_id)
+        return known[frame_id]
+
     for ours, new in sorted(pairs, key=lambda p: p[0] is not None):
         plan.frames.append(new.id)
         sources = _sources(new, have, event_refs, plan)
@@ -382,7 +388,7 @@ def plan_ops(
         if new.protected and not ours.protected:
             plan.ops.append(Protect(id=new.id))
     for s, label, o in relations_added:
-        if s in have and o in have:
+        if have(s) and have(o):
             plan.ops.append(Relate(subject=s, label=label, object=o))
             plan.relations_added.append((s, label, o))
     for s, label, o in relations_removed:

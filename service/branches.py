@@ -273,6 +273,41 @@ def diff(ctx: Context, source: ContextName) -> BranchReply:
         return diff_contexts(ctx, other)
 
 
+def changes(
+    ctx: Context, from_version: VersionRef, to_version: VersionRef | None = None
+) -> BranchReply:
+    """What changed in this context between two versions (numbers or tags; *to_version*
+    defaults to now): per frame added, changed or retired; the observations recorded in
+    between; relations added and removed. ``diff`` of a context with its own past."""
+
+    def read(v: ReadView) -> _Diff:
+        lo = resolve(v, from_version)
+        hi = v.meta().version if to_version is None else resolve(v, to_version)
+        if lo > hi:
+            raise OutOfRange(f"from version {lo} is after to version {hi}")
+        frames: list[FrameDiff] = []
+        for f in v.iter_frames():
+            if max(f.updated_version, f.retired_version or 0) <= lo:
+                continue
+            if not any(lo < n <= hi for n in v.frame_history(f.id)):
+                continue
+            before = v.frame_at(f.id, lo)
+            found = classify(f.id, before, before, v.frame_at(f.id, hi))
+            if found is not None:
+                frames.append(found)
+        then = relations_at(v, lo)
+        rel = relation_changes(then, then, relations_at(v, hi))
+        times = [(v.txlog(n) or {}).get("time") if n else None for n in (lo, hi)]
+        events = [
+            e
+            for e in v.iter_events()
+            if (times[0] is None or e.time > times[0]) and (times[1] is None or e.time <= times[1])
+        ]
+        return _Diff(Lineage("target", lo, lo, hi, "versions"), lo, hi, frames, events, rel)
+
+    return _reply(ctx.name, ctx.name, ctx.backend.read(read))
+
+
 class _Abort(Exception):
     """Raised inside a write to discard it (a dry run, a refusal); carries the reply."""
 
@@ -369,7 +404,7 @@ def apply_diff(
     added, removed, _, _ = d.rel
     plan: Plan = plan_ops(
         pairs,
-        exists=[f.id for f in w.iter_frames()],
+        exists=lambda fid: w.frame(fid) is not None,
         event_refs=refs,
         relations_added=added,
         relations_removed=removed,

@@ -99,6 +99,13 @@ class Operations:
         http=Route("GET", "/diff/{source}"),
         mcp=Tool("diff_context"),
     )
+    changes = Operation(
+        branches.changes,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/changes"),
+        mcp=Tool("changes_between"),
+    )
     merge = Operation(
         branches.merge,
         permission="commit",

@@ -68,6 +68,9 @@ def _frame_lines(d: Any) -> list[str]:
 def human_diff(d: Any) -> str:
     """A diff as ``morphz diff`` prints it."""
     base = d["base"]
+    if base["via"] == "versions":
+        head = f"{d['target']}: versions {d['ours_version']}..{d['theirs_version']}"
+        return "\n".join([head, *(_frame_lines(d) or ["  no frame changed"])])
     lines = [
         f"{d['target']} (ours, v{d['ours_version']}) <- {d['source']} (theirs,"
         f" v{d['theirs_version']}); base: {base['via']} at version {base['version']}"
@@ -156,15 +159,28 @@ def fork_cmd(env: Env, new_context: str, at_version: int | None) -> None:
 
 
 @click.command("diff")
-@click.argument("source")
+@click.argument("source", required=False)
+@click.option("--from", "since", default=None, help="Without SOURCE: from this version or tag.")
+@click.option("--to", "until", default=None, help="Without SOURCE: to this version or tag.")
 @click.pass_obj
 @run_command
-def diff_cmd(env: Env, source: str) -> None:
+def diff_cmd(env: Env, source: str | None, since: str | None, until: str | None) -> None:
     """What merging SOURCE into this context would find: per frame added, changed, retired,
-    conflict or behind since the merge base; new observations; relations."""
-    with env.read() as ctx:
-        reply = ctx.diff(source)
+    conflict or behind since the merge base; new observations; relations. Without SOURCE,
+    what changed in this context --from a version --to another (default now)."""
+    if (source is None) == (since is None):
+        raise click.UsageError("give SOURCE, or --from (and --to) without SOURCE")
+    if source is None and since is not None:
+        with env.read() as ctx:
+            reply = ctx.changes(_version(since), None if until is None else _version(until))
+    else:
+        with env.read() as ctx:
+            reply = ctx.diff(source)
     emit(env, reply, human_diff)
+
+
+def _version(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
 
 
 @click.command("merge")

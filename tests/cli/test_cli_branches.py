@@ -85,6 +85,9 @@ def test_strategy_pick_tag_state_at_and_revert(forked: Cli) -> None:
     assert reverted["status"] == "merged" and reverted["applied"] == ["idea"]
     at_tag = forked.ok("--context", "main", "state", "--at", "picked")
     assert "idea" in [f["id"] for f in at_tag["frames"]]
+    since = forked.ok("--context", "main", "diff", "--from", "picked")
+    assert [(f["id"], f["status"]) for f in since["frames"]] == [("idea", "retired")]
+    assert "versions 3..4" in forked.human("--context", "main", "diff", "--from", "3", "--to", "4")
 
 
 def test_bad_input_exits_2_and_writes_nothing(forked: Cli) -> None:
@@ -94,6 +97,8 @@ def test_bad_input_exits_2_and_writes_nothing(forked: Cli) -> None:
         ("tag", "9lives"),
         ("revert", "5", "2"),
         ("state", "--at", "-1"),
+        ("diff",),
+        ("diff", "alt", "--from", "1"),
     ):
         r = forked("--context", "main", *args)
         assert r.code == 2, (args, r.code, r.out, r.err)

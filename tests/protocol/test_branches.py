@@ -87,7 +87,7 @@ def test_plan_ops_field_edits_derives_first_and_dropped_sources() -> None:
     new = frame("(use cache)", "idea", sources=("missing",))
     plan = plan_ops(
         [(ours, changed), (None, new)],
-        exists=["p"],
+        exists={"p"}.__contains__,
         event_refs={"ev:" + "0" * 20: "@e7"},
         relations_added=[("idea", "refines", "p"), ("idea", "x", "nowhere")],
     )
@@ -96,11 +96,11 @@ def test_plan_ops_field_edits_derives_first_and_dropped_sources() -> None:
     assert isinstance(plan.ops[1], SetField) and plan.ops[1].sources == ("@e7", "idea")
     assert plan.ops[2] == Relate(subject="idea", label="refines", object="p")
     assert len(plan.ops) == 3 and plan.dropped_sources == [("idea", "missing")]
-    unkeyed = plan_ops([(frame('"a"'), frame('"b"'))], exists=["p"], event_refs={})
+    unkeyed = plan_ops([(frame('"a"'), frame('"b"'))], exists={"p"}.__contains__, event_refs={})
     assert isinstance(unkeyed.ops[0], Revise)
     retiring = plan_ops(
         [(ours, frame("(status draft) (owner ann)", lifecycle=RETIRING))],
-        exists=["p"],
+        exists={"p"}.__contains__,
         event_refs={},
     )
     assert retiring.ops == [Retire(refs=("p",))]
@@ -108,7 +108,7 @@ def test_plan_ops_field_edits_derives_first_and_dropped_sources() -> None:
 
 def test_a_large_plan_is_cut_into_transactions_of_the_language_limit() -> None:
     pairs = [(None, frame("(n 1)", f"f{i}")) for i in range(MAX_OPS + 5)]
-    txs = plan_ops(pairs, exists=[], event_refs={}).transactions(10, "merge alt")
+    txs = plan_ops(pairs, exists=set().__contains__, event_refs={}).transactions(10, "merge alt")
     assert [len(t.ops) for t in txs] == [MAX_OPS, 5]
     assert [t.base_version for t in txs] == [10, 11]
 

@@ -298,3 +298,27 @@ def test_same_frame_compares_what_a_merge_compares() -> None:
     a = main.backend.read(lambda v: v.frame("a"))
     b = fork.backend.read(lambda v: v.frame("a"))
     assert same_frame(a, b) and not same_frame(a, None)
+
+
+def test_changes_between_two_versions_of_one_context(store: Store) -> None:
+    main = store.open("main")
+    main.tag("start")
+    e = main.observe("tool_result", "a new fact")
+    main.claim()
+    main.commit(
+        f"(context-tx (base-version 1) (derive fact (from {e.ref}) (x 1)) (set plan (owner bo)))"
+    )
+    main.commit("(context-tx (base-version 2) (retire notes) (relate fact about plan))")
+    d = main.changes("start")
+    assert {f["id"]: f["status"] for f in d["frames"]} == {
+        "fact": "added",
+        "plan": "changed",
+        "notes": "retired",
+    }
+    assert [ev["ref"] for ev in d["events"]] == [e.ref]
+    assert d["relations"]["added"] == [["fact", "about", "plan"]]
+    assert [f["id"] for f in main.changes(1, 2)["frames"]] == ["fact", "plan"]
+    assert main.changes(3)["frames"] == []
+    with pytest.raises(OutOfRange):
+        main.changes(3, 1)
+    main.close()

@@ -266,6 +266,7 @@ EXAMPLES: dict[str, Any] = {
     "untag": lambda c: c.untag("first"),
     "branch": lambda c: c.branch("alt"),
     "diff": lambda c: c.diff("alt"),
+    "changes": lambda c: c.changes(0),
     "merge": lambda c: c.merge("alt", dry_run=True),
     "pick": lambda c: c.pick("alt", frames=["release"]),
     "revert": lambda c: c.revert(1, 1, dry_run=True, strategy="theirs"),
