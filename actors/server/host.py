@@ -546,6 +546,23 @@ class ContextHost:
         The background governance task stops first; a pass in progress finishes.
         The context's search index (and its worker) closes with the context.
         """
+        self.close_store()
+
+    def close_store(self) -> None:
+        """:meth:`close` without the capability check: what a context host runs when it
+        deactivates the context (:mod:`actors.server.hosting`)."""
+        self.stop_tasks()
+        self._scan_executor.shutdown(wait=True)
+        self._executor.shutdown(wait=True)
+        if self._ctx is not None:
+            self._unadvertise()  # while the lock is still held: a successor writes after
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = NotFound(f"context {self._name!r} is closed")
+
+    def stop_tasks(self) -> None:
+        """Stop the background governance task and the metrics sampler (on their loop's
+        thread: a host calls it there before closing the store on another thread)."""
         self._closing = True
         if self._sampler is not None and not self._sampler.done():
             try:
@@ -557,10 +574,3 @@ class ContextHost:
                 self._worker.cancel()
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
-        self._scan_executor.shutdown(wait=True)
-        self._executor.shutdown(wait=True)
-        if self._ctx is not None:
-            self._unadvertise()  # while the lock is still held: a successor writes after
-            self._ctx.close()
-            self._ctx = None
-            self._open_error = NotFound(f"context {self._name!r} is closed")
