@@ -29,6 +29,11 @@ remote call needs beyond its arguments:
 returns a :class:`Call` (actor method, arguments, reply decoder) — into both a
 blocking method and, through :attr:`Remote.aio`, its ``async`` form, so a
 handle writes each method once.
+
+Kept as one module (over 600 lines) because joining Ray, the retry policy and the
+translation of Ray's errors are one seam: a handle of a context in its own actor,
+of a context on a host (calls routed by the context's name) and of the directory
+all go through the same :class:`Transport`.
 """
 
 from __future__ import annotations

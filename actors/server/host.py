@@ -546,12 +546,12 @@ class ContextHost:
         The background governance task stops first; a pass in progress finishes.
         The context's search index (and its worker) closes with the context.
         """
-        self.close_store()
+        self._close_store()
 
-    def close_store(self) -> None:
+    def _close_store(self) -> None:
         """:meth:`close` without the capability check: what a context host runs when it
         deactivates the context (:mod:`actors.server.hosting`)."""
-        self.stop_tasks()
+        self._stop_tasks()
         self._scan_executor.shutdown(wait=True)
         self._executor.shutdown(wait=True)
         if self._ctx is not None:
@@ -560,7 +560,7 @@ class ContextHost:
             self._ctx = None
             self._open_error = NotFound(f"context {self._name!r} is closed")
 
-    def stop_tasks(self) -> None:
+    def _stop_tasks(self) -> None:
         """Stop the background governance task and the metrics sampler (on their loop's
         thread: a host calls it there before closing the store on another thread)."""
         self._closing = True

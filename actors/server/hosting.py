@@ -78,7 +78,7 @@ OPTIONS = frozenset(
 """The constructor options of a context a host activates (ContextActor's)."""
 ROUTED = frozenset(
     n for n in dir(ContextActor) if not n.startswith("_") and callable(getattr(ContextActor, n))
-) - {"close_store", "stop_tasks"}
+)
 """The context methods a host routes calls to: those a context actor offers over Ray."""
 
 __all__ = [
@@ -231,8 +231,8 @@ class HostActor:
             if ctx is not None:
                 while slot.inflight > 0:  # every submission answered = every commit durable
                     await asyncio.sleep(0.005)
-                ctx.stop_tasks()
-                await asyncio.to_thread(ctx.close_store)
+                ctx._stop_tasks()
+                await asyncio.to_thread(ctx._close_store)
                 self._counts["deactivations"] += 1
             if forget and self._slots.get(slot.name) is slot:
                 del self._slots[slot.name]

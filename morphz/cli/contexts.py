@@ -96,10 +96,10 @@ def _human_cluster(d: dict[str, Any]) -> str:
             "context",
             "epoch",
             "primary node",
+            "version",
             "host",
             "state",
             "last use",
-            "version",
             "follower node",
             "version",
             "lag",
@@ -112,10 +112,10 @@ def _human_cluster(d: dict[str, Any]) -> str:
             c["name"],
             str(c["epoch"]),
             _node(p),
+            _version(p["version"]),
             host,
             p.get("state") or "?",
             _ago(p.get("last_use")),
-            _version(p["version"]),
         )
         if not c["followers"]:
             rows.append((*first, "-", "", ""))

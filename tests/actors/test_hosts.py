@@ -4,6 +4,7 @@ idle; the host placement rule (pure) and hosted placement through the directory.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,12 +12,14 @@ from typing import Any
 
 import pytest
 import ray
+from click.testing import CliRunner
 
 from actors.client.lookup import lookup
 from actors.cluster.directory import directory
 from actors.cluster.placement import choose_host
 from actors.cluster.placing import place
 from actors.server.hosting import HostHandle, start_host
+from morphz.cli.main import cli
 from protocol.errors import NotFound, OutOfRange, RequestError
 from tests.actors.checks import check_history
 from tests.actors.cluster import RayCluster
@@ -170,6 +173,14 @@ def test_place_hosted_goes_to_the_emptiest_host_and_lookup_follows(
         assert found.frame("x")["body"] == "(note placed)"
         again = place("user-0", hosted=True, namespace=namespace)  # idempotent
         assert again.version() == 1
+        hosts[int(placed[1][-1])].deactivate("user-1")
+        r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
+        assert r.exit_code == 0, r.output
+        rows = {c["name"]: c["primary"] for c in json.loads(r.output)["contexts"]}
+        assert rows["user-0"]["host"] == placed[0] and rows["user-0"]["state"] == "active"
+        assert rows["user-0"]["last_use"] is not None
+        assert rows["user-1"]["state"] == "idle"
+        assert hosts[int(placed[1][-1])].contexts()[0]["state"] == "idle"  # not activated
         with pytest.raises(RequestError) as e:
             place("user-9", hosted=True, followers=1, namespace=namespace)
         assert e.value.code == "bad_argument"
