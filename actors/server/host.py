@@ -14,6 +14,12 @@ finds the store locked can reach the actor instead
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
+The same object serves a context alone in its actor process and as one of many
+in a context host (:mod:`actors.server.hosting`), which is why closing is split
+into :meth:`ContextHost._stop_tasks` (on the event loop) and
+:meth:`ContextHost._close_store` (off it). Kept as one module (over 600 lines)
+because everything a served context owns is opened, run and closed together here.
+
 Ray is not imported here except by :meth:`ContextHost.node_id`.
 """
 
