@@ -434,6 +434,7 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
     :class:`Guard`), ``audit_buffer`` (an :class:`~actors.server.inbox.AuditBuffer`)
     and ``_ensure_worker()``.
     """
+
     def wrap(fn: Callable[..., Any]) -> Any:
         OPERATION_OF[fn.__name__] = op
         sig = inspect.signature(fn)
