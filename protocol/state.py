@@ -75,13 +75,17 @@ class Meta:
     created: float = 0.0
     tenant: str | None = None
     project: str | None = None
+    settings: dict[str, Any] | None = None
+    """How the context is served (cadences, admission, embedder, enforcement): written by
+    the port that serves it, so a restart, a restore or a promotion serves it the same.
+    Plain JSON values; never a secret. None until a port records them."""
     branches: dict[str, Any] | None = None
     """Where the context comes from and what it merged (a fork's origin and version, the
     last merge from each source) and its tags (docs/branches.md). Replaced, never
     mutated in place: copies share it."""
 
     def to_record(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        rec: dict[str, Any] = {
             "version": self.version,
             "tick": self.tick,
             "window": self.window,
@@ -91,9 +95,11 @@ class Meta:
             "tenant": self.tenant,
             "project": self.project,
         }
+        if self.settings is not None:
+            rec["settings"] = self.settings
         if self.branches is not None:
-            out["branches"] = self.branches
-        return out
+            rec["branches"] = self.branches
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Meta:
@@ -109,6 +115,7 @@ class Meta:
             self.created,
             self.tenant,
             self.project,
+            None if self.settings is None else dict(self.settings),
             self.branches,
         )
 
