@@ -109,7 +109,10 @@ def reply_model(op: Operation[Any, Any]) -> Any:
 
 def _parameter(op: Operation[Any, Any], name: str, where: str) -> dict[str, Any]:
     field = op.args.model_fields[name]
-    annotated: Any = Annotated[field.annotation, *field.metadata]
+    # A union with its constraints inside (a version or a tag) has no metadata of its own.
+    annotated: Any = (
+        Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+    )
     schema = TypeAdapter(annotated).json_schema()
     out: dict[str, Any] = {"name": name, "in": where, "required": field.is_required()}
     out["schema"] = schema if field.is_required() else {**schema, "default": field.default}

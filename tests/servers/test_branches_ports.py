@@ -17,6 +17,11 @@ from service.store import Store
 from tests.servers.test_http import Server, _new_context, server  # noqa: F401
 from tests.servers.test_mcp import doc, stdio_client, text
 
+pytestmark = pytest.mark.filterwarnings(
+    # Ray Serve's own models, on import (not ours), as in tests/servers/test_http.py.
+    "ignore:Using extra keyword arguments on `Field`:pydantic.warnings.PydanticDeprecatedSince20"
+)
+
 
 def seed(store: Path) -> None:
     """``default`` with a keyed frame ``plan``; the MCP server then serves it."""
@@ -74,14 +79,14 @@ def test_http_branch_diff_merge_tag(http: httpx.Client) -> None:
     name = _new_context(http)
     base = f"/v1/contexts/{name}"
     tx = "(context-tx (base-version 0) (derive plan (status draft)))"
-    r = http.post(base + "/transactions", content=tx, headers={"content-type": "text/plain"})
-    assert r.json()["status"] == "committed", r.text
+    r = http.post(base + "/transactions", json={"text": tx})
+    assert r.status_code == 200 and r.json()["status"] == "committed", r.text
     fork = name + "-alt"
     r = http.post(base + "/branch", json={"new": fork})
     assert r.status_code == 201 and r.json()["origin"] == name, r.text
     idea = "(context-tx (base-version 1) (derive idea (x)))"
     r = http.post(f"/v1/contexts/{fork}/transactions", json={"text": idea})
-    assert r.json()["status"] == "committed", r.text
+    assert r.status_code == 200 and r.json()["status"] == "committed", r.text
     d: dict[str, Any] = http.get(f"{base}/diff/{fork}").json()
     assert [(f["id"], f["status"]) for f in d["frames"]] == [("idea", "added")]
     dry = http.post(base + "/merge", json={"source": fork, "dry_run": True}).json()
