@@ -14,7 +14,8 @@ finds the store locked can reach the actor instead
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
-Ray is not imported here except by :meth:`ContextHost.node_id`.
+Ray is not imported here except by :meth:`ContextHost.node_id`. The module is long
+(over 600 lines) because the hosting steps share the actor's state and are kept together.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from actors.server.guard import (
     settle_scope,
 )
 from actors.server.inbox import MAX_BATCH, AuditBuffer, Inbox
+from actors.server.intake import Intake
 from actors.server.metrics import ContextMetrics
 from actors.server.settings import policy_of, settle
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, StoreLocked
@@ -148,6 +150,7 @@ class ContextHost:
         # Content scans (the pass's plan, the quarantine scan's observations) read a
         # snapshot on their own thread, so a big or hostile text never holds up a commit.
         self._scan_executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-scan")
+        self.intake = Intake()  # byte budgets of submissions; big ones decoded off the loop
         self.metrics = ContextMetrics(name, namespace)
         self.guard.metrics = self.metrics
         self._inbox = Inbox(
@@ -524,9 +527,16 @@ class ContextHost:
         frame), ``wire_rejections`` (payloads that did not decode),
         ``governance_passes`` / ``governance_errors``, ``commits``,
         ``rejections``, ``rebases``, ``duplicates`` and (once sampled)
-        ``index_lag``; ``pending`` is what waits now.
+        ``index_lag``; ``pending`` is what waits now, ``held_bytes`` the transaction
+        bytes in flight (:mod:`actors.server.intake`), ``audit_writes`` the durable
+        audit writes (denials are batched past a few per caller).
         """
-        return {**self.metrics.stats.as_dict(), "pending": self._inbox.pending}
+        return {
+            **self.metrics.stats.as_dict(),
+            "pending": self._inbox.pending,
+            "held_bytes": self.intake.held,
+            "audit_writes": self.audit_buffer.writes,
+        }
 
     @guarded("admin", raises=True)
     async def describe(self) -> dict[str, Any]:
@@ -590,6 +600,7 @@ class ContextHost:
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
         self._scan_executor.shutdown(wait=True)
+        self.intake.shutdown()
         self._executor.shutdown(wait=True)
         if self._ctx is not None:
             self._unadvertise()  # while the lock is still held: a successor writes after
