@@ -599,6 +599,7 @@ class ContextHost:
                 self._worker.cancel()
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
+        self.audit_buffer.drain()  # the denials still waiting for their batch
         self._scan_executor.shutdown(wait=True)
         self.intake.shutdown()
         self._executor.shutdown(wait=True)

@@ -350,17 +350,31 @@ class AuditBuffer:
 
     async def _write_deferred(self) -> None:
         await asyncio.sleep(DEFER_SECONDS)
-        entries, self._deferred = self._deferred, []
-        if self._dropped:
-            # past the batch's room: one more entry, counting the rest of this kind
-            entries.append({**entries[-1], "count": self._dropped, "dropped": True})
-            self._dropped = 0
+        entries = self._take_deferred()
         if not entries or not self._available():
             return
         try:
             await self.append(entries)
         except Exception:
             log.exception("cannot write %d deferred denial entries", len(entries))
+
+    def _take_deferred(self) -> list[dict[str, Any]]:
+        entries, self._deferred = self._deferred, []
+        if self._dropped:
+            # past the batch's room: one more entry, counting the rest of this kind
+            entries.append({**entries[-1], "count": self._dropped, "dropped": True})
+            self._dropped = 0
+        return entries
+
+    def drain(self) -> None:
+        """Write the deferred denials now (on close, before the store thread stops)."""
+        entries = self._take_deferred()
+        if entries and self._available():
+            try:
+                self.writes += 1
+                self._executor.submit(self._write, entries).result()
+            except Exception:
+                log.exception("cannot write %d deferred denial entries", len(entries))
 
     def append_blocking(self, entry: dict[str, Any]) -> None:
         """:meth:`append_quietly` for synchronous callers (not on the event loop)."""
