@@ -64,6 +64,8 @@ def _duplicate(kind: str, target: str, rid: str, stone: Tombstone, version: int)
         cascade=[],
         log_versions=[],
         history_rows=0,
+        scrubbed=[],
+        still_in=[],
     )
 
 
