@@ -57,7 +57,7 @@ from protocol.governance import (
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
 from protocol.wire import SubmittedTx, pack, submitted_from_msgpack
-from service import inspection, sharing
+from service import inspection, inspection_audit, sharing
 from service.compile import compile_args
 from service.context import Context
 from service.governance import (
@@ -141,7 +141,9 @@ class ContextActor(ContextHost):
         receipt carries the conflicting frames' bodies (``current``) and the ids
         changed since the base only for a caller holding ``read``.
         """
-        return await self._submit(payload, self.guard.permits("read", capability))
+        return await self._submit(
+            payload, self.guard.permits("read", capability), self._agent(capability)
+        )
 
     @guarded("commit")
     async def submit_many(self, payloads: list[bytes], capability: Any = None) -> Any:
@@ -165,14 +167,19 @@ class ContextActor(ContextHost):
                     code="bad_argument",
                 )
             )
-        reads = self.guard.permits("read", capability)
-        return list(await asyncio.gather(*(self._submit(p, reads) for p in payloads)))
+        reads, agent = self.guard.permits("read", capability), self._agent(capability)
+        return list(await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads)))
 
-    async def _submit(self, payload: bytes, reads: bool) -> bytes:
+    def _agent(self, capability: Any) -> str | None:
+        """Who submits, for the log and the audit: the holder of the capability the guard
+        verified; None when the context does not enforce (a claim nobody checked)."""
+        return holder_of(capability) if self.guard.enforce else None
+
+    async def _submit(self, payload: bytes, reads: bool, agent: str | None) -> bytes:
         try:
             # The client's text is not trusted: it may say other than the operations it
             # carries. The log records the operations applied (read back printed from them).
-            tx = SubmittedTx(submitted_from_msgpack(payload).tx)
+            tx = SubmittedTx(submitted_from_msgpack(payload).tx, None, agent)
         except WireError as e:
             self.metrics.wire_rejected()
             try:
@@ -282,6 +289,16 @@ class ContextActor(ContextHost):
         if not isinstance(view, str) or not isinstance(args, dict):
             return failed(RequestError("inspect takes a view and a dict", code="bad_argument"))
         return await self._reply(inspection.inspect, view, args)
+
+    @guarded("admin")
+    async def inspect_audit(self, view: str, args: dict[str, Any]) -> bytes:
+        """A read of the audit log for the web inspector
+        (:func:`service.inspection_audit.audit_view`: rejections by code, the chain's
+        verification); needs what the audit needs."""
+        if not isinstance(view, str) or not isinstance(args, dict):
+            why = "inspect_audit takes a view and a dict"
+            return failed(RequestError(why, code="bad_argument"))
+        return await self._reply(inspection_audit.audit_view, view, args)
 
     @guarded("recall")
     async def inspect_search(self, query: str, limit: int = 20) -> bytes:
