@@ -322,6 +322,31 @@ class Context(Operations, GovernanceAPI):
             self._searcher = Searcher(self.backend, embedder=self._embedder)
         return self._searcher
 
+    def settings(self) -> dict[str, Any] | None:
+        """How this context is served, as the port serving it recorded it
+        (:attr:`protocol.state.Meta.settings`); None if none was recorded."""
+        settings = self.backend.read(lambda v: v.meta()).settings
+        return None if settings is None else dict(settings)
+
+    def record_settings(self, settings: dict[str, Any]) -> bool:
+        """Record *settings* (plain JSON values, no secret) in the context's meta: one
+        write, made only if they differ from the recorded ones; True if it wrote.
+
+        They travel with the store: a copy, a restore or a follower holds them too.
+        """
+        new_settings = dict(settings)
+
+        def run(view: WriteView) -> bool:
+            meta = view.meta()
+            if meta.settings == new_settings:
+                return False
+            changed = meta.copy()
+            changed.settings = new_settings
+            view.apply(Changeset(meta=changed))
+            return True
+
+        return self.backend.transact(run)
+
     def use_embedder(self, embedder: Any) -> None:
         """Make search hybrid with *embedder* (an ``EmbedderConfig``, built at the first
         search and closed with the context, or an ``Embedder`` the caller closes); None
