@@ -10,6 +10,7 @@
      │    └── OutOfRange     an offset, length, depth, window … outside its bounds
      └── StoreError          the durable store could not be opened or written
           ├── StoreLocked    another process already holds the context's writer lock
+          ├── StoreFull      the store's map or its filesystem has no room for a write
           └── TransportError a remote context could not be reached, timed out or lost a reply
 
 A *rejected transaction* is not an exception: it is a receipt with
@@ -87,6 +88,14 @@ class StoreLocked(StoreError):
     """Another process holds the writer lock of this context."""
 
     code = "store_locked"
+
+
+class StoreFull(StoreError):
+    """A write found no room: the store's map reached its ceiling, or its filesystem is
+    full. Nothing of the write was applied or acknowledged; reads go on, and writes
+    succeed again once room is made (space freed, the ceiling raised)."""
+
+    code = "store_full"
 
 
 class TransportError(StoreError):

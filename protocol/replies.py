@@ -200,7 +200,8 @@ class StateReply(Reply):
 
 class MetaReply(Reply):
     """The context's counters: version, tick, window, next event number, how much
-    history is kept, when it was created, and its tenant and project."""
+    history is kept, when it was created, its tenant and project, and how it is served
+    (``settings``: cadences, admission, embedder, enforcement; None until recorded)."""
 
     version: int
     tick: int
@@ -210,6 +211,7 @@ class MetaReply(Reply):
     created: float
     tenant: str | None
     project: str | None
+    settings: dict[str, Any] | None = None
 
 
 class SnapshotReply(Reply):

@@ -75,9 +75,13 @@ class Meta:
     created: float = 0.0
     tenant: str | None = None
     project: str | None = None
+    settings: dict[str, Any] | None = None
+    """How the context is served (cadences, admission, embedder, enforcement): written by
+    the port that serves it, so a restart, a restore or a promotion serves it the same.
+    Plain JSON values; never a secret. None until a port records them."""
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        rec: dict[str, Any] = {
             "version": self.version,
             "tick": self.tick,
             "window": self.window,
@@ -87,6 +91,9 @@ class Meta:
             "tenant": self.tenant,
             "project": self.project,
         }
+        if self.settings is not None:
+            rec["settings"] = self.settings
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Meta:
@@ -102,6 +109,7 @@ class Meta:
             self.created,
             self.tenant,
             self.project,
+            None if self.settings is None else dict(self.settings),
         )
 
 

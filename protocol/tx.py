@@ -428,7 +428,15 @@ FIELD_EDIT_CLASSES: dict[str, type[FieldOp]] = {
 
 
 AnyOp = (
-    Derive | Revise | Relate | Unrelate | Retire | Restore | Protect | Unprotect | Envelope
+    Derive
+    | Revise
+    | Relate
+    | Unrelate
+    | Retire
+    | Restore
+    | Protect
+    | Unprotect
+    | Envelope
     | FieldEdit
 )
 """Every operation of a transaction: the one list the parser, the printer and the wire

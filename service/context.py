@@ -44,7 +44,7 @@ from protocol.replies import (
 )
 from protocol.state import Event, Frame, Meta
 from protocol.tx import ContextTx
-from protocol.view import BatchView, WriteView
+from protocol.view import BatchView, Changeset, WriteView
 from protocol.wire import SubmittedTx
 from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
@@ -338,6 +338,31 @@ class Context(Operations, GovernanceAPI):
         if self._searcher is None:
             self._searcher = Searcher(self.backend, embedder=self._embedder)
         return self._searcher
+
+    def settings(self) -> dict[str, Any] | None:
+        """How this context is served, as the port serving it recorded it
+        (:attr:`protocol.state.Meta.settings`); None if none was recorded."""
+        settings = self.backend.read(lambda v: v.meta()).settings
+        return None if settings is None else dict(settings)
+
+    def record_settings(self, settings: dict[str, Any]) -> bool:
+        """Record *settings* (plain JSON values, no secret) in the context's meta: one
+        write, made only if they differ from the recorded ones; True if it wrote.
+
+        They travel with the store: a copy, a restore or a follower holds them too.
+        """
+        new_settings = dict(settings)
+
+        def run(view: WriteView) -> bool:
+            meta = view.meta()
+            if meta.settings == new_settings:
+                return False
+            changed = meta.copy()
+            changed.settings = new_settings
+            view.apply(Changeset(meta=changed))
+            return True
+
+        return self.backend.transact(run)
 
     def use_embedder(self, embedder: Any) -> None:
         """Make search hybrid with *embedder* (an ``EmbedderConfig``, built at the first

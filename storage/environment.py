@@ -17,7 +17,13 @@ LMDB environments, and all need the same four things, defined here once:
   :class:`MapFull` raised by a view that saw it) is aborted, the map doubled, and the
   write run again from the start;
 - **map growth**: the map starts at :data:`DEFAULT_MAP_SIZE` and never grows past
-  :data:`MAX_MAP_SIZE`, so hundreds of environments fit in one address space.
+  its ceiling (:data:`MAX_MAP_SIZE`, or :data:`MAX_MAP_ENV` bytes when set, or the
+  environment's own), so hundreds of environments fit in one address space;
+- **a full store**: a write that would grow the map past its ceiling, or whose commit
+  fails while the filesystem holding it is (nearly) full, raises
+  :class:`~protocol.errors.StoreFull` (code ``store_full``): the transaction was
+  aborted, nothing of it applied; reads go on, and the next write succeeds once there
+  is room again (LMDB's last committed state is untouched by a failed commit).
 
 Every LMDB failure leaves as :class:`~protocol.errors.StoreError` (:meth:`Environment.error`).
 """
@@ -25,6 +31,7 @@ Every LMDB failure leaves as :class:`~protocol.errors.StoreError` (:meth:`Enviro
 from __future__ import annotations
 
 import enum
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -32,7 +39,7 @@ from typing import TypeVar
 
 import lmdb
 
-from protocol.errors import StoreError
+from protocol.errors import StoreError, StoreFull
 
 T = TypeVar("T")
 
@@ -41,6 +48,33 @@ DEFAULT_MAP_SIZE = 64 << 20
 MAX_MAP_SIZE = 1 << 44 if sys.maxsize > 1 << 32 else 1 << 31
 """A map never grows past this (16 TiB; 2 GiB in a 32-bit process); a write that would
 need more fails."""
+MAX_MAP_ENV = "MORPHZ_MAX_MAP_SIZE"
+"""The environment variable that lowers the ceiling of every map opened by this process
+(bytes): a quota per store, beyond which writes fail with ``store_full``."""
+FULL_DISK_FREE = 4 << 20
+"""A commit that fails with an I/O error while its filesystem has less than this free
+(4 MiB) failed for want of room: ``store_full``, not a disk fault."""
+
+
+def max_map_size() -> int:
+    """The ceiling of a new environment's map: :data:`MAX_MAP_ENV` when set, else
+    :data:`MAX_MAP_SIZE` (a malformed value is ignored: the ceiling is a limit, and no
+    limit is what the store had before)."""
+    value = os.environ.get(MAX_MAP_ENV, "")
+    try:
+        size = int(value)
+    except ValueError:
+        return MAX_MAP_SIZE
+    return min(size, MAX_MAP_SIZE) if size > 0 else MAX_MAP_SIZE
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes free to this process on the filesystem holding *path* (None if unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class MapFull(StoreError):
@@ -71,9 +105,16 @@ class Environment:
     """
 
     def __init__(
-        self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database], what: str
+        self,
+        key: str,
+        env: lmdb.Environment,
+        dbs: dict[str, lmdb._Database],
+        what: str,
+        max_size: int | None = None,
     ) -> None:
         self.key = key
+        self.max_size = max_map_size() if max_size is None else max_size
+        """The ceiling the map never grows past: a write needing more is ``store_full``."""
         self.env = env
         self.dbs = dbs
         self.what = what
@@ -89,7 +130,14 @@ class Environment:
 
     def error(self, e: lmdb.Error, doing: str) -> StoreError:
         """The :class:`StoreError` an LMDB failure while *doing* (``read``, ``write``)
-        becomes."""
+        becomes: :class:`StoreFull` for a failed write on a (nearly) full filesystem."""
+        if doing == "write":
+            free = free_bytes(self.key)
+            if free is not None and free < FULL_DISK_FREE:
+                return StoreFull(
+                    f"{self.what} {self.key}: no room to write ({free:,} bytes free on its"
+                    f" filesystem): {e}"
+                )
         return StoreError(f"{self.what} {doing} failed: {e}")
 
     # -- the gate -------------------------------------------------------------------------
@@ -191,11 +239,12 @@ class Environment:
                         return outcome
                     size = 0  # adopt the size another process set
                     if outcome is _Retry.GROW:
-                        size = self.map_size * 2
-                        if size > MAX_MAP_SIZE:
-                            raise StoreError(
-                                f"the {self.what} {self.key} would outgrow its map"
-                                f" ({MAX_MAP_SIZE:,} bytes at most)"
+                        current = self.map_size
+                        size = min(current * 2, self.max_size)
+                        if size <= current:
+                            raise StoreFull(
+                                f"the {self.what} {self.key} is full: its map is at its"
+                                f" ceiling ({self.max_size:,} bytes)"
                             )
                     self.resize(size)
             finally:

@@ -14,7 +14,6 @@ FILE_MODE = 0o600
 """Mode of the files a store creates (data, locks, keys, indexes): only its owner reads them."""
 
 
-
 def replace_durably(source: str, dest: str) -> None:
     """Move the file *source* over *dest* so that a crash leaves one or the other whole:
     *source* is synced first, then renamed, then the directory of *dest* is synced (the

@@ -24,6 +24,7 @@ from protocol.errors import (
     ParseError,
     RequestError,
     StoreError,
+    StoreFull,
     StoreLocked,
     WireError,
 )
@@ -40,6 +41,7 @@ ERROR_TYPES: dict[str, type[MorphzError]] = {
         PermissionDenied,
         RequestError,
         StoreError,
+        StoreFull,
         StoreLocked,
         WireError,
     )

@@ -14,6 +14,12 @@ finds the store locked can reach the actor instead
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
+The same object serves a context alone in its actor process and as one of many
+in a context host (:mod:`actors.server.hosting`), which is why closing is split
+into :meth:`ContextHost._stop_tasks` (on the event loop) and
+:meth:`ContextHost._close_store` (off it). Kept as one module (over 600 lines)
+because everything a served context owns is opened, run and closed together here.
+
 Ray is not imported here except by :meth:`ContextHost.node_id`.
 """
 
@@ -43,6 +49,7 @@ from actors.server.guard import (
 )
 from actors.server.inbox import MAX_BATCH, AuditBuffer, Inbox
 from actors.server.metrics import ContextMetrics
+from actors.server.settings import policy_of, settle
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, StoreLocked
 from protocol.governance import (
     WORKER,
@@ -137,9 +144,9 @@ class ContextHost:
             project=project or DEFAULT_PROJECT,
             enforce=bool(enforce),
         )
-        self._policy: AdmissionPolicy = admission if admission is not None else DefaultPolicy()
+        self._policy: AdmissionPolicy = DefaultPolicy()
         self._every: float | None = None
-        self._unused_ticks = governance_unused_ticks
+        self._unused_ticks: int | None = None
         self._worker: asyncio.Task[None] | None = None
         self._cursor: PassCursor | None = None  # where the last good pass left off
         self._closing = False
@@ -161,25 +168,35 @@ class ContextHost:
         self.replicator: Replicating | None = None  # set once the store is replicated
         self._ctx: Context | None = None
         self._open_error: MorphzError | None = None
-        self._open(window, history_keep, create, lock_wait, tenant, project, bool(enforce))
-        try:
+        self.settings: dict[str, Any] = {}
+        """What this context is served with (:mod:`actors.server.settings`), once open."""
+        try:  # checked before the store is touched: a bad argument changes nothing
             if governance_every is not None:
-                self._every = check_every(governance_every)
+                check_every(governance_every)
             check_scan(governance_unused_ticks, 3)
-            if not isinstance(getattr(self._policy, "name", None), str) or not callable(
-                getattr(self._policy, "review", None)
+            if admission is not None and (
+                not isinstance(getattr(admission, "name", None), str)
+                or not callable(getattr(admission, "review", None))
             ):
                 raise RequestError(
                     "admission must be a policy with a name and a review method",
                     code="bad_argument",
                 )
         except MorphzError as e:
-            if self._ctx is not None:
-                self._unadvertise()
-                self._ctx.close()
-                self._ctx = None
-            self._open_error = self._open_error or e
-        self._use_embedder(embedder)
+            self._open_error = e
+        else:
+            given = {
+                "governance_every": (
+                    None if governance_every is None else check_every(governance_every)
+                ),
+                "governance_unused_ticks": governance_unused_ticks,
+                "admission": admission,
+                "embedder": embedder,
+                "enforce": bool(enforce),
+            }
+            self._open(window, history_keep, create, lock_wait, tenant, project, given)
+        if self._ctx is not None:
+            self._use_embedder(self.settings.get("embedder"))
         self._ensure_worker()  # under Ray the constructor runs on the actor's event loop
         self._sampler = self.metrics.start_sampler(self._sample_metrics)
 
@@ -191,9 +208,11 @@ class ContextHost:
         lock_wait: float,
         tenant: str | None,
         project: str | None,
-        enforce: bool,
+        given: dict[str, Any],
     ) -> None:
-        """Open the context and settle its scope; a failure is kept in ``_open_error``."""
+        """Open the context, settle what it is served with (the *given* arguments merged
+        with its recorded settings, :func:`~actors.server.settings.settle`, recorded if
+        they changed) and its scope; a failure is kept in ``_open_error``."""
         try:  # refused before a context is created with them in its meta
             for value, what in ((tenant, "tenant"), (project, "project")):
                 if value is not None:
@@ -229,7 +248,26 @@ class ContextHost:
         if self._ctx is None:
             return
         try:
-            scope = settle_scope(self._store_dir, self._name, tenant, project, enforce)
+            ctx = self._ctx
+            meta = ctx.backend.read(lambda v: v.meta())
+            admission = given["admission"]
+            self.settings = settle(meta.settings, **given)
+            self._every = self.settings["governance_every"]
+            self._unused_ticks = self.settings["governance_unused_ticks"]
+            self._policy = (
+                admission if admission is not None else policy_of(self.settings["admission"])
+            )
+            # A copy of the store (a follower's, a restored one) has no scope file: its
+            # meta holds the tenant and project, its settings the enforcement.
+            scope = settle_scope(
+                self._store_dir,
+                self._name,
+                tenant or meta.tenant,
+                project or meta.project,
+                self.settings["enforce"],
+            )
+            self.settings["enforce"] = bool(scope["enforce"])  # a scope file may have it on
+            ctx.record_settings(self.settings)
             self.guard.tenant, self.guard.project = scope["tenant"], scope["project"]
             self.guard.enforce = scope["enforce"]
             if self.guard.enforce:
@@ -546,6 +584,23 @@ class ContextHost:
         The background governance task stops first; a pass in progress finishes.
         The context's search index (and its worker) closes with the context.
         """
+        self._close_store()
+
+    def _close_store(self) -> None:
+        """:meth:`close` without the capability check: what a context host runs when it
+        deactivates the context (:mod:`actors.server.hosting`)."""
+        self._stop_tasks()
+        self._scan_executor.shutdown(wait=True)
+        self._executor.shutdown(wait=True)
+        if self._ctx is not None:
+            self._unadvertise()  # while the lock is still held: a successor writes after
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = NotFound(f"context {self._name!r} is closed")
+
+    def _stop_tasks(self) -> None:
+        """Stop the background governance task and the metrics sampler (on their loop's
+        thread: a host calls it there before closing the store on another thread)."""
         self._closing = True
         if self._sampler is not None and not self._sampler.done():
             try:
@@ -557,10 +612,3 @@ class ContextHost:
                 self._worker.cancel()
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
-        self._scan_executor.shutdown(wait=True)
-        self._executor.shutdown(wait=True)
-        if self._ctx is not None:
-            self._unadvertise()  # while the lock is still held: a successor writes after
-            self._ctx.close()
-            self._ctx = None
-            self._open_error = NotFound(f"context {self._name!r} is closed")

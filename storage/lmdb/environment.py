@@ -19,8 +19,9 @@ import os
 
 import lmdb
 
-from protocol.errors import StoreError, StoreLocked
+from protocol.errors import StoreError, StoreFull, StoreLocked
 from storage.environment import Environment
+from storage.environment import max_map_size as max_map_ceiling
 from storage.layout import DIR_MODE, FILE_MODE
 from storage.lmdb.records import _DB_NAMES, _FORMAT, _MAX_DBS, _OPTIONAL_DBS, STORE_FORMAT, _Decoded
 
@@ -36,14 +37,21 @@ class _Env(Environment):
     store opened while a writer is open here uses the writer's environment.
     """
 
-    def __init__(self, key: str, env: lmdb.Environment, dbs: dict[str, lmdb._Database]) -> None:
-        super().__init__(key, env, dbs, "context store")
+    def __init__(
+        self,
+        key: str,
+        env: lmdb.Environment,
+        dbs: dict[str, lmdb._Database],
+        max_size: int | None = None,
+    ) -> None:
+        super().__init__(key, env, dbs, "context store", max_size)
         self.readonly = bool(env.flags()["readonly"])
         self.writer = False
         self.decoded = _Decoded()
 
     def error(self, e: lmdb.Error, doing: str) -> StoreError:
-        return _store_error(e)
+        full = super().error(e, doing)
+        return full if isinstance(full, StoreFull) else _store_error(e)
 
 
 def _take_writer_lock(path: str) -> int:
@@ -65,7 +73,12 @@ def _take_writer_lock(path: str) -> int:
     return fd
 
 
-def _open_env(key: str, *, readonly: bool, sync: bool, map_size: int) -> _Env:
+def _open_env(
+    key: str, *, readonly: bool, sync: bool, map_size: int, max_map_size: int | None = None
+) -> _Env:
+    if max_map_size is None:
+        max_map_size = max_map_ceiling()
+    map_size = min(map_size, max_map_size)  # an existing larger file keeps its size
     try:
         env = lmdb.open(
             key,
@@ -111,5 +124,4 @@ def _open_env(key: str, *, readonly: bool, sync: bool, map_size: int) -> _Env:
     except BaseException:
         env.close()
         raise
-    return _Env(key, env, dbs)
-
+    return _Env(key, env, dbs, max_map_size)

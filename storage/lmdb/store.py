@@ -54,6 +54,7 @@ class LmdbStore:
         readonly: bool = False,
         sync: bool = True,
         map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int | None = None,
     ) -> LmdbStore:
         """Open the context store at *path*, creating it unless ``create=False`` or *readonly*.
 
@@ -63,7 +64,10 @@ class LmdbStore:
         and may run beside a writer. Opening reads the format marker only, so
         it takes the same time whatever the store holds. ``sync=False`` gives
         up durability (for benchmarks and tests); ``map_size`` is the initial
-        map size, for tests.
+        map size, for tests; ``max_map_size`` its ceiling (default: 16 TiB, or the
+        ``MORPHZ_MAX_MAP_SIZE`` environment variable), past which a write fails with
+        :class:`~protocol.errors.StoreFull` (when the environment is first opened in
+        this process).
         """
         where = os.fspath(path)
         if readonly or not create:
@@ -92,7 +96,13 @@ class LmdbStore:
                 lock_fd = _take_writer_lock(key)
             try:
                 if shared is None:
-                    shared = _open_env(key, readonly=readonly, sync=sync, map_size=map_size)
+                    shared = _open_env(
+                        key,
+                        readonly=readonly,
+                        sync=sync,
+                        map_size=map_size,
+                        max_map_size=max_map_size,
+                    )
                     OPEN[key] = shared
             except BaseException:
                 if lock_fd is not None:

@@ -269,9 +269,7 @@ def decode_batch(data: bytes) -> Batch:
     if data[0] != FORMAT:
         raise WireError(f"a replicated batch has format {data[0]}, not {FORMAT}")
     try:
-        body = msgpack.unpackb(
-            bytes(data[1:]), raw=False, strict_map_key=False, ext_hook=ext_hook
-        )
+        body = msgpack.unpackb(bytes(data[1:]), raw=False, strict_map_key=False, ext_hook=ext_hook)
         epoch, seq, version, acked, ops = _ints(body, 5, "batch")
         for value in (epoch, seq, version, acked):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -40,7 +40,6 @@ Ship = Callable[[int, bytes], None]
 """``ship(seq, encoded batch)``: return once enough followers hold the batch durably."""
 
 
-
 class _RecordingView:
     """A write view that forwards to the store's and records what it writes."""
 
