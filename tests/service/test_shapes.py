@@ -95,12 +95,14 @@ def script(ctx: Any, *, search: bool = True) -> list[tuple[str, Any]]:
     return out
 
 
-VOLATILE = frozenset({"time", "created", "client_id", "who"})
+VOLATILE = frozenset({"time", "created", "client_id", "who", "settings"})
+"""Keys that differ between two runs, or between ports by design (``settings``: how the
+port serving a context records it, None embedded)."""
 
 
 def normalise(value: Any) -> Any:
     """*value* as plain data without what differs between two runs: random event ids and
-    client ids, wall-clock times, and the envelope's session of the writer."""
+    client ids, wall-clock times, the writer, and the serving port's settings."""
     if isinstance(value, Receipt):
         value = value.to_dict()
     value = plain(value)
