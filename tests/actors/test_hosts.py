@@ -187,3 +187,32 @@ def test_place_hosted_goes_to_the_emptiest_host_and_lookup_follows(
     finally:
         for h in hosts:
             h.shutdown()
+
+
+# -- the load test at scale, small ---------------------------------------------------
+
+
+def test_loadtest_many_contexts_needs_hosts_and_a_duration() -> None:
+    r = CliRunner().invoke(
+        cli, ["loadtest", "--threads", "2", "--contexts", "300", "--duration", "1"]
+    )
+    assert r.exit_code == 2 and "--hosts" in r.output
+    r = CliRunner().invoke(
+        cli, ["loadtest", "--threads", "2", "--hosts", "2", "--transactions", "10"]
+    )
+    assert r.exit_code == 2 and "--duration" in r.output
+
+
+@pytest.mark.ray
+def test_loadtest_hosted_wanders_over_idle_contexts_and_checks_every_history(
+    ray_cluster: RayCluster,
+) -> None:
+    args = ["--json", "loadtest", "--hosts", "2", "--contexts", "40", "--threads", "4"]
+    args += ["--duration", "2", "--idle-after", "0.3", "--switch-every", "0.2"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output.splitlines()[-1])
+    assert doc["history_ok"] and doc["contexts_checked"] >= 4 and doc["unknown"] == 0
+    assert doc["committed"] > 0 and doc["deactivations"] > 0
+    assert doc["activations"] > 40  # every context created once, some activated again
+    assert doc["memory_mb"]["per_idle_context"] is not None
