@@ -483,7 +483,11 @@ class Transport:
         retry, started = 0, time.monotonic()
         while True:
             try:
-                raw = await asyncio.wait_for(self._send(call), self._wait(call))
+                wait = self._wait(call)
+                ref = self._send(call)
+                # Without a timeout the reference is awaited as it is: wait_for would
+                # wrap it in a task of its own on every call.
+                raw = await (ref if wait is None else asyncio.wait_for(ref, wait))
             except Exception as e:
                 delay = self._retry_after(e, retry, started)
                 retry += 1
