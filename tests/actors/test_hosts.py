@@ -23,6 +23,7 @@ from actors.cluster.placing import place
 from actors.server.hosting import HostHandle, start_host
 from morphz.cli.main import cli
 from protocol.errors import NotFound, OutOfRange, RequestError
+from service.admin import export_history
 from tests.actors.checks import check_history
 from tests.actors.cluster import RayCluster
 
@@ -146,7 +147,7 @@ def test_no_commit_lost_or_doubled_across_deactivation_cycles(host: HostHandle) 
         await asyncio.gather(*(writer(k) for k in range(4)), cycler())
 
     asyncio.run(run())
-    outcomes = check_history(ctx.export(), records)
+    outcomes = check_history(export_history(ctx), records)
     assert outcomes == {"committed": 60}
     assert host.load()["deactivations"] >= 2
 
