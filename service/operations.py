@@ -260,7 +260,7 @@ class Operations:
         writes=False,
         http=Route("GET", "/changes"),
         mcp=Tool("changes_between"),
-        example=Example(0),
+        example=Example(0, 1),
     )
     merge = Operation(
         branches.merge,
