@@ -21,6 +21,7 @@ from typing import Any
 
 import service.admin as admin
 import service.inspection as inspection
+import service.inspection_audit as inspection_audit
 import service.observations as observations
 import service.queries as queries
 import service.search as searching
@@ -185,6 +186,12 @@ class Operations:
         permission="read",
         writes=False,
         example=Example("graph", {"center": "release", "radius": 1}),
+    )
+    inspect_audit = Operation(
+        inspection_audit.audit_view,
+        permission="admin",
+        writes=False,
+        example=Example("rejections", {"limit": 5}),
     )
     inspect_search = Operation(
         inspection.inspect_search,

@@ -165,18 +165,25 @@ class ContextActor(ContextHost):
         except Overloaded as e:
             return failed(e)
         try:
-            reads = self.guard.permits("read", capability)
+            reads, agent = self.guard.permits("read", capability), self._agent(capability)
             if single:
-                return await self._submit(payloads[0], reads)
-            return list(await asyncio.gather(*(self._submit(p, reads) for p in payloads)))
+                return await self._submit(payloads[0], reads, agent)
+            return list(
+                await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads))
+            )
         finally:
             self.intake.release(caller, size)
 
-    async def _submit(self, payload: bytes, reads: bool) -> bytes:
+    def _agent(self, capability: Any) -> str | None:
+        """Who submits, for the log and the audit: the holder of the capability the guard
+        verified; None when the context does not enforce (a claim nobody checked)."""
+        return holder_of(capability) if self.guard.enforce else None
+
+    async def _submit(self, payload: bytes, reads: bool, agent: str | None) -> bytes:
         try:
             # The client's text is not trusted: it may say other than the operations it
             # carries. The log records the operations applied (read back printed from them).
-            tx = SubmittedTx((await self.intake.decode(payload)).tx)
+            tx = SubmittedTx((await self.intake.decode(payload)).tx, None, agent)
         except WireError as e:
             self.metrics.wire_rejected()
             try:
