@@ -221,9 +221,7 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
             num_cpus=0,
             scheduling_strategy=pinned(back),
         )
-        .remote(
-            old_root, name, None, None, False, namespace=NAMESPACE, replication=REPLICATION
-        )
+        .remote(old_root, name, None, None, False, namespace=NAMESPACE, replication=REPLICATION)
     )
     info = ray.get(again.handshake.remote(), timeout=60)
     assert info["open_error"] and info["open_error"]["code"] == "fenced", info

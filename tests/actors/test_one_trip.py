@@ -97,8 +97,12 @@ def test_receipts_carry_the_new_state_through_the_actor(handle: ContextHandle) -
         base = handle.version()
         handle.submit(ContextTx(base_version=base, ops=(Derive(id=fid, body=((Symbol("n"), 0),)),)))
     base = handle.version()
-    won = handle.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 1),)),)))
-    lost = handle.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 2),)),)))
+    won = handle.submit(
+        ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 1),)),))
+    )
+    lost = handle.submit(
+        ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 2),)),))
+    )
     assert not lost.committed and lost.version == won.version
     assert [(c.id, c.version, c.body) for c in lost.current] == [("a", won.version, "(n 1)")]
     assert lost.changed_since_base == (Conflict(id="a", version=won.version),)
