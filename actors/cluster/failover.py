@@ -71,7 +71,7 @@ RAYLET_TIMEOUT = 1.0
 """Seconds a look waits for the primary's node to accept a connection to its raylet."""
 PING_TIMEOUT = 1.0
 """Seconds a look waits for the primary to answer."""
-HANG_AFTER = 1.5
+HANG_AFTER = 1.0
 """Seconds without an answer to the supervisor's pings (a ping answers from the actor's
 event loop, never waiting for the store) after which a primary is hung and replaced.
 A false alarm (a primary only slow) costs a promotion, never a commit: the replaced
@@ -301,6 +301,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
             ray_module().kill(a, no_restart=True)
         raise
     sealed = time.monotonic() - started
+    _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
     info = await asyncio.wait_for(actor.become_primary.remote(epoch), START_TIMEOUT)
     log.warning(
@@ -315,6 +316,42 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
         info.get("open_error"),
     )
     return promoted
+
+
+_TELLING: dict[tuple[str, str], asyncio.Task[None]] = {}
+"""Replaced primaries being told so, by (namespace, actor name) (the reference keeps each alive)."""
+TELL_FOR = 600.0
+"""Seconds the supervisor keeps telling a replaced primary that Ray still holds."""
+
+
+def _tell_replaced(name: str, namespace: str) -> None:
+    """Tell the replaced primary *name*, for as long as Ray still holds it (paused,
+    partitioned) and until it answers, to re-read the directory: it then fences itself and
+    refuses every call, reads too, so the clients still calling it move to the new primary.
+    In the background: a paused one answers when it resumes, a cut one when it heals."""
+    key = (namespace, name)
+    if key not in _TELLING:
+        task = asyncio.create_task(_tell(name, namespace))
+        _TELLING[key] = task
+        task.add_done_callback(lambda _: _TELLING.pop(key, None))
+
+
+async def _tell(name: str, namespace: str) -> None:
+    deadline = time.monotonic() + TELL_FOR
+    while time.monotonic() < deadline:
+        actor = _get_actor(name, namespace)
+        if actor is None:
+            return  # gone (its node lost, or stopped)
+        try:
+            ref = actor.replicate.options(max_task_retries=0).remote()
+            open_reply(await asyncio.wait_for(ref, PING_TIMEOUT))
+            return  # answered: it re-read the directory
+        except MorphzError as e:  # the answer of a primary that learnt it was replaced
+            log.info("replaced primary %s told: %s", name, e.code)
+            return
+        except Exception:  # no answer yet (paused, cut off, restarting): again later
+            pass
+        await asyncio.sleep(POLL)
 
 
 _ABSENT: set[tuple[str, str]] = set()

@@ -14,15 +14,26 @@ tests/actors/test_failover.py):
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.actors.multinode import NAMESPACE, MultiNode, pinned_call, run_scenario
+from tests.actors.multinode import (
+    CHILD_TIMEOUT,
+    NAMESPACE,
+    ROOT,
+    MultiNode,
+    pinned_call,
+    run_scenario,
+)
 from tests.actors.test_failover import WAIT, _log_of, _tx, _until
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -202,3 +213,30 @@ def test_a_paused_primary_never_acknowledges_after_the_promotion() -> None:
 def test_the_directory_survives_its_node() -> None:
     verdict = run_scenario("tests.actors.test_faults:directory_node_lost", env=FAST_DEATH)
     assert verdict["ok"], verdict.get("traceback", verdict)
+
+
+@pytest.mark.parametrize("nemesis", ["pause-primary", "partition"])
+def test_loadtest_nemesis_checks_every_history(tmp_path: Path, nemesis: str) -> None:
+    """``morphz loadtest --followers 1 --pause-primary-every N`` (or ``--partition-every``):
+    each fault is logged with its window and every history checks on the current primaries."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("MORPHZ_STORE", None)
+    args = ["--threads", "4", "--contexts", "1", "--duration", "9", "--conflict-rate", "0.2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "morphz.cli", "--store", str(tmp_path), "--json", "loadtest", *args]
+        + ["--followers", "1", f"--{nemesis}-every", "8", f"--{nemesis.split('-')[0]}-for", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+    )
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0 and doc["history_ok"], (doc, done.stderr[-3000:])
+    assert doc["violation_count"] == 0 and doc["committed"] > 0
+    faults = doc["kill_log"]
+    assert len(faults) == 1 and "error" not in faults[0], faults
+    fault = faults[0]
+    assert fault["fault"] == nemesis.split("-")[0] and fault["unavailable_s"] is not None
+    assert fault["epoch_after"] == fault["epoch_before"] + 1, fault  # promoted once
