@@ -35,15 +35,11 @@ actor. Every error has one shape, the CLI's: ``{"error": {"code", "message",
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import importlib
 import json
 import os
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -51,6 +47,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from protocol import capabilities
 from protocol.capabilities import PermissionDenied
 from protocol.errors import (
     MorphzError,
@@ -65,8 +62,10 @@ from protocol.errors import (
 )
 from protocol.receipts import Receipt
 from protocol.wire import submitted_from_dict
+from servers.edge import EdgeMiddleware, EdgePolicy, bearer, bearer_token
 from servers.inspector import HandleSource, create_inspector
 from servers.operations import add_routes
+from servers.resolver import ActorResolver, Resolver, permission_of, sees
 from servers.tx_openapi import MAX_BODY_BYTES, TX_OPENAPI, TX_RESPONSES
 
 if TYPE_CHECKING:
@@ -82,9 +81,6 @@ __all__ = [
     "serve_app",
 ]
 
-
-MAX_TOKEN_CHARS = 8192
-"""The longest ``Authorization`` token accepted."""
 
 API_PREFIX = "/v1"
 INSPECTOR_PREFIX = "/inspect"
@@ -104,6 +100,8 @@ def error_status(e: MorphzError, *, had_token: bool) -> int:
     """The HTTP status of a typed error: the one table every route uses."""
     if isinstance(e, PermissionDenied):
         return 403 if had_token else 401
+    if e.code == "too_large":
+        return 413
     if e.code.startswith("bad_"):  # malformed input (bad_ref …), as the CLI's exit 2
         return 422
     if isinstance(e, NotFound):
@@ -137,134 +135,6 @@ def _rejected(receipt: Receipt) -> JSONResponse:
     else:
         code, message = "conflict", "the transaction was rejected"
     return _error(409, code, message, receipt=receipt.to_dict())
-
-
-# -- resolving a context name to a handle --------------------------------------------
-
-
-class Resolver(Protocol):
-    """What the app asks for the context actors it routes to."""
-
-    @property
-    def enforced(self) -> bool:
-        """True if every context this resolver gives is served with capabilities enforced."""
-        ...
-
-    def handle(self, name: str) -> ContextHandle:
-        """The handle of context *name* (NotFound if the store does not hold it)."""
-        ...
-
-    def contexts(self) -> list[dict[str, Any]]:
-        """The contexts that can be reached: ``[{"name", "served"}]``."""
-        ...
-
-    def create(self, name: str, window: int | None, capability: bytes | None) -> ContextHandle:
-        """Create context *name* and answer its handle; RequestError ``exists`` if it is there."""
-        ...
-
-
-@dataclass
-class ActorResolver:
-    """Context actors of one store directory in one Ray namespace, created on first use.
-
-    A context the store holds but no actor serves yet is opened by a new actor
-    (``connect(create=False)``) pinned to *node_id* (the node whose disk holds
-    the store). With *enforce*, contexts are created enforcing capabilities, of
-    *tenant* and *project*; a creation over HTTP then needs a token whose
-    ``admin`` grant covers the new name (checked by :mod:`protocol.capabilities`).
-    """
-
-    store_dir: str
-    namespace: str
-    node_id: str | None = None
-    enforce: bool = False
-    tenant: str | None = None
-    project: str | None = None
-    handles: dict[str, ContextHandle] = field(default_factory=dict)
-
-    @property
-    def enforced(self) -> bool:
-        """See :class:`Resolver`."""
-        return self.enforce
-
-    def handle(self, name: str) -> ContextHandle:
-        """See :class:`Resolver`; cached per name."""
-        cached = self.handles.get(name)
-        if cached is not None:
-            return cached
-        from actors.client.lookup import lookup
-        from actors.server.connect import connect
-
-        try:
-            found = lookup(name, self.namespace, store_dir=self.store_dir)
-            if self.enforce and not found.handshake()["enforce"]:
-                raise RequestError(
-                    f"context {name!r} is served without enforcement; this server routes"
-                    " only to enforcing context actors",
-                    code="scope_mismatch",
-                )
-        except NotFound:
-            from service.search import embedder_from_env
-
-            found = connect(
-                name,
-                store_dir=self.store_dir,
-                node_id=self.node_id,
-                create=False,
-                namespace=self.namespace,
-                tenant=self.tenant,
-                project=self.project,
-                embedder=embedder_from_env(),  # MORPHZ_EMBED_*: hybrid search
-            )
-        self.handles[name] = found
-        return found
-
-    def contexts(self) -> list[dict[str, Any]]:
-        """See :class:`Resolver`."""
-        from service.store import Store
-
-        return [{"name": n, "served": n in self.handles} for n in Store(self.store_dir).contexts()]
-
-    def create(self, name: str, window: int | None, capability: bytes | None) -> ContextHandle:
-        """See :class:`Resolver`."""
-        from actors.server.connect import connect
-        from service.store import Store
-
-        if Store(self.store_dir).exists(name):
-            raise RequestError(f"context {name!r} exists", code="exists")
-        if self.enforce:
-            self._check_admin(name, capability)
-        from service.search import embedder_from_env
-
-        handle = connect(
-            name,
-            store_dir=self.store_dir,
-            node_id=self.node_id,
-            create=True,
-            namespace=self.namespace,
-            window=window,
-            tenant=self.tenant,
-            project=self.project,
-            enforce=self.enforce,
-            embedder=embedder_from_env(),  # MORPHZ_EMBED_*: hybrid search
-        )
-        self.handles[name] = handle
-        return handle
-
-    def _check_admin(self, name: str, capability: bytes | None) -> None:
-        from actors.server.guard import grant_public_keys, revoked_tokens
-        from protocol import capabilities
-
-        if capability is None:
-            raise PermissionDenied("creating a context needs a capability")
-        cap = capabilities.verify(
-            capability,
-            grant_public_keys(self.store_dir),
-            now=time.time(),
-            revoked=revoked_tokens(self.store_dir),
-        )
-        if self.tenant is None or not capabilities.allows(cap, self.tenant, name, "admin"):
-            raise PermissionDenied(f"the capability does not grant admin on {name!r}")
 
 
 # -- request bodies -------------------------------------------------------------------
@@ -303,22 +173,7 @@ class ReviewDecision(_Body):
 
 def _token(request: Request) -> bytes | None:
     """The capability of ``Authorization: Bearer <base64url>``; malformed is PermissionDenied."""
-    header = request.headers.get("authorization")
-    if header is None:
-        return None
-    scheme, _, value = header.strip().partition(" ")
-    value = value.strip()
-    if scheme.lower() != "bearer" or not value or len(value) > MAX_TOKEN_CHARS:
-        raise PermissionDenied("Authorization must be 'Bearer <capability token>'")
-    try:
-        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    except (binascii.Error, ValueError) as e:
-        raise PermissionDenied("the bearer token is not URL-safe base64") from e
-
-
-def bearer(token: bytes) -> str:
-    """The ``Authorization`` header value carrying capability *token*."""
-    return "Bearer " + base64.urlsafe_b64encode(token).decode("ascii").rstrip("=")
+    return bearer_token(request.headers.get("authorization"))
 
 
 async def _body(request: Request) -> bytes:
@@ -361,8 +216,11 @@ def _int_param(request: Request, name: str) -> int | None:
 Route = Callable[..., Awaitable[Any]]
 
 
-def create_app(resolver: Resolver) -> FastAPI:
-    """The FastAPI app of the HTTP API over *resolver* (see the module docstring)."""
+def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = ()) -> FastAPI:
+    """The FastAPI app of the HTTP API over *resolver* (see the module docstring), behind
+    :class:`servers.edge.EdgeMiddleware`: *hosts* are the names it answers for besides
+    loopback; when *resolver* enforces capabilities, each request's token is verified and
+    must grant the route's operation before its body is read."""
     app = FastAPI(
         title="Morphz",
         version="1",
@@ -408,9 +266,13 @@ def create_app(resolver: Resolver) -> FastAPI:
     base = API_PREFIX + "/contexts/{context}"
     add_routes(app, base, ctx, _json)  # every operation the registry exposes over HTTP
 
-    @app.get(API_PREFIX + "/contexts", summary="The contexts of the store")
-    async def list_contexts() -> Any:
-        return {"contexts": await asyncio.to_thread(resolver.contexts)}
+    @app.get(API_PREFIX + "/contexts", summary="The contexts of the store (those the token sees)")
+    async def list_contexts(request: Request) -> Any:
+        found = await asyncio.to_thread(resolver.contexts)
+        if resolver.enforced:  # only the contexts the (verified) token grants something on
+            cap = await asyncio.to_thread(resolver.verify, _token(request) or b"")
+            found = [c for c in found if sees(cap, resolver.tenant, c["name"])]
+        return {"contexts": found}
 
     @app.post(API_PREFIX + "/contexts", status_code=201, summary="Create a context")
     async def create_context(body: NewContext, request: Request) -> Any:
@@ -433,6 +295,7 @@ def create_app(resolver: Resolver) -> FastAPI:
 
     @app.post(
         base + "/transactions",
+        name="submit",
         summary="Commit a context transaction",
         description='S-expression text (text/plain, or JSON {"text": …}) or the JSON form.'
         " Idempotency-Key is the client id: a retry answers the original receipt."
@@ -488,7 +351,11 @@ def create_app(resolver: Resolver) -> FastAPI:
             return _plain(await handle.event.aio(ref))
         return _plain(await handle.read_event.aio(ref, offset or 0, length))
 
-    @app.post(base + "/recall", summary="Recall a page into a recall_result observation")
+    @app.post(
+        base + "/recall",
+        name="recall_observation",
+        summary="Recall a page into a recall_result observation",
+    )
     async def recall(context: str, request: Request) -> Any:
         doc = await _json(request)
         if not isinstance(doc, dict):
@@ -505,7 +372,7 @@ def create_app(resolver: Resolver) -> FastAPI:
         handle = await ctx(request, context)
         return _plain(await handle.search_async(args, session))
 
-    @app.get(base + "/search", summary="Search (?query=&limit=)")
+    @app.get(base + "/search", name="search", summary="Search (?query=&limit=)")
     async def search_get(context: str, request: Request) -> Any:
         args: dict[str, Any] = {k: v for k, v in request.query_params.items() if k != "limit"}
         limit = _int_param(request, "limit")
@@ -518,7 +385,9 @@ def create_app(resolver: Resolver) -> FastAPI:
             args["include_recalls"] = flag == "true"
         return await _search(context, request, args)
 
-    @app.post(base + "/search", summary="Search (the search tool's arguments as JSON)")
+    @app.post(
+        base + "/search", name="search", summary="Search (the search tool's arguments as JSON)"
+    )
     async def search_post(context: str, request: Request) -> Any:
         return await _search(context, request, await _json(request))
 
@@ -529,7 +398,7 @@ def create_app(resolver: Resolver) -> FastAPI:
         entries = await handle.audit.aio(after or 0, 100 if limit is None else limit)
         return {"entries": entries}
 
-    @app.get(base + "/review", summary="What awaits a human review; needs admin")
+    @app.get(base + "/review", name="pending", summary="What awaits a human review; needs admin")
     async def review_list(context: str, request: Request) -> Any:
         handle = await ctx(request, context)
         return await handle.pending_async()
@@ -539,6 +408,31 @@ def create_app(resolver: Resolver) -> FastAPI:
         handle = await ctx(request, context)
         return await handle.review_async(frame_id, body.decision, body.reviewer, reason=body.reason)
 
+    async def authorize(token: bytes | None, context: str | None, method: str, path: str) -> None:
+        if not resolver.enforced or not path.startswith(API_PREFIX + "/"):
+            return
+        if token is None:
+            raise PermissionDenied(
+                "this server enforces capabilities: send 'Authorization: Bearer <token>'"
+            )
+        cap = await asyncio.to_thread(resolver.verify, token)
+        if context is None:
+            return
+        op = permission_of(app, method, path)
+        granted = (
+            sees(cap, resolver.tenant, context)
+            if op is None
+            else capabilities.allows(cap, resolver.tenant or "", context, op)
+        )
+        if not granted:
+            raise PermissionDenied(
+                f"{cap.holder!r} holds no {op or 'grant'} on context {context!r:.80}"
+            )
+
+    app.add_middleware(
+        EdgeMiddleware,
+        policy=EdgePolicy(hosts=hosts, max_body_bytes=MAX_BODY_BYTES, authorize=authorize),
+    )
     return app
 
 
@@ -552,7 +446,9 @@ class _Ingress:
         self.settings = settings
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return create_app(ActorResolver(**self.settings))
+        settings = dict(self.settings)
+        hosts = tuple(settings.pop("hosts", ()))
+        return create_app(ActorResolver(**settings), hosts=hosts)
 
 
 def serve_app(
@@ -564,6 +460,7 @@ def serve_app(
     tenant: str | None = None,
     project: str | None = None,
     replicas: int = 1,
+    hosts: tuple[str, ...] = (),
 ) -> Any:
     """The bound Ray Serve application of the HTTP API (pass it to ``serve.run``).
 
@@ -581,6 +478,7 @@ def serve_app(
         "enforce": enforce,
         "tenant": tenant,
         "project": project,
+        "hosts": list(hosts),
     }
     deployment: Any = serve.deployment(
         serve.ingress()(_Ingress),

@@ -26,7 +26,8 @@ made from its declaration: its arguments' schema is the argument model's.
 Prompt: ``protocol`` (the full protocol text,
 :data:`service.protocol_text.PROTOCOL_TEXT`). Resources:
 ``morphz://{context}/frames/{id}`` and ``morphz://{context}/events/{ref}``.
-See ``docs/mcp.md``.
+See ``docs/mcp.md``. The module is long because the hand-written tools are kept together
+with the argument schemas the model reads; the token check is :mod:`servers.mcp_auth`.
 """
 
 from __future__ import annotations
@@ -40,13 +41,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
+from protocol.capabilities import PermissionDenied
 from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
 from protocol.replies import plain
+from servers.mcp_auth import CapabilityVerifier, token_bytes
 from servers.operations import operation_tool
 from service.operations import operations
 from service.protocol_text import PROTOCOL_TEXT
@@ -81,7 +86,12 @@ class Memory:
     Both ports answer the same calls with the same reply models, so every tool
     calls :meth:`call` with the method name and arguments they share. ``via``
     is ``"store"`` or ``"actor"``. Embedded calls are serialized by a lock
-    (the SDK runs each tool call in a worker thread).
+    (the SDK runs each tool call in a worker thread). ``enforce`` and ``tenant`` are the
+    actor's (an embedded store enforces nothing).
+
+    With ``per_caller`` (``--http`` over an enforcing actor) every call carries the bearer
+    token of the MCP client that made it (verified by :class:`CapabilityVerifier`), never
+    a token of the server's own.
     """
 
     def __init__(
@@ -91,16 +101,27 @@ class Memory:
         via: Literal["store", "actor"],
         context: str,
         close: Callable[[], None] | None = None,
+        enforce: bool = False,
+        tenant: str | None = None,
     ) -> None:
         self.target = target
         self.via = via
         self.context = context
+        self.enforce = enforce
+        self.tenant = tenant
+        self.per_caller = False
         self._close = close
         self._lock = threading.Lock() if via == "store" else None
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call *method* on the port (under the lock when embedded); its reply."""
-        fn = getattr(self.target, method)
+        target = self.target
+        if self.per_caller:
+            access = get_access_token()
+            if access is None:  # the SDK refuses unauthenticated requests before this
+                raise PermissionDenied("this server needs 'Authorization: Bearer <token>'")
+            target = target.with_capability(token_bytes(access.token))
+        fn = getattr(target, method)
         if self._lock is None:
             return fn(*args, **kwargs)
         with self._lock:
@@ -243,10 +264,18 @@ def _actor_memory(
                 capability=capability,
                 embedder=embedder_from_env(),  # MORPHZ_EMBED_*: the actor's search is hybrid
             )
+        info = handle.handshake()
     except BaseException:
         leave()
         raise
-    return Memory(handle, via="actor", context=context, close=leave)
+    return Memory(
+        handle,
+        via="actor",
+        context=context,
+        close=leave,
+        enforce=bool(info["enforce"]),
+        tenant=str(info["tenant"]),
+    )
 
 
 # -- results ------------------------------------------------------------------------
@@ -329,10 +358,31 @@ append never conflicts, a set only with a change to the same field (named in \
 client_id makes a retry safe: the same id returns the original receipt."""
 
 
-def build_server(memory: Memory, *, name: str = "morphz") -> MCPServer:
-    """An MCP server whose tools, prompt and resources read and change *memory*'s context."""
+def build_server(
+    memory: Memory,
+    *,
+    name: str = "morphz",
+    verifier: CapabilityVerifier | None = None,
+    url: str | None = None,
+) -> MCPServer:
+    """An MCP server whose tools, prompt and resources read and change *memory*'s context.
+
+    With *verifier* (``--http`` over an enforcing actor) the server is an OAuth resource
+    server at *url*: a request without a valid bearer token is 401 (with the protected
+    resource metadata the MCP authorization spec names), and each call carries the
+    caller's token to the actor (``memory.per_caller``)."""
+    auth = None
+    if verifier is not None:
+        if url is None:
+            raise RequestError("a verifying server needs its URL", code="bad_argument")
+        # Tokens come from `morphz grant issue`, not an OAuth flow: the server names itself
+        # as the issuer and checks the audience (the context) in the verifier.
+        auth = AuthSettings(issuer_url=url, resource_server_url=url, validate_token_resource=False)  # type: ignore[arg-type]
+        memory.per_caller = True
     server: MCPServer = MCPServer(
         name=name,
+        token_verifier=verifier,
+        auth=auth,
         log_level="WARNING",
         instructions=(
             f"Morphz memory of context {memory.context!r}: durable observations and frames"

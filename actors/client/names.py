@@ -22,6 +22,8 @@ DEFAULT_NAMESPACE = "morphz"
 """The Ray namespace context actors live in unless told otherwise."""
 CONTEXT_PREFIX = "ctx:"
 """Context actors (primaries and followers) are named ``ctx:<context name>…``."""
+HOST_PREFIX = "host:"
+"""Context hosts (one process serving many contexts) are named ``host:<host name>``."""
 DIRECTORY_NAME = "morphz:directory"
 """The Ray actor name of a namespace's context directory."""
 MAX_SUBMIT_MANY = 1024
@@ -35,6 +37,17 @@ ADVERT_FORMAT = 1
 def actor_name(context: str) -> str:
     """The Ray actor name of the context *context* served from one node (epoch 0)."""
     return CONTEXT_PREFIX + context
+
+
+def host_actor(host: str) -> str:
+    """The Ray actor name of the context host *host*."""
+    return HOST_PREFIX + host
+
+
+def is_host(actor: str) -> bool:
+    """True if *actor* names a context host: calls to a context there go through its
+    host's ``call`` with the context's name (:mod:`actors.server.hosting`)."""
+    return actor.startswith(HOST_PREFIX)
 
 
 def primary_actor(name: str, epoch: int) -> str:
@@ -96,11 +109,14 @@ __all__ = [
     "CONTEXT_PREFIX",
     "DEFAULT_NAMESPACE",
     "DIRECTORY_NAME",
+    "HOST_PREFIX",
     "MAX_SUBMIT_MANY",
     "ContextEntry",
     "Member",
     "actor_name",
     "advert_path",
     "follower_actor",
+    "host_actor",
+    "is_host",
     "primary_actor",
 ]

@@ -33,6 +33,11 @@ remote call needs beyond its arguments:
 returns a :class:`Call` (actor method, arguments, reply decoder) — into both a
 blocking method and, through :attr:`Remote.aio`, its ``async`` form, so a
 handle writes each method once.
+
+Kept as one module (over 600 lines) because joining Ray, the retry policy and the
+translation of Ray's errors are one seam: a handle of a context in its own actor,
+of a context on a host (calls routed by the context's name) and of the directory
+all go through the same :class:`Transport`.
 """
 
 from __future__ import annotations
@@ -53,7 +58,13 @@ from types import ModuleType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from actors.client.joining import TOKEN_HINT, check_authenticated
-from actors.client.names import CONTEXT_PREFIX, DEFAULT_NAMESPACE, DIRECTORY_NAME, ContextEntry
+from actors.client.names import (
+    CONTEXT_PREFIX,
+    DEFAULT_NAMESPACE,
+    DIRECTORY_NAME,
+    ContextEntry,
+    is_host,
+)
 from actors.client.replies import open_reply
 from protocol.errors import (
     FENCED,
@@ -341,14 +352,21 @@ class Transport:
         )
         if self.replicated is None:
             self.replicated = self._is_replicated()
-        method = getattr(self.actor, call.method)
+        hosted = is_host(self.actor_name)
+        method = self.actor.call if hosted else getattr(self.actor, call.method)
         if self.replicated:
             method = method.options(max_task_retries=0)
+        if hosted:  # a context among many in one host process: routed by its name
+            return method.remote(self.label, call.method, list(call.args), kwargs)
         return method.remote(*call.args, **kwargs)
+
+    def _serves_context(self) -> bool:
+        """True if this transport calls a context (its own actor, or the host it is on)."""
+        return self.actor_name.startswith(CONTEXT_PREFIX) or is_host(self.actor_name)
 
     def _is_replicated(self) -> bool:
         """True if the context directory of this namespace has this context replicated."""
-        if not self.actor_name.startswith(CONTEXT_PREFIX):
+        if not self._serves_context():
             return False
         entry = self._directory_entry()
         return entry is not None and entry.replicated
@@ -458,7 +476,7 @@ class Transport:
         Only a context actor (named ``ctx:…``) in a namespace that has a directory
         with an entry for it is followed; True if the handle now calls another actor.
         """
-        if not self.actor_name.startswith(CONTEXT_PREFIX):
+        if not self._serves_context():
             return False
         entry = self._directory_entry()
         if entry is None:
@@ -490,7 +508,7 @@ class Transport:
 
     def _fenced(self, e: MorphzError, retry: int) -> float | None:
         """The delay before calling the new primary after *e* said this one was replaced."""
-        if e.code not in (FENCED, STALE_EPOCH) or not self.actor_name.startswith(CONTEXT_PREFIX):
+        if e.code not in (FENCED, STALE_EPOCH) or not self._serves_context():
             return None
         delay = self.retry.delay(retry)
         if delay is None:
@@ -546,9 +564,13 @@ class Transport:
         """Stop the actor for good and wait (up to *wait* s) until its name is gone.
 
         It polls the name registry, never the dying actor (a call to it would be
-        retried and logged by Ray).
+        retried and logged by Ray). A context on a host is deactivated and forgotten
+        there instead: the host and its other contexts keep running.
         """
         ray = ray_module()
+        if is_host(self.actor_name):
+            ray.get(self.actor.deactivate.remote(self.label, True), timeout=wait)
+            return
         ray.kill(self.actor, no_restart=True)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:

@@ -66,6 +66,7 @@ from actors.client.transport import (
     remote_class,
 )
 from actors.cluster.failover import watch
+from actors.cluster.host_table import HostTable
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_nodes
 from protocol.errors import STALE_EPOCH, MorphzError, NotFound, RequestError, StoreError
 from storage import check_context_name
@@ -111,7 +112,7 @@ def _member(value: object, what: str) -> Member:
         raise RequestError(f"bad {what}: {e.errors()[0].get('msg')}", code="bad_argument") from e
 
 
-class DirectoryActor:
+class DirectoryActor(HostTable):
     """The directory's actor class (plain; :func:`directory` runs it as a Ray actor).
 
     Every method answers a reply envelope (``actors.client.replies.ok`` / ``failed``).
@@ -455,6 +456,18 @@ class DirectoryHandle:
         return self.transport.call(
             Call("place", (name, followers, policy, acks, store_dir), read_entry, guarded=False)
         )
+
+    def place_hosted(self, name: str, *, policy: str = POLICY_SPREAD) -> ContextEntry:
+        """The entry of *name*, placing it on a context host if new (idempotent): the
+        host the hosts' load reports favour (:func:`~actors.cluster.placement.choose_host`);
+        ``no_host`` when no live host has room."""
+        check_context_name(name)
+        check_policy(policy)
+        return self.transport.call(Call("place_hosted", (name, policy), read_entry, guarded=False))
+
+    def hosts(self) -> builtins.list[dict[str, Any]]:
+        """The context hosts that reported their load recently, with ``placed`` counts."""
+        return list(self.transport.call(Call("hosts", (), open_reply, guarded=False)))
 
     def get(self, name: str) -> ContextEntry:
         """The entry of *name*; NotFound if the directory has none."""

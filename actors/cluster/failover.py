@@ -53,7 +53,7 @@ import socket
 import time
 from typing import Any
 
-from actors.client.names import ContextEntry, Member, follower_actor
+from actors.client.names import ContextEntry, Member, follower_actor, is_host
 from actors.client.nodes import pinned
 from actors.client.replies import open_reply
 from actors.client.transport import ray_module
@@ -121,6 +121,8 @@ async def supervise(directory: Any) -> None:
     live = set(nodes)
     _learn_roots(directory, live)
     for entry in entries:
+        if is_host(entry.primary.actor):
+            continue  # a hosted context: its host is restarted by Ray, activated on demand
         if not entry.replicated:
             if entry.primary.node_id not in live:
                 await restore(directory, entry, live)

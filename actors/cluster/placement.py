@@ -73,3 +73,50 @@ def choose_nodes(
         )
     chosen = by_load([n for n in live if n != primary])[:followers]
     return [primary, *chosen]
+
+
+def host_weight(assigned: int, report: dict[str, object]) -> float:
+    """How loaded a context host looks to placement: the contexts the directory has
+    placed on it, each weighted by the host's recent CPU (a host busy at 0.5 cores
+    counts each of its contexts as 1.5), so a new context goes where there are fewest
+    contexts, and among equally many, where they are least busy."""
+    cpu = report.get("cpu")
+    busy = float(cpu) if isinstance(cpu, (int, float)) and not isinstance(cpu, bool) else 0.0
+    return assigned * (1.0 + max(0.0, busy))
+
+
+def choose_host(
+    policy: str,
+    reports: list[dict[str, object]],
+    assigned: dict[str, int],
+    live: dict[str, dict[str, float]],
+) -> dict[str, object]:
+    """The context host a new hosted context goes to (a pure rule).
+
+    *reports* are the hosts' recent load reports (``actor``, ``node_id``, ``full``,
+    ``cpu`` …), *assigned* the contexts placed on each host (by actor name), *live* the
+    live nodes and their resources. Only hosts on live nodes that are not full
+    count; *policy* narrows them to a node (``node:<id>``) or to nodes offering a
+    resource (``resource:<r>``). The least :func:`host_weight` wins, ties to the
+    smallest actor name. RequestError ``no_host`` when none can take it.
+    """
+    policy = check_policy(policy)
+    kind, _, arg = policy.partition(":")
+    fit = [
+        r
+        for r in reports
+        if r.get("node_id") in live
+        and not r.get("full")
+        and (kind != "node" or r.get("node_id") == arg)
+        and (kind != "resource" or live[str(r.get("node_id"))].get(arg, 0) > 0)
+    ]
+    if not fit:
+        raise RequestError(
+            f"no live context host with room for placement {policy!r} "
+            f"({len(reports)} hosts reported)",
+            code="no_host",
+        )
+    return min(
+        fit,
+        key=lambda r: (host_weight(assigned.get(str(r["actor"]), 0), r), str(r["actor"])),
+    )

@@ -16,14 +16,15 @@ from typing import Any
 
 from actors.client.handle import ContextHandle
 from actors.client.lookup import lookup
-from actors.client.names import DEFAULT_NAMESPACE
-from actors.client.transport import check_int, check_text
+from actors.client.names import DEFAULT_NAMESPACE, HOST_PREFIX, is_host
+from actors.client.transport import check_int, check_text, ray_module
 from actors.cluster.directory import directory
 from actors.cluster.follower import start_followers
 from actors.cluster.placement import POLICY_SPREAD, check_policy
 from actors.cluster.replication import REPLICATION
 from actors.server.connect import connect
-from protocol.errors import RequestError
+from actors.server.hosting import activate_hosted
+from protocol.errors import NotFound, RequestError
 from storage import check_context_name
 
 __all__ = ["place"]
@@ -40,6 +41,7 @@ def place(
     lifetime: str | None = "detached",
     create: bool = True,
     replicas: int | None = None,
+    hosted: bool = False,
     **options: Any,
 ) -> ContextHandle:
     """Get or create context *name* on the node the context directory chooses.
@@ -53,6 +55,12 @@ def place(
     *followers* follower nodes are chosen too (all distinct); *acks* is how many
     of them must hold a commit before it is acknowledged (default *followers*).
     *replicas* is the earlier name of *followers* (deprecated: it warns).
+
+    ``hosted=True`` places the context on a running context host
+    (:mod:`actors.server.hosting`) instead of an actor process of its own: the
+    directory picks the host by the hosts' load reports (``no_host`` when none
+    has room), and the host activates the context now and again on demand after
+    idle deactivations. A hosted context has no followers yet (``bad_argument``).
 
     Idempotent: a context already in the directory is found where it is (its
     current primary), whatever the arguments. The actor is detached by default
@@ -84,9 +92,18 @@ def place(
     check_text(namespace, "namespace")
     if not namespace:
         raise RequestError("namespace must not be empty", code="bad_argument")
-    entry = directory(namespace).place(
-        name, followers=followers, policy=placement, acks=acks, store_dir=root
-    )
+    if hosted and (followers or store_dir is not None):
+        raise RequestError(
+            "a hosted context has no followers and lives under its host's store root",
+            code="bad_argument",
+        )
+    where = directory(namespace)
+    if hosted:
+        entry = where.place_hosted(name, policy=placement)
+    else:
+        entry = where.place(name, followers=followers, policy=placement, acks=acks, store_dir=root)
+    if is_host(entry.primary.actor):
+        return _on_host(entry.primary.actor, name, namespace, create, options)
     if entry.epoch > 0:  # promoted since: the promoted follower serves it
         return lookup(name, namespace, retry=options.get("retry"), timeout=options.get("timeout"))
     handle = connect(
@@ -102,3 +119,22 @@ def place(
     if entry.followers:
         start_followers(handle, entry)
     return handle
+
+
+def _on_host(
+    actor: str, name: str, namespace: str, create: bool, options: dict[str, Any]
+) -> ContextHandle:
+    """The handle of *name* on the context host *actor*, activated there."""
+    client = {k: options.pop(k) for k in ("retry", "timeout", "capability") if k in options}
+    try:
+        host = ray_module().get_actor(actor, namespace=namespace)
+    except ValueError as e:
+        raise NotFound(f"context host {actor!r} of context {name!r} is not running") from e
+    return activate_hosted(
+        host,
+        actor[len(HOST_PREFIX) :],
+        name,
+        namespace=namespace,
+        options={"create": create, **options},
+        **client,
+    )

@@ -12,7 +12,7 @@ import builtins
 import time
 from typing import Any
 
-from actors.client.names import Member
+from actors.client.names import Member, is_host
 from actors.client.nodes import alive_nodes
 from actors.client.replies import open_reply
 from actors.client.transport import ray_module
@@ -45,25 +45,47 @@ def placement_table(
     One row per context: ``name``, ``epoch``, ``follower_count``, ``acks``, ``policy``,
     ``primary`` and ``followers``, each member ``{node_id, actor, store_dir,
     node_alive, version}`` (``version`` None when the member did not answer within
-    *timeout* seconds: unreachable, not started, or its node is gone); a follower
-    also has ``lag`` = primary version − its version (None when either is
-    unknown). Members are asked all at once (``status()`` if the actor has it,
+    *timeout* seconds: unreachable, not started, or its node is gone), ``host`` (the
+    context host's actor for a hosted context, else None), ``state`` (``active`` /
+    ``idle``; None when unknown) and ``last_use`` (a hosted context's last call, wall
+    clock; None if unknown: a hosted context's version is not asked, since asking
+    would activate it); a follower also has ``lag`` = primary version − its version
+    (None when either is unknown). Members are asked all at once (``status()`` if the actor has it,
     else ``version()``).
     """
     ray = ray_module()
     alive = {n["node_id"] for n in alive_nodes()}
     entries = handle.list()
     asked: dict[tuple[str, str], Any] = {}
+    hosts: dict[str, Any] = {}
     for entry in entries:
         for m in (entry.primary, *entry.followers):
+            if is_host(m.actor):  # asked once per host, and never the context: that would
+                hosts.setdefault(m.actor, None)  # activate an idle one
+                continue
             try:
                 actor = ray.get_actor(m.actor, namespace=handle.namespace)
             except ValueError:
                 continue
             method = getattr(actor, "status", None) or actor.version
             asked[(entry.name, m.actor)] = method.remote()
+    for name in hosts:
+        try:
+            hosts[name] = ray.get_actor(name, namespace=handle.namespace).contexts.remote()
+        except ValueError:
+            continue
     versions: dict[tuple[str, str], int | None] = {}
     deadline = time.monotonic() + timeout
+    served: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, ref in hosts.items():
+        try:
+            listed = (
+                [] if ref is None else ray.get(ref, timeout=max(0.01, deadline - time.monotonic()))
+            )
+        except Exception:  # a host that does not answer: its contexts' states are unknown
+            continue
+        for c in listed:
+            served[(name, c["name"])] = c
     for key, ref in asked.items():
         try:
             raw = ray.get(ref, timeout=max(0.01, deadline - time.monotonic()))
@@ -73,10 +95,21 @@ def placement_table(
         versions[key] = _member_version(raw)
 
     def row(name: str, m: Member) -> dict[str, Any]:
+        version = versions.get((name, m.actor))
+        if is_host(m.actor):
+            seen = served.get((m.actor, name))
+            answered = hosts.get(m.actor) is not None and (m.actor, name) in served
+            state = seen["state"] if answered and seen else ("idle" if m.actor in hosts else None)
+            last_use = seen["last_use"] if seen else None
+        else:  # a context in its own actor process is active while it answers
+            state, last_use = ("active" if version is not None else None), None
         return {
             **m.model_dump(),
             "node_alive": m.node_id in alive,
-            "version": versions.get((name, m.actor)),
+            "version": version,
+            "host": m.actor if is_host(m.actor) else None,
+            "state": state,
+            "last_use": last_use,
         }
 
     rows = []

@@ -345,7 +345,7 @@ class Guard:
             return None
         cap: Capability | None = None
         try:
-            cap = self._capability(token)
+            cap = self.verify(token)
             if not capabilities.allows(cap, self.tenant, self.context, op):
                 raise PermissionDenied(
                     f"{cap.holder!r} holds no {op} grant on context {self.context!r}"
@@ -365,8 +365,9 @@ class Guard:
             return denied, self.entry(method, op, None, allowed=False, why=denied.message)
         return None
 
-    def _capability(self, token: Any) -> Capability:
-        """*token* verified (cached), not expired; PermissionDenied otherwise."""
+    def verify(self, token: Any) -> Capability:
+        """*token* verified (signature, revocation; cached), not expired; PermissionDenied
+        otherwise. Whether it grants an operation here is :func:`protocol.capabilities.allows`."""
         now = time.time()
         revoked = self.revoked()
         cap = self._verified.get(token) if isinstance(token, bytes) else None
@@ -389,7 +390,7 @@ class Guard:
         if not self.enforce:
             return True
         try:
-            return capabilities.allows(self._capability(token), self.tenant, self.context, op)
+            return capabilities.allows(self.verify(token), self.tenant, self.context, op)
         except MorphzError:
             return False
 

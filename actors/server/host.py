@@ -14,9 +14,13 @@ finds the store locked can reach the actor instead
 and removed on close; one left by a killed actor is stale and harmless (the
 lock is free again, and a restarted actor rewrites it).
 
-Ray is not imported here except by :meth:`ContextHost.node_id`. The module is long
-(about 600 lines): opening, settings, replication's hook and the governance task share
-the host's state, kept together in one class.
+The same object serves a context alone in its actor process and as one of many
+in a context host (:mod:`actors.server.hosting`), which is why closing is split
+into :meth:`ContextHost._stop_tasks` (on the event loop) and
+:meth:`ContextHost._close_store` (off it). Kept as one module (over 600 lines)
+because everything a served context owns is opened, run and closed together here.
+
+Ray is not imported here except by :meth:`ContextHost.node_id`.
 """
 
 from __future__ import annotations
@@ -589,6 +593,23 @@ class ContextHost:
         The background governance task stops first; a pass in progress finishes.
         The context's search index (and its worker) closes with the context.
         """
+        self._close_store()
+
+    def _close_store(self) -> None:
+        """:meth:`close` without the capability check: what a context host runs when it
+        deactivates the context (:mod:`actors.server.hosting`)."""
+        self._stop_tasks()
+        self._scan_executor.shutdown(wait=True)
+        self._executor.shutdown(wait=True)
+        if self._ctx is not None:
+            self._unadvertise()  # while the lock is still held: a successor writes after
+            self._ctx.close()
+            self._ctx = None
+            self._open_error = NotFound(f"context {self._name!r} is closed")
+
+    def _stop_tasks(self) -> None:
+        """Stop the background governance task and the metrics sampler (on their loop's
+        thread: a host calls it there before closing the store on another thread)."""
         self._closing = True
         if self._sampler is not None and not self._sampler.done():
             try:
@@ -600,10 +621,3 @@ class ContextHost:
                 self._worker.cancel()
             except RuntimeError:  # its event loop is gone (plain-class tests)
                 pass
-        self._scan_executor.shutdown(wait=True)
-        self._executor.shutdown(wait=True)
-        if self._ctx is not None:
-            self._unadvertise()  # while the lock is still held: a successor writes after
-            self._ctx.close()
-            self._ctx = None
-            self._open_error = NotFound(f"context {self._name!r} is closed")

@@ -67,6 +67,15 @@ def _node(m: dict[str, Any]) -> str:
     return str(m["node_id"])[:12] + ("" if m["node_alive"] else " (dead)")
 
 
+def _ago(when: float | None) -> str:
+    """A wall-clock time as how long ago ("-" when unknown)."""
+    if when is None:
+        return "-"
+    import time
+
+    return f"{max(0.0, time.time() - when):.0f}s ago"
+
+
 def _human_cluster(d: dict[str, Any]) -> str:
     if not d["contexts"]:
         running = d.get("unplaced") or []
@@ -82,14 +91,36 @@ def _human_cluster(d: dict[str, Any]) -> str:
             f"{why} in namespace {d['namespace']}; place contexts with actors.place(...)"
             " or `morphz loadtest`"
         )
-    rows = [("context", "epoch", "primary node", "version", "follower node", "version", "lag")]
+    rows = [
+        (
+            "context",
+            "epoch",
+            "primary node",
+            "version",
+            "host",
+            "state",
+            "last use",
+            "follower node",
+            "version",
+            "lag",
+        )
+    ]
     for c in d["contexts"]:
         p = c["primary"]
-        first = (c["name"], str(c["epoch"]), _node(p), _version(p["version"]))
+        host = (p.get("host") or "-").removeprefix("host:")
+        first = (
+            c["name"],
+            str(c["epoch"]),
+            _node(p),
+            _version(p["version"]),
+            host,
+            p.get("state") or "?",
+            _ago(p.get("last_use")),
+        )
         if not c["followers"]:
             rows.append((*first, "-", "", ""))
         for k, f in enumerate(c["followers"]):
-            lead = first if k == 0 else ("", "", "", "")
+            lead = first if k == 0 else ("",) * len(first)
             rows.append((*lead, _node(f), _version(f["version"]), _version(f["lag"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -152,6 +183,7 @@ def contexts_cmd(env: Env, cluster: bool, address: str | None, namespace: str) -
     """List the store's contexts: version, tick, frames, events and size on disk.
 
     With --cluster: every placed context of the cluster — epoch, primary node,
+    its context host, state (active / idle) and last use when it is hosted,
     followers, each member's version ("?" when it does not answer) and each
     follower's lag behind the primary.
     """

@@ -157,7 +157,32 @@ def checked_text(checked: dict[str, int]) -> str:
 @click.command("loadtest")
 @click.option("--threads", type=click.IntRange(1, 4096), required=True, help="Agent threads.")
 @click.option(
-    "--contexts", type=click.IntRange(1, 256), default=1, show_default=True, help="Context actors."
+    "--contexts",
+    type=click.IntRange(1, 1_000_000),
+    default=1,
+    show_default=True,
+    help="Contexts: context actors (at most 256), or with --hosts contexts on hosts.",
+)
+@click.option(
+    "--hosts",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Serve the contexts on this many context hosts (activated on demand, deactivated "
+    "when idle); --threads committers then wander over them (docs/loadtest.md).",
+)
+@click.option(
+    "--idle-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="With --hosts: seconds after which an idle context is deactivated.",
+)
+@click.option(
+    "--switch-every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --hosts: seconds a committer stays on one context before moving to another.",
 )
 @click.option(
     "--duration",
@@ -301,6 +326,9 @@ def loadtest_cmd(
     env: Env,
     threads: int,
     contexts: int,
+    hosts: int | None,
+    idle_after: float,
+    switch_every: float,
     duration: float | None,
     transactions: int | None,
     conflict_rate: float,
@@ -332,6 +360,12 @@ def loadtest_cmd(
         click.echo("morphz loadtest: --replicas is deprecated, use --followers", err=True)
     if (duration is None) == (transactions is None):
         raise click.UsageError("give exactly one of --duration and --transactions")
+    if hosts is not None:
+        _hosted(env, threads, contexts, hosts, idle_after, switch_every, duration, seed, keep,
+                address, store_dir or _given_store(env))  # fmt: skip
+        return
+    if contexts > 256:
+        raise click.UsageError("more than 256 contexts need --hosts (a process per context)")
     from harness.loadtest import run_loadtest
 
     options = {
@@ -407,3 +441,72 @@ def _given_store(env: Env) -> str | None:
     if root.get_parameter_source("store") is click.core.ParameterSource.COMMANDLINE:
         return env.store
     return None
+
+
+def _hosted(
+    env: Env,
+    threads: int,
+    contexts: int,
+    hosts: int,
+    idle_after: float,
+    switch_every: float,
+    duration: float | None,
+    seed: int,
+    keep: bool,
+    address: str | None,
+    store_dir: str | None,
+) -> None:
+    """``loadtest --hosts``: many contexts on context hosts, a hot set under load."""
+    if duration is None:
+        raise click.UsageError("--hosts runs for a --duration")
+    from actors.client.transport import init_ray
+    from harness.loadtest.many import run_many
+
+    options = {
+        "contexts": contexts,
+        "hosts": hosts,
+        "threads": threads,
+        "duration_s": duration,
+        "idle_after_s": idle_after,
+        "switch_every_s": switch_every,
+        "seed": seed,
+        "keep": keep,
+        "store_dir": store_dir,
+    }
+
+    def say(p: Mapping[str, Any]) -> None:
+        if not env.as_json and "phase" in p:
+            click.echo(f"loadtest: {p['phase']}", err=True)
+
+    with contextlib.redirect_stdout(sys.stderr):
+        joined = init_ray(address)
+        try:
+            doc = run_many(options, progress=say)
+        finally:
+            if joined:
+                import ray
+
+                ray.shutdown()
+    if env.as_json:
+        click.echo(json.dumps(doc, ensure_ascii=False))
+    else:
+        m, a = doc["memory_mb"], doc["activation_ms"]
+        click.echo(
+            f"morphz loadtest {doc['run_id']} (hosted): {doc['contexts']} contexts on "
+            f"{doc['hosts']} hosts, {doc['threads']} committers, {doc['seconds']} s\n"
+            f"  commits {doc['committed']} ({doc['commits_per_s']}/s), unknown {doc['unknown']},"
+            f" latency p50 {doc['latency_ms']['p50']:.1f} ms"
+            f" p99 {doc['latency_ms']['p99']:.1f} ms\n"
+            f"  activations {doc['activations']}, deactivations {doc['deactivations']},"
+            f" most active at once {doc['active_max']}, refused {doc['refused']}\n"
+            f"  activation in the host p50 {a['p50']} ms, p99 (worst host)"
+            f" {a['p99_worst_host']} ms; a committer's first call on a context p50"
+            f" {doc['first_call_ms']['p50']:.1f} ms p99 {doc['first_call_ms']['p99']:.1f} ms\n"
+            f"  memory: hosts {m['hosts_base']} MB at start, {m['hosts_all_idle']} MB with every"
+            f" context known and idle; per idle context {m['per_idle_context']} MB, per active"
+            f" context {m['per_active_context']} MB\n"
+            f"  history: {doc['contexts_checked']} contexts checked, "
+            + ("ok" if doc["history_ok"] else f"VIOLATIONS {doc['violations']}")
+        )
+    if not doc["history_ok"]:
+        sys.exit(EXIT_REFUSED)

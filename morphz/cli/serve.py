@@ -7,8 +7,11 @@ starting an actor for a context the store holds and no actor serves yet.
 
 Safe by default (:func:`servers.binding.check_bind`): it listens on loopback
 unless told otherwise and refuses another address unless ``--enforce``
-(contexts served with capabilities enforced) or ``--insecure`` (warned about
-at start). Ray and the server libraries are imported only when it runs.
+(every context, existing ones included, served with capabilities enforced,
+each request's token verified at the edge) or ``--insecure`` (warned about at
+start). It answers only requests whose ``Host`` (and ``Origin``) name
+loopback, ``--host`` or an ``--allow-host`` (:mod:`servers.edge`). Ray and
+the server libraries are imported only when it runs.
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ APP_NAME = "morphz"
     help="Listen on a non-loopback address without enforcement (warned about).",
 )
 @click.option("--replicas", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another host name clients reach this server by (Host and Origin are checked;"
+    " loopback names and --host are always allowed).",
+)
 @click.pass_obj
 @run_command
 def serve_cmd(
@@ -56,6 +67,7 @@ def serve_cmd(
     project: str | None,
     insecure: bool,
     replicas: int,
+    allow_hosts: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs) over the store's context actors."""
     from protocol.errors import RequestError
@@ -87,6 +99,7 @@ def serve_cmd(
             tenant=tenant,
             project=project,
             replicas=replicas,
+            hosts=(host, *allow_hosts),
         )
         serve.run(app, blocking=False, name=APP_NAME, route_prefix="/")
         _wait_until_answering(host, port)

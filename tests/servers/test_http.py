@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from protocol.errors import RequestError
 from servers.binding import check_bind
+from servers.edge import REQUEST_HEADER
 from servers.http_api import bearer
 from tests.actors.cluster import RayCluster
 
@@ -63,7 +64,8 @@ def server(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture
 def client(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=60) as c:
+    # A non-browser client: it marks its writes with the header no cross-site page can send.
+    with httpx.Client(base_url=server.url, timeout=60, headers={REQUEST_HEADER: "1"}) as c:
         yield c
 
 
@@ -249,7 +251,6 @@ def test_malformed_input_is_422_and_writes_nothing(client: httpx.Client) -> None
         ),
         client.post(base + "/transactions", content=b"x", headers={"content-type": "image/png"}),
         client.post(base + "/transactions", content="(" * 50_000, headers=text),
-        client.post(base + "/transactions", content="x" * (1 << 21), headers=text),
         client.post(base + "/observations", json={"kind": "tool_result"}),
         client.post(base + "/observations", json={"kind": 3, "text": "t"}),
         client.post(base + "/observations", json={"kind": "k", "text": "t", "event_id": "bad"}),
@@ -265,6 +266,7 @@ def test_malformed_input_is_422_and_writes_nothing(client: httpx.Client) -> None
     for r in bad:
         error = _error(r, 422)
         assert error["message"]
+    _error(client.post(base + "/transactions", content="x" * (1 << 21), headers=text), 413)
     assert _version(client, name) == 0
     assert client.get(base + "/state").json()["events"] == []
 
@@ -368,6 +370,65 @@ def test_capabilities_401_403_and_allowed(client: httpx.Client, server: Server) 
         handle.shutdown()
 
 
+# -- the edge: size, host, origin, cross-site writes ------------------------------------------
+
+
+def test_an_8_mib_observation_is_413_whether_announced_or_streamed(client: httpx.Client) -> None:
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    text = "A" * (8 << 20)
+    _error(client.post(base + "/observations", json={"kind": "tool_result", "text": text}), 413)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted while it streams
+        yield b'{"kind": "tool_result", "text": "'
+        for _ in range(128):
+            yield b"A" * (64 << 10)
+        yield b'"}'
+
+    streamed = client.post(
+        base + "/observations", content=chunks(), headers={"content-type": "application/json"}
+    )
+    _error(streamed, 413, "too_large")
+    assert client.get(base + "/state").json()["events"] == []  # nothing was recorded
+    small = client.post(base + "/observations", json={"kind": "tool_result", "text": "ok"})
+    assert small.status_code == 201, small.text
+
+
+TX = "(context-tx (base-version 0) (derive pwned (by attacker)))"
+
+
+def test_a_cross_site_text_plain_write_commits_nothing(server: Server) -> None:
+    """What a page on another site can make a browser send: a text/plain POST (no
+    preflight), with its own Origin, or with a foreign Host after DNS rebinding."""
+    with httpx.Client(base_url=server.url, timeout=60) as browser:  # no custom header
+        name = _new_context(browser)
+        url = f"/v1/contexts/{name}/transactions"
+        plain = {"content-type": "text/plain"}
+        _error(
+            browser.post(url, content=TX, headers={**plain, "origin": "http://evil.example"}),
+            403,
+            "cross_origin",
+        )
+        _error(browser.post(url, content=TX, headers=plain), 403, "cross_site_write")
+        _error(browser.post(f"/v1/contexts/{name}/claim"), 403, "cross_site_write")
+        _error(
+            browser.post(url, content=TX, headers={**plain, "sec-fetch-site": "cross-site"}),
+            403,
+        )
+        rebound = {"host": "evil.example:80", REQUEST_HEADER: "1"}
+        _error(browser.post(url, content=TX, headers={**plain, **rebound}), 421, "bad_host")
+        _error(browser.post(url, json={"text": TX}, headers=rebound), 421, "bad_host")
+        # DNS rebinding cannot read replies either: a foreign Host gets no state
+        read = browser.get(f"/v1/contexts/{name}/state", headers={"host": "evil.example"})
+        _error(read, 421, "bad_host")
+        assert "version" not in read.text
+        assert _version(browser, name) == 0
+        # a same-origin page (the /docs "Try it out") and a marked client do write
+        same = {**plain, "origin": server.url}
+        assert browser.post(url, content=TX, headers=same).status_code == 200
+        assert _version(browser, name) == 1
+
+
 # -- safe by default -------------------------------------------------------------------------
 
 
@@ -435,7 +496,9 @@ def test_the_inspector_reads_through_the_actors_and_their_guard(
         _error(client.get(api + "/search?q=x", headers=as_reader), 403, "permission_denied")
         with httpx.Client(base_url=server.url, timeout=60) as browser:
             token = bearer(admin).split(" ", 1)[1]
-            set_cookie = browser.post("/inspect/capability", data={"token": token})
+            set_cookie = browser.post(  # as a browser posts the form: from its own origin
+                "/inspect/capability", data={"token": token}, headers={"origin": server.url}
+            )
             assert set_cookie.status_code == 303
             assert browser.get(api + "/governance").status_code == 200
         assert handle.version() == 0

@@ -63,11 +63,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def http_server(store: Path, *args: str, **env: str) -> Iterator[str]:
+def http_server(store: Path, *args: str, context: str = "default", **env: str) -> Iterator[str]:
     """Run ``morphz mcp --http`` on a free loopback port; yield its MCP URL, stop it after."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "morphz.cli", "--store", str(store), "mcp"]
+        [sys.executable, "-m", "morphz.cli", "--store", str(store), "--context", context, "mcp"]
         + ["--http", f"127.0.0.1:{port}", *args],
         env=server_env(**env),
         cwd=str(ROOT),

@@ -145,7 +145,7 @@ def test_an_http_route_made_from_the_registry(handle: Any) -> None:
             return handle
 
     started = story(handle)
-    with TestClient(create_app(One())) as client:  # type: ignore[arg-type]
+    with TestClient(create_app(One()), base_url="http://127.0.0.1") as client:  # type: ignore[arg-type]
         base = f"/v1/contexts/{handle.name}/frames"
         ok = client.get(f"{base}/plan/revisions")
         missing = client.get(f"{base}/nope/revisions")

@@ -1,0 +1,218 @@
+"""Context hosts: many contexts in one process, activated on demand, deactivated when
+idle; the host placement rule (pure) and hosted placement through the directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from click.testing import CliRunner
+
+from actors.client.lookup import lookup
+from actors.cluster.directory import directory
+from actors.cluster.placement import choose_host
+from actors.cluster.placing import place
+from actors.server.hosting import HostHandle, start_host
+from morphz.cli.main import cli
+from protocol.errors import NotFound, OutOfRange, RequestError
+from tests.actors.checks import check_history
+from tests.actors.cluster import RayCluster
+
+LIVE = {"n1": {"CPU": 1.0}, "n2": {"CPU": 1.0, "gpu": 1.0}}
+
+
+def _report(actor: str, node: str, **extra: object) -> dict[str, object]:
+    return {"actor": actor, "node_id": node, "store_dir": "/s", "full": None, "cpu": 0.0, **extra}
+
+
+# -- the host placement rule, no Ray -------------------------------------------------
+
+
+def test_choose_host_by_count_then_load_skipping_full_and_dead_nodes() -> None:
+    a, b = _report("host:a", "n1"), _report("host:b", "n2")
+    assert choose_host("spread", [a, b], {}, LIVE)["actor"] == "host:a"  # tie: by name
+    assert choose_host("spread", [a, b], {"host:a": 3, "host:b": 2}, LIVE)["actor"] == "host:b"
+    busy = _report("host:b", "n2", cpu=1.0)  # 2 contexts at 1 core weigh 4 > 3 idle ones
+    assert choose_host("spread", [a, busy], {"host:a": 3, "host:b": 2}, LIVE)["actor"] == "host:a"
+    full = _report("host:a", "n1", full="100 contexts active (budget 100)")
+    assert choose_host("spread", [full, b], {}, LIVE)["actor"] == "host:b"
+    gone = _report("host:c", "n9")
+    assert choose_host("spread", [gone, b], {"host:b": 50}, LIVE)["actor"] == "host:b"
+    assert choose_host("resource:gpu", [a, b], {"host:b": 9}, LIVE)["actor"] == "host:b"
+    assert choose_host("node:n1", [a, b], {"host:a": 9}, LIVE)["actor"] == "host:a"
+    with pytest.raises(RequestError) as e:
+        choose_host("spread", [full], {}, LIVE)
+    assert e.value.code == "no_host"
+    with pytest.raises(RequestError) as e:
+        choose_host("nowhere", [a], {}, LIVE)
+    assert e.value.code == "bad_placement"
+
+
+# -- one host, many contexts (Ray) ---------------------------------------------------
+
+
+@pytest.fixture
+def host(ray_cluster: RayCluster, tmp_path: Path, namespace: str) -> Iterator[HostHandle]:
+    h = start_host("h0", store_dir=tmp_path / "store", namespace=namespace, idle_after=0.3)
+    yield h
+    h.shutdown()
+
+
+def _tx(version: int, frame: str, body: str) -> str:
+    return f"(context-tx (base-version {version}) (derive {frame} (note {body})))"
+
+
+@pytest.mark.ray
+def test_contexts_share_a_host_and_stay_apart(host: HostHandle) -> None:
+    a, b = host.context("alpha"), host.context("beta")
+    assert a.pid() == b.pid()  # one process
+    assert a.submit(_tx(0, "x", "a1")).committed
+    assert a.submit(_tx(1, "y", "a2")).committed
+    assert b.submit(_tx(0, "x", "b1")).committed
+    assert (a.version(), b.version()) == (2, 1)
+    assert a.frame("x")["body"] == "(note a1)" and b.frame("x")["body"] == "(note b1)"
+    with pytest.raises(NotFound):  # no such context: nothing is created, nothing kept
+        host.context("ghost", create=False)
+    assert [c["name"] for c in host.contexts()] == ["alpha", "beta"]
+    with pytest.raises(ray.exceptions.RayTaskError) as e:  # only a context's own methods
+        ray.get(host.actor.call.remote("alpha", "_context", [], {}))
+    assert isinstance(e.value.cause, RequestError) and e.value.cause.code == "bad_argument"
+
+
+@pytest.mark.ray
+def test_idle_deactivation_then_reactivation_keeps_exactly_once(host: HostHandle) -> None:
+    ctx = host.context("gamma")
+    first = ctx.submit(_tx(0, "x", "one"), client_id="c-gamma-1")
+    assert first.committed and first.version == 1
+    deadline = time.monotonic() + 10
+    while host.contexts()[0]["state"] != "idle":
+        assert time.monotonic() < deadline, "the idle context was never deactivated"
+        time.sleep(0.1)
+    assert host.load()["deactivations"] >= 1
+    again = ctx.submit(_tx(0, "x", "one"), client_id="c-gamma-1")  # a retry after the idle
+    assert again.duplicate and again.version == 1
+    assert ctx.version() == 1 and host.contexts()[0]["activations"] == 2
+    assert ctx.frame("x")["body"] == "(note one)"
+
+
+@pytest.mark.ray
+def test_full_host_refuses_new_activations_only(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    h = start_host("small", store_dir=tmp_path / "s", namespace=namespace, max_active=1)
+    try:
+        a = h.context("one")
+        with pytest.raises(RequestError) as e:
+            h.context("two")
+        assert e.value.code == "host_full"
+        assert a.submit(_tx(0, "x", "still")).committed  # the active one keeps serving
+        h.deactivate("one")
+        b = h.context("two")  # room again
+        assert b.version() == 0
+        assert h.load()["refused"] == 1
+    finally:
+        h.shutdown()
+    with pytest.raises(OutOfRange):
+        start_host("bad", store_dir=tmp_path / "s", namespace=namespace, idle_after=-1)
+
+
+@pytest.mark.ray
+def test_no_commit_lost_or_doubled_across_deactivation_cycles(host: HostHandle) -> None:
+    ctx = host.context("cycles")
+    records: list[dict[str, Any]] = []
+
+    async def writer(k: int) -> None:
+        for i in range(15):
+            cid = f"c-w{k}-{i}"
+            r = await ctx.submit_async(
+                f"(context-tx (base-version 0) (derive w{k}/n{i} (note {i})))", client_id=cid
+            )
+            records.append({"client_id": cid, "outcome": r.status, "version": r.version})
+
+    async def cycler() -> None:
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            await host.actor.deactivate.remote("cycles")
+
+    async def run() -> None:
+        await asyncio.gather(*(writer(k) for k in range(4)), cycler())
+
+    asyncio.run(run())
+    outcomes = check_history(ctx.export(), records)
+    assert outcomes == {"committed": 60}
+    assert host.load()["deactivations"] >= 2
+
+
+# -- hosted placement through the directory ------------------------------------------
+
+
+@pytest.mark.ray
+def test_place_hosted_goes_to_the_emptiest_host_and_lookup_follows(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    d = directory(namespace)
+    hosts = [
+        start_host(f"p{i}", store_dir=tmp_path / f"s{i}", namespace=namespace) for i in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 15
+        while len(d.hosts()) < 2:
+            assert time.monotonic() < deadline, "the hosts never reported to the directory"
+            time.sleep(0.2)
+        handles = [place(f"user-{i}", hosted=True, namespace=namespace) for i in range(4)]
+        placed = [d.get(f"user-{i}").primary.actor for i in range(4)]
+        assert sorted(placed) == ["host:p0", "host:p0", "host:p1", "host:p1"]
+        assert handles[0].submit(_tx(0, "x", "placed")).committed
+        found = lookup("user-0", namespace, store_dir=tmp_path / ("s" + placed[0][-1]))
+        assert found.frame("x")["body"] == "(note placed)"
+        again = place("user-0", hosted=True, namespace=namespace)  # idempotent
+        assert again.version() == 1
+        hosts[int(placed[1][-1])].deactivate("user-1")
+        r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
+        assert r.exit_code == 0, r.output
+        rows = {c["name"]: c["primary"] for c in json.loads(r.output)["contexts"]}
+        assert rows["user-0"]["host"] == placed[0] and rows["user-0"]["state"] == "active"
+        assert rows["user-0"]["last_use"] is not None
+        assert rows["user-1"]["state"] == "idle"
+        assert hosts[int(placed[1][-1])].contexts()[0]["state"] == "idle"  # not activated
+        with pytest.raises(RequestError) as e:
+            place("user-9", hosted=True, followers=1, namespace=namespace)
+        assert e.value.code == "bad_argument"
+    finally:
+        for h in hosts:
+            h.shutdown()
+
+
+# -- the load test at scale, small ---------------------------------------------------
+
+
+def test_loadtest_many_contexts_needs_hosts_and_a_duration() -> None:
+    r = CliRunner().invoke(
+        cli, ["loadtest", "--threads", "2", "--contexts", "300", "--duration", "1"]
+    )
+    assert r.exit_code == 2 and "--hosts" in r.output
+    r = CliRunner().invoke(
+        cli, ["loadtest", "--threads", "2", "--hosts", "2", "--transactions", "10"]
+    )
+    assert r.exit_code == 2 and "--duration" in r.output
+
+
+@pytest.mark.ray
+def test_loadtest_hosted_wanders_over_idle_contexts_and_checks_every_history(
+    ray_cluster: RayCluster,
+) -> None:
+    args = ["--json", "loadtest", "--hosts", "2", "--contexts", "40", "--threads", "4"]
+    args += ["--duration", "2", "--idle-after", "0.3", "--switch-every", "0.2"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output.splitlines()[-1])
+    assert doc["history_ok"] and doc["contexts_checked"] >= 4 and doc["unknown"] == 0
+    assert doc["committed"] > 0 and doc["deactivations"] > 0
+    assert doc["activations"] > 40  # every context created once, some activated again
+    assert doc["memory_mb"]["per_idle_context"] is not None
