@@ -30,7 +30,8 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,7 +46,6 @@ from harness.workload import (
     build_tx,
     footprint_keys,
     plan_thread,
-    thread_name,
     written_frames,
 )
 from protocol.errors import MorphzError, RequestError, StoreError, WireError
@@ -114,6 +114,8 @@ class AgentThread:
 
     def __init__(self) -> None:
         self._handles: dict[tuple[str, str], ContextHandle] = {}
+        self.bookkeeping_s = 0.0
+        """Seconds spent on bookkeeping (see :meth:`costs`)."""
 
     def _handle(self, context: str, namespace: str) -> ContextHandle:
         key = (context, namespace)
@@ -133,81 +135,121 @@ class AgentThread:
         return pack([record for records in results for record in records])
 
     async def _thread(
-        self, handle: ContextHandle, spec: WorkloadSpec, number: int
+        self,
+        handle: ContextHandle,
+        spec: WorkloadSpec,
+        number: int,
+        steps: Iterable[Step] | None = None,
     ) -> list[dict[str, Any]]:
-        rng = random.Random(f"{spec.seed}:{number}:backoff")
-        records: list[dict[str, Any]] = []
-        known: dict[str, bool] = {}
-        base = 0
-        since_read = spec.read_every  # read before the first step
-        for step in plan_thread(spec, number):
-            event_ref: str | None = None
-            if step.kind == "observe":
+        """Run logical thread *number*: the steps of its plan, or *steps* (taken one at a
+        time, as they come); its records."""
+        if steps is None:
+            clock = time.perf_counter()
+            steps = plan_thread(spec, number)
+            self.bookkeeping_s += time.perf_counter() - clock
+        state = _ThreadState(
+            rng=random.Random(f"{spec.seed}:{number}:backoff"), since_read=spec.read_every
+        )
+        if spec.pipeline == 1:
+            for step in steps:
+                await self._step(handle, spec, step, state)
+            return state.records
+        # Several steps in flight; a step waits for those in flight that touch its frames.
+        flying: dict[asyncio.Task[None], frozenset[str]] = {}
+        for step in steps:
+            frames = frozenset(step.frames())
+            while len(flying) >= spec.pipeline or any(frames & f for f in flying.values()):
+                done, _ = await asyncio.wait(flying, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    del flying[task]
+                    task.result()
+            flying[asyncio.create_task(self._step(handle, spec, step, state))] = frames
+        await asyncio.gather(*flying)
+        return state.records
+
+    async def _step(
+        self, handle: ContextHandle, spec: WorkloadSpec, step: Step, state: _ThreadState
+    ) -> None:
+        """One step: observe first if it says so, read when due, build, submit, retry."""
+        records, known = state.records, state.known
+        event_ref: str | None = None
+        if step.kind == "observe":
+            try:
+                text = f"{step.thread} step {step.index}: tool finished"
+                event = await handle.observe.aio("tool_result", text, session=step.thread)
+                await handle.claim.aio()
+            except MorphzError as e:
+                records.append(submission_record(step, 0, error_code=e.code))
+                state.since_read = spec.read_every
+                return
+            event_ref = str(event["ref"])
+        base = state.base
+        for attempt in range(1, spec.max_attempts + 1):
+            if _read_due(spec, step, state):
                 try:
-                    text = f"{thread_name(number)} step {step.index}: tool finished"
-                    event = await handle.observe.aio("tool_result", text, session=step.thread)
-                    await handle.claim.aio()
+                    snap = await handle.snapshot.aio(step.frames())
                 except MorphzError as e:
-                    records.append(submission_record(step, 0, error_code=e.code))
-                    since_read = spec.read_every
-                    continue
-                event_ref = str(event["ref"])
-            for attempt in range(1, spec.max_attempts + 1):
-                if since_read >= spec.read_every or any(f not in known for f in step.frames()):
-                    try:
-                        snap = await handle.snapshot.aio(step.frames())
-                    except MorphzError as e:
-                        records.append(submission_record(step, attempt, error_code=e.code))
-                        since_read = spec.read_every
-                        break
-                    base = int(snap["version"])
-                    known.update({f: v is not None for f, v in snap["frames"].items()})
-                    since_read = 0
-                if spec.think_ms:
-                    await asyncio.sleep(spec.think_ms / 1000)
-                tx = build_tx(step, known, base, new_client_id(), event_ref=event_ref)
-                fields: dict[str, Any] = {
-                    "client_id": tx.client_id,
-                    "base_version": base,
-                    "footprint": footprint_keys(tx),
-                }
-                started = time.perf_counter()
-                try:
-                    receipt = await handle.submit_async(tx, timeout=spec.timeout_s)
-                except MorphzError as e:
-                    latency = (time.perf_counter() - started) * 1000
-                    records.append(
-                        submission_record(
-                            step,
-                            attempt,
-                            **fields,
-                            outcome="unknown",
-                            error_code=e.code,
-                            latency_ms=latency,
-                        )
-                    )
-                    since_read = spec.read_every
-                    break
+                    records.append(submission_record(step, attempt, error_code=e.code))
+                    state.since_read = spec.read_every
+                    return
+                base = state.base = max(state.base, int(snap["version"]))
+                known.update({f: v is not None for f, v in snap["frames"].items()})
+                state.since_read = 0
+            if spec.think_ms:
+                await asyncio.sleep(spec.think_ms / 1000)
+            clock = time.perf_counter()
+            tx = build_tx(step, known, base, new_client_id(), event_ref=event_ref)
+            fields: dict[str, Any] = {
+                "client_id": tx.client_id,
+                "base_version": base,
+                "footprint": footprint_keys(tx),
+            }
+            started = time.perf_counter()
+            self.bookkeeping_s += started - clock
+            try:
+                receipt = await handle.submit_async(tx, timeout=spec.timeout_s)
+            except MorphzError as e:
                 latency = (time.perf_counter() - started) * 1000
                 records.append(
-                    submission_record(step, attempt, **fields, **receipt_fields(receipt, latency))
+                    submission_record(
+                        step,
+                        attempt,
+                        **fields,
+                        outcome="unknown",
+                        error_code=e.code,
+                        latency_ms=latency,
+                    )
                 )
-                code = receipt.errors[0].code if receipt.errors else None
-                if receipt.committed:
-                    for frame in written_frames(tx):
-                        known[frame] = True
-                    since_read += 1
-                    break
-                learned = learn(known, receipt)
-                if learned is None:
-                    since_read = spec.read_every
-                else:
-                    base = learned
-                if code not in RETRY_CODES or attempt == spec.max_attempts:
-                    break
-                delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
-                await asyncio.sleep(delay * (0.5 + rng.random()) / 1000)
-        return records
+                state.since_read = spec.read_every
+                return
+            clock = time.perf_counter()
+            latency = (clock - started) * 1000
+            records.append(
+                submission_record(step, attempt, **fields, **receipt_fields(receipt, latency))
+            )
+            self.bookkeeping_s += time.perf_counter() - clock
+            code = receipt.errors[0].code if receipt.errors else None
+            if receipt.committed:
+                for frame in written_frames(tx):
+                    known[frame] = True
+                state.since_read += 1
+                state.base = max(state.base, receipt.version)
+                return
+            learned = learn(known, receipt)
+            if learned is None:
+                state.since_read = spec.read_every
+            else:
+                base = state.base = max(state.base, learned)
+            if code not in RETRY_CODES or attempt == spec.max_attempts:
+                return
+            delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
+            await asyncio.sleep(delay * (0.5 + state.rng.random()) / 1000)
+
+    def costs(self) -> dict[str, float]:
+        """This process's CPU seconds so far (``cpu_s``) and the seconds its threads spent
+        on the load test's own bookkeeping (``bookkeeping_s``: planning steps, building
+        transactions and their footprints, recording submissions)."""
+        return {"cpu_s": time.process_time(), "bookkeeping_s": self.bookkeeping_s}
 
     def node_id(self) -> str:
         """The id of the Ray node this agent runs on."""
@@ -216,6 +258,33 @@ class AgentThread:
     def pid(self) -> int:
         """The agent's process id."""
         return os.getpid()
+
+
+@dataclass
+class _ThreadState:
+    """What one logical thread knows between its steps: which frames exist, the version
+    it last read (or learned from a rejection), steps since its last read, its records."""
+
+    rng: random.Random
+    since_read: int
+    known: dict[str, bool] = field(default_factory=dict)
+    base: int = 0
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _read_due(spec: WorkloadSpec, step: Step, state: _ThreadState) -> bool:
+    """Whether the thread reads before building *step*: when it does not know one of the
+    step's frames, when ``read_every`` steps passed since its last read, or — unless
+    ``spec.reread_own`` is false — before every step; with it false, a step on the
+    thread's own frames only (which no other thread writes) is based on what the
+    thread last read or committed, and a step on a shared frame still reads."""
+    frames = step.frames()
+    if state.since_read >= spec.read_every and spec.reread_own:
+        return True
+    if any(f not in state.known for f in frames):
+        return True
+    own = step.thread + "/"
+    return state.since_read >= spec.read_every and not all(f.startswith(own) for f in frames)
 
 
 def learn(known: dict[str, bool], receipt: Receipt) -> int | None:

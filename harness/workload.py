@@ -51,6 +51,11 @@ class WorkloadSpec(BaseModel):
     ``threads`` logical threads run as asyncio tasks in one actor process,
     named ``t<first_thread>`` … ``t<first_thread + threads - 1>``; give each
     actor a distinct ``first_thread`` so names stay unique across actors.
+    ``reread_own`` false: a step on the thread's own frames only (which no other
+    thread writes) is not read first; it is based on the version the thread last read
+    or committed at (``read_every`` still applies to steps on shared frames).
+    ``pipeline`` is how many of a thread's steps may be in flight at once; a step
+    waits for the steps in flight that touch any of its frames (1: one at a time).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,10 +71,12 @@ class WorkloadSpec(BaseModel):
     shared_plans: int = Field(default=4, ge=0, le=64)
     notes: int = Field(default=4, ge=2, le=1024)
     read_every: int = Field(default=1, ge=1, le=1_000_000)
+    reread_own: bool = True
     max_attempts: int = Field(default=5, ge=1, le=100)
     backoff_ms: float = Field(default=5.0, ge=0.0, le=60_000.0)
     backoff_max_ms: float = Field(default=200.0, ge=0.0, le=600_000.0)
     think_ms: float = Field(default=0.0, ge=0.0, le=60_000.0)
+    pipeline: int = Field(default=1, ge=1, le=64)
     timeout_s: float | None = Field(default=None, gt=0.0)
     seed: int = 0
 

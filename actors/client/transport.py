@@ -418,7 +418,9 @@ class Transport:
         """:meth:`_await` for event loops."""
         deadline, every = self._slices(timeout)
         if every is None:
-            return await asyncio.wait_for(ref, timeout)
+            # Without a timeout the reference is awaited as it is: wait_for would wrap it
+            # in a task of its own on every call.
+            return await (ref if timeout is None else asyncio.wait_for(ref, timeout))
         reply = asyncio.wrap_future(ref.future())
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

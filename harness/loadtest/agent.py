@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,17 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from actors.client.handle import DEFAULT_NAMESPACE, ContextHandle, new_client_id
 from harness.agent_threads import AgentThread, check_spec, receipt_fields, submission_record
 from harness.loadtest.trajectories import Conversation, slug
-from harness.workload import RETRY_CODES, thread_name
+from harness.workload import RETRY_CODES, Step, plan_thread, thread_name
 from protocol.errors import MorphzError, RequestError
 from protocol.forms import Form, Symbol, from_plain
 from protocol.tx import AppendField, ContextTx, Derive, Relate, Retire, Revise
 from protocol.wire import pack
 
-ROUND_STEPS = 1
-"""Steps a synthetic thread plans at a time when it runs for a duration.
-
-One is free: every step reads the frames it touches anyway (``read_every=1``),
-and the deadline is checked before each step, so a run ends on time."""
+ROUND_STEPS = 64
+"""Steps a synthetic thread plans at a time when it runs for a duration (a new seed
+each round). The deadline is checked before each step, so a run ends on time; what a
+thread knows (which frames exist, the version it is based on) carries across rounds."""
 SUMMARY_CHARS = 160
 """Characters of a message quoted in the frame that summarizes it."""
 
@@ -206,25 +205,33 @@ class LoadAgent(AgentThread):
         handle = self._handle(s.context, s.namespace)
         deadline = None if seconds is None else time.monotonic() + float(seconds)
 
-        def more(rounds: int) -> bool:
-            if self._stopped or (steps is not None and rounds * ROUND_STEPS >= steps):
+        def more(done: int) -> bool:
+            if self._stopped or (steps is not None and done >= steps):
                 return False
             return deadline is None or time.monotonic() < deadline
 
-        async def loop(number: int) -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
+        def planned(number: int) -> Iterator[Step]:
             rounds = 0
-            while more(rounds):
+            while True:
                 plan = s.model_copy(
                     update={"transactions": ROUND_STEPS, "seed": s.seed * 1_000_003 + rounds}
                 )
-                for r in await self._thread(handle, plan, number):
-                    r["step"] += rounds * ROUND_STEPS
-                    out.append(r)
+                clock = time.perf_counter()
+                batch = plan_thread(plan, number)
+                self.bookkeeping_s += time.perf_counter() - clock
+                for step in batch:
+                    index = rounds * ROUND_STEPS + step.index
+                    if not more(index):
+                        return
+                    yield replace(step, index=index)
                 rounds += 1
-            return out
 
-        results = await asyncio.gather(*(loop(s.first_thread + i) for i in range(s.threads)))
+        results = await asyncio.gather(
+            *(
+                self._thread(handle, s, s.first_thread + i, planned(s.first_thread + i))
+                for i in range(s.threads)
+            )
+        )
         return pack([r for records in results for r in records])
 
     async def replay(self, spec: dict[str, Any]) -> bytes:

@@ -24,10 +24,16 @@ class LoadtestOptions(BaseModel):
     limits how many trajectories are replayed. ``shared_frames`` is how many
     frames the synthetic threads share (``shared/release`` and
     ``shared/plan-<i>``); one makes every shared step contend. ``agents`` is the number of
-    agent actors (default: one per 16 threads, at least 2, at most 8, at most
-    one per thread). ``trajectories_dir`` is where the STATE-Bench trajectories
-    are for the ``trajectories`` workload (None: the ``MORPHZ_TRAJECTORIES``
-    environment variable, see :func:`~harness.loadtest.trajectories.trajectories_dir`).
+    agent actors (default: one per thread, at most 32; past 32 threads the threads
+    share them). ``baseline`` also measures, in the same run and just before the
+    load, bare Ray clients calling a no-op actor (:mod:`harness.loadtest.baseline`).
+    ``pipeline`` is how many steps each synthetic thread keeps in flight (steps
+    touching the same frame wait for each other). ``reread_own`` makes a synthetic
+    thread read before every step, also one on its own frames only (which no other
+    thread writes; by default it bases those on what it last read or committed).
+    ``trajectories_dir`` is where the STATE-Bench trajectories are for the
+    ``trajectories`` workload (None: the ``MORPHZ_TRAJECTORIES`` environment
+    variable, see :func:`~harness.loadtest.trajectories.trajectories_dir`).
     ``shared_mode`` is how a trajectory step writes its domain's shared frame:
     ``replace`` revises its whole body with the step's note, ``list`` appends the
     note to the frame's ``(seen …)`` list by read-modify-write (a ``revise`` of the
@@ -72,6 +78,9 @@ class LoadtestOptions(BaseModel):
     agents: int | None = Field(default=None, ge=1, le=256)
     namespace: str = Field(default=DEFAULT_NAMESPACE, min_length=1)
     keep: bool = False
+    baseline: bool = False
+    pipeline: int = Field(default=1, ge=1, le=64)
+    reread_own: bool = False
     run_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_\-]{1,32}$")
 
     @model_validator(mode="after")
@@ -82,6 +91,8 @@ class LoadtestOptions(BaseModel):
             raise ValueError(
                 "kill_node_every_s runs on a test cluster of this machine: give no address"
             )
+        if self.pipeline > 1 and self.workload != "synthetic":
+            raise ValueError("pipeline applies to the synthetic workload only")
         if self.followers >= self.nodes and self.own_cluster:
             raise ValueError(f"followers must be below nodes ({self.nodes})")
         faults = [

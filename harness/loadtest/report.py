@@ -16,6 +16,7 @@ REPORT_KEYS = (
     "threads",
     "contexts",
     "agents",
+    "pipeline",
     "conflict_rate",
     "shared_frames",
     "seed",
@@ -33,6 +34,10 @@ REPORT_KEYS = (
     "duplicates",
     "throughput_tx_s",
     "latency_ms",
+    "cpu_ms_per_commit",
+    "bookkeeping",
+    "baseline",
+    "ratio_to_baseline",
     "kills",
     "kill_log",
     "kill_misses",
@@ -53,7 +58,10 @@ REPORT_KEYS = (
 the history check cover what was submitted until then. ``store_kept`` is false
 when the run made a temporary store and removed it. ``contention`` holds the
 shared-frame mode, the ``conflict`` rejections, how many of them were *false*
-(:func:`conflict_counts`), and rejections and false conflicts per 1,000 commits."""
+(:func:`conflict_counts`), and rejections and false conflicts per 1,000 commits.
+``cpu_ms_per_commit`` and ``bookkeeping`` are :func:`cost_figures`; ``baseline`` is
+what :func:`~harness.loadtest.baseline.measure_baseline` measured in the same run
+(None without ``baseline``), ``ratio_to_baseline`` the commits/s over its calls/s."""
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -96,6 +104,28 @@ def figures(records: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, A
             "p50": round(percentile(answered, 50), 2),
             "p99": round(percentile(answered, 99), 2),
             "max": round(max(answered, default=0.0), 2),
+        },
+    }
+
+
+def cost_figures(costs: Mapping[str, float | None], committed: int) -> dict[str, Any]:
+    """``cpu_ms_per_commit`` of the context actors' processes (None when one is on
+    another machine) and of the agents, and ``bookkeeping``: the agents' seconds spent
+    on the load test's own work (planning, building transactions, recording), per
+    commit and as a share of the agents' CPU, from the CPU *costs* spent over the load."""
+    n = max(1, committed)
+
+    def per(value: float | None) -> float | None:
+        return None if value is None else round(value * 1000 / n, 3)
+
+    agents = costs.get("agents") or 0.0
+    book = costs.get("bookkeeping") or 0.0
+    return {
+        "cpu_ms_per_commit": {"contexts": per(costs.get("contexts")), "agents": per(agents)},
+        "bookkeeping": {
+            "seconds": round(book, 3),
+            "ms_per_commit": per(book),
+            "share_of_agent_cpu": round(book / agents, 3) if agents > 0 else None,
         },
     }
 

@@ -2,12 +2,13 @@
 
 :func:`run_loadtest` is what ``morphz loadtest`` runs (see the package's
 docstring and docs/loadtest.md). Ray is imported inside the functions that
-use it, never at module import.
+use it, never at module import. Kept as one module because every phase of a
+run (placing, spreading the threads, the load, the report) works on the one
+:class:`_Run`'s actors and options.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from actors.client.handle import ContextHandle
 from actors.client.nodes import alive_nodes, pinned
 from actors.client.replies import open_reply
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
+from harness.loadtest.baseline import load_costs, measure_baseline, spent
 from harness.loadtest.checks import check_after_run, submissions_of
 from harness.loadtest.cluster import (
     Killer,
@@ -33,7 +35,13 @@ from harness.loadtest.cluster import (
 from harness.loadtest.nemeses import Nemesis
 from harness.loadtest.nodes import NodeKiller, TestCluster
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
-from harness.loadtest.report import MAX_VIOLATIONS, REPORT_KEYS, conflict_counts, figures
+from harness.loadtest.report import (
+    MAX_VIOLATIONS,
+    REPORT_KEYS,
+    conflict_counts,
+    cost_figures,
+    figures,
+)
 from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
 from harness.workload import WorkloadSpec
 from protocol.errors import MorphzError, StoreError
@@ -41,10 +49,9 @@ from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive
 from protocol.wire import unpack
 
-MAX_AGENTS = 8
-"""Most agent actors the default spreads the threads over."""
-THREADS_PER_AGENT = 16
-"""Logical threads per agent actor the default aims at (at least two agents)."""
+MAX_AGENTS = 32
+"""Most agent actors the default starts: up to this many threads, each thread is its own
+actor (process); past it, threads share the actors as asyncio tasks."""
 STOP_WAIT = 60.0
 """Seconds an interrupted run waits for its agents to finish their current steps."""
 TEMP_PREFIX = "morphz-loadtest-"
@@ -62,29 +69,32 @@ class _Work:
 
 
 def default_agents(threads: int) -> int:
-    """Agent actors for *threads* logical threads: 1 per 16, at least 2, at most 8 (≤ threads)."""
-    return min(threads, max(2, min(MAX_AGENTS, math.ceil(threads / THREADS_PER_AGENT))))
+    """Agent actors for *threads* logical threads: one each, at most :data:`MAX_AGENTS`."""
+    return max(1, min(threads, MAX_AGENTS))
 
 
 def spread(threads: int, contexts: int, agents: int) -> list[list[tuple[int, list[int]]]]:
     """For each context, ``(agent, thread numbers)``: contiguous ranges, balanced.
 
     Context *c* gets threads ``t<start_c> …`` (``threads // contexts``, the
-    first ``threads % contexts`` one more); its range is cut into at most
-    *agents* chunks, chunk *j* going to agent ``(c + j) % agents``.
+    first ``threads % contexts`` one more). Thread *k* runs on agent
+    ``k * agents // threads``: each agent gets a contiguous block of threads
+    (one thread each when there are as many agents as threads), and a block
+    that spans two contexts is split between them.
     """
     out: list[list[tuple[int, list[int]]]] = []
+    agents = max(1, min(agents, threads))
     start = 0
     for c in range(contexts):
         n = threads // contexts + (1 if c < threads % contexts else 0)
-        numbers = list(range(start, start + n))
+        groups: list[tuple[int, list[int]]] = []
+        for k in range(start, start + n):
+            agent = k * agents // threads
+            if groups and groups[-1][0] == agent:
+                groups[-1][1].append(k)
+            else:
+                groups.append((agent, [k]))
         start += n
-        chunks = min(agents, n)
-        groups = []
-        for j in range(chunks):
-            part = numbers[j * n // chunks : (j + 1) * n // chunks]
-            if part:
-                groups.append(((c + j) % agents, part))
         out.append(groups)
     return out
 
@@ -149,7 +159,7 @@ class _Run:
             for handle, node in place_contexts(names, where, opts.namespace, opts.followers):
                 self.handles.append(handle)
                 self.nodes.append(node)
-            n_agents = opts.agents or default_agents(opts.threads)
+            n_agents = min(opts.threads, opts.agents or default_agents(opts.threads))
             self._phase(f"starting {n_agents} agent actor(s) for {opts.threads} threads")
             agent_cls = ray.remote(LoadAgent)
             for j in range(n_agents):
@@ -165,8 +175,20 @@ class _Run:
             work = self._plan(conversations, n_agents)
             if opts.workload == "trajectories" and opts.shared_mode != "replace":
                 self._shared_lists(conversations)
+            baseline = None
+            if opts.baseline:
+                self._phase(f"measuring the bare Ray baseline with {n_agents} client(s)")
+                baseline = measure_baseline(
+                    self._layout(n_agents),
+                    seconds=opts.duration_s,
+                    server_node=self.nodes[0],
+                    client_nodes=everywhere,
+                    namespace=opts.namespace,
+                )
+            before = self._costs()
             records, elapsed, killer = self._load(work)
-            return self._report(records, elapsed, killer, n_agents)
+            costs = spent(before, self._costs())
+            return self._report(records, elapsed, killer, n_agents, costs, baseline)
         finally:
             for agent in self.agents:
                 ray.kill(agent)
@@ -182,6 +204,19 @@ class _Run:
                     forget_contexts(names, opts.namespace)
                 except MorphzError:  # the directory is unreachable: entries stay behind
                     pass
+
+    def _layout(self, n_agents: int) -> list[list[int | None]]:
+        """For each agent, its threads' steps (None: for the duration): the baseline's
+        clients and lanes mirror the load's agents and threads."""
+        opts = self.opts
+        out: list[list[int | None]] = [[] for _ in range(n_agents)]
+        for groups in spread(opts.threads, opts.contexts, n_agents):
+            for agent, numbers in groups:
+                out[agent].extend(_steps_of(k, opts.threads, opts.transactions) for k in numbers)
+        return [lanes for lanes in out if lanes]
+
+    def _costs(self) -> dict[str, float | None]:
+        return load_costs(self.handles, self.nodes, set(local_nodes()), self.agents)
 
     def _shared_lists(self, conversations: list[Conversation]) -> None:
         """Create every domain's shared list ``(seen)`` before the load, so threads add to
@@ -238,6 +273,8 @@ class _Run:
                         conflict_rate=opts.conflict_rate,
                         shared_plans=opts.shared_frames - 1,
                         seed=opts.seed,
+                        pipeline=opts.pipeline,
+                        reread_own=opts.reread_own,
                     ).model_dump()
                     # run_for checks the agent's stop flag between steps (SIGINT)
                     work.append(
@@ -399,6 +436,8 @@ class _Run:
         elapsed: float,
         killer: Killer | NodeKiller | Nemesis | None,
         n_agents: int,
+        costs: dict[str, float | None],
+        baseline: dict[str, Any] | None,
     ) -> dict[str, Any]:
         opts = self.opts
         violations: list[dict[str, str]] = []
@@ -485,12 +524,20 @@ class _Run:
             "threads": opts.threads,
             "contexts": opts.contexts,
             "agents": n_agents,
+            "pipeline": opts.pipeline,
             "conflict_rate": opts.conflict_rate,
             "shared_frames": opts.shared_frames,
             "seed": opts.seed,
             "requested": requested,
             "duration_s": round(elapsed, 3),
             **total,
+            **cost_figures(costs, total["committed"]),
+            "baseline": baseline,
+            "ratio_to_baseline": (
+                None
+                if baseline is None or not baseline["calls_s"]
+                else round(total["throughput_tx_s"] / baseline["calls_s"], 3)
+            ),
             "kills": 0 if killer is None else len(killer.kills),
             "kill_log": [] if killer is None else killer.kills,
             "kill_misses": {

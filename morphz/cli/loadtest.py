@@ -82,7 +82,11 @@ def _human(doc: Mapping[str, Any]) -> None:
     summary.add_column("figure", style="bold")
     summary.add_column("value", justify="right")
     rows = [
-        ("threads / contexts / agents", f"{doc['threads']} / {doc['contexts']} / {doc['agents']}"),
+        (
+            "threads / contexts / agents",
+            f"{doc['threads']} / {doc['contexts']} / {doc['agents']}"
+            + (f" (pipeline {doc['pipeline']})" if doc.get("pipeline", 1) > 1 else ""),
+        ),
         ("conflict rate", f"{doc['conflict_rate']:.0%} ({doc['shared_frames']} shared frame(s))"),
         ("asked", ", ".join(f"{k} {v}" for k, v in bound.items())),
         ("duration", f"{doc['duration_s']:.2f} s"),
@@ -92,6 +96,8 @@ def _human(doc: Mapping[str, Any]) -> None:
         ("unknown outcome", str(doc["unknown"])),
         ("throughput", f"{doc['throughput_tx_s']:.1f} commits/s"),
         ("latency p50 / p99", f"{lat['p50']:.1f} / {lat['p99']:.1f} ms"),
+        ("CPU per commit", cpu_text(doc.get("cpu_ms_per_commit") or {})),
+        ("bookkeeping", bookkeeping_text(doc.get("bookkeeping") or {})),
         ("kills", str(doc["kills"])),
         (
             "history",
@@ -103,6 +109,19 @@ def _human(doc: Mapping[str, Any]) -> None:
             + f" ({checked_text(doc.get('checked') or {})})",
         ),
     ]
+    base = doc.get("baseline")
+    if base:
+        blat = base["latency_ms"]
+        bcpu = base["cpu_ms_per_call"]
+        rows.append(
+            (
+                "bare Ray baseline",
+                f"{base['calls_s']:.1f} calls/s by {base['clients']} client(s), "
+                f"p50 / p99 {blat['p50']:.1f} / {blat['p99']:.1f} ms, CPU per call "
+                f"{bcpu['server']:.2f} ms no-op actor, {bcpu['clients']:.2f} ms clients",
+            )
+        )
+        rows.append(("commits / baseline", f"{doc['ratio_to_baseline']:.3f}"))
     contention = doc.get("contention")
     if contention is not None:
         rows.append(
@@ -141,6 +160,23 @@ def _human(doc: Mapping[str, Any]) -> None:
         console.print(f"[red]{v['kind']}[/red] {escape(v['context'])}: {escape(v['detail'])}")
     if doc["violation_count"] > 20:
         console.print(f"… and {doc['violation_count'] - 20} more (see --json)")
+
+
+def cpu_text(cpu: Mapping[str, Any]) -> str:
+    """CPU milliseconds per commit of the context actors and of the agents, in words."""
+    ctx = cpu.get("contexts")
+    return (
+        f"{'?' if ctx is None else f'{ctx:.2f}'} ms context actor(s), "
+        f"{cpu.get('agents') or 0:.2f} ms agents"
+    )
+
+
+def bookkeeping_text(book: Mapping[str, Any]) -> str:
+    """The load test's own work in the agents, in words."""
+    share = book.get("share_of_agent_cpu")
+    return f"{book.get('ms_per_commit') or 0:.3f} ms per commit" + (
+        "" if share is None else f" ({share:.1%} of the agents' CPU)"
+    )
 
 
 def checked_text(checked: dict[str, int]) -> str:
@@ -310,7 +346,30 @@ def checked_text(checked: dict[str, int]) -> str:
 @click.option(
     "--address", default=None, help="Ray cluster to join (default: RAY_ADDRESS, else a new one)."
 )
-@click.option("--agents", type=click.IntRange(1, 256), default=None, help="Agent actors.")
+@click.option(
+    "--agents",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Agent actors (default: one per thread, at most 32).",
+)
+@click.option(
+    "--pipeline",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Transactions each synthetic thread keeps in flight (steps on the same frame wait).",
+)
+@click.option(
+    "--reread-own",
+    is_flag=True,
+    help="Synthetic threads read before every step, also on their own frames only.",
+)
+@click.option(
+    "--baseline",
+    is_flag=True,
+    help="Also measure, in the same run, bare Ray clients (one per agent) calling a no-op "
+    "actor with a transaction-sized payload; report the ratio.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--keep", is_flag=True, help="Leave the context actors running afterwards.")
 @click.option(
@@ -348,6 +407,9 @@ def loadtest_cmd(
     nodes: int,
     address: str | None,
     agents: int | None,
+    pipeline: int,
+    reread_own: bool,
+    baseline: bool,
     seed: int,
     keep: bool,
     store_dir: str | None,
@@ -391,6 +453,9 @@ def loadtest_cmd(
         "store_dir": store_dir or _given_store(env),
         "seed": seed,
         "agents": agents,
+        "pipeline": pipeline,
+        "reread_own": reread_own,
+        "baseline": baseline,
         "keep": keep,
     }
     bar = None

@@ -69,9 +69,14 @@ def test_threads_spread_in_contiguous_ranges_over_contexts_and_agents() -> None:
     plan = spread(threads=7, contexts=2, agents=3)
     ranges = [[n for _, numbers in groups for n in numbers] for groups in plan]
     assert ranges == [[0, 1, 2, 3], [4, 5, 6]]
-    assert {a for groups in plan for a, _ in groups} == {0, 1, 2}
+    assert plan == [[(0, [0, 1, 2]), (1, [3])], [(1, [4]), (2, [5, 6])]]
     assert spread(threads=1, contexts=3, agents=2) == [[(0, [0])], [], []]
-    assert [default_agents(n) for n in (1, 4, 32, 33, 1000)] == [1, 2, 2, 3, 8]
+    # as many agents as threads: every thread is its own actor, whatever the contexts
+    assert spread(threads=8, contexts=2, agents=8) == [
+        [(k, [k]) for k in range(4)],
+        [(k, [k]) for k in range(4, 8)],
+    ]
+    assert [default_agents(n) for n in (1, 4, 8, 32, 33, 1000)] == [1, 4, 8, 32, 32, 32]
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -100,7 +105,7 @@ class _Handle(LocalHandle):
 
 
 def _export(actor: ContextActor) -> dict[str, Any]:
-    doc = unpack(asyncio.run(actor.export(0, 5000)))
+    doc = open_reply(asyncio.run(actor.export(0, 5000)))
     assert isinstance(doc, dict) and not doc["more"]
     return doc
 
