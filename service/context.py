@@ -33,6 +33,7 @@ from protocol.engine import (
     observe,
 )
 from protocol.errors import OutOfRange, RequestError
+from protocol.governance import EMBEDDED, rejection_entry
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
@@ -43,7 +44,6 @@ from protocol.replies import (
     SearchReply,
 )
 from protocol.state import Event, Frame, Meta
-from protocol.turns import CompiledInput
 from protocol.tx import ContextTx
 from protocol.view import BatchView, Changeset, WriteView
 from protocol.wire import SubmittedTx
@@ -51,17 +51,33 @@ from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
 from service.observations import new_event_id, observed
 from service.operations import Operations
-from service.reads import MAX_EXPORT_PAGE
 from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP, Searcher
 from storage.backend import Backend
 
 if TYPE_CHECKING:
-    from protocol.compiler import CompilerConfig
+    from protocol.governance import AdmissionPolicy
 
 T = TypeVar("T")
 
 MAX_WINDOW = 1_000_000
+
+
+class Acting(Operations):
+    """The operations of a :class:`Context` as one :class:`~service.registry.Caller`
+    calls them (see :meth:`Context.acting`)."""
+
+    def __init__(self, ctx: Context, caller: Caller) -> None:
+        self.ctx = ctx
+        self.caller = caller
+
+    def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """Run a registered operation on the context as this caller."""
+        return op.run(self.ctx, args, self.caller)
+
+    async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """:meth:`invoke` inside a coroutine (in the loop's thread)."""
+        return self.invoke(op, args)
 
 
 class Context(Operations, GovernanceAPI):
@@ -118,6 +134,14 @@ class Context(Operations, GovernanceAPI):
         in the loop's thread (an embedded context is not thread-safe)."""
         return self.invoke(op, args)
 
+    def acting(
+        self, *, holder: str | None = "embedded", policy: AdmissionPolicy | None = None
+    ) -> Acting:
+        """This context's operations called by *holder* (the audit entries name it instead
+        of ``embedded``) under admission *policy* (``admit``, ``pending``): what a remote
+        port sets from the capability and its own policy. ``ctx.acting(holder="ops").admit()``."""
+        return Acting(self, Caller(holder=holder, policy=policy))
+
     # -- counters -----------------------------------------------------------
 
     @property
@@ -170,18 +194,12 @@ class Context(Operations, GovernanceAPI):
         *tx* is a model or S-expression text (a :class:`~protocol.errors.ParseError`
         is raised for bad text: that is not a transaction, so there is no receipt).
         """
-        item, text = _prepare((tx, client_id))
+        item, text, agent = _prepare((tx, client_id))
         now = time.time()
 
         # One transaction per write: no batch view, the changeset (meta included)
         # goes straight to the store, as commit_many's batch of one would write it.
-        def run(w: WriteView) -> Receipt:
-            outcome = evaluate(w, item, now=now, text=text)
-            if outcome.changes is not None:
-                w.apply(outcome.changes)
-            return outcome.receipt
-
-        return self.backend.transact(run)
+        return self.backend.transact(lambda w: _decide(w, item, text, agent, now))
 
     def submit(self, tx: ContextTx | str, client_id: str | None = None) -> Receipt:
         """:meth:`commit` under the name a Ray handle gives it, so a script runs on both."""
@@ -204,11 +222,8 @@ class Context(Operations, GovernanceAPI):
         def run(inner: WriteView) -> list[Receipt]:
             w = BatchView(inner)
             receipts = []
-            for tx, text in prepared:
-                outcome = evaluate(w, tx, now=now, text=text)
-                if outcome.changes is not None:
-                    w.apply(outcome.changes)
-                receipts.append(outcome.receipt)
+            for tx, text, agent in prepared:
+                receipts.append(_decide(w, tx, text, agent, now))
             w.flush()
             return receipts
 
@@ -221,7 +236,7 @@ class Context(Operations, GovernanceAPI):
         as :meth:`commit` would, so it works on a read-only open too. A later
         commit may still differ if another writer commits in between.
         """
-        item, text = _prepare((tx, client_id))
+        item, text, _ = _prepare((tx, client_id))
         now = time.time()
         return self.backend.read(lambda v: evaluate(v, item, now=now, text=text).receipt)
 
@@ -231,20 +246,6 @@ class Context(Operations, GovernanceAPI):
         if f is None:
             raise self.backend.read(lambda v: reads.no_frame(v, frame_id))
         return f
-
-    def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
-        """One page of the history after version *after*, for history checkers.
-
-        See :func:`service.reads.export_page` for the page's shape (the current
-        state comes with the last page, from the same snapshot). OutOfRange for
-        a negative *after* or a *limit* outside 1 to
-        :data:`~service.reads.MAX_EXPORT_PAGE`.
-        """
-        if after < 0:
-            raise OutOfRange(f"after_version must be between 0 and {1 << 62}, not {after}")
-        if not 1 <= limit <= MAX_EXPORT_PAGE:
-            raise OutOfRange(f"limit must be between 1 and {MAX_EXPORT_PAGE}, not {limit}")
-        return self.backend.read(lambda v: reads.export_page(v, after, limit))
 
     def recall(
         self,
@@ -371,33 +372,7 @@ class Context(Operations, GovernanceAPI):
             self._searcher.close()
         self._searcher = Searcher(self.backend, index, embedder=self._embedder)
 
-    # -- model inputs and usage traces ----------------------------------------
-
-    def compile(
-        self,
-        session: str,
-        config: CompilerConfig | None = None,
-        previous: CompiledInput | None = None,
-        overflow: bool = False,
-    ) -> CompiledInput:
-        """The model input for *session* (R35-R37), on one snapshot.
-
-        One compiler per session and *config* is kept (its render cache serves
-        every later compile of that session; the input is the one a fresh
-        compiler would give). *previous* is the input compiled for the call
-        before (hysteresis, ContextDelta); *overflow* says the model refused it
-        as too long. See :meth:`protocol.compiler.Compiler.compile`.
-        """
-        return self._compilers.compile(self.backend.read, session, config, previous, overflow)
-
-    def record_trace(self, trace: dict[str, Any]) -> None:
-        """Append a model-call trace: which frames and observations were in its input (R39).
-
-        *trace* is a JSON-like dict; by convention it holds ``session``,
-        ``version``, ``tick``, ``frames_present``, ``events_present``, the
-        ``action`` taken and the ``committed`` versions of its transactions.
-        """
-        traces.record_trace(self, trace, time.time())
+    # -- usage traces -----------------------------------------------------------
 
     def influence(self, *, version: int | None = None, call: int | None = None) -> dict[str, Any]:
         """Which memories influenced a decision (R42): the one committed at *version*,
@@ -490,15 +465,34 @@ class Context(Operations, GovernanceAPI):
         self.close()
 
 
+def _decide(
+    w: WriteView, tx: ContextTx, text: str | None, agent: str | None, now: float
+) -> Receipt:
+    """Decide *tx* inside the write *w*: a commit writes its changes (the log record
+    names *agent*), a rejection writes only its audit entry (the codes by which the
+    inspector and ``morphz audit`` show what writers are refused)."""
+    outcome = evaluate(w, tx, now=now, text=text)
+    receipt = outcome.receipt
+    if outcome.changes is not None:
+        if agent is not None and outcome.changes.txlog is not None:
+            outcome.changes.txlog["agent"] = agent
+        w.apply(outcome.changes)
+    elif not receipt.committed:
+        entry = rejection_entry(receipt, client_id=tx.client_id, agent=agent or EMBEDDED, at=now)
+        w.apply(Changeset(audit=[entry]))
+    return receipt
+
+
 def _prepare(
     item: ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None],
-) -> tuple[ContextTx, str | None]:
+) -> tuple[ContextTx, str | None, str | None]:
     client_id: str | None = None
     if isinstance(item, tuple) and not isinstance(item, SubmittedTx):
         item, client_id = item
     text: str | None = None
+    agent: str | None = None
     if isinstance(item, SubmittedTx):  # parsed once by the port that took it; log its text
-        text = item.text
+        text, agent = item.text, item.agent
         item = item.tx
     elif isinstance(item, str):
         from protocol.txlang import parse_tx
@@ -511,4 +505,4 @@ def _prepare(
                 f"a client id is 1 to {MAX_CLIENT_ID} characters", code="bad_client_id"
             )
         item = item.model_copy(update={"client_id": client_id})
-    return item, text
+    return item, text, agent

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol.errors import NotFound, RequestError
 from protocol.replies import Reply
-from service import inspection
+from service import inspection, inspection_audit
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
@@ -30,6 +30,7 @@ __all__ = ["READS", "HandleSource", "Source", "StoreSource"]
 
 READS = (
     "audit",
+    "chain",
     "diff",
     "event",
     "frame",
@@ -40,6 +41,7 @@ READS = (
     "metrics",
     "pending",
     "read_event",
+    "rejections",
     "revisions",
     "search",
     "traces",
@@ -77,6 +79,8 @@ def _plain(reply: Any) -> Any:
 def _embedded(ctx: Context, what: str, a: dict[str, Any]) -> Any:
     if what in inspection.INSPECT_VIEWS:
         return inspection.inspect(ctx, what, a)
+    if what in inspection_audit.AUDIT_VIEWS:
+        return inspection_audit.audit_view(ctx, what, a)
     if what == "search":
         return inspection.search(ctx, a["query"], limit=a.get("limit", 20))
     if what == "meta":
@@ -94,7 +98,7 @@ def _embedded(ctx: Context, what: str, a: dict[str, Any]) -> Any:
     if what == "traces":
         return ctx.traces(after=a.get("after", 0), limit=a.get("limit", 50))
     if what == "pending":
-        return ctx.pending()
+        return _plain(ctx.pending())
     if what == "audit":
         return ctx.audit(a.get("after", 0), a.get("limit", 100))
     if what == "metrics":
@@ -220,6 +224,8 @@ class HandleSource:
         a = args
         if what in inspection.INSPECT_VIEWS:
             return await h.inspect_async(what, a)
+        if what in inspection_audit.AUDIT_VIEWS:
+            return await h.inspect_audit_async(what, a)
         if what == "search":
             return await h.inspect_search_async(a["query"], a.get("limit", 20))
         if what == "meta":
@@ -237,7 +243,7 @@ class HandleSource:
         if what == "traces":
             return await h.traces.aio(after=a.get("after", 0), limit=a.get("limit", 50))
         if what == "pending":
-            return await h.pending_async()
+            return _plain(await h.pending.aio())
         if what == "audit":
             return await h.audit.aio(a.get("after", 0), a.get("limit", 100))
         if what == "metrics":
