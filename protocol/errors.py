@@ -7,7 +7,8 @@
      ├── WireError           malformed, hostile or oversized msgpack / JSON payloads
      ├── RequestError        a well-formed request the runtime refuses
      │    ├── NotFound       an unknown frame id, event reference or version
-     │    └── OutOfRange     an offset, length, depth, window … outside its bounds
+     │    ├── OutOfRange     an offset, length, depth, window … outside its bounds
+     │    └── Overloaded     over a byte budget (per call, per caller, per inbox): retry later
      └── StoreError          the durable store could not be opened or written
           ├── StoreLocked    another process already holds the context's writer lock
           ├── StoreFull      the store's map or its filesystem has no room for a write
@@ -76,6 +77,14 @@ class OutOfRange(RequestError):
     """A numeric argument outside its documented bounds."""
 
     code = "out_of_range"
+
+
+class Overloaded(RequestError):
+    """A call refused because it would take more than its share of the context's memory
+    (the bytes of one call, of one caller's calls in flight, of everything waiting); nothing
+    was decided. Retry later, or send less at once."""
+
+    code = "overloaded"
 
 
 class StoreError(MorphzError):

@@ -16,7 +16,12 @@ service (:mod:`service.forget`) reads the records, the store rewrites them.
   that it holds the tombstone body instead (:func:`redact_log_record`): a fork,
   which replays the log, then rebuilds the tombstone, never the content;
 * a ``recall_result`` observation that carried the content (a recall or search
-  that returned it, :func:`carries`) is forgotten with it.
+  that returned it, :func:`carries`) is forgotten with it;
+* a transaction's ``reason`` that quotes the content (:func:`needles`: the
+  observation's text, or each string of the frame's body, of at least
+  :data:`MIN_NEEDLE` characters) is scrubbed in its log record
+  (:func:`scrub_reason`); other frames whose body still holds it are only
+  reported (:func:`holds`), for the caller to forget too.
 
 Forgetting is not a transaction a model can emit: it rewrites history rather
 than adding to it, so it is a governance operation (``admin`` through the
@@ -59,7 +64,10 @@ class ForgetReport(Reply):
     written; the first tombstone is answered); ``cascade`` lists the
     ``recall_result`` observations that carried the content and were forgotten
     with it; ``log_versions`` the log records rewritten; ``history_rows`` the
-    frame history rows rewritten.
+    frame history rows rewritten; ``scrubbed`` the versions whose reason quoted
+    the content and was scrubbed; ``still_in`` the other frames whose current body
+    still holds it (not changed: forget them too if they must go), at most
+    :data:`MAX_STILL_IN`.
     """
 
     target: str
@@ -74,6 +82,8 @@ class ForgetReport(Reply):
     cascade: list[str] = []
     log_versions: list[int] = []
     history_rows: int = 0
+    scrubbed: list[int] = []
+    still_in: list[str] = []
 
 
 @dataclass(slots=True, frozen=True)
@@ -291,6 +301,74 @@ def redact_log_record(
 
         out["tx"] = tx_to_dict(new_tx)
     return out
+
+
+MIN_NEEDLE = 8
+"""Shortest piece of forgotten content looked for in reasons and other bodies (characters):
+shorter ones ("yes", a digit) would match what has nothing to do with it."""
+MAX_NEEDLES = 64
+"""Most pieces of one forgotten body looked for."""
+MAX_STILL_IN = 100
+"""Most other frames a forget reports as still holding the content."""
+SCRUBBED = "[forgotten]"
+"""What a scrubbed quote of forgotten content reads in a reason."""
+
+
+def needles(*, text: str | None = None, body: tuple[Form, ...] | None = None) -> list[str]:
+    """The pieces of forgotten content to look for elsewhere: an observation's whole
+    *text*, or each string in a frame's *body* (nested forms too), each of at least
+    :data:`MIN_NEEDLE` characters, at most :data:`MAX_NEEDLES`, longest first."""
+    found: list[str] = []
+    if text is not None:
+        found.append(text.strip())
+    stack: list[Any] = list(body or ())
+    while stack and len(found) < 4 * MAX_NEEDLES:
+        item = stack.pop()
+        if isinstance(item, str) and not isinstance(item, Symbol):
+            found.append(item.strip())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    unique = sorted({n for n in found if len(n) >= MIN_NEEDLE}, key=lambda n: (-len(n), n))
+    return unique[:MAX_NEEDLES]
+
+
+def scrub_reason(record: dict[str, Any], pieces: list[str]) -> dict[str, Any] | None:
+    """*record* (a log record) with each of *pieces* in its ``reason`` replaced by
+    :data:`SCRUBBED`, in the record's reason and in the transaction it keeps (reprinted
+    as it was kept); None when its reason quotes none of them."""
+    reason = record.get("reason")
+    if not isinstance(reason, str) or not any(p in reason for p in pieces):
+        return None
+    for piece in pieces:
+        reason = reason.replace(piece, SCRUBBED)
+    out = dict(record)
+    out["reason"] = reason
+    if record.get("text") is not None or record.get("tx") is not None:
+        tx = _logged_tx(record).model_copy(update={"reason": reason})
+        if record.get("text") is not None:
+            from protocol.txlang import print_tx
+
+            out["text"] = print_tx(tx)
+        else:
+            from protocol.wire import tx_to_dict
+
+            out["tx"] = tx_to_dict(tx)
+    return out
+
+
+def holds(body: tuple[Form, ...], pieces: list[str]) -> bool:
+    """Whether a frame *body* still holds one of *pieces*: in one of its strings or
+    atoms, or across them in its printed text."""
+    printed = body_text(body)
+    atoms: list[str] = []
+    stack: list[Any] = list(body)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            atoms.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return any(p in printed or any(p in a for a in atoms) for p in pieces)
 
 
 def carries(e: Event, text: str, *, frame_id: str | None = None, ref: str | None = None) -> bool:

@@ -110,6 +110,8 @@ def error_status(e: MorphzError, *, had_token: bool) -> int:
         return 403 if had_token else 401
     if e.code == "too_large":
         return 413
+    if e.code == "overloaded":
+        return 429
     if e.code.startswith("bad_"):  # malformed input (bad_ref …), as the CLI's exit 2
         return 422
     if isinstance(e, NotFound):

@@ -20,6 +20,7 @@ from protocol.engine import resolve_event
 from protocol.errors import NotFound, RequestError, StoreError
 from protocol.forget import (
     MAX_REASON,
+    MAX_STILL_IN,
     ForgetReport,
     Rewrite,
     RewriteView,
@@ -33,7 +34,10 @@ from protocol.forget import (
     forget_audit,
     frame_tombstone,
     frame_tombstone_body,
+    holds,
+    needles,
     redact_log_record,
+    scrub_reason,
     tombstone_event,
     tombstone_frame,
 )
@@ -60,6 +64,8 @@ def _duplicate(kind: str, target: str, rid: str, stone: Tombstone, version: int)
         cascade=[],
         log_versions=[],
         history_rows=0,
+        scrubbed=[],
+        still_in=[],
     )
 
 
@@ -142,7 +148,9 @@ def forget(
             old = event_tombstone(e)
             if old is not None:
                 return _duplicate("event", e.ref, e.id, old, version)
-            stone = Tombstone(content_digest(key, w.event_content(e.seq) or ""), who, now, why)
+            content = w.event_content(e.seq) or ""
+            pieces = needles(text=content)
+            stone = Tombstone(content_digest(key, content), who, now, why)
             kind, ref, rid = "event", e.ref, e.id
             new, text = tombstone_event(e, stone)
             cs.events.append(new)
@@ -165,15 +173,20 @@ def forget(
             kind, ref, rid = "frame", f.id, f.id
             body = frame_tombstone_body(stone.digest)
             cs.frames.append(tombstone_frame(f, stone))
+            bodies = [f.body]
             for at in w.frame_history(f.id):
                 row = w.frame_at(f.id, at)
                 if row is not None:
+                    bodies.append(row.body)
                     rw.history.append((f.id, at, tombstone_frame(row, stone)))
                 record = w.txlog(at)
                 redacted = None if record is None else redact_log_record(record, f.id, body)
                 if redacted is not None:
                     rw.txlog.append(redacted)
             carried = _carriers(w, stone, ref, key, frame_id=f.id, ref=None)
+            pieces = needles(body=tuple(form for b in bodies for form in b))
+        scrubbed = _scrub_reasons(w, rw, pieces, version)
+        still_in = _still_in(w, pieces, rid if kind == "frame" else None)
         for e2, text2 in carried:
             cs.events.append(e2)
             rw.contents.append((e2.seq, text2))
@@ -211,9 +224,41 @@ def forget(
             cascade=cascade,
             log_versions=sorted(int(r["version"]) for r in rw.txlog),
             history_rows=len(rw.history),
+            scrubbed=scrubbed,
+            still_in=still_in,
         )
 
     return backend.transact(run)
+
+
+def _scrub_reasons(w: WriteView, rw: Rewrite, pieces: list[str], version: int) -> list[int]:
+    """Scrub *pieces* from the reason of every log record up to *version* (on top of the
+    rewrites *rw* already holds); the versions scrubbed. One pass over the log."""
+    if not pieces:
+        return []
+    pending = {int(r["version"]): r for r in rw.txlog}
+    scrubbed: list[int] = []
+    for v in range(1, version + 1):
+        record = pending.get(v) or w.txlog(v)
+        new = None if record is None else scrub_reason(record, pieces)
+        if new is not None:
+            pending[v] = new
+            scrubbed.append(v)
+    rw.txlog = [pending[v] for v in sorted(pending)]
+    return scrubbed
+
+
+def _still_in(w: WriteView, pieces: list[str], target: str | None) -> list[str]:
+    """The other frames (not forgotten) whose current body still holds one of *pieces*."""
+    if not pieces:
+        return []
+    found: list[str] = []
+    for f in w.iter_frames():
+        if f.id != target and frame_tombstone(f) is None and holds(f.body, pieces):
+            found.append(f.id)
+            if len(found) >= MAX_STILL_IN:
+                break
+    return sorted(found)
 
 
 def forget_in_context(

@@ -50,13 +50,13 @@ from actors.client.names import MAX_SUBMIT_MANY
 from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
-from protocol.errors import MorphzError, OutOfRange, RequestError, WireError
+from protocol.errors import MorphzError, OutOfRange, Overloaded, RequestError, WireError
 from protocol.governance import (
     check_scan,
 )
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
-from protocol.wire import SubmittedTx, pack, submitted_from_msgpack
+from protocol.wire import SubmittedTx, pack
 from service import inspection, sharing
 from service.compile import compile_args
 from service.context import Context
@@ -139,9 +139,11 @@ class ContextActor(ContextHost):
         changes nothing. A refused request (the store cannot be opened or
         written) answers ``pack({"error": …})`` instead of a receipt. A rejection's
         receipt carries the conflicting frames' bodies (``current``) and the ids
-        changed since the base only for a caller holding ``read``.
+        changed since the base only for a caller holding ``read``. A payload over a
+        byte budget (:mod:`actors.server.intake`) answers ``failed(Overloaded)``.
         """
-        return await self._submit(payload, self.guard.permits("read", capability))
+        reply: bytes = await self._budgeted([payload], capability, single=True)
+        return reply
 
     @guarded("commit")
     async def submit_many(self, payloads: list[bytes], capability: Any = None) -> Any:
@@ -165,14 +167,29 @@ class ContextActor(ContextHost):
                     code="bad_argument",
                 )
             )
-        reads = self.guard.permits("read", capability)
-        return list(await asyncio.gather(*(self._submit(p, reads) for p in payloads)))
+        return await self._budgeted(payloads, capability, single=False)
+
+    async def _budgeted(self, payloads: list[bytes], capability: Any, *, single: bool) -> Any:
+        """Decide *payloads* within the caller's byte budgets; Overloaded refuses them all."""
+        caller = self.intake.caller(capability)
+        size = sum(len(p) for p in payloads if isinstance(p, bytes))
+        try:
+            self.intake.reserve(caller, size)
+        except Overloaded as e:
+            return failed(e)
+        try:
+            reads = self.guard.permits("read", capability)
+            if single:
+                return await self._submit(payloads[0], reads)
+            return list(await asyncio.gather(*(self._submit(p, reads) for p in payloads)))
+        finally:
+            self.intake.release(caller, size)
 
     async def _submit(self, payload: bytes, reads: bool) -> bytes:
         try:
             # The client's text is not trusted: it may say other than the operations it
             # carries. The log records the operations applied (read back printed from them).
-            tx = SubmittedTx(submitted_from_msgpack(payload).tx)
+            tx = SubmittedTx((await self.intake.decode(payload)).tx)
         except WireError as e:
             self.metrics.wire_rejected()
             try:

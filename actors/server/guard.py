@@ -428,7 +428,9 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
     """Check the call's capability for *op* before running the actor method.
 
     The method gains a keyword argument ``capability`` (token bytes). A denial
-    is written to the durable audit table, then answered as
+    is written to the durable audit table (the first few of one holder and method
+    in a window before the answer, the rest in batches:
+    :meth:`~actors.server.inbox.AuditBuffer.deny`), then answered as
     ``failed(PermissionDenied)``, or raised when *raises* (methods that answer
     plain values); nothing else runs. The actor offers ``guard`` (a
     :class:`Guard`), ``audit_buffer`` (an :class:`~actors.server.inbox.AuditBuffer`)
@@ -453,8 +455,8 @@ def guarded(op: str, *, raises: bool = False) -> Callable[[Callable[..., Any]], 
                 refused = self.guard.check(op, fn.__name__, capability)
                 if refused is not None:
                     denied, entry = refused
-                    # durable before the denial is answered
-                    await self.audit_buffer.append_quietly(entry)
+                    # durable before the answer, within the caller's allowance (rate-limited)
+                    await self.audit_buffer.deny(entry)
                     if raises:
                         raise denied
                     return failed(denied)

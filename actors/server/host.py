@@ -48,6 +48,7 @@ from actors.server.guard import (
     settle_scope,
 )
 from actors.server.inbox import MAX_BATCH, AuditBuffer, Inbox
+from actors.server.intake import Intake
 from actors.server.metrics import ContextMetrics
 from actors.server.settings import policy_of, settle
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, StoreLocked
@@ -154,6 +155,7 @@ class ContextHost:
         # Content scans (the pass's plan, the quarantine scan's observations) read a
         # snapshot on their own thread, so a big or hostile text never holds up a commit.
         self._scan_executor = ThreadPoolExecutor(1, thread_name_prefix="morphz-scan")
+        self.intake = Intake()  # byte budgets of submissions; big ones decoded off the loop
         self.metrics = ContextMetrics(name, namespace)
         self.guard.metrics = self.metrics
         self._inbox = Inbox(
@@ -530,9 +532,16 @@ class ContextHost:
         frame), ``wire_rejections`` (payloads that did not decode),
         ``governance_passes`` / ``governance_errors``, ``commits``,
         ``rejections``, ``rebases``, ``duplicates`` and (once sampled)
-        ``index_lag``; ``pending`` is what waits now.
+        ``index_lag``; ``pending`` is what waits now, ``held_bytes`` the transaction
+        bytes in flight (:mod:`actors.server.intake`), ``audit_writes`` the durable
+        audit writes (denials are batched past a few per caller).
         """
-        return {**self.metrics.stats.as_dict(), "pending": self._inbox.pending}
+        return {
+            **self.metrics.stats.as_dict(),
+            "pending": self._inbox.pending,
+            "held_bytes": self.intake.held,
+            "audit_writes": self.audit_buffer.writes,
+        }
 
     @guarded("admin", raises=True)
     async def describe(self) -> dict[str, Any]:
@@ -590,7 +599,9 @@ class ContextHost:
         """:meth:`close` without the capability check: what a context host runs when it
         deactivates the context (:mod:`actors.server.hosting`)."""
         self._stop_tasks()
+        self.audit_buffer.drain()  # the denials still waiting for their batch
         self._scan_executor.shutdown(wait=True)
+        self.intake.shutdown()
         self._executor.shutdown(wait=True)
         if self._ctx is not None:
             self._unadvertise()  # while the lock is still held: a successor writes after

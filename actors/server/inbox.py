@@ -47,8 +47,19 @@ MAX_BATCH = 256
 HOLD_SECONDS = 0.1
 """How long a conflicting writer's turn on a frame lasts at most: the others rejected on
 that frame are decided again when it commits its retry, or after this long if it does not."""
+MAX_HELD_PER_FRAME = 64
+"""Most writers held waiting for one frame's turn; one more is answered its rejection at once
+(it retries on its own), so a crowd on one frame cannot pin unbounded waiters in memory."""
 MAX_AUDIT_BATCH = 1024
 """Most audit entries one durable audit write carries (denials are group-committed)."""
+DURABLE_DENIALS = 8
+"""Denials of one (holder, method) per window written durably before they are answered."""
+DENIAL_WINDOW = 10.0
+"""Seconds of that window."""
+DEFER_SECONDS = 0.5
+"""How long the further denials of a window wait in memory before their batch is written."""
+MAX_DENIAL_KEYS = 4096
+"""Most (holder, method) pairs whose denials are counted at once (the oldest is forgotten)."""
 
 
 class Inbox:
@@ -60,7 +71,8 @@ class Inbox:
     time, so one transaction the store refuses cannot take the others down.
     *metrics* records each write, the commit latency and the inbox depth.
     *hold* is the longest turn on a hot frame (see the module docstring); 0
-    answers every rejection at once.
+    answers every rejection at once. At most *max_held* writers wait for one
+    frame's turn; the next is answered at once.
     """
 
     def __init__(
@@ -71,6 +83,7 @@ class Inbox:
         metrics: ContextMetrics | None = None,
         *,
         hold: float = HOLD_SECONDS,
+        max_held: int = MAX_HELD_PER_FRAME,
     ) -> None:
         self._executor = executor
         self._commit_many = commit_many
@@ -79,6 +92,7 @@ class Inbox:
         self._metrics = self.metrics
         self.max_batch = max(1, min(int(max_batch), 4096))
         self.hold = max(0.0, min(float(hold), 10.0))
+        self.max_held = max(0, int(max_held))
         self._pending: list[_Item] = []
         self._flusher: asyncio.Task[None] | None = None
         self._turn: dict[str, asyncio.Future[Any]] = {}  # frame -> the writer whose turn it is
@@ -152,8 +166,10 @@ class Inbox:
         if owner is None or owner is future:
             self._start_turn(frame, future)
             return False
-        self._metrics.held()
         queue = self._held.setdefault(frame, deque())
+        if not was_held and len(queue) >= self.max_held:
+            return False  # the line is full: answered now, it retries on its own
+        self._metrics.held()
         if was_held:
             queue.appendleft((tx, future))  # it waited already: first in line again
         else:
@@ -239,6 +255,14 @@ class AuditBuffer:
     *write* runs on the store thread and appends its entries in one durable
     write; *available* says whether there is a store to write to at all (a
     context that failed to open has none: its denials are not recorded).
+
+    Denials are rate-limited in memory (:meth:`deny`): the first
+    :data:`DURABLE_DENIALS` of one (holder, method) in a :data:`DENIAL_WINDOW`
+    are durable before they are answered; the rest are answered at once and
+    written together, every :data:`DEFER_SECONDS`, at most
+    :data:`MAX_AUDIT_BATCH` of them (past that, one entry says how many more
+    were refused). A flood of refused calls costs a handful of writes, not an
+    fsync each. ``writes`` counts the durable writes.
     """
 
     def __init__(
@@ -254,6 +278,11 @@ class AuditBuffer:
         self._max_batch = max(1, max_batch)
         self._queue: list[tuple[list[dict[str, Any]], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self.writes = 0
+        self._windows: dict[tuple[Any, ...], tuple[float, int]] = {}
+        self._deferred: list[dict[str, Any]] = []
+        self._dropped = 0
+        self._deferring: asyncio.Task[None] | None = None
 
     async def append(self, entries: list[dict[str, Any]]) -> None:
         """Append *entries*; returns once they are durable, raises what the write raised."""
@@ -275,6 +304,7 @@ class AuditBuffer:
             entries = [e for es, _ in batch for e in es]
             error: BaseException | None = None
             try:
+                self.writes += 1
                 await loop.run_in_executor(self._executor, self._write, entries)
             except Exception as e:
                 error = e
@@ -294,6 +324,57 @@ class AuditBuffer:
             await self.append([entry])
         except Exception:
             log.exception("cannot write the audit entry of %s", entry.get("method"))
+
+    async def deny(self, entry: dict[str, Any]) -> None:
+        """Record a denial's *entry*: durable before returning while its (holder, method)
+        is within its window's allowance, else deferred to the next batch (see the class)."""
+        if not self._available():
+            return
+        key = (entry.get("holder"), entry.get("claimed"), entry.get("method"))
+        now = time.monotonic()
+        start, count = self._windows.pop(key, (now, 0))
+        if now - start > DENIAL_WINDOW:
+            start, count = now, 0
+        self._windows[key] = (start, count + 1)  # re-inserted: the dict is oldest-first
+        if len(self._windows) > MAX_DENIAL_KEYS:
+            self._windows.pop(next(iter(self._windows)))
+        if count < DURABLE_DENIALS:
+            await self.append_quietly(entry)
+            return
+        if len(self._deferred) < MAX_AUDIT_BATCH:
+            self._deferred.append(entry)
+        else:
+            self._dropped += 1
+        if self._deferring is None or self._deferring.done():
+            self._deferring = asyncio.get_running_loop().create_task(self._write_deferred())
+
+    async def _write_deferred(self) -> None:
+        await asyncio.sleep(DEFER_SECONDS)
+        entries = self._take_deferred()
+        if not entries or not self._available():
+            return
+        try:
+            await self.append(entries)
+        except Exception:
+            log.exception("cannot write %d deferred denial entries", len(entries))
+
+    def _take_deferred(self) -> list[dict[str, Any]]:
+        entries, self._deferred = self._deferred, []
+        if self._dropped:
+            # past the batch's room: one more entry, counting the rest of this kind
+            entries.append({**entries[-1], "count": self._dropped, "dropped": True})
+            self._dropped = 0
+        return entries
+
+    def drain(self) -> None:
+        """Write the deferred denials now (on close, before the store thread stops)."""
+        entries = self._take_deferred()
+        if entries and self._available():
+            try:
+                self.writes += 1
+                self._executor.submit(self._write, entries).result()
+            except Exception:
+                log.exception("cannot write %d deferred denial entries", len(entries))
 
     def append_blocking(self, entry: dict[str, Any]) -> None:
         """:meth:`append_quietly` for synchronous callers (not on the event loop)."""

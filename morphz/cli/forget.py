@@ -41,6 +41,12 @@ def _human_forget(d: dict[str, Any]) -> str:
         lines.append(f"  also forgot the recall results that carried it: {' '.join(d['cascade'])}")
     if d.get("log_versions"):
         lines.append(f"  log records rewritten: {' '.join(str(v) for v in d['log_versions'])}")
+    if d.get("scrubbed"):
+        lines.append(f"  reasons scrubbed at versions: {' '.join(str(v) for v in d['scrubbed'])}")
+    if d.get("still_in"):
+        lines.append(
+            f"  still held by other frames (forget them too?): {' '.join(d['still_in'])}"
+        )
     if not d.get("duplicate"):
         lines.append("  run `morphz compact` to erase the freed pages from the data file")
     return "\n".join(lines)

@@ -30,10 +30,10 @@ def _bump(frame: dict[str, Any] | None) -> tuple[Any, ...]:
 class Rig:
     """A real context on the in-memory backend behind an inbox, on one store thread."""
 
-    def __init__(self, hold: float) -> None:
+    def __init__(self, hold: float, max_held: int = 64) -> None:
         self.ctx = Context(MemoryBackend())
         self.executor = ThreadPoolExecutor(1)
-        self.inbox = Inbox(self.executor, self.ctx.commit_many, hold=hold)
+        self.inbox = Inbox(self.executor, self.ctx.commit_many, hold=hold, max_held=max_held)
         self.ctx.commit(
             ContextTx(
                 base_version=self.ctx.version(), ops=(Derive(id=HOT, body=((Symbol("count"), 0),)),)
@@ -130,3 +130,35 @@ def test_hold_zero_answers_every_rejection_at_once() -> None:
     receipts = asyncio.run(main())
     assert all(r.errors[0].code == "conflict" for r in receipts)
     assert rig.inbox.metrics.stats.held == 0
+
+
+def test_the_line_for_one_frame_is_capped_and_the_rest_answered_at_once() -> None:
+    """A crowd of stale writers on one frame: the turn's owner and two waiters are held
+    (max_held=2), every other one is answered its rejection at once instead of waiting
+    in memory without bound."""
+    rig = Rig(hold=10.0, max_held=2)  # a turn lapses only after 10 s: no one is let go here
+
+    async def main() -> tuple[list[Receipt], int]:
+        base = rig.ctx.version()
+        await rig.submit(
+            ContextTx(base_version=base, ops=(Revise(id=HOT, body=((Symbol("count"), 1),)),))
+        )
+        stale = ContextTx(base_version=base, ops=(Revise(id=HOT, body=((Symbol("count"), 9),)),))
+        tasks = [asyncio.ensure_future(rig.submit(stale)) for _ in range(10)]
+        answered: list[Receipt] = []
+        for _ in range(3000):  # until the first group is decided (the held ones stay)
+            answered = [t.result() for t in tasks if t.done()]
+            if len(answered) == 8:
+                break
+            await asyncio.sleep(0.01)
+        waiting = len(rig.inbox._held[HOT])
+        for t in tasks:
+            t.cancel()
+        return answered, waiting
+
+    answered, waiting = asyncio.run(main())
+    assert len(answered) == 8 and waiting == 2
+    assert all(r.errors[0].code == "conflict" for r in answered)
+    assert all(r.current and r.current[0].body == "(count 1)" for r in answered)
+    assert rig.inbox.metrics.stats.held == 2
+    assert rig.count() == 1

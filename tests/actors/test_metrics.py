@@ -92,7 +92,12 @@ def test_the_plain_actor_counts_commits_rejections_and_wire_errors(tmp_path: Pat
             # one stats object, fed by the one recorder the guard and the inbox share
             assert actor.guard.metrics is actor.metrics is actor._inbox.metrics
             stats = dict(await actor.stats())
-            assert stats == {**actor.metrics.stats.as_dict(), "pending": 0}
+            assert stats == {
+                **actor.metrics.stats.as_dict(),
+                "pending": 0,
+                "held_bytes": 0,  # every submission answered: no bytes in flight
+                "audit_writes": 0,  # nothing was denied
+            }
             return stats
         finally:
             actor.close()

@@ -277,3 +277,49 @@ def test_field_edits_of_a_forgotten_frame_are_redacted_and_a_fork_replays(ctx: C
         assert fork.frame("other")["body"] == "(kept fine)"
     finally:
         fork.close()
+
+
+def test_reasons_quoting_it_are_scrubbed_and_frames_still_holding_it_reported(
+    ctx: Context,
+) -> None:
+    """A reason that quotes the forgotten text is scrubbed from the log (both the record's
+    reason and the transaction it keeps); another frame that copied the text is named in
+    the report, left as it is, and goes too when forgotten in turn."""
+    phone = "+1-555-0100-7788"
+    report = ctx.observe("tool_result", phone)
+    ctx.claim()
+    ctx.commit(
+        f'(context-tx (base-version {ctx.version()}) (reason "copied {phone} from the page")'
+        f' (derive contact (from {report.ref}) (phone "{phone}")))'
+    )
+    ctx.commit(
+        f'(context-tx (base-version {ctx.version()}) (reason "note the number")'
+        f' (derive note (from contact) (remember "call {phone} first")))'
+    )
+    ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive plain (from contact) (ok)))")
+    version = ctx.version()
+    done = ctx.forget(report.ref, reason="a customer's number", by="ops")
+    assert done.scrubbed == [1] and sorted(done.still_in) == ["contact", "note"]
+    logged = ctx.txlog(1)
+    assert logged["reason"] == "copied [forgotten] from the page"
+    assert '(reason "copied [forgotten] from the page")' in logged["text"]
+    assert phone in ctx.frame("contact").body  # reported, not changed
+    assert ctx.version() == version
+    again = ctx.forget("contact", reason="the copy", by="ops")
+    assert again.still_in == ["note"]
+    ctx.forget("note", reason="the other copy", by="ops")
+    assert leaks(ctx, phone) == []
+    fork = ctx.fork(MemoryBackend())  # a replay of the scrubbed log makes the same frames
+    assert [f["id"] for f in fork.state()["frames"]] == [f["id"] for f in ctx.state()["frames"]]
+
+
+def test_short_texts_are_not_looked_for_elsewhere(ctx: Context) -> None:
+    report = ctx.observe("tool_result", "yes")
+    ctx.claim()
+    ctx.commit(
+        f'(context-tx (base-version {ctx.version()}) (reason "yes, it said yes")'
+        f" (derive answer (from {report.ref}) (said yes)))"
+    )
+    done = ctx.forget(report.ref, reason="tidy", by="ops")
+    assert done.scrubbed == [] and done.still_in == []
+    assert ctx.txlog(1)["reason"] == "yes, it said yes"
