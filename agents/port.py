@@ -57,7 +57,7 @@ class EmbeddedPort(Operations):
     """:class:`ContextPort` over an embedded :class:`~service.context.Context`: every
     registered operation (:mod:`service.operations`) runs on the context, so each call
     has the signature and the reply a :class:`~actors.client.handle.ContextHandle` has;
-    ``submit``, ``compile``, ``record_trace`` and ``search`` are the context's own.
+    ``submit`` and ``search`` are the context's own.
 
     The compile cache and the search index are the context's own
     (:meth:`~service.context.Context.compile`, :meth:`~service.context.Context.search`);
@@ -81,20 +81,6 @@ class EmbeddedPort(Operations):
     def submit(self, tx: str) -> Receipt:
         """Commit one transaction."""
         return self.ctx.commit(tx)
-
-    def compile(
-        self,
-        session: str,
-        config: CompilerConfig,
-        previous: CompiledInput | None = None,
-        overflow: bool = False,
-    ) -> CompiledInput:
-        """The model input for *session*, through the context's compiler of that session."""
-        return self.ctx.compile(session, config, previous, overflow)
-
-    def record_trace(self, trace: dict[str, Any]) -> None:
-        """Append a trace."""
-        self.ctx.record_trace(trace)
 
     def search(self, args: dict[str, Any], session: str) -> SearchReply:
         """A model's search as a ``recall_result``: ``{"ref", "hits", "recalled", "lag"}``."""

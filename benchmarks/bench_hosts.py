@@ -198,8 +198,8 @@ class Bench:
             "active_context_call_ms": {"p50": q(warm, 50), "p99": q(warm, 99)},
             "idle_context_call_ms": {"p50": q(activation, 50), "p99": q(activation, 99)},
             "host_side_activation_ms": {
-                "p50": host_side["activation_p50_ms"],
-                "p99": host_side["activation_p99_ms"],
+                "p50": round(host_side["activation_p50_ms"], 2),
+                "p99": round(host_side["activation_p99_ms"], 2),
             },
             "context_process_start_ms": {"p50": q(starts, 50), "p99": q(starts, 99)},
             "activations": host_side["activations"],

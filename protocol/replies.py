@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from protocol.errors import WireError
 
@@ -281,6 +281,84 @@ class RecallReply(Reply):
     next_cursor: str | None
 
 
+class DecisionReply(Reply):
+    """A governance ruling on one frame: its ``verdict`` (``accept``, ``reject``,
+    ``hold``), why, and who decided (``policy:<name>`` or ``human:<reviewer>``)."""
+
+    frame: str
+    verdict: str
+    reasons: list[str]
+    reviewer: str
+
+
+class AdmitReply(Reply):
+    """One admission run: every decision, oldest candidate first, and the version it
+    committed at (None when it decided only holds and wrote nothing)."""
+
+    decisions: list[DecisionReply]
+    version: int | None
+
+
+class ReviewReply(Reply):
+    """A human review: the decision and the version it committed at."""
+
+    decision: DecisionReply
+    version: int | None
+
+
+with warnings.catch_warnings():
+    # The key is ``items``, as it always was on every port: as an attribute it names the
+    # list, so read this reply's pairs with ``dict(reply)``, not ``reply.items()``.
+    warnings.simplefilter("ignore", UserWarning)
+
+    class PendingReply(Reply):
+        """What awaits a human or admission, read at ``version``: held candidates with
+        the policy's reasons and quarantined frames with their findings (``items``)."""
+
+        version: int
+        items: list[dict[str, Any]] = Field(...)  # type: ignore[assignment]
+
+
+class FindingReply(Reply):
+    """A low-quality frame a scan found: which, by which rule (``contradicted``,
+    ``failing_procedure``, ``unused``, ``sensitive_content``) and why."""
+
+    frame: str
+    rule: str
+    detail: str
+
+
+class SensitiveReply(Reply):
+    """Sensitive content a scan located (never the secret: ``excerpt`` is masked): the
+    record (``frame`` or ``observation``), its id and reference, the field and offsets,
+    the rule that matched, what the scan did (``action``) and what to do (``remedy``)."""
+
+    record: str
+    id: str
+    ref: str
+    field: str
+    start: int
+    end: int
+    rule: str
+    name: str
+    category: str
+    excerpt: str
+    action: str
+    remedy: str
+
+
+class ScanReply(Reply):
+    """One quarantine scan: every finding, the frames it quarantined, the ones it spared
+    (a human accepted them), the version it committed at (None: nothing written) and the
+    sensitive content it located in frames and observations."""
+
+    findings: list[FindingReply]
+    quarantined: list[str]
+    spared: list[str]
+    version: int | None
+    sensitive: list[SensitiveReply]
+
+
 class Counter(int):
     """An int that is also callable, answering itself as a plain int.
 
@@ -340,6 +418,8 @@ def plain(value: Any) -> Any:
         return {key: plain(item) for key, item in value.as_dict().items()}
     if isinstance(value, Counter):
         return value()
+    if isinstance(value, BaseModel):  # a model that is no reply (a compiled input)
+        return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     if isinstance(value, dict):
@@ -348,18 +428,25 @@ def plain(value: Any) -> Any:
 
 
 __all__ = [
+    "AdmitReply",
     "ClaimReply",
     "Counter",
+    "DecisionReply",
     "DeliverReply",
     "EventPage",
     "EventReply",
+    "FindingReply",
     "FrameReply",
     "HistoryEntry",
     "MetaReply",
     "ObserveReply",
+    "PendingReply",
     "RecallReply",
     "Reply",
+    "ReviewReply",
+    "ScanReply",
     "SearchReply",
+    "SensitiveReply",
     "SnapshotReply",
     "StateReply",
     "UpdateReadReply",

@@ -170,14 +170,6 @@ class Observation(_Body):
     event_id: str | None = None
 
 
-class ReviewDecision(_Body):
-    """``POST …/review/{frame}``: a human ``accept`` or ``reject``."""
-
-    decision: str
-    reviewer: str
-    reason: str | None = None
-
-
 # -- the app ----------------------------------------------------------------------------
 
 
@@ -424,23 +416,6 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool =
     )
     async def search_post(context: str, request: Request) -> Any:
         return await _search(context, request, await _json(request))
-
-    @app.get(base + "/audit", summary="Durable audit entries (?after=&limit=); needs admin")
-    async def audit(context: str, request: Request) -> Any:
-        after, limit = _int_param(request, "after"), _int_param(request, "limit")
-        handle = await ctx(request, context)
-        entries = await handle.audit.aio(after or 0, 100 if limit is None else limit)
-        return {"entries": entries}
-
-    @app.get(base + "/review", name="pending", summary="What awaits a human review; needs admin")
-    async def review_list(context: str, request: Request) -> Any:
-        handle = await ctx(request, context)
-        return await handle.pending_async()
-
-    @app.post(base + "/review/{frame_id}", summary="Accept or reject a frame; needs admin")
-    async def review(context: str, frame_id: str, body: ReviewDecision, request: Request) -> Any:
-        handle = await ctx(request, context)
-        return await handle.review_async(frame_id, body.decision, body.reviewer, reason=body.reason)
 
     async def authorize(token: bytes | None, context: str | None, method: str, path: str) -> None:
         if not resolver.enforced or not path.startswith(API_PREFIX + "/"):

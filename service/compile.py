@@ -11,13 +11,19 @@ compile gives the same input a fresh compiler would.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+from pydantic import Field, Strict
 
 from protocol.compiler import Compiler, CompilerConfig
 from protocol.errors import RequestError
 from protocol.turns import CompiledInput
 from protocol.view import ReadView
 from service.protocol_text import PROTOCOL_TEXT
+from service.registry import MAX_REF_CHARS
+
+if TYPE_CHECKING:
+    from service.context import Context
 
 T = TypeVar("T")
 
@@ -78,3 +84,25 @@ class CompilerCache:
     def clear(self) -> None:
         """Drop every cached compiler."""
         self._compilers.clear()
+
+
+Session = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
+"""The session (conversation or agent thread) a model input is compiled for."""
+
+
+def compile_input(
+    ctx: Context,
+    session: Session,
+    config: CompilerConfig | None = None,
+    previous: CompiledInput | None = None,
+    overflow: bool = False,
+) -> CompiledInput:
+    """The model input for *session* (R35-R37), compiled on one snapshot.
+
+    One compiler per session and *config* is kept (its render cache serves every
+    later compile of that session, through any port; the input is the one a fresh
+    compiler would give). *previous* is the input compiled for the call before
+    (hysteresis, ContextDelta); *overflow* says the model refused it as too long.
+    See :meth:`protocol.compiler.Compiler.compile`.
+    """
+    return ctx._compilers.compile(ctx.backend.read, session, config, previous, overflow)

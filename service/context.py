@@ -43,7 +43,6 @@ from protocol.replies import (
     SearchReply,
 )
 from protocol.state import Event, Frame, Meta
-from protocol.turns import CompiledInput
 from protocol.tx import ContextTx
 from protocol.view import BatchView, Changeset, WriteView
 from protocol.wire import SubmittedTx
@@ -51,17 +50,33 @@ from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
 from service.observations import new_event_id, observed
 from service.operations import Operations
-from service.reads import MAX_EXPORT_PAGE
 from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP, Searcher
 from storage.backend import Backend
 
 if TYPE_CHECKING:
-    from protocol.compiler import CompilerConfig
+    from protocol.governance import AdmissionPolicy
 
 T = TypeVar("T")
 
 MAX_WINDOW = 1_000_000
+
+
+class Acting(Operations):
+    """The operations of a :class:`Context` as one :class:`~service.registry.Caller`
+    calls them (see :meth:`Context.acting`)."""
+
+    def __init__(self, ctx: Context, caller: Caller) -> None:
+        self.ctx = ctx
+        self.caller = caller
+
+    def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """Run a registered operation on the context as this caller."""
+        return op.run(self.ctx, args, self.caller)
+
+    async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
+        """:meth:`invoke` inside a coroutine (in the loop's thread)."""
+        return self.invoke(op, args)
 
 
 class Context(Operations, GovernanceAPI):
@@ -117,6 +132,14 @@ class Context(Operations, GovernanceAPI):
         """:meth:`invoke` inside a coroutine: ``await ctx.frame.aio(id)`` runs the call
         in the loop's thread (an embedded context is not thread-safe)."""
         return self.invoke(op, args)
+
+    def acting(
+        self, *, holder: str | None = "embedded", policy: AdmissionPolicy | None = None
+    ) -> Acting:
+        """This context's operations called by *holder* (the audit entries name it instead
+        of ``embedded``) under admission *policy* (``admit``, ``pending``): what a remote
+        port sets from the capability and its own policy. ``ctx.acting(holder="ops").admit()``."""
+        return Acting(self, Caller(holder=holder, policy=policy))
 
     # -- counters -----------------------------------------------------------
 
@@ -231,20 +254,6 @@ class Context(Operations, GovernanceAPI):
         if f is None:
             raise self.backend.read(lambda v: reads.no_frame(v, frame_id))
         return f
-
-    def export(self, after: int = 0, limit: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
-        """One page of the history after version *after*, for history checkers.
-
-        See :func:`service.reads.export_page` for the page's shape (the current
-        state comes with the last page, from the same snapshot). OutOfRange for
-        a negative *after* or a *limit* outside 1 to
-        :data:`~service.reads.MAX_EXPORT_PAGE`.
-        """
-        if after < 0:
-            raise OutOfRange(f"after_version must be between 0 and {1 << 62}, not {after}")
-        if not 1 <= limit <= MAX_EXPORT_PAGE:
-            raise OutOfRange(f"limit must be between 1 and {MAX_EXPORT_PAGE}, not {limit}")
-        return self.backend.read(lambda v: reads.export_page(v, after, limit))
 
     def recall(
         self,
@@ -371,33 +380,7 @@ class Context(Operations, GovernanceAPI):
             self._searcher.close()
         self._searcher = Searcher(self.backend, index, embedder=self._embedder)
 
-    # -- model inputs and usage traces ----------------------------------------
-
-    def compile(
-        self,
-        session: str,
-        config: CompilerConfig | None = None,
-        previous: CompiledInput | None = None,
-        overflow: bool = False,
-    ) -> CompiledInput:
-        """The model input for *session* (R35-R37), on one snapshot.
-
-        One compiler per session and *config* is kept (its render cache serves
-        every later compile of that session; the input is the one a fresh
-        compiler would give). *previous* is the input compiled for the call
-        before (hysteresis, ContextDelta); *overflow* says the model refused it
-        as too long. See :meth:`protocol.compiler.Compiler.compile`.
-        """
-        return self._compilers.compile(self.backend.read, session, config, previous, overflow)
-
-    def record_trace(self, trace: dict[str, Any]) -> None:
-        """Append a model-call trace: which frames and observations were in its input (R39).
-
-        *trace* is a JSON-like dict; by convention it holds ``session``,
-        ``version``, ``tick``, ``frames_present``, ``events_present``, the
-        ``action`` taken and the ``committed`` versions of its transactions.
-        """
-        traces.record_trace(self, trace, time.time())
+    # -- usage traces -----------------------------------------------------------
 
     def influence(self, *, version: int | None = None, call: int | None = None) -> dict[str, Any]:
         """Which memories influenced a decision (R42): the one committed at *version*,

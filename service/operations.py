@@ -11,16 +11,20 @@ actor, the MCP server, the HTTP API and the call table of ``docs/api.md``
 (``python -m service.apidoc``) are made from this table.
 
 Adding a read-only operation: write its service function (``fn(ctx, …) ->
-reply``, bounds in the annotations), add one line here, and a test.
+reply``, bounds in the annotations) and declare it here with one example call
+(the shape tests run it on every port), then regenerate ``docs/api.md``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import service.admin as admin
 import service.observations as observations
 import service.queries as queries
-from service.registry import OPERATIONS, Operation, Route, Tool
+import service.traces as tracing
+from service.compile import compile_input
+from service.registry import OPERATIONS, Example, Operation, Route, Tool
 
 __all__ = ["Operations", "operations"]
 
@@ -37,37 +41,169 @@ class Operations:
         permission="commit",
         writes=True,
         keyed=observations.keyed,
+        example=Example("tool_result", "one more", session="side"),
     )
     observe_many = Operation(
         observations.observe_many,
         permission="commit",
         writes=True,
         keyed=observations.keyed,
+        example=Example([("tool_result", "a", "main"), ("external", "b", "x")]),
     )
-    claim = Operation(observations.claim, permission="commit", writes=True)
-    deliver = Operation(observations.deliver, permission="commit", writes=True)
+    claim = Operation(
+        observations.claim,
+        permission="commit",
+        writes=True,
+        example=Example(),
+    )
+    deliver = Operation(
+        observations.deliver,
+        permission="commit",
+        writes=True,
+        example=Example("@e2"),
+    )
     recall_observation = Operation(
-        observations.recall_observation, permission="recall", writes=True
+        observations.recall_observation,
+        permission="recall",
+        writes=True,
+        example=Example({"frame_id": "release"}, session="s"),
     )
-    frame = Operation(queries.frame, permission="read", writes=False)
-    frame_at = Operation(queries.frame_at, permission="read", writes=False)
-    event = Operation(queries.event, permission="read", writes=False)
-    read_event = Operation(queries.read_event, permission="read", writes=False)
-    state = Operation(queries.state, permission="read", writes=False, http=Route("GET", "/state"))
-    history = Operation(queries.history, permission="read", writes=False)
+    frame = Operation(
+        queries.frame,
+        permission="read",
+        writes=False,
+        example=Example("release"),
+    )
+    frame_at = Operation(
+        queries.frame_at,
+        permission="read",
+        writes=False,
+        example=Example("test-result", 1),
+    )
+    event = Operation(
+        queries.event,
+        permission="read",
+        writes=False,
+        example=Example("@e1"),
+    )
+    read_event = Operation(
+        queries.read_event,
+        permission="read",
+        writes=False,
+        example=Example("@e1", 2, 9),
+    )
+    state = Operation(
+        queries.state,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/state"),
+        example=Example(),
+    )
+    history = Operation(
+        queries.history,
+        permission="read",
+        writes=False,
+        example=Example("release"),
+    )
     frame_history = Operation(
         queries.frame_history,
         permission="read",
         writes=False,
         http=Route("GET", "/frames/{frame_id}/revisions", key="revisions"),
         mcp=Tool(),
+        example=Example("test-result"),
     )
-    snapshot = Operation(queries.snapshot, permission="read", writes=False)
-    read_for_update = Operation(queries.read_for_update, permission="read", writes=False)
-    meta = Operation(queries.meta, permission="read", writes=False)
-    txlog = Operation(queries.txlog, permission="read", writes=False)
-    traces = Operation(queries.traces, permission="read", writes=False)
-    audit = Operation(queries.audit, permission="admin", writes=False)
+    snapshot = Operation(
+        queries.snapshot,
+        permission="read",
+        writes=False,
+        example=Example(["release", "nope"]),
+    )
+    read_for_update = Operation(
+        queries.read_for_update,
+        permission="read",
+        writes=False,
+        example=Example(["release"]),
+    )
+    meta = Operation(
+        queries.meta,
+        permission="read",
+        writes=False,
+        example=Example(),
+    )
+    txlog = Operation(
+        queries.txlog,
+        permission="read",
+        writes=False,
+        example=Example(1),
+    )
+    traces = Operation(
+        queries.traces,
+        permission="read",
+        writes=False,
+        example=Example(after=0, limit=10),
+    )
+    audit = Operation(
+        queries.audit,
+        permission="admin",
+        writes=False,
+        http=Route("GET", "/audit", key="entries"),
+        example=Example(0, 10),
+    )
+
+    # -- the agent loop: model inputs and usage traces ------------------------------
+    compile = Operation(
+        compile_input,
+        permission="read",
+        writes=False,
+        example=Example("main"),
+    )
+    record_trace = Operation(
+        tracing.record_trace,
+        permission="commit",
+        writes=True,
+        example=Example({"session": "main", "frames_present": ["release"], "action": "idle"}),
+    )
+    # -- governance and history (docs/governance.md, docs/forget.md) -----------------
+    export = Operation(
+        admin.export,
+        permission="admin",
+        writes=False,
+        example=Example(0, 2),
+    )
+    pending = Operation(
+        admin.pending,
+        permission="admin",
+        writes=False,
+        http=Route("GET", "/review"),
+        example=Example(),
+    )
+    review = Operation(
+        admin.review,
+        permission="admin",
+        writes=True,
+        http=Route("POST", "/review/{frame_id}"),
+        example=Example("draft", "accept", "ana", reason="checked"),
+    )
+    admit = Operation(
+        admin.admit,
+        permission="admin",
+        writes=True,
+        example=Example(),
+    )
+    quarantine_scan = Operation(
+        admin.quarantine_scan,
+        permission="admin",
+        writes=True,
+        prepare=admin.scan_observations,
+        example=Example(failed_uses=2),
+    )
+    forget = Operation(
+        admin.forget,
+        permission="admin",
+        writes=True,
+        example=Example("@e3", "pasted by mistake"),
+    )
 
 
 def operations() -> list[Operation[Any, Any]]:

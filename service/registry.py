@@ -94,7 +94,9 @@ __all__ = [
     "OPERATIONS",
     "Bound",
     "Caller",
+    "EMBEDDED",
     "Count",
+    "Example",
     "EventRef",
     "FrameId",
     "Operation",
@@ -130,13 +132,41 @@ class Tool:
     description: str | None = None
 
 
+class Example:
+    """One call of an operation, written in its declaration: the arguments the shape tests
+    (``tests/service/test_shapes.py``) call it with on every port, after the shape script
+    has made frames ``release`` and ``test-result``, events ``@e1`` to ``@e5`` and the
+    candidate frame ``draft``.
+    ``Example("release")`` is ``port.frame("release")``."""
+
+    __slots__ = ("args", "kwargs")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+        self.kwargs = kwargs
+
+    def run(self, port: Any, name: str) -> Any:
+        """The reply of this call of operation *name* on *port*."""
+        return getattr(port, name)(*self.args, **self.kwargs)
+
+    def call(self, name: str) -> str:
+        """The call as Python text: ``frame('release')``."""
+        parts = [repr(a) for a in self.args]
+        parts += [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{name}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return self.call("Example")
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who makes a call, for the operations that audit or decide: the *holder* of the
-    capability (None: the embedded API, audited as ``embedded``) and the admission
-    *policy* of the port that serves it (None: the default policy)."""
+    capability (``embedded`` for the embedded API; None for a remote call that carried
+    no capability, where none is enforced) and the admission *policy* of the port that
+    serves it (None: the default policy)."""
 
-    holder: str | None = None
+    holder: str | None = "embedded"
     policy: AdmissionPolicy | None = None
 
 
@@ -181,6 +211,13 @@ class Bound(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<{self.op.name} of {self.port!r}>"
 
+
+_UNSET: Any = object()
+"""No value given (None may be one)."""
+
+EMBEDDED = Caller()
+"""The caller of the embedded API (audited as ``embedded``, the default policy): the
+default of a service function's ``caller`` parameter."""
 
 OPERATIONS: dict[str, Operation[Any, Any]] = {}
 """Every declared operation by name, in declaration order (filled by :mod:`service.operations`)."""
@@ -265,7 +302,13 @@ class Operation(Generic[P, R]):
     """One call of the service, declared once (see the module docstring).
 
     *fn* is the service function, ``fn(ctx, *arguments) -> reply``; a keyword
-    parameter named ``caller`` receives the :class:`Caller` and is no argument.
+    parameter named ``caller`` (default :data:`EMBEDDED`) receives the :class:`Caller`
+    and is no argument.
+    *example* is one call of it (:class:`Example`), run on every port by the shape tests.
+    *prepare* (``prepare(ctx, args) -> value``) is the part of the work that reads
+    without the writer (scanning every observation, searching an index): a remote port
+    runs it off its store thread first; its value reaches *fn* as the keyword
+    ``prepared`` (no argument either).
     *remote*: the context actor and the handle serve it from this declaration
     (False: they hand-write the forms that carry it, as ``submit`` sends wire
     bytes; the signature and the reply stay this one's). *keyed* gives checked
@@ -282,6 +325,8 @@ class Operation(Generic[P, R]):
         doc: str | None = None,
         http: Route | None = None,
         mcp: Tool | None = None,
+        example: Example | None = None,
+        prepare: Callable[[Any, Any], Any] | None = None,
         remote: bool = True,
         keyed: Callable[[Any], Any] | None = None,
     ) -> None:
@@ -292,6 +337,8 @@ class Operation(Generic[P, R]):
         self.doc = doc or (inspect.getdoc(fn) or "").strip().split("\n\n")[0].replace("\n", " ")
         self.http = http
         self.mcp = mcp
+        self.example = example
+        self.prepare = prepare
         self.remote = remote
         self.keyed = keyed
         self.__doc__ = inspect.getdoc(fn)
@@ -318,6 +365,8 @@ class Operation(Generic[P, R]):
         for p in params:
             if p.name == "caller":
                 caller = True
+                continue
+            if p.name == "prepared":
                 continue
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (hints[p.name], default)
@@ -404,11 +453,16 @@ class Operation(Generic[P, R]):
 
     # -- running it ------------------------------------------------------------------
 
-    def run(self, ctx: Any, args: BaseModel, caller: Caller | None = None) -> R:
-        """Run the service function on *ctx* with checked *args* (and *caller*)."""
+    def run(
+        self, ctx: Any, args: BaseModel, caller: Caller | None = None, prepared: Any = _UNSET
+    ) -> R:
+        """Run the service function on *ctx* with checked *args* (and *caller*); *prepared*
+        is what :attr:`prepare` answered, run here first when not given."""
         kwargs = {name: getattr(args, name) for name in self.names}
         if self._signature.caller:
             kwargs["caller"] = caller or Caller()
+        if self.prepare is not None:
+            kwargs["prepared"] = self.prepare(ctx, args) if prepared is _UNSET else prepared
         fn: Callable[..., R] = self.fn
         return fn(ctx, **kwargs)
 

@@ -8,6 +8,7 @@ and how are :mod:`protocol.usage`'s.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import NotFound, OutOfRange, RequestError
@@ -23,9 +24,15 @@ MAX_TRACE_PAGE = 100_000
 """Most traces one :func:`traces` page returns."""
 
 
-def record_trace(ctx: Context, trace: dict[str, Any], now: float) -> None:
-    """Append *trace*, stamped with *now*, in one durable write."""
-    record = {"time": now, **trace}
+def record_trace(ctx: Context, trace: dict[str, Any]) -> None:
+    """Append a model-call trace: which frames and observations were in its input (R39).
+
+    *trace* is a JSON-like map, stamped with the time and written in one durable
+    write; by convention it holds ``session``, ``version``, ``tick``,
+    ``frames_present``, ``events_present``, the ``action`` taken and the
+    ``committed`` versions of its transactions.
+    """
+    record = {"time": time.time(), **trace}
     ctx.backend.transact(lambda w: w.apply(Changeset(trace=record)))
 
 

@@ -44,11 +44,6 @@ from actors.client.replies import open_reply, raise_error
 from actors.client.transport import Call, Remote, RetryPolicy, Transport, check_int, check_text
 from actors.client.updates import UpdateFn, Updater, UpdateResult
 from protocol.errors import MorphzError, RequestError, WireError
-from protocol.forget import ForgetReport
-from protocol.governance import (
-    check_review,
-    check_scan,
-)
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.replies import (
@@ -62,7 +57,6 @@ from protocol.tx import ContextTx
 from protocol.wire import tx_to_msgpack, unpack
 from service.observations import new_event_id
 from service.operations import Operations, operations
-from service.reads import MAX_EXPORT_PAGE
 from service.registry import Bound, Operation
 
 if TYPE_CHECKING:
@@ -445,52 +439,7 @@ class ContextHandle(Operations):
 
     tick_async = tick.aio
 
-    def export(self, after_version: int = 0, *, page: int = MAX_EXPORT_PAGE) -> dict[str, Any]:
-        """The whole history after *after_version*, paged under the hood; see ContextActor.export.
-
-        ``log`` holds every record after *after_version*; ``frames``, ``events``
-        and ``relations`` come from the same snapshot as the last record.
-        """
-        after = check_int(after_version, "after_version")
-        log: list[Any] = []
-        while True:
-            doc = self.transport.call(Call("export", (after, page), _export_page))
-            log.extend(doc["log"])
-            if not doc["more"]:
-                doc["log"] = log
-                return doc
-            after = doc["log"][-1]["version"] if doc["log"] else after + page
-
     # -- the agent loop -----------------------------------------------------------
-
-    @Remote
-    def compile(
-        self,
-        session: str,
-        config: Any = None,
-        previous: Any = None,
-        overflow: bool = False,
-    ) -> Call[CompiledInput]:
-        """The model input for *session*, compiled by the context actor (a ``CompiledInput``).
-
-        *config* is a :class:`~protocol.compiler.CompilerConfig` (or its dict),
-        *previous* the ``CompiledInput`` of the call before.
-        """
-        cfg = config.model_dump(mode="json") if hasattr(config, "model_dump") else config
-        prev = previous.model_dump(mode="json") if previous is not None else None
-        args = (check_text(session, "session"), cfg, prev, bool(overflow))
-        return Call("compile_input", args, _compiled)
-
-    compile_async = compile.aio
-
-    @Remote
-    def record_trace(self, trace: dict[str, Any]) -> Call[None]:
-        """Append a model-call trace (R39)."""
-        if not isinstance(trace, dict):
-            raise RequestError("a trace is a dict", code="bad_argument")
-        return Call("record_trace", (trace,), _nothing)
-
-    record_trace_async = record_trace.aio
 
     @Remote
     def search(self, args: dict[str, Any], session: str = "main") -> Call[SearchReply]:
@@ -516,64 +465,6 @@ class ContextHandle(Operations):
         return Call("inspect_search", (check_text(query, "query"), check_int(limit, "limit")), _map)
 
     inspect_search_async = inspect_search.aio
-
-    # -- governance ---------------------------------------------------------------
-
-    @Remote
-    def admit(self, frame_id: str | None = None) -> Call[dict[str, Any]]:
-        """Run the actor's admission policy: ``{"decisions", "version"}``; needs ``admin``."""
-        if frame_id is not None:
-            check_text(frame_id, "frame id")
-        return Call("admit", (frame_id,), _map)
-
-    admit_async = admit.aio
-
-    @Remote
-    def review(
-        self, frame_id: str, decision: str, reviewer: str, *, reason: str | None = None
-    ) -> Call[dict[str, Any]]:
-        """A human ``accept`` or ``reject`` of a candidate or quarantined frame.
-
-        ``{"decision", "version"}``; a bad decision word or reviewer is refused
-        here, before any remote call. Needs ``admin``.
-        """
-        check_text(frame_id, "frame id")
-        check_review(decision, reviewer, reason)
-        return Call("review", (frame_id, decision, reviewer, reason), _map)
-
-    review_async = review.aio
-
-    @Remote
-    def pending(self) -> Call[dict[str, Any]]:
-        """What awaits a human or admission: ``{"version", "items"}``; needs ``admin``."""
-        return Call("pending", (), _map)
-
-    pending_async = pending.aio
-
-    @Remote
-    def quarantine_scan(
-        self, *, unused_ticks: int | None = None, failed_uses: int = 3
-    ) -> Call[dict[str, Any]]:
-        """Find and quarantine low-quality frames: ``{"findings", "quarantined", "spared",
-        "version", "sensitive"}``; frames a human accepted are spared; ``sensitive`` locates
-        (masked) secrets in accepted frames and observations. Needs ``admin``."""
-        check_scan(unused_ticks, failed_uses)
-        return Call("quarantine_scan", (unused_ticks, failed_uses), _map)
-
-    quarantine_scan_async = quarantine_scan.aio
-
-    @Remote
-    def forget(self, target: str, *, reason: str) -> Call[ForgetReport]:
-        """Erase the content of *target* (``@eN``, an event id or a frame id), keeping a
-        tombstone; a missing reason is refused here, before any remote call. Needs ``admin``.
-
-        See :meth:`service.context.Context.forget`."""
-        from protocol.forget import check_reason
-
-        check_text(target, "target")
-        return Call("forget", (target, check_reason(reason)), _typed(ForgetReport))
-
-    forget_async = forget.aio
 
     @Remote
     def export_frame(self, frame_id: str) -> Call[bytes]:
@@ -642,15 +533,6 @@ class ContextHandle(Operations):
         with contextlib.suppress(MorphzError):
             self.close()
         self.transport.kill(wait=wait)
-
-
-def _export_page(raw: Any) -> dict[str, Any]:
-    doc = unpack(raw)
-    if isinstance(doc, dict) and "error" in doc and "log" not in doc:
-        raise_error(doc["error"])
-    if not isinstance(doc, dict) or not isinstance(doc.get("log"), list):
-        raise WireError("malformed export page from the context actor")
-    return doc
 
 
 class _AsyncForm:

@@ -51,23 +51,12 @@ from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
 from protocol.errors import MorphzError, OutOfRange, Overloaded, RequestError, WireError
-from protocol.governance import (
-    check_scan,
-)
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
 from protocol.wire import SubmittedTx, pack
 from service import inspection, sharing
-from service.compile import compile_args
 from service.context import Context
-from service.governance import (
-    run_admission,
-    run_quarantine_scan,
-    run_review,
-    scan_all_observations,
-)
 from service.operations import operations
-from service.reads import MAX_EXPORT_PAGE
 from service.registry import Caller, Operation
 from service.search import SEARCH_CATCH_UP
 
@@ -215,52 +204,7 @@ class ContextActor(ContextHost):
         """The current version."""
         return await self._reply(lambda ctx: ctx.version())
 
-    @guarded("admin")
-    async def export(self, after_version: int = 0, limit: int = MAX_EXPORT_PAGE) -> bytes:
-        """One page of the context's history, for history checkers.
-
-        Answers ``pack(page)`` with the page of :meth:`service.context.Context.export`
-        (not an envelope); refused requests answer ``pack({"error": …})``.
-        """
-        try:
-            _count(after_version, "after_version")
-            _count(limit, "limit", 1, MAX_EXPORT_PAGE)
-            return pack(await self._run(Context.export, after_version, limit))
-        except MorphzError as e:
-            return failed(e)
-
     # -- the agent loop: compiled inputs, traces, recall, search -----------------
-
-    @guarded("read")
-    async def compile_input(
-        self,
-        session: str,
-        config: dict[str, Any] | None = None,
-        previous: dict[str, Any] | None = None,
-        overflow: bool = False,
-    ) -> bytes:
-        """The model input for *session* (R35-R37): ``CompiledInput`` as a plain dict.
-
-        *config* is a :class:`~protocol.compiler.CompilerConfig` dict, *previous*
-        the input compiled for the call before (hysteresis, ContextDelta). The
-        context keeps one compiler per session and configuration, so its render
-        cache serves every agent thread of that session.
-        """
-        try:
-            _text(session, "session")
-            cfg, prev = compile_args(config, previous)
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(
-            lambda ctx: ctx.compile(session, cfg, prev, bool(overflow)).model_dump(mode="json")
-        )
-
-    @guarded("commit")
-    async def record_trace(self, trace: dict[str, Any]) -> bytes:
-        """Append a model-call trace (R39); see :meth:`service.context.Context.record_trace`."""
-        if not isinstance(trace, dict):
-            return failed(RequestError("a trace is a dict", code="bad_argument"))
-        return await self._reply(Context.record_trace, trace)
 
     @guarded("recall")
     async def search(self, args: dict[str, Any], session: str = "main") -> bytes:
@@ -316,94 +260,6 @@ class ContextActor(ContextHost):
         except MorphzError as e:
             return failed(e)
         return ok(result.to_dict())
-
-    # -- governance: audit, admission, review, quarantine -------------------------
-
-    @guarded("admin")
-    async def admit(self, frame_id: str | None = None, capability: Any = None) -> bytes:
-        """Run the admission policy over the candidates (or *frame_id*); audited.
-
-        Answers ``{"decisions": [...], "version": V or None}``; holds change
-        nothing. NotFound / ``not_candidate`` for a bad *frame_id*.
-        """
-        audit = self._template("admit", capability)
-
-        def run(ctx: Context) -> dict[str, Any]:
-            ds, version = run_admission(
-                ctx.backend, policy=self._policy, frame_id=frame_id, audit=audit
-            )
-            return {"decisions": [d.to_dict() for d in ds], "version": version}
-
-        return await self._reply(run)
-
-    @guarded("admin")
-    async def review(
-        self,
-        frame_id: str,
-        decision: str,
-        reviewer: str,
-        reason: str | None = None,
-        capability: Any = None,
-    ) -> bytes:
-        """A human decision (``accept`` | ``reject``) on a candidate or quarantined frame.
-
-        Answers ``{"decision", "version"}``; audited in the same write. Typed
-        errors change nothing: ``bad_decision``, ``bad_reviewer``, NotFound,
-        ``not_reviewable``.
-        """
-        audit = self._template("review", capability)
-
-        def run(ctx: Context) -> dict[str, Any]:
-            d, version = run_review(
-                ctx.backend, frame_id, decision, reviewer, reason=reason, audit=audit
-            )
-            return {"decision": d.to_dict(), "version": version}
-
-        return await self._reply(run)
-
-    @guarded("admin")
-    async def pending(self) -> bytes:
-        """What awaits a human or admission, read-only: ``{"version", "items"}``.
-
-        See :func:`protocol.governance.pending` (a dry run of this actor's policy).
-        """
-        return await self._reply(lambda ctx: ctx.pending(self._policy))
-
-    @guarded("admin")
-    async def quarantine_scan(
-        self, unused_ticks: int | None = None, failed_uses: int = 3, capability: Any = None
-    ) -> bytes:
-        """Find low-quality frames and quarantine them in one audited write (R43).
-
-        Answers ``{"findings", "quarantined", "spared", "version", "sensitive"}``;
-        frames a human accepted are spared; ``sensitive`` locates (masked) the
-        secrets and personal data found in accepted frames and observations.
-        """
-        opts: dict[str, Any] = {"unused_ticks": unused_ticks, "failed_uses": failed_uses}
-        opts["audit"] = self._template("quarantine_scan", capability)
-        try:  # the observations are scanned on the scan thread, off the store thread
-            check_scan(unused_ticks, failed_uses)
-            opts["observed"] = await self._scan(lambda ctx: scan_all_observations(ctx.backend))
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(lambda ctx: run_quarantine_scan(ctx.backend, **opts).to_dict())
-
-    @guarded("admin")
-    async def forget(self, target: str, reason: str | None = None, capability: Any = None) -> bytes:
-        """Erase the content of *target* (``@eN``, an event id or a frame id); audited.
-
-        Answers :class:`~protocol.forget.ForgetReport` as a plain dict; the
-        holder of the capability is who forgot it. Typed errors change nothing:
-        ``missing_reason``, ``bad_argument``, NotFound. See
-        :meth:`service.context.Context.forget`.
-        """
-        holder = holder_of(capability) or "actor"
-
-        def run(ctx: Context) -> Any:
-            _text(target, "target")
-            return ctx.forget(target, reason=reason, by=holder, holder=holder)
-
-        return await self._reply(run)
 
     # -- explicit export and import (service.sharing) -----------------------------
 
@@ -472,8 +328,9 @@ def serve(op: Operation[Any, Any]) -> Any:
 
     The capability guard of the operation's permission (a denial is audited,
     then answered), the one argument check (:meth:`~service.registry.Operation.bind`:
-    a bad argument is answered as its typed error, nothing runs), the service
-    function on the store thread with the caller (the capability's holder, this
+    a bad argument is answered as its typed error, nothing runs), the operation's
+    ``prepare`` part on the scan thread (a read that never holds the store thread),
+    the service function on the store thread with the caller (the capability's holder, this
     actor's admission policy), and the reply envelope (:mod:`actors.client.replies`).
     Its signature names the operation's arguments, so Ray binds calls by them.
     """
@@ -486,7 +343,13 @@ def serve(op: Operation[Any, Any]) -> Any:
         except MorphzError as e:
             return failed(e)
         caller = Caller(holder=holder_of(capability), policy=self._policy)
-        return await self._reply(lambda ctx: op.run(ctx, bound, caller))
+        if op.prepare is None:
+            return await self._reply(lambda ctx: op.run(ctx, bound, caller))
+        try:  # the part that reads without the writer, off the store thread
+            prepared = await self._scan(op.prepare, bound)
+        except MorphzError as e:
+            return failed(e)
+        return await self._reply(lambda ctx: op.run(ctx, bound, caller, prepared))
 
     method.__name__ = method.__qualname__ = op.name
     method.__doc__ = op.__doc__

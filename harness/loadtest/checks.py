@@ -17,6 +17,7 @@ from actors.client.handle import ContextHandle, RetryPolicy
 from harness.checker import Submission, Verdict, Violation, check_history
 from protocol.errors import MorphzError
 from protocol.state import Event, Frame
+from service.admin import export_history
 from storage import LmdbStore
 
 CHECK_RETRY = RetryPolicy(attempts=30, initial=0.05, multiplier=2.0, max_delay=2.0)
@@ -140,7 +141,7 @@ def check_after_run(
         handle.actor, handle.name, namespace=handle.namespace, retry=CHECK_RETRY
     )
     try:
-        export = patient.export()
+        export = export_history(patient)
         out.version = int(export["version"])
         verdict = check_context(records, export)
         out.violations.extend(verdict.violations)

@@ -38,6 +38,7 @@ from harness.loadtest.report import percentile
 from protocol.errors import MorphzError
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive
+from service.admin import export_history
 
 HOST_REPORT_WAIT = 20.0
 """Seconds the run waits for its hosts' first load reports to reach the directory."""
@@ -269,7 +270,7 @@ def _check(
         h = ContextHandle(
             actors[where[name]], name, namespace=namespace, ray_name=where[name], retry=CHECK_RETRY
         )
-        verdict = check_context(recs, h.export())
+        verdict = check_context(recs, export_history(h))
         if not verdict.ok:
             bad[name] = sorted(verdict.kinds())
     return {"checked": len(by_context), "violations": bad}

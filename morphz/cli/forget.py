@@ -87,7 +87,7 @@ def forget_cmd(
     opts = ActorOptions(address, namespace, capability)
 
     def direct(ctx: Any) -> dict[str, Any]:
-        return dict(ctx.forget(target, reason=why, by=holder if by is None else by, holder=holder))
+        return dict(ctx.acting(holder=holder).forget(target, reason=why, by=by))
 
     def remote(handle: Any) -> dict[str, Any]:
         return dict(handle.forget(target, reason=why))

@@ -31,6 +31,7 @@ import click
 from actors.client.names import DEFAULT_NAMESPACE
 from morphz.cli.console import Env, emit, failing_as_usage
 from protocol.errors import StoreError, StoreLocked
+from protocol.replies import plain
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -149,7 +150,7 @@ def _decide(
                 f"{e.message}. A context actor serves it: pass --address (e.g. --address auto)"
                 " to decide through the actor"
             ) from e
-        doc = _through_actor(env, opts, remote)
+        doc = plain(_through_actor(env, opts, remote))
         return {"context": env.context, **doc, "via": "actor"}
     with ctx:
         doc = direct(ctx)
@@ -265,11 +266,11 @@ def list_cmd(
     if address is not None:
         _check_name(env)
         opts = ActorOptions(address, namespace, capability)
-        doc = {"context": env.context, **_through_actor(env, opts, lambda h: h.pending())}
+        doc = {"context": env.context, **plain(_through_actor(env, opts, lambda h: h.pending()))}
         doc["via"] = "actor"
     else:
         with _open_for_reading(env) as ctx:
-            doc = {"context": env.context, **ctx.pending()}
+            doc = {"context": env.context, **plain(ctx.pending())}
         doc["via"] = "store"
     emit(env, doc, _human_pending)
 
@@ -296,8 +297,9 @@ def _review(
     def direct(ctx: Context) -> dict[str, Any]:
         # One write: the version after it is the one it committed at (this process
         # holds the writer lock).
-        d = ctx.review(frame_id, decision, reviewer, reason=reason, holder=_holder())
-        return {"decision": d.to_dict(), "version": ctx.version()}
+        return dict(
+            plain(ctx.acting(holder=_holder()).review(frame_id, decision, reviewer, reason))
+        )
 
     doc = _decide(
         env,
@@ -361,14 +363,7 @@ def admit_cmd(
     """Run the admission policy over the candidates (or FRAME_ID alone); holds change nothing."""
 
     def direct(ctx: Context) -> dict[str, Any]:
-        # This process holds the writer lock: a version change is this call's one write.
-        before = ctx.version()
-        ds = ctx.admit(frame_id, holder=_holder())
-        after = ctx.version()
-        return {
-            "decisions": [d.to_dict() for d in ds],
-            "version": after if after != before else None,
-        }
+        return dict(plain(ctx.acting(holder=_holder()).admit(frame_id)))
 
     opts = ActorOptions(address, namespace, capability)
     doc = _decide(env, opts, direct, lambda h: h.admit(frame_id))
@@ -398,10 +393,8 @@ def scan_cmd(
     check_scan(unused_ticks, failed_uses)
 
     def direct(ctx: Context) -> dict[str, Any]:
-        result = ctx.quarantine_scan(
-            unused_ticks=unused_ticks, failed_uses=failed_uses, holder=_holder()
-        )
-        return result.to_dict()
+        scan = ctx.acting(holder=_holder()).quarantine_scan(unused_ticks, failed_uses)
+        return dict(plain(scan))
 
     opts = ActorOptions(address, namespace, capability)
     doc = _decide(

@@ -94,7 +94,7 @@ def _embedded(ctx: Context, what: str, a: dict[str, Any]) -> Any:
     if what == "traces":
         return ctx.traces(after=a.get("after", 0), limit=a.get("limit", 50))
     if what == "pending":
-        return ctx.pending()
+        return _plain(ctx.pending())
     if what == "audit":
         return ctx.audit(a.get("after", 0), a.get("limit", 100))
     if what == "metrics":
@@ -237,7 +237,7 @@ class HandleSource:
         if what == "traces":
             return await h.traces.aio(after=a.get("after", 0), limit=a.get("limit", 50))
         if what == "pending":
-            return await h.pending_async()
+            return _plain(await h.pending.aio())
         if what == "audit":
             return await h.audit.aio(a.get("after", 0), a.get("limit", 100))
         if what == "metrics":

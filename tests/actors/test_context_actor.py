@@ -193,12 +193,10 @@ def test_claim_snapshot_history_and_export(actor: ContextActor) -> None:
     assert open_reply(run(actor.read_event(ref, 0, 10)))["text"] == "regression"
     for i in range(4):
         submit(actor, f"(context-tx (base-version 0) (derive n{i}))")
-    from protocol.wire import unpack
-
-    page = unpack(run(actor.export(0, 2)))
+    page = open_reply(run(actor.export(0, 2)))
     assert [r["version"] for r in page["log"]] == [1, 2] and page["more"]
     assert page["frames"] == []
-    last = unpack(run(actor.export(4, 2)))
+    last = open_reply(run(actor.export(4, 2)))
     assert [r["version"] for r in last["log"]] == [5] and not last["more"]
     assert sorted(f["id"] for f in last["frames"]) == ["n0", "n1", "n2", "n3", "test-result"]
     assert [e["seq"] for e in last["events"]] == [1]

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from service.admin import export_history
 from tests.actors.multinode import CHILD_TIMEOUT, NAMESPACE, ROOT, MultiNode, run_scenario
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
@@ -53,7 +54,7 @@ def _tx(prefix: str, i: int) -> str:
 
 
 def _log_of(handle: Any) -> dict[str, int]:
-    export = handle.export()
+    export = export_history(handle)
     log = export["log"]
     assert [r["version"] for r in log] == list(range(1, len(log) + 1)), "a gap in the log"
     ids = [r["client_id"] for r in log if r["client_id"] is not None]
@@ -126,7 +127,7 @@ def node_lost_mid_load(multi: MultiNode) -> dict[str, Any]:
         assert logged[str(r.client_id)] == r.version, r
     for cid, version in acked.items():
         assert logged[cid] == version, cid
-    counts = check_history(new.export(), records)
+    counts = check_history(export_history(new), records)
     again = new.submit(_tx("pre", 0), client_id="pre-0")  # acknowledged by the old primary
     assert again.duplicate and again.version == before[0].version, again
     # The promoted primary's lexical index is rebuilt from its store: it finds frames
@@ -221,9 +222,7 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
             num_cpus=0,
             scheduling_strategy=pinned(back),
         )
-        .remote(
-            old_root, name, None, None, False, namespace=NAMESPACE, replication=REPLICATION
-        )
+        .remote(old_root, name, None, None, False, namespace=NAMESPACE, replication=REPLICATION)
     )
     info = ray.get(again.handshake.remote(), timeout=60)
     assert info["open_error"] and info["open_error"]["code"] == "fenced", info

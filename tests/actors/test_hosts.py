@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from actors.cluster.placing import place
 from actors.server.hosting import HostHandle, start_host
 from morphz.cli.main import cli
 from protocol.errors import NotFound, OutOfRange, RequestError
+from service.admin import export_history
 from tests.actors.checks import check_history
 from tests.actors.cluster import RayCluster
 
@@ -144,7 +147,7 @@ def test_no_commit_lost_or_doubled_across_deactivation_cycles(host: HostHandle) 
         await asyncio.gather(*(writer(k) for k in range(4)), cycler())
 
     asyncio.run(run())
-    outcomes = check_history(ctx.export(), records)
+    outcomes = check_history(export_history(ctx), records)
     assert outcomes == {"committed": 60}
     assert host.load()["deactivations"] >= 2
 
@@ -216,3 +219,18 @@ def test_loadtest_hosted_wanders_over_idle_contexts_and_checks_every_history(
     assert doc["committed"] > 0 and doc["deactivations"] > 0
     assert doc["activations"] > 40  # every context created once, some activated again
     assert doc["memory_mb"]["per_idle_context"] is not None
+
+
+@pytest.mark.ray
+def test_a_killed_host_takes_its_contexts_down_and_they_come_back_with_every_commit(
+    host: HostHandle,
+) -> None:
+    a, b = host.context("k-a"), host.context("k-b")
+    acked = [a.submit(_tx(0, f"a{i}", "x"), client_id=f"c-ka-{i}") for i in range(5)]
+    assert all(r.committed for r in acked) and b.submit(_tx(0, "b", "y")).committed
+    old = a.pid()
+    os.kill(old, signal.SIGKILL)  # both contexts' process: both go down together
+    assert a.version() == 5 and b.version() == 1  # the restarted host reactivates each
+    assert a.pid() == b.pid() != old
+    again = a.submit(_tx(0, "a0", "x"), client_id="c-ka-0")  # a retry: the first receipt
+    assert again.duplicate and again.version == acked[0].version

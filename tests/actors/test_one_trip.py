@@ -17,6 +17,7 @@ from protocol.errors import RequestError
 from protocol.forms import Symbol
 from protocol.receipts import Conflict
 from protocol.tx import ContextTx, Derive, Revise
+from service.admin import export_history
 
 pytestmark = pytest.mark.ray
 
@@ -88,7 +89,7 @@ def test_update_loses_and_duplicates_nothing_under_eight_writers(handle: Context
     assert sum(r["outcome"] == "committed" for r in records) == WRITERS * UPDATES
     subs = submissions_of(records)
     assert all(isinstance(s, Submission) for s in subs)
-    verdict = check_context(records, handle.export())
+    verdict = check_context(records, export_history(handle))
     assert verdict.ok, verdict.to_dict()
 
 
@@ -97,8 +98,12 @@ def test_receipts_carry_the_new_state_through_the_actor(handle: ContextHandle) -
         base = handle.version()
         handle.submit(ContextTx(base_version=base, ops=(Derive(id=fid, body=((Symbol("n"), 0),)),)))
     base = handle.version()
-    won = handle.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 1),)),)))
-    lost = handle.submit(ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 2),)),)))
+    won = handle.submit(
+        ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 1),)),))
+    )
+    lost = handle.submit(
+        ContextTx(base_version=base, ops=(Revise(id="a", body=((Symbol("n"), 2),)),))
+    )
     assert not lost.committed and lost.version == won.version
     assert [(c.id, c.version, c.body) for c in lost.current] == [("a", won.version, "(n 1)")]
     assert lost.changed_since_base == (Conflict(id="a", version=won.version),)

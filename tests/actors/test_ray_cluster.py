@@ -10,6 +10,7 @@ import pytest
 from actors import connect, lookup
 from harness.agent_threads import run_agents, spawn_agent
 from protocol.errors import RequestError
+from service.admin import export_history
 from tests.actors.checks import check_history, check_steps
 from tests.actors.cluster import RayCluster
 
@@ -56,7 +57,7 @@ def test_contexts_on_two_nodes_reached_by_agents_on_either(
         ]
         results = run_agents(work, timeout=120)
         for handle, records in ((near, results[0] + results[2]), (far, results[1] + results[3])):
-            check_history(handle.export(), records)
+            check_history(export_history(handle), records)
             check_steps(records, threads=4, transactions=8)
             assert {r["thread"] for r in records} == {"t0", "t1", "t2", "t3"}
     finally:

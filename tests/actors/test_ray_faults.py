@@ -13,6 +13,7 @@ import pytest
 
 from actors import connect, lookup
 from harness.agent_threads import decode_records, spawn_agent
+from service.admin import export_history
 from storage import LmdbStore
 from tests.actors.checks import check_history, check_steps
 from tests.actors.cluster import RayCluster
@@ -63,7 +64,7 @@ def test_killed_context_actor_loses_no_acknowledged_commit_and_doubles_none(
         # the actor came back under its name, in a new process, on the same store
         again = lookup(context_name, namespace)
         assert again.pid() != old_pid
-        export = again.export()
+        export = export_history(again)
         assert export["version"] == ctx.version() == len(export["log"])
 
         # the store's own log, read beside the running actor, says the same

@@ -105,7 +105,7 @@ class _Handle(LocalHandle):
 
 
 def _export(actor: ContextActor) -> dict[str, Any]:
-    doc = unpack(asyncio.run(actor.export(0, 5000)))
+    doc = open_reply(asyncio.run(actor.export(0, 5000)))
     assert isinstance(doc, dict) and not doc["more"]
     return doc
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from actors.client.replies import open_reply
 from actors.server.context_actor import ContextActor
 from harness.agent_threads import AgentThread
 from harness.loadtest import REPORT_KEYS, LoadAgent, check_context, run_loadtest
@@ -58,7 +59,7 @@ def _run(tmp_path: Path, agent: AgentThread, spec: dict[str, Any]) -> tuple[Any,
     agent._handles[("ctx", "morphz")] = handle  # type: ignore[assignment]
     try:
         records = unpack(asyncio.run(agent.run(spec)))
-        export = unpack(asyncio.run(actor.export(0, 5000)))
+        export = open_reply(asyncio.run(actor.export(0, 5000)))
     finally:
         actor.close()
     return records, export, handle
@@ -136,7 +137,7 @@ def test_a_stopped_pipelined_agent_answers_its_records(tmp_path: Path) -> None:
 
     try:
         records = unpack(asyncio.run(run_then_stop()))
-        export = unpack(asyncio.run(actor.export(0, 5000)))
+        export = open_reply(asyncio.run(actor.export(0, 5000)))
     finally:
         actor.close()
     assert check_context(records, export).ok

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from actors.client.replies import open_reply
 from actors.server.context_actor import ContextActor
 from harness.agent_threads import RECORD_KEYS, AgentThread, check_spec
 from harness.workload import (
@@ -95,7 +96,7 @@ def run_local(tmp_path: Path, spec: dict[str, Any]) -> tuple[list[dict[str, Any]
     agent._handles[("ctx", "morphz")] = LocalHandle(actor)  # type: ignore[assignment]
     try:
         records = unpack(asyncio.run(agent.run({"context": "ctx", **spec})))
-        export = unpack(asyncio.run(actor.export(0, 5000)))
+        export = open_reply(asyncio.run(actor.export(0, 5000)))
     finally:
         actor.close()
     return records, export

@@ -142,13 +142,13 @@ def test_admission_accepts_a_clean_candidate(ctx: Context) -> None:
     tx(ctx, '(derive fact (deploy region "cn-shanghai"))')
     tx(ctx, "(envelope fact (trust candidate) (keys region))")
     version = ctx.version()
-    (d,) = ctx.admit()
+    (d,) = ctx.admit().decisions
     assert d.verdict == "accept" and d.reviewer == "policy:default-admission-v1"
     env = ctx.frame("fact")["envelope"]
     assert env["trust"] == "accepted" and env["reviewed_by"] == "policy:default-admission-v1"
     assert ctx.version() == version + 1
     assert ctx.txlog(version + 1)["kind"] == "governance"
-    assert ctx.admit() == []  # nothing left to review
+    assert ctx.admit().decisions == []  # nothing left to review
 
 
 @pytest.mark.parametrize(
@@ -165,7 +165,7 @@ def test_admission_accepts_a_clean_candidate(ctx: Context) -> None:
 def test_admission_rejects_secrets_and_personal_data(ctx: Context, body: str) -> None:
     tx(ctx, f"(derive leak {body})")
     tx(ctx, "(envelope leak (trust candidate))")
-    (d,) = ctx.admit()
+    (d,) = ctx.admit().decisions
     assert d.verdict == "reject"
     assert any("sensitive content" in r for r in d.reasons)
     f = ctx.frame("leak")
@@ -183,12 +183,12 @@ def test_high_risk_candidate_waits_for_a_human(ctx: Context) -> None:
     tx(ctx, "(derive prod-change (drop table users))")
     tx(ctx, "(envelope prod-change (trust candidate) (risk high))")
     version = ctx.version()
-    (d,) = ctx.admit()
+    (d,) = ctx.admit().decisions
     assert d.verdict == "hold" and "high risk" in d.reasons[0]
     assert ctx.version() == version  # a hold changes nothing
     assert ctx.frame("prod-change")["envelope"]["trust"] == "candidate"
     done = ctx.review("prod-change", "accept", "alice")
-    assert done.verdict == "accept"
+    assert done.decision.verdict == "accept"
     env = ctx.frame("prod-change")["envelope"]
     assert (env["trust"], env["reviewed_by"]) == ("accepted", "human:alice")
     with pytest.raises(RequestError) as info:
@@ -204,7 +204,7 @@ def test_conflicting_key_and_scope_checks(make_ctx: Any) -> None:
     tx(ctx, "(envelope region-b (keys region) (trust candidate))")
     tx(ctx, "(derive other-tenant (x))")
     tx(ctx, "(envelope other-tenant (tenant someone-else) (trust candidate))")
-    decisions = {d.frame_id: d for d in ctx.admit()}
+    decisions = {d.frame: d for d in ctx.admit().decisions}
     assert decisions["region-b"].verdict == "hold"
     assert "conflicts with accepted region-a" in decisions["region-b"].reasons[0]
     assert decisions["other-tenant"].verdict == "reject"
@@ -219,7 +219,7 @@ def test_policy_is_pluggable(ctx: Context) -> None:
 
     tx(ctx, "(derive a (x))")
     tx(ctx, "(envelope a (trust candidate))")
-    (d,) = ctx.admit("a", policy=Nay())
+    (d,) = ctx.acting(policy=Nay()).admit("a").decisions
     assert d.reviewer == "policy:nay"
     assert ctx.frame("a")["envelope"]["reviewed_by"] == "policy:nay"
     assert isinstance(DefaultPolicy().name, str)

@@ -42,8 +42,10 @@ def everything(ctx: Context) -> tuple[Any, ...]:
 
 
 def test_an_embedded_review_is_audited_in_the_same_write(scoped: Context) -> None:
-    d = scoped.review("risky", "accept", "alice", reason="checked with the DBA")
+    reply = scoped.review("risky", "accept", "alice", reason="checked with the DBA")
+    d = reply.decision
     assert (d.verdict, d.reviewer) == ("accept", "human:alice")
+    assert reply.version == scoped.version()
     env = scoped.frame("risky")["envelope"]
     assert env["trust"] == "accepted"
     assert env["review_reasons"] == ["human review of a candidate frame", "checked with the DBA"]
@@ -99,12 +101,14 @@ def test_a_review_reason_over_the_limit_is_refused(scoped: Context) -> None:
 
 def test_admission_is_audited_unless_it_only_holds(scoped: Context) -> None:
     version = scoped.version()
-    (held,) = scoped.admit()
+    only_holds = scoped.admit()
+    (held,) = only_holds.decisions
     assert held.verdict == "hold" and scoped.version() == version and scoped.audit() == []
+    assert only_holds.version is None
     tx(scoped, "(derive fine (region cn-shanghai))")
     tx(scoped, "(envelope fine (trust candidate))")
-    decisions = scoped.admit()
-    assert [(d.frame_id, d.verdict) for d in decisions] == [("risky", "hold"), ("fine", "accept")]
+    decisions = scoped.admit().decisions
+    assert [(d.frame, d.verdict) for d in decisions] == [("risky", "hold"), ("fine", "accept")]
     (entry,) = scoped.audit()
     assert (entry["holder"], entry["method"], entry["version"]) == (EMBEDDED, "admit", version + 3)
     assert [x["frame"] for x in entry["decisions"]] == ["fine"]
@@ -148,10 +152,10 @@ def test_scan_spares_a_human_decision_and_an_explicit_quarantine_reopens_it(
     tx(scoped, "(relate newer contradicts plain)")
     assert [f.rule for f in scoped.find_low_quality()] == ["contradicted"]
     scan = scoped.quarantine_scan()
-    assert scan.quarantined == ("plain",) and scan.version == scoped.version()
+    assert scan.quarantined == ["plain"] and scan.version == scoped.version()
     scoped.review("plain", "accept", "carol")
     again = scoped.quarantine_scan()
-    assert (again.quarantined, again.spared, again.version) == ((), ("plain",), None)
+    assert (again.quarantined, again.spared, again.version) == ([], ["plain"], None)
     assert scoped.quarantine(scoped.find_low_quality()) == ["plain"]  # a request is not spared
     assert [e["method"] for e in scoped.audit()] == ["quarantine_scan", "review", "quarantine"]
     with pytest.raises(OutOfRange):

@@ -58,7 +58,7 @@ def apply_op(ctx: Context, op: tuple[Any, ...], n: int) -> object:
         return tx(ctx, f"({kind} {op[1]})")
     if kind == "review":
         try:
-            return ctx.review(op[1], op[2], "carol").verdict
+            return ctx.review(op[1], op[2], "carol").decision.verdict
         except MorphzError as e:
             return type(e).__name__
     if kind == "quarantine":

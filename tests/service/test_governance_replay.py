@@ -15,7 +15,7 @@ def test_admitted_candidates_replay_in_forks_and_the_checker(ctx: Context) -> No
     )
     assert receipt.committed
     assert ctx.frame_record("hint").envelope["trust"] == "candidate"
-    decisions = ctx.admit()
+    decisions = ctx.admit().decisions
     assert [d.verdict for d in decisions] == ["accept"]
     assert ctx.frame_record("hint").envelope["trust"] == "accepted"
     assert ctx.txlog(ctx.version())["kind"] == "governance"

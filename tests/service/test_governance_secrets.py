@@ -39,8 +39,8 @@ def test_a_key_in_an_accepted_frame_is_located_quarantined_and_audited(ctx: Cont
     tx(ctx, "(derive release (goal ship-v1))")
     assert ctx.frame("deploy-creds")["envelope"]["trust"] == "accepted"  # never reviewed
     scan = ctx.quarantine_scan()
-    assert scan.quarantined == ("deploy-creds",)
-    (finding,) = [f for f in scan.findings if f.frame_id == "deploy-creds"]
+    assert scan.quarantined == ["deploy-creds"]
+    (finding,) = [f for f in scan.findings if f.frame == "deploy-creds"]
     assert finding.rule == "sensitive_content"
     (s,) = scan.sensitive
     body = str(ctx.frame("deploy-creds")["body"])
@@ -74,7 +74,7 @@ def test_a_token_in_a_tool_result_is_reported_with_forget_as_the_remedy(ctx: Con
     ctx.claim()
     version = ctx.version()
     scan = ctx.quarantine_scan()
-    assert scan.quarantined == () and scan.version is None and ctx.version() == version
+    assert scan.quarantined == [] and scan.version is None and ctx.version() == version
     (s,) = scan.sensitive
     assert (s.record, s.ref, s.field, s.action) == ("observation", report.ref, "text", "reported")
     assert s.id == report.id
@@ -98,10 +98,10 @@ def test_a_clean_context_is_scanned_without_a_write_or_an_audit_entry(ctx: Conte
 
 def test_a_human_accepted_frame_with_a_secret_is_spared_and_reported(ctx: Context) -> None:
     tx(ctx, f'(derive creds (key "{KEY}"))')
-    assert ctx.quarantine_scan().quarantined == ("creds",)
+    assert ctx.quarantine_scan().quarantined == ["creds"]
     ctx.review("creds", "accept", "alice", reason="a test key, not live")
     again = ctx.quarantine_scan()
-    assert again.quarantined == () and again.spared == ("creds",)
+    assert again.quarantined == [] and again.spared == ["creds"]
     (s,) = again.sensitive
     assert s.action == "spared" and "human accepted" in s.remedy
     assert ctx.frame("creds")["envelope"]["trust"] == "accepted"

@@ -39,6 +39,7 @@ def test_every_declaration_is_complete() -> None:
         assert getattr(Operations, op.name) is op
         assert op.doc and op.permission in ("read", "commit", "recall", "admin")
         assert op.reply is not None, op.name
+        assert op.example is not None, f"{op.name} declares no example call"
         config = op.args.model_config
         assert config.get("frozen") and config.get("extra") == "forbid", op.name
         assert list(op.args.model_fields) == list(op.names)

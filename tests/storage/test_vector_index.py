@@ -340,7 +340,7 @@ def test_missed_intents_are_resynchronized_without_embedding_everything(s: Setup
 def test_forgotten_content_loses_its_vector(s: Setup) -> None:
     refs = corpus(s)
     s.catch_up()
-    s.ctx.forget(refs["refund"], reason="asked to", holder="alice")
+    s.ctx.acting(holder="alice").forget(refs["refund"], reason="asked to")
     s.catch_up()
     hit = s.vectors.search(vector("refund tablet", 32), limit=1, id_prefix=refs["refund"]).hits
     assert hit and "tablet" not in hit[0].snippet
