@@ -98,3 +98,16 @@ def test_a_refused_item_is_that_callers_typed_error(tmp_path: Path) -> None:
             asyncio.run(one())
     finally:
         actor.close()
+
+
+def test_a_capability_copy_shares_what_its_transport_learned() -> None:
+    from actors.client.transport import Transport
+
+    origin = Transport(None, "ctx:a", label="a")
+    origin.replicated = False  # learned from the context directory
+    copy = origin.with_capability(b"token")
+    assert copy.replicated is False and copy.capability == b"token"
+    # a copy of a copy still teaches the first transport (one directory call per context)
+    fresh = Transport(None, "ctx:b", label="b")
+    second = fresh.with_capability(b"t1").with_capability(b"t2")
+    assert second._origin is fresh and second.replicated is None
