@@ -357,11 +357,15 @@ class SubmittedTx(NamedTuple):
     parsed from (``None`` when it was built as a model).
 
     The log keeps *text* when there is one, so a transaction submitted as text
-    is logged the same whichever port carried it.
+    is logged the same whichever port carried it. *agent* is who submitted it as
+    the port knows it (a context actor: the holder its capability names), kept
+    in the log record and in the audit entry of a rejection; never read from
+    the payload itself.
     """
 
     tx: ContextTx
     text: str | None = None
+    agent: str | None = None
 
 
 def tx_to_dict(tx: ContextTx, text: str | None = None) -> dict[str, Any]:
@@ -369,7 +373,7 @@ def tx_to_dict(tx: ContextTx, text: str | None = None) -> dict[str, Any]:
 
     With *text* (the S-expression *tx* was parsed from) the form carries it as
     ``text``. ``tx_from_dict(tx_to_dict(tx)) == tx`` and
-    ``submitted_from_dict(tx_to_dict(tx, text)) == (tx, text)``.
+    ``submitted_from_dict(tx_to_dict(tx, text)) == SubmittedTx(tx, text)``.
     """
     out: dict[str, Any] = {"base_version": tx.base_version}
     if tx.reason is not None:

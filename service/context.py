@@ -33,6 +33,7 @@ from protocol.engine import (
     observe,
 )
 from protocol.errors import OutOfRange, RequestError
+from protocol.governance import EMBEDDED, rejection_entry
 from protocol.ids import MAX_CLIENT_ID
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
 from protocol.receipts import Receipt
@@ -193,18 +194,12 @@ class Context(Operations, GovernanceAPI):
         *tx* is a model or S-expression text (a :class:`~protocol.errors.ParseError`
         is raised for bad text: that is not a transaction, so there is no receipt).
         """
-        item, text = _prepare((tx, client_id))
+        item, text, agent = _prepare((tx, client_id))
         now = time.time()
 
         # One transaction per write: no batch view, the changeset (meta included)
         # goes straight to the store, as commit_many's batch of one would write it.
-        def run(w: WriteView) -> Receipt:
-            outcome = evaluate(w, item, now=now, text=text)
-            if outcome.changes is not None:
-                w.apply(outcome.changes)
-            return outcome.receipt
-
-        return self.backend.transact(run)
+        return self.backend.transact(lambda w: _decide(w, item, text, agent, now))
 
     def submit(self, tx: ContextTx | str, client_id: str | None = None) -> Receipt:
         """:meth:`commit` under the name a Ray handle gives it, so a script runs on both."""
@@ -227,11 +222,8 @@ class Context(Operations, GovernanceAPI):
         def run(inner: WriteView) -> list[Receipt]:
             w = BatchView(inner)
             receipts = []
-            for tx, text in prepared:
-                outcome = evaluate(w, tx, now=now, text=text)
-                if outcome.changes is not None:
-                    w.apply(outcome.changes)
-                receipts.append(outcome.receipt)
+            for tx, text, agent in prepared:
+                receipts.append(_decide(w, tx, text, agent, now))
             w.flush()
             return receipts
 
@@ -244,7 +236,7 @@ class Context(Operations, GovernanceAPI):
         as :meth:`commit` would, so it works on a read-only open too. A later
         commit may still differ if another writer commits in between.
         """
-        item, text = _prepare((tx, client_id))
+        item, text, _ = _prepare((tx, client_id))
         now = time.time()
         return self.backend.read(lambda v: evaluate(v, item, now=now, text=text).receipt)
 
@@ -473,15 +465,34 @@ class Context(Operations, GovernanceAPI):
         self.close()
 
 
+def _decide(
+    w: WriteView, tx: ContextTx, text: str | None, agent: str | None, now: float
+) -> Receipt:
+    """Decide *tx* inside the write *w*: a commit writes its changes (the log record
+    names *agent*), a rejection writes only its audit entry (the codes by which the
+    inspector and ``morphz audit`` show what writers are refused)."""
+    outcome = evaluate(w, tx, now=now, text=text)
+    receipt = outcome.receipt
+    if outcome.changes is not None:
+        if agent is not None and outcome.changes.txlog is not None:
+            outcome.changes.txlog["agent"] = agent
+        w.apply(outcome.changes)
+    elif not receipt.committed:
+        entry = rejection_entry(receipt, client_id=tx.client_id, agent=agent or EMBEDDED, at=now)
+        w.apply(Changeset(audit=[entry]))
+    return receipt
+
+
 def _prepare(
     item: ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None],
-) -> tuple[ContextTx, str | None]:
+) -> tuple[ContextTx, str | None, str | None]:
     client_id: str | None = None
     if isinstance(item, tuple) and not isinstance(item, SubmittedTx):
         item, client_id = item
     text: str | None = None
+    agent: str | None = None
     if isinstance(item, SubmittedTx):  # parsed once by the port that took it; log its text
-        text = item.text
+        text, agent = item.text, item.agent
         item = item.tx
     elif isinstance(item, str):
         from protocol.txlang import parse_tx
@@ -494,4 +505,4 @@ def _prepare(
                 f"a client id is 1 to {MAX_CLIENT_ID} characters", code="bad_client_id"
             )
         item = item.model_copy(update={"client_id": client_id})
-    return item, text
+    return item, text, agent

@@ -36,6 +36,7 @@ __all__ = [
     "diff",
     "graph",
     "inspect",
+    "int_arg",
     "revisions",
     "search",
     "transactions",
@@ -93,6 +94,16 @@ def _changes_of(backend: Any) -> Changes:
         return {}
 
 
+def _relation_changes(rec: dict[str, Any]) -> tuple[Edge, ...]:
+    """The relations a log record changed: its net ``relations`` field, or, in a record
+    written before that field existed, the edges its ``changes`` name (the same, except
+    for a transaction that related and unrelated one edge)."""
+    net = rec.get("relations")
+    if net is not None:
+        return tuple((str(r[0]), str(r[1]), str(r[2])) for r in net)
+    return tuple(e for c in rec.get("changes") or () if (e := _edge(c)) is not None)
+
+
 def _flips(v: ReadView, low: int, high: int, known: Changes) -> dict[Edge, bool]:
     """The relations changed an odd number of times by versions ``low+1 .. high``.
 
@@ -104,9 +115,7 @@ def _flips(v: ReadView, low: int, high: int, known: Changes) -> dict[Edge, bool]
     for version in range(low + 1, high + 1):
         edges = known.get(version)
         if edges is None:
-            rec = v.txlog(version)
-            changes = (rec or {}).get("changes") or ()
-            edges = tuple(e for c in changes if (e := _edge(c)) is not None)
+            edges = _relation_changes(v.txlog(version) or {})
             if len(known) < MAX_CACHED_VERSIONS:
                 known[version] = edges
         for e in edges:
@@ -267,11 +276,14 @@ def graph(
 
 
 def _agent(v: ReadView, rec: dict[str, Any]) -> str:
-    """Who wrote a log record: the session of the first frame it wrote, else its client id
-    (its kind for runtime and governance records)."""
+    """Who wrote a log record: the holder of the verified capability it was submitted
+    with (a context that enforces records it), else the session of the first frame it
+    wrote, else its client id (its kind for runtime and governance records)."""
     kind = str(rec.get("kind") or "model")
     if kind != "model":
         return kind
+    if rec.get("agent"):
+        return str(rec["agent"])
     for w in rec.get("writes") or ():
         f = v.frame_at(str(w["frame"]), int(rec["version"]))
         if f is not None and f.envelope.get("session"):
@@ -439,7 +451,9 @@ INSPECT_VIEWS = ("diff", "graph", "revisions", "transactions")
 """The views :func:`inspect` answers."""
 
 
-def _int(args: dict[str, Any], name: str, default: int | None) -> int | None:
+def int_arg(args: dict[str, Any], name: str, default: int | None) -> int | None:
+    """The integer argument *name* of a remote view's *args* (*default* when absent);
+    ``bad_argument`` for anything else (a bool too)."""
     value = args.get(name, default)
     if value is None:
         return None
@@ -469,25 +483,28 @@ def inspect(ctx: Context, view: str, args: dict[str, Any]) -> dict[str, Any]:
         return graph(
             ctx,
             center=center,
-            version=_int(args, "version", None),
-            radius=_int(args, "radius", 2) or 0,
-            limit=_int(args, "limit", DEFAULT_GRAPH_NODES) or 0,
+            version=int_arg(args, "version", None),
+            radius=int_arg(args, "radius", 2) or 0,
+            limit=int_arg(args, "limit", DEFAULT_GRAPH_NODES) or 0,
         )
     if view == "transactions":
         return transactions(
             ctx,
-            after=_int(args, "after", None),
-            before=_int(args, "before", None),
-            limit=_int(args, "limit", 50) or 0,
+            after=int_arg(args, "after", None),
+            before=int_arg(args, "before", None),
+            limit=int_arg(args, "limit", 50) or 0,
         )
     frame_id = args.get("frame")
     if not isinstance(frame_id, str):
         raise RequestError("name a frame", code="bad_argument")
     if view == "revisions":
         return revisions(
-            ctx, frame_id, before=_int(args, "before", None), limit=_int(args, "limit", 50) or 0
+            ctx,
+            frame_id,
+            before=int_arg(args, "before", None),
+            limit=int_arg(args, "limit", 50) or 0,
         )
-    a, b = _int(args, "a", None), _int(args, "b", None)
+    a, b = int_arg(args, "a", None), int_arg(args, "b", None)
     if a is None or b is None:
         raise RequestError("a diff needs frame, a and b", code="bad_argument")
     return diff(ctx, frame_id, a, b)

@@ -93,6 +93,11 @@ class Backend(Protocol):
         """Up to *limit* audit records numbered above *after*, oldest first."""
         ...
 
+    def audit_newest(self, before: int | None, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* audit records numbered below *before* (None: from the newest),
+        newest first."""
+        ...
+
     def close(self) -> None:
         """Release the store. Idempotent."""
         ...

@@ -396,6 +396,15 @@ class MemoryBackend:
             numbers = sorted(n for n in table if n > after)[: max(limit, 0)]
             return [(n, _unpack(table[n][None])) for n in numbers]
 
+    def audit_newest(self, before: int | None, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* audit records numbered below *before* (None: all), newest first."""
+        with self._lock:
+            self._check()
+            table = self._tables["audit"].rows
+            below = (n for n in table if before is None or n < before)
+            numbers = sorted(below, reverse=True)[: max(limit, 0)]
+            return [(n, _unpack(table[n][None])) for n in numbers]
+
     def outbox_ack(self, upto: int) -> None:
         """Drop the index intents numbered *upto* and below; numbering never restarts."""
         with self._lock:

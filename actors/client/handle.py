@@ -460,6 +460,14 @@ class ContextHandle(Operations):
     inspect_async = inspect.aio
 
     @Remote
+    def inspect_audit(self, view: str, args: dict[str, Any]) -> Call[dict[str, Any]]:
+        """An audit read of the web inspector (:func:`service.inspection_audit.audit_view`);
+        needs ``admin``, as the audit log does."""
+        return Call("inspect_audit", (check_text(view, "view"), args), _map)
+
+    inspect_audit_async = inspect_audit.aio
+
+    @Remote
     def inspect_search(self, query: str, limit: int = 20) -> Call[dict[str, Any]]:
         """Search hits with snippets, recording nothing; needs ``recall`` like a search."""
         return Call("inspect_search", (check_text(query, "query"), check_int(limit, "limit")), _map)

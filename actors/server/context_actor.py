@@ -54,7 +54,7 @@ from protocol.errors import MorphzError, OutOfRange, Overloaded, RequestError, W
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.replies import SearchReply
 from protocol.wire import SubmittedTx, pack
-from service import inspection, sharing
+from service import inspection, inspection_audit, sharing
 from service.context import Context
 from service.operations import operations
 from service.registry import Caller, Operation
@@ -167,18 +167,25 @@ class ContextActor(ContextHost):
         except Overloaded as e:
             return failed(e)
         try:
-            reads = self.guard.permits("read", capability)
+            reads, agent = self.guard.permits("read", capability), self._agent(capability)
             if single:
-                return await self._submit(payloads[0], reads)
-            return list(await asyncio.gather(*(self._submit(p, reads) for p in payloads)))
+                return await self._submit(payloads[0], reads, agent)
+            return list(
+                await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads))
+            )
         finally:
             self.intake.release(caller, size)
 
-    async def _submit(self, payload: bytes, reads: bool) -> bytes:
+    def _agent(self, capability: Any) -> str | None:
+        """Who submits, for the log and the audit: the holder of the capability the guard
+        verified; None when the context does not enforce (a claim nobody checked)."""
+        return holder_of(capability) if self.guard.enforce else None
+
+    async def _submit(self, payload: bytes, reads: bool, agent: str | None) -> bytes:
         try:
             # The client's text is not trusted: it may say other than the operations it
             # carries. The log records the operations applied (read back printed from them).
-            tx = SubmittedTx((await self.intake.decode(payload)).tx)
+            tx = SubmittedTx((await self.intake.decode(payload)).tx, None, agent)
         except WireError as e:
             self.metrics.wire_rejected()
             try:
@@ -243,6 +250,16 @@ class ContextActor(ContextHost):
         if not isinstance(view, str) or not isinstance(args, dict):
             return failed(RequestError("inspect takes a view and a dict", code="bad_argument"))
         return await self._reply(inspection.inspect, view, args)
+
+    @guarded("admin")
+    async def inspect_audit(self, view: str, args: dict[str, Any]) -> bytes:
+        """A read of the audit log for the web inspector
+        (:func:`service.inspection_audit.audit_view`: rejections by code, the chain's
+        verification); needs what the audit needs."""
+        if not isinstance(view, str) or not isinstance(args, dict):
+            why = "inspect_audit takes a view and a dict"
+            return failed(RequestError(why, code="bad_argument"))
+        return await self._reply(inspection_audit.audit_view, view, args)
 
     @guarded("recall")
     async def inspect_search(self, query: str, limit: int = 20) -> bytes:

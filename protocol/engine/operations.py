@@ -251,13 +251,19 @@ def _relate(d: Decision, op: Relate, index: int) -> None:  # Unrelate too
     if isinstance(op, Unrelate):
         if not ov.has_relation(*t):
             raise OpFailure("unknown_relation", f"no relation {op.subject} {op.label} {op.object}")
-        ov.rel_add.discard(t)
-        ov.rel_del.add(t)
+        # rel_add and rel_del hold the transaction's net effect on the stored relations:
+        # unrelating an edge this transaction added only takes the addition back.
+        if t in ov.rel_add:
+            ov.rel_add.discard(t)
+        else:
+            ov.rel_del.add(t)
         d.edges_changed.add(t)
     else:
         if not ov.has_relation(*t):  # relating an existing edge changes nothing
-            ov.rel_del.discard(t)
-            ov.rel_add.add(t)
+            if t in ov.rel_del:  # it was stored before this transaction unrelated it
+                ov.rel_del.discard(t)
+            else:
+                ov.rel_add.add(t)
             d.edges_changed.add(t)
         if t[1] == SUPERSEDES:
             d.supersede_objects.add(t[2])

@@ -258,11 +258,29 @@ def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | No
             "changes": shown,
             "writes": d.writes,
             "receipt": receipt_doc,
+            **_net_relations(ov.rel_add, ov.rel_del, touched=bool(edges)),
         },
         history=history,
         outbox={"version": version, "frames": frame_ids, "events": event_seqs},
     )
     return Outcome(receipt, cs)
+
+
+def _net_relations(
+    added: set[tuple[str, str, str]], removed: set[tuple[str, str, str]], *, touched: bool
+) -> dict[str, Any]:
+    """The log's ``relations`` field: the edges the transaction added (``+``) and removed
+    (``-``), net of each other, as ``[subject, label, object, sign]``; present (possibly
+    empty) whenever an operation *touched* an edge, absent otherwise.
+
+    ``changes`` names every edge an operation touched (the conflict rules need that);
+    this is what the relations became, so the graph as of an old version can be
+    rebuilt from the log even for a transaction that related and unrelated one edge.
+    """
+    if not touched:
+        return {}
+    rows = [[*t, "+"] for t in sorted(added)] + [[*t, "-"] for t in sorted(removed)]
+    return {"relations": rows}
 
 
 def _retire_targets(tx: ContextTx) -> set[str]:

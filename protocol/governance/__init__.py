@@ -42,6 +42,7 @@ from protocol.governance.audit import (
     GENESIS,
     MAX_AUDIT_REFUSALS,
     MAX_AUDIT_TEXT,
+    REJECTED,
     WORKER,
     AuditRows,
     ChainReport,
@@ -51,6 +52,7 @@ from protocol.governance.audit import (
     chain_mac,
     key_id,
     printable,
+    rejection_entry,
     verify_chain,
 )
 from protocol.governance.checks import (
@@ -133,6 +135,7 @@ __all__ = [
     "chain_mac",
     "key_id",
     "printable",
+    "rejection_entry",
     "verify_chain",
     "CONTRADICTS",
     "Decision",
@@ -144,6 +147,7 @@ __all__ = [
     "MAX_AUDIT_PAGE",
     "MAX_AUDIT_REFUSALS",
     "MAX_AUDIT_TEXT",
+    "REJECTED",
     "MAX_EVERY",
     "MAX_PENDING_BODY",
     "MAX_REASON",

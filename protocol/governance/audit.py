@@ -94,6 +94,44 @@ def audit_entry(
     }
 
 
+REJECTED = "rejected"
+"""The outcome of the audit entry a rejected transaction leaves (method ``submit``)."""
+MAX_REJECTION_FRAMES = 20
+"""Conflicting frame ids a rejection's audit entry names at most."""
+
+
+def rejection_entry(
+    receipt: Any, *, client_id: str | None, agent: str | None, at: float
+) -> dict[str, Any]:
+    """The audit entry of a rejected transaction's *receipt* (a ``Receipt``).
+
+    It keeps what an operator needs to see why writers are refused — the error
+    codes, the first message, the base and current versions, the frames that
+    collided — and never the transaction's text (content that ``forget`` could not
+    reach in the audit log). *agent* is who submitted it, as its capability claims;
+    refusals of one kind coalesce per window as every refusal does.
+    """
+    errors = list(receipt.errors)
+    codes = sorted({e.code for e in errors}) or ["rejected"]
+    first = errors[0].message if errors else "rejected"
+    frames = sorted({c.id for c in receipt.conflicts})[:MAX_REJECTION_FRAMES]
+    return audit_entry(
+        "submit",
+        "commit",
+        holder=agent,
+        allowed=False,
+        outcome=REJECTED,
+        why=f"{codes[0]}: {first}",
+        at=at,
+        code=codes[0],
+        codes=codes,
+        base_version=int(receipt.base_version),
+        version=int(receipt.version),
+        client_id=None if client_id is None else printable(client_id[:MAX_AUDIT_TEXT]),
+        frames=[printable(f) for f in frames],
+    )
+
+
 def printable(text: str) -> str:
     """*text* with every character that is not printable (line breaks, escape sequences,
     other control and separator characters) escaped as Python writes it (``\\n``,

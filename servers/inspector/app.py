@@ -217,10 +217,18 @@ class _Pages:
         limit = _int(request, "limit", 20)
         return dict(await self.read(request, context, "search", query=query, limit=limit))
 
+    async def rejections(self, request: Request, context: str) -> dict[str, Any]:
+        before = _int(request, "before")
+        data = await self.read(request, context, "rejections", before=before, limit=PAGE)
+        return {**data, "before": before}
+
     async def governance(self, request: Request, context: str) -> dict[str, Any]:
         after = _int(request, "after", 0) or 0
         pending = await self.read(request, context, "pending")
         audit = await self.read(request, context, "audit", after=after, limit=PAGE)
+        # Verifying reads the whole log: only when asked (?verify=1).
+        verify = _text(request, "verify") not in (None, "0")
+        chain = await self.read(request, context, "chain") if verify else None
         items = pending.get("items") or []
         return {
             "version": pending.get("version"),
@@ -228,6 +236,7 @@ class _Pages:
             "quarantine": [i for i in items if i.get("verdict") == "quarantine"],
             "audit": audit,
             "after": after,
+            "chain": chain,
         }
 
 
@@ -238,6 +247,7 @@ PAGES = (
     "diff",
     "event",
     "transactions",
+    "rejections",
     "metrics",
     "traces",
     "search",

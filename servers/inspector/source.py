@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol.errors import NotFound, RequestError
 from protocol.replies import Reply
-from service import inspection
+from service import inspection, inspection_audit
 
 if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
@@ -30,6 +30,7 @@ __all__ = ["READS", "HandleSource", "Source", "StoreSource"]
 
 READS = (
     "audit",
+    "chain",
     "diff",
     "event",
     "frame",
@@ -40,6 +41,7 @@ READS = (
     "metrics",
     "pending",
     "read_event",
+    "rejections",
     "revisions",
     "search",
     "traces",
@@ -77,6 +79,8 @@ def _plain(reply: Any) -> Any:
 def _embedded(ctx: Context, what: str, a: dict[str, Any]) -> Any:
     if what in inspection.INSPECT_VIEWS:
         return inspection.inspect(ctx, what, a)
+    if what in inspection_audit.AUDIT_VIEWS:
+        return inspection_audit.audit_view(ctx, what, a)
     if what == "search":
         return inspection.search(ctx, a["query"], limit=a.get("limit", 20))
     if what == "meta":
@@ -220,6 +224,8 @@ class HandleSource:
         a = args
         if what in inspection.INSPECT_VIEWS:
             return await h.inspect_async(what, a)
+        if what in inspection_audit.AUDIT_VIEWS:
+            return await h.inspect_audit_async(what, a)
         if what == "search":
             return await h.inspect_search_async(a["query"], a.get("limit", 20))
         if what == "meta":

@@ -71,3 +71,27 @@ def _audit_page(
         if len(out) >= limit:
             break
     return out
+
+
+def _audit_newest(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    before: int | None,
+    limit: int,
+) -> list[tuple[int, dict[str, Any]]]:
+    """Up to *limit* audit rows numbered below *before* (None: from the last), newest first."""
+    db = dbs.get("audit")
+    if db is None or limit <= 0:
+        return []
+    cursor = txn.cursor(db=db)
+    if before is None or before > _U64_MAX:
+        found = cursor.last()
+    elif cursor.set_range(_u64(before)):
+        found = cursor.prev()
+    else:  # every row is below *before*
+        found = cursor.last()
+    out: list[tuple[int, dict[str, Any]]] = []
+    while found and len(out) < limit:
+        out.append((_U64.unpack(cursor.key())[0], _unpack(cursor.value())))
+        found = cursor.prev()
+    return out

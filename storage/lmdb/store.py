@@ -17,7 +17,7 @@ from protocol.errors import StoreError, StoreLocked
 from protocol.view import ReadView, WriteView
 from storage.environment import DEFAULT_MAP_SIZE, OPEN, OPEN_LOCK, MapFull
 from storage.layout import DIR_MODE
-from storage.lmdb.audit import _audit_page
+from storage.lmdb.audit import _audit_newest, _audit_page
 from storage.lmdb.environment import _Env, _open_env, _store_error, _take_writer_lock
 from storage.lmdb.records import _META, _OUTBOX_SEQ, _U64, _U64_MAX, _u64, _unpack
 from storage.lmdb.views import _LmdbReadView, _LmdbWriteView
@@ -262,6 +262,21 @@ class LmdbStore:
             assert isinstance(view, _LmdbReadView)
             try:
                 return _audit_page(view._txn, view._db, after, limit)
+            except lmdb.Error as e:
+                raise _store_error(e) from e
+
+        return self.read(run)
+
+    def audit_newest(self, before: int | None, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to *limit* audit records numbered below *before* (None: from the newest),
+        newest first; empty for a store made before the audit table existed."""
+        if limit <= 0 or (before is not None and before <= 1):
+            return []
+
+        def run(view: ReadView) -> list[tuple[int, dict[str, Any]]]:
+            assert isinstance(view, _LmdbReadView)
+            try:
+                return _audit_newest(view._txn, view._db, before, limit)
             except lmdb.Error as e:
                 raise _store_error(e) from e
 

@@ -209,6 +209,9 @@ class ReplicatedStore:
     def audit_read(self, after: int, limit: int) -> list[tuple[int, dict[str, Any]]]:
         return self._inner.audit_read(after, limit)
 
+    def audit_newest(self, before: int | None, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        return self._inner.audit_newest(before, limit)
+
     def close(self) -> None:
         self._inner.close()
 

@@ -17,7 +17,13 @@ from actors.server.connect import connect
 from protocol.errors import ParseError, RequestError, StoreError, TransportError, WireError
 from protocol.replies import ClaimReply, FrameReply, ObserveReply
 from protocol.txlang import parse_tx, print_tx
-from protocol.wire import pack, submitted_from_msgpack, tx_from_dict, tx_from_msgpack
+from protocol.wire import (
+    SubmittedTx,
+    pack,
+    submitted_from_msgpack,
+    tx_from_dict,
+    tx_from_msgpack,
+)
 
 
 def test_retry_delays_grow_are_capped_and_end() -> None:
@@ -40,9 +46,10 @@ def test_prepare_settles_the_client_id_once() -> None:
     assert tx.client_id is not None and tx.client_id.startswith("c-")
     assert tx_from_msgpack(payload) == tx
     # the text travels beside the parsed form, as written (parsed here, once)
-    assert submitted_from_msgpack(payload) == (tx, text)
+    assert submitted_from_msgpack(payload) == SubmittedTx(tx, text)
     again, same = ContextHandle.prepare(tx)
-    assert again.client_id == tx.client_id and submitted_from_msgpack(same) == (tx, None)
+    assert again.client_id == tx.client_id
+    assert submitted_from_msgpack(same) == SubmittedTx(tx, None)
     assert ContextHandle.prepare(text, tx.client_id)[1] == payload
     named, _ = ContextHandle.prepare(tx, "mine")
     assert named.client_id == "mine"

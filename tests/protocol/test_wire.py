@@ -505,8 +505,8 @@ def test_the_text_travels_beside_the_parsed_form() -> None:
     data = tx_to_msgpack(tx, RELEASE_TX)
     assert data[0] == WIRE_VERSION == 1  # an optional key: no new version
     assert submitted_from_msgpack(data) == SubmittedTx(tx, RELEASE_TX)
-    assert submitted_from_json(tx_to_json(tx, RELEASE_TX)) == (tx, RELEASE_TX)
-    assert submitted_from_dict(tx_to_dict(tx, RELEASE_TX)) == (tx, RELEASE_TX)
+    assert submitted_from_json(tx_to_json(tx, RELEASE_TX)) == SubmittedTx(tx, RELEASE_TX)
+    assert submitted_from_dict(tx_to_dict(tx, RELEASE_TX)) == SubmittedTx(tx, RELEASE_TX)
     # decoders of the bare transaction check the text and leave it out
     _same(tx_from_msgpack(data), tx)
     _same(tx_from_json(tx_to_json(tx, RELEASE_TX)), tx)
@@ -515,12 +515,10 @@ def test_the_text_travels_beside_the_parsed_form() -> None:
 def test_payloads_without_text_decode_as_before() -> None:
     tx = parse_tx(RELEASE_TX)
     old = b"\x01" + msgpack.packb(RELEASE_DICT)  # a payload made before the text existed
-    assert submitted_from_msgpack(old) == (tx, None)
-    assert submitted_from_msgpack(b"\x01" + msgpack.packb({**RELEASE_DICT, "text": None})) == (
-        tx,
-        None,
-    )
-    assert submitted_from_json(json.dumps(RELEASE_DICT)) == (tx, None)
+    assert submitted_from_msgpack(old) == SubmittedTx(tx, None)
+    with_none = b"\x01" + msgpack.packb({**RELEASE_DICT, "text": None})
+    assert submitted_from_msgpack(with_none) == SubmittedTx(tx, None)
+    assert submitted_from_json(json.dumps(RELEASE_DICT)) == SubmittedTx(tx, None)
     assert "text" not in tx_to_dict(tx) and tx_to_msgpack(tx) == tx_to_msgpack(tx, None)
 
 

@@ -1,6 +1,6 @@
 """A context for the inspector's tests: the release story of the seeds, a superseded
-deployment target, a candidate, a quarantined frame, a usage trace, and a frame whose
-body carries HTML and JavaScript that must never run."""
+deployment target, a candidate, a quarantined frame, a usage trace, a rejected
+transaction, and a frame whose body carries HTML and JavaScript that must never run."""
 
 from __future__ import annotations
 
@@ -87,5 +87,10 @@ def fill(store: Path, name: str = "demo") -> dict[str, int]:
                 "action": "reply",
             }
         )
+        # A writer on a stale base: rejected, it leaves an audit entry (never its text).
+        stale = ctx.submit(
+            f'(context-tx (base-version {out["derive"]}) (revise release (note "{quoted}")))'
+        )
+        assert not stale.committed and stale.errors[0].code == "conflict", stale
         out["version"] = ctx.version()
     return out

@@ -145,6 +145,7 @@ def test_every_page_loads_from_loopback_only(site: dict[str, Any], page: Any) ->
         "traces": ("/c/demo/traces", "Usage traces"),
         "search": ("/c/demo/search?q=regression+tests", "Search"),
         "governance": ("/c/demo/governance", "Governance"),
+        "rejections": ("/c/demo/rejections", "Rejections"),
     }
     for name, (path, heading) in pages.items():
         response = page.goto(base + path)
@@ -168,6 +169,11 @@ def test_every_page_loads_from_loopback_only(site: dict[str, Any], page: Any) ->
     assert "rumour" in page.inner_text("#pending")
     assert "stale-note" in page.inner_text("#quarantine")
     assert "quarantine" in page.inner_text("#audit")
+    page.click("#chain a")  # verifying the audit chain is asked for, not done on every load
+    assert page.inner_text("#chain").startswith("Intact")
+    page.goto(base + "/c/demo/rejections")
+    assert "conflict" in page.inner_text("#codes")
+    assert "release" in page.inner_text("#rejections")
     page.goto(base + "/c/demo/traces")
     assert "test-result" in page.inner_text("section.trace")
 

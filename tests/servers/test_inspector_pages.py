@@ -45,6 +45,8 @@ PAGES = [
     "/c/demo/traces",
     "/c/demo/search?q=regression",
     "/c/demo/governance",
+    "/c/demo/governance?verify=1",
+    "/c/demo/rejections",
 ]
 
 
@@ -72,6 +74,18 @@ def test_every_page_and_its_json_twin(story: tuple[TestClient, Path]) -> None:
     assert client.get("/inspect/api/c/demo/transactions").json()["transactions"][0]["kind"] == (
         "governance"
     )
+    # a rejection is shown by its code, with the frame it collided on and never its text
+    rejected = client.get("/inspect/api/c/demo/rejections").json()
+    assert rejected["codes"] == {"conflict": 1}
+    (row,) = rejected["rejections"]
+    assert row["frames"] == ["release"] and row["agent"] == "embedded"
+    assert HOSTILE[:8] not in client.get("/inspect/c/demo/rejections").text
+    assert 'data-code="conflict"' in client.get("/inspect/c/demo/rejections").text
+    # the audit chain is checked on demand, under this machine's audit key
+    chain = client.get("/inspect/api/c/demo/governance?verify=1").json()["chain"]
+    assert chain["ok"] and chain["checked"] >= 2, chain
+    assert client.get("/inspect/api/c/demo/governance").json()["chain"] is None
+    assert "Intact:" in client.get("/inspect/c/demo/governance?verify=1").text
     # the page shows what its twin answers
     page = client.get("/inspect/c/demo/transactions").text
     for t in client.get("/inspect/api/c/demo/transactions").json()["transactions"]:

@@ -39,7 +39,7 @@ def _drawn(g: dict[str, Any]) -> tuple[set[str], set[tuple[str, str, str]]]:
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["relate", "unrelate", "derive"]),
+            st.sampled_from(["relate", "unrelate", "derive", "toggle"]),
             st.sampled_from(IDS),
             st.sampled_from(["supports", "blocks"]),
             st.sampled_from(IDS),
@@ -64,6 +64,11 @@ def test_the_graph_as_of_every_version_is_the_state_after_that_commit(
                     _commit(ctx, f"(revise {s} (note (again {s})))")
                 else:
                     _commit(ctx, f"(derive {s} (note (new {s})))")
+            elif op == "toggle" and s in have and o in have:
+                # one transaction that touches an edge twice and leaves it as it was
+                present = (s, label, o) in _truth(ctx)[1]
+                first, second = ("unrelate", "relate") if present else ("relate", "unrelate")
+                _commit(ctx, f"({first} {s} {label} {o}) ({second} {s} {label} {o})")
             elif s in have and o in have:
                 present = (s, label, o) in _truth(ctx)[1]
                 if op == "relate" and not present:

@@ -71,6 +71,7 @@ PROTOCOL_MEMBERS = (
     "outbox_ack",
     "outbox_last",
     "audit_read",
+    "audit_newest",
     "close",
 )
 """Every member :class:`storage.Backend` declares; both backends must offer each."""
@@ -556,6 +557,7 @@ class TestStoreContract:
             lambda: store.outbox_read(0, 10),
             lambda: store.outbox_ack(1),
             lambda: store.audit_read(0, 10),
+            lambda: store.audit_newest(None, 10),
         ):
             with pytest.raises(StoreError):
                 call()
@@ -570,6 +572,7 @@ class TestStoreContract:
 
     def test_fresh_audit_table_is_empty(self, store: Backend) -> None:
         assert store.audit_read(0, 10) == []
+        assert store.audit_newest(None, 10) == []
         assert store.audit_read(0, 0) == []
         assert store.audit_read(1 << 64, 10) == []
 
@@ -588,6 +591,12 @@ class TestStoreContract:
         assert [n for n, _ in store.audit_read(2, 2)] == [3, 4]
         assert store.audit_read(5, 10) == []
         assert store.audit_read(0, 0) == []
+        # newest first, below a number or from the newest
+        assert [n for n, _ in store.audit_newest(None, 2)] == [5, 4]
+        assert [n for n, _ in store.audit_newest(4, 10)] == [3, 2, 1]
+        assert [n for n, _ in store.audit_newest(1 << 70, 1)] == [5]
+        assert store.audit_newest(1, 10) == [] and store.audit_newest(None, 0) == []
+        assert store.audit_newest(None, 100) == list(reversed(rows))
 
     def test_refusals_coalesce_without_rewriting_a_row(self, store: Backend) -> None:
         apply(store, audit=[denial(at=1000.0), denial(holder="eve", at=1001.0), denial(at=1001.5)])
