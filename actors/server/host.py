@@ -77,12 +77,16 @@ LOCK_WAIT = 5.0
 class Replicating(Protocol):
     """What the host keeps of a replicated primary's shipping (the cluster side's
     :class:`~actors.cluster.replication.Replicator`): the directory entry it ships
-    under, and :meth:`refresh`, which re-reads that entry and adopts new followers."""
+    under, :meth:`refresh`, which re-reads that entry and adopts new followers (and
+    fences this primary if the entry names another), and :meth:`fenced`, the ``fenced``
+    error every call answers once this primary knows it was replaced (None until then)."""
 
     @property
     def entry(self) -> ContextEntry: ...
 
     def refresh(self) -> None: ...
+
+    def fenced(self) -> MorphzError | None: ...
 
 
 class Replication(Protocol):
@@ -417,6 +421,11 @@ class ContextHost:
         if self._ctx is None:
             assert self._open_error is not None
             raise self._open_error
+        fenced = None if self.replicator is None else self.replicator.fenced()
+        if fenced is not None:
+            # Replaced: its state may miss acknowledged commits of the new primary, so it
+            # serves no read either; the caller's handle follows the promotion.
+            raise fenced
         return self._ctx
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

@@ -13,10 +13,21 @@ Encoding is msgpack through the records' own ``to_record``/``from_record`` (the
 same forms the LMDB store writes), behind a format byte; decoding accepts
 only that closed set of shapes and raises :class:`~protocol.errors.WireError`
 for anything else, so a corrupt or hostile payload changes nothing.
+
+What travels between actors is *sealed* (:func:`seal`): format byte
+:data:`SEALED`, an HMAC-SHA256 of the whole format-1 batch (its epoch, sequence
+number, version, watermark and operations) under the context's replication key
+(:func:`replication_key`), then the batch. A follower opens it with
+:func:`unseal` before it looks at anything else, so a batch forged by a process
+without the key (an empty batch with the next sequence number, a ``seq`` that
+would make the primary's real batch look like a duplicate) is refused
+(``bad_mac``) and changes nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -292,3 +303,48 @@ def decode_batch(data: bytes) -> Batch:
         raise
     except (ValueError, TypeError, KeyError, OverflowError, msgpack.UnpackException) as e:
         raise WireError(f"a replicated batch does not decode: {e}") from e
+
+
+SEALED = 2
+"""The format byte of a sealed batch: ``SEALED``, a 32-byte MAC, then a format-1 batch."""
+MAC_BYTES = 32
+MAC_LABEL = b"morphz-replication/1\0"
+
+
+def batch_mac(key: bytes, data: bytes) -> bytes:
+    """The HMAC-SHA256 of an encoded (format-1) batch under the context's replication key:
+    it covers every byte of the batch, so its epoch, sequence number, watermark and
+    operations."""
+    return hmac.new(key, MAC_LABEL + data, hashlib.sha256).digest()
+
+
+def seal(data: bytes, key: bytes) -> bytes:
+    """*data* (a format-1 batch) sealed with its MAC under *key*."""
+    return bytes([SEALED]) + batch_mac(key, data) + data
+
+
+def unseal(data: Any, key: bytes) -> bytes:
+    """The format-1 batch inside sealed *data*, once its MAC checks out under *key*;
+    :class:`WireError` (code ``bad_mac``) for an unsealed batch, a wrong MAC, or anything
+    else: a batch that did not come from a holder of the key changes nothing."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) <= 1 + MAC_BYTES:
+        raise WireError("a replicated batch must be sealed (a MAC and a batch)", code="bad_mac")
+    if data[0] != SEALED:
+        raise WireError(
+            f"a replicated batch must be sealed (format {SEALED}), not format {data[0]}",
+            code="bad_mac",
+        )
+    mac, inner = bytes(data[1 : 1 + MAC_BYTES]), bytes(data[1 + MAC_BYTES :])
+    if not hmac.compare_digest(mac, batch_mac(key, inner)):
+        raise WireError("the replicated batch's MAC does not check out", code="bad_mac")
+    return inner
+
+
+def replication_key(name: str) -> bytes:
+    """The replication key of context *name*: ``<key dir>/replication/<digest>.key``, read or
+    made once (:func:`storage.keys.key_at`). Every node serving the context must hold the
+    same file (share the key directory, as for the audit key: docs/security.md)."""
+    from storage.keys import key_at, key_dir
+
+    digest = hashlib.sha256(b"morphz-replication-key\0" + name.encode("utf-8")).hexdigest()
+    return key_at(key_dir() / "replication" / f"{digest[:32]}.key")

@@ -38,7 +38,13 @@ from protocol.forget import Rewrite
 from protocol.view import Changeset, WriteView
 from storage.layout import DIR_MODE, replace_durably
 from storage.lmdb import LmdbStore
-from storage.replication.codec import OutboxAck, batch_header, decode_batch
+from storage.replication.codec import (
+    OutboxAck,
+    batch_header,
+    decode_batch,
+    replication_key,
+    unseal,
+)
 from storage.replication.fence import (
     ReplicationState,
     ack_outbox,
@@ -56,8 +62,9 @@ DATA_FILE = "data.mdb"
 class Follower:
     """Applies one primary's batches to *store* in order, under the epoch fence."""
 
-    def __init__(self, store: LmdbStore) -> None:
+    def __init__(self, store: LmdbStore, *, key: bytes | None = None) -> None:
         self._store = store
+        self._key = key if key is not None else replication_key(os.path.basename(store.path))
         self._state = store_state(store)
         self._held = self._state.seq
         pending = store.read(held)
@@ -80,7 +87,11 @@ class Follower:
         return self._held
 
     def receive(self, data: bytes) -> int:
-        """Hold batch *data* durably and apply what is acknowledged; the held sequence number."""
+        """Hold batch *data* durably and apply what is acknowledged; the held sequence number.
+
+        *data* is a sealed batch (:func:`~storage.replication.codec.unseal`): one whose MAC
+        does not check out under the replication key is WireError ``bad_mac``, nothing held."""
+        data = unseal(data, self._key)
         epoch, seq, _version, acked = batch_header(data)
         if epoch < self._state.epoch:
             raise RequestError(

@@ -23,6 +23,7 @@ exists: this store is then *fenced* and refuses every later write with
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -31,7 +32,7 @@ from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, ReadView, WriteView
 from storage.lmdb import LmdbStore
-from storage.replication.codec import OutboxAck, encode_op, encode_parts
+from storage.replication.codec import OutboxAck, encode_op, encode_parts, replication_key, seal
 from storage.replication.fence import ReplicationState, ack_outbox, store_state, write_state
 
 T = TypeVar("T")
@@ -70,7 +71,9 @@ class ReplicatedStore:
     batches reach *ship* in sequence order with no gap.
     """
 
-    def __init__(self, inner: LmdbStore, *, epoch: int, ship: Ship) -> None:
+    def __init__(
+        self, inner: LmdbStore, *, epoch: int, ship: Ship, key: bytes | None = None
+    ) -> None:
         state = store_state(inner)
         if state.epoch > epoch:
             raise RequestError(
@@ -83,6 +86,9 @@ class ReplicatedStore:
             inner.transact(lambda v: write_state(v, raised))
         self._inner = inner
         self._ship = ship
+        # Batches are sealed under the context's replication key (named by the store's
+        # directory, the context's name) unless one is given.
+        self._key = key if key is not None else replication_key(os.path.basename(inner.path))
         self._state = state
         self._acked = state.seq
         self._pending: list[tuple[int, list[bytes], int]] = []
@@ -113,6 +119,11 @@ class ReplicatedStore:
         """True once a follower refused this primary's epoch: it writes no more."""
         return self._fenced is not None
 
+    @property
+    def fenced_error(self) -> RequestError | None:
+        """The ``fenced`` error every call of a replaced primary answers, once fenced."""
+        return self._fenced
+
     def fence(self, why: str) -> None:
         """Refuse every later write (a newer primary exists)."""
         self._fenced = RequestError(why, code=FENCED)
@@ -129,7 +140,7 @@ class ReplicatedStore:
     def _flush(self) -> None:
         while self._pending:
             seq, ops, version = self._pending[0]
-            data = encode_parts(self._state.epoch, seq, version, self._acked, ops)
+            data = seal(encode_parts(self._state.epoch, seq, version, self._acked, ops), self._key)
             try:
                 self._ship(seq, data)
             except MorphzError as e:

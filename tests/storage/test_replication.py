@@ -30,7 +30,7 @@ from storage.replication import (
     snapshot,
     store_state,
 )
-from storage.replication.codec import FORMAT, OutboxAck, encode_op
+from storage.replication.codec import FORMAT, OutboxAck, encode_op, seal, unseal
 from storage.replication.fence import HELD_PREFIX, STATE_KEY
 
 TABLES_COMPARED = (
@@ -53,21 +53,26 @@ def dump(store: LmdbStore) -> dict[str, list[tuple[bytes, bytes]]]:
     return store.read(run)
 
 
+KEY = bytes(range(32))
+"""The replication key both sides of a :class:`Pair` hold."""
+
+
 class Pair:
-    """A primary store wrapped for replication and one follower, shipping in-process."""
+    """A primary store wrapped for replication and one follower, shipping in-process.
+    ``batches`` keeps what was shipped, unsealed (the format-1 batches)."""
 
     def __init__(self, root: Path, *, epoch: int = 0) -> None:
         self.primary = LmdbStore.open(root / "primary", sync=False)
         self.replica = LmdbStore.open(root / "follower", sync=False)
-        self.follower = Follower(self.replica)
+        self.follower = Follower(self.replica, key=KEY)
         self.batches: list[bytes] = []
         self.fail: Callable[[int, bytes], None] | None = None
-        self.store = ReplicatedStore(self.primary, epoch=epoch, ship=self.ship)
+        self.store = ReplicatedStore(self.primary, epoch=epoch, ship=self.ship, key=KEY)
 
     def ship(self, seq: int, data: bytes) -> None:
         if self.fail is not None:
             self.fail(seq, data)
-        self.batches.append(data)
+        self.batches.append(unseal(data, KEY))
         self.follower.receive(data)
 
     def close(self) -> None:
@@ -275,19 +280,19 @@ def test_follower_refuses_gaps_and_older_epochs_and_acks_duplicates(pair: Pair) 
     first, second = pair.batches[-2], pair.batches[-1]
     held = pair.follower.held_seq
     # a retried ship of a batch it holds: acknowledged again, nothing changes
-    assert pair.follower.receive(second) == held
+    assert pair.follower.receive(seal(second, KEY)) == held
     # a gap: refused, the follower asks for catching up
     later = decode_batch(second)
     later.seq += 2
     with pytest.raises(RequestError) as gap:
-        pair.follower.receive(encode_batch(later))
+        pair.follower.receive(seal(encode_batch(later), KEY))
     assert gap.value.code == REPLICA_GAP
     # an older epoch than the fence: refused
     pair.follower.fence(3)
     newer = decode_batch(second)
     newer.seq = held + 1
     with pytest.raises(RequestError) as stale:
-        pair.follower.receive(encode_batch(newer))
+        pair.follower.receive(seal(encode_batch(newer), KEY))
     assert stale.value.code == STALE_EPOCH
     assert pair.follower.held_seq == held and first
 
@@ -381,10 +386,10 @@ def test_a_snapshot_installed_replaces_a_diverged_store(tmp_path: Path) -> None:
         back = LmdbStore.open(tmp_path / "old", sync=False)
         try:
             assert dump(back) == dump(p.primary)
-            rejoined = Follower(back)
+            rejoined = Follower(back, key=KEY)
             assert rejoined.state == state
             ctx.submit(_tx(10), client_id="after")
-            rejoined.receive(p.batches[-1])
+            rejoined.receive(seal(p.batches[-1], KEY))
             rejoined.drain()
             assert dump(back) == dump(p.primary)
         finally:
@@ -407,5 +412,29 @@ def test_a_batch_from_a_newer_epoch_needs_a_snapshot_first(pair: Pair) -> None:
     newer.epoch, newer.seq = 1, pair.follower.held_seq + 1
     before = dump(pair.replica)
     with pytest.raises(RequestError) as e:
-        pair.follower.receive(encode_batch(newer))
+        pair.follower.receive(seal(encode_batch(newer), KEY))
     assert e.value.code == REPLICA_GAP and dump(pair.replica) == before
+
+
+def test_a_batch_without_the_key_is_refused_and_the_real_one_still_lands(pair: Pair) -> None:
+    """The attack: a process that can call the follower sends an empty batch with the next
+    sequence number, so the primary's real batch would be taken for a duplicate and an
+    acknowledged commit lost at the next failover. Unsealed, sealed with another key, or
+    with a byte changed under a good seal: refused, nothing held; the real batch lands."""
+    ctx = Context(pair.store, name="c")
+    ctx.submit(_tx(1), client_id="a")
+    held, before = pair.follower.held_seq, dump(pair.replica)
+    head = decode_batch(pair.batches[-1])
+    forged = encode_batch(type(head)(epoch=head.epoch, seq=held + 1, version=head.version, acked=0))
+    sealed = seal(pair.batches[-1], KEY)
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    for bad in (forged, seal(forged, b"x" * 32), tampered, b"\x02" + b"\x00" * 40):
+        with pytest.raises(WireError) as e:
+            pair.follower.receive(bad)
+        assert e.value.code == "bad_mac"
+    assert pair.follower.held_seq == held and dump(pair.replica) == before
+    pair.fail = None
+    ctx.submit(_tx(2), client_id="b")  # the primary's next batch: held, not a duplicate
+    assert pair.follower.held_seq == held + 1
+    pair.follower.drain()
+    assert dump(pair.replica) == dump(pair.primary)
