@@ -269,9 +269,11 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     held: list[tuple[int, str, Member, Any]] = []
     for m in entry.followers:
         if m.node_id not in live:
+            log.warning("context %r: follower %s is on a lost node", entry.name, m.actor)
             continue
         actor = _get_actor(m.actor, ns)
         if actor is None:
+            log.warning("context %r: follower %s is not running", entry.name, m.actor)
             continue
         try:
             status = await _call(actor, "fence", epoch)
