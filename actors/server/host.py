@@ -370,6 +370,12 @@ class ContextHost:
             self._ctx = None
             self._open_error = e
 
+    def _keep_indexed(self, ctx: Context) -> None:
+        """Keep the search indexes current from worker threads from now on (idempotent):
+        the first call that reads them starts the workers."""
+        ctx.searcher.start_worker()
+        self._indexing = True
+
     def _advertise(self) -> None:
         """Write :data:`ADVERT_FILE` if this runs as a Ray actor (a failure is only logged)."""
         ray = sys.modules.get("ray")  # never imported here: an actor has imported it already
