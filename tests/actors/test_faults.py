@@ -96,7 +96,7 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     handle = place(name, followers=1, placement=f"node:{node}", namespace=NAMESPACE)
     entry = directory(NAMESPACE).get(name)
     old = ray.get_actor(entry.primary.actor, namespace=NAMESPACE)
-    pid = ray.get(old.pid.remote(), timeout=30)
+    pid = int(str(ray.get(old.pid.remote(), timeout=30)))
     before = [handle.submit(_tx("pre", i), client_id=f"pre-{i}") for i in range(10)]
     writer = Writer(handle, "w")
     writer.start()
