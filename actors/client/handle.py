@@ -23,8 +23,10 @@ A transaction given as text is parsed here, once: the payload carries the
 parsed form and the text (:func:`protocol.wire.tx_to_msgpack`), so the actor
 logs the text as an embedded commit would, without parsing it again.
 
-The module is long (over 600 lines) and kept as one module because the handle is
-one class: one short call spec per method of the embedded API it mirrors.
+Every registered operation (:mod:`service.operations`) is a method of the handle
+through :class:`~service.operations.Operations` (and its ``*_async`` form); written
+here are only the calls that travel differently (submissions as wire bytes, the
+read-modify-write loop, sharing a frame, the actor's introspection).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -368,6 +370,23 @@ class ContextHandle(Operations):
             up.known(known)
         return up, backoff or UPDATE_BACKOFF
 
+    def _update_steps(
+        self, up: Updater, policy: RetryPolicy, known: bool
+    ) -> Generator[tuple[str, Any], Any, UpdateResult]:
+        """The steps of one read-modify-write, written once for :meth:`update` and
+        :meth:`update_async`: each yields what to do (``("read", frame_ids)``,
+        ``("submit", payload)``, ``("sleep", seconds)``) and is sent what it answered."""
+        if not known:
+            up.read((yield ("read", [up.frame_id])))
+        while True:
+            tx, payload = self.prepare(up.tx())
+            receipt = yield ("submit", payload)
+            if up.outcome(tx, receipt) is not None:
+                return up.result(receipt)
+            if not up.rebased(receipt):
+                up.read((yield ("read", [up.frame_id])))
+            yield ("sleep", _retry_delay(policy, up.rejections))
+
     def update(
         self,
         frame_id: str,
@@ -387,17 +406,21 @@ class ContextHandle(Operations):
         attempt twice (each carries its own client id); see :mod:`actors.client.updates`.
         """
         up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
-        if known is None:
-            up.read(self.read_for_update([frame_id]))
-        while True:
-            tx, payload = self.prepare(up.tx())
-            receipt = self.submit_payload(payload)
-            done = up.outcome(tx, receipt)
-            if done is not None:
-                return up.result(receipt)
-            if not up.rebased(receipt):
-                up.read(self.read_for_update([frame_id]))
-            time.sleep(_retry_delay(policy, up.rejections))
+        steps = self._update_steps(up, policy, known is not None)
+        answer: Any = None
+        try:
+            while True:
+                what, value = steps.send(answer)
+                if what == "read":
+                    answer = self.read_for_update(value)
+                elif what == "submit":
+                    answer = self.submit_payload(value)
+                else:
+                    time.sleep(value)
+                    answer = None
+        except StopIteration as done:
+            result: UpdateResult = done.value
+            return result
 
     async def update_async(
         self,
@@ -411,36 +434,36 @@ class ContextHandle(Operations):
     ) -> UpdateResult:
         """:meth:`update` for event loops."""
         up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
-        if known is None:
-            up.read(await self.read_for_update.aio([frame_id]))
-        while True:
-            tx, payload = self.prepare(up.tx())
-            receipt = await self.submit_payload_async(payload)
-            done = up.outcome(tx, receipt)
-            if done is not None:
-                return up.result(receipt)
-            if not up.rebased(receipt):
-                up.read(await self.read_for_update.aio([frame_id]))
-            await asyncio.sleep(_retry_delay(policy, up.rejections))
+        steps = self._update_steps(up, policy, known is not None)
+        answer: Any = None
+        try:
+            while True:
+                what, value = steps.send(answer)
+                if what == "read":
+                    answer = await self.read_for_update.aio(value)
+                elif what == "submit":
+                    answer = await self.submit_payload_async(value)
+                else:
+                    await asyncio.sleep(value)
+                    answer = None
+        except StopIteration as done:
+            result: UpdateResult = done.value
+            return result
 
     # -- the agent loop -----------------------------------------------------------
 
     @Remote
     def export_frame(self, frame_id: str) -> Call[bytes]:
         """A sealed package of one frame (see :func:`actors.server.guard.export_frame`)."""
-        return Call(
-            "export_frame", (check_text(frame_id, "frame id"),), lambda raw: bytes(_value(raw))
-        )
+        return Call("export_frame", (frame_id,), lambda raw: bytes(_value(raw)))
 
     export_frame_async = export_frame.aio
 
     @Remote
     def import_frame(self, package: bytes, as_id: str | None = None) -> Call[dict[str, Any]]:
         """Derive a frame from a package (see :func:`actors.server.guard.import_frame`)."""
-        if not isinstance(package, bytes):
+        if not isinstance(package, bytes):  # a package is never sent as anything else
             raise RequestError("a package is bytes", code="bad_argument")
-        if as_id is not None:
-            check_text(as_id, "frame id")
         return Call("import_frame", (package, as_id), _map)
 
     import_frame_async = import_frame.aio
