@@ -11,9 +11,6 @@ from pydantic import BaseModel
 
 from protocol.compiler import CompilerConfig
 from protocol.receipts import Receipt
-from protocol.replies import (
-    SearchReply,
-)
 from protocol.turns import CompiledInput
 from service.context import Context
 from service.operations import Operations
@@ -57,7 +54,7 @@ class EmbeddedPort(Operations):
     """:class:`ContextPort` over an embedded :class:`~service.context.Context`: every
     registered operation (:mod:`service.operations`) runs on the context, so each call
     has the signature and the reply a :class:`~actors.client.handle.ContextHandle` has;
-    ``submit`` and ``search`` are the context's own.
+    ``submit`` is the context's own ``commit``.
 
     The compile cache and the search index are the context's own
     (:meth:`~service.context.Context.compile`, :meth:`~service.context.Context.search`);
@@ -81,10 +78,6 @@ class EmbeddedPort(Operations):
     def submit(self, tx: str) -> Receipt:
         """Commit one transaction."""
         return self.ctx.commit(tx)
-
-    def search(self, args: dict[str, Any], session: str) -> SearchReply:
-        """A model's search as a ``recall_result``: ``{"ref", "hits", "recalled", "lag"}``."""
-        return self.ctx.search(args, session)
 
     def close(self) -> None:
         """Close the context's search index (it reopens at the next search)."""

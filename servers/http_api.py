@@ -364,7 +364,7 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = ()) -> FastAPI:
             raise RequestError("search arguments are a JSON object", code="bad_argument")
         session = args.pop("session", "main")
         handle = await ctx(request, context)
-        return _plain(await handle.search_async(args, session))
+        return _plain(await handle.search.aio(args, session))
 
     @app.get(base + "/search", name="search", summary="Search (?query=&limit=)")
     async def search_get(context: str, request: Request) -> Any:

@@ -11,16 +11,14 @@ compile gives the same input a fresh compiler would.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
-
-from pydantic import Field, Strict
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from protocol.compiler import Compiler, CompilerConfig
 from protocol.errors import RequestError
 from protocol.turns import CompiledInput
 from protocol.view import ReadView
 from service.protocol_text import PROTOCOL_TEXT
-from service.registry import MAX_REF_CHARS
+from service.registry import Session
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -85,9 +83,6 @@ class CompilerCache:
         """Drop every cached compiler."""
         self._compilers.clear()
 
-
-Session = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
-"""The session (conversation or agent thread) a model input is compiled for."""
 
 
 def compile_input(

@@ -35,13 +35,12 @@ from protocol.engine import (
 from protocol.errors import OutOfRange, RequestError
 from protocol.governance import EMBEDDED, rejection_entry
 from protocol.ids import MAX_CLIENT_ID
-from protocol.recall import RecallPage, RecallRequest, as_recall_observation, read_recall
+from protocol.recall import RecallPage, RecallRequest, as_recall_observation
 from protocol.receipts import Receipt
 from protocol.replies import (
     Counter,
     FrameReply,
     ObserveReply,
-    SearchReply,
 )
 from protocol.state import Event, Frame, Meta
 from protocol.tx import ContextTx
@@ -52,7 +51,7 @@ from service.context_governance import GovernanceAPI
 from service.observations import new_event_id, observed
 from service.operations import Operations
 from service.registry import Caller, Operation
-from service.search import SEARCH_CATCH_UP, Searcher
+from service.search import Searcher
 from storage.backend import Backend
 
 if TYPE_CHECKING:
@@ -144,8 +143,12 @@ class Context(Operations, GovernanceAPI):
 
     # -- counters -----------------------------------------------------------
 
+    # ``version`` and ``tick`` are registered operations (every port answers ``version()``);
+    # here they stay properties answering a callable Counter, so the bare form of old code
+    # still reads the number (deprecated, it warns once).
+
     @property
-    def version(self) -> Counter:
+    def version(self) -> Counter:  # type: ignore[override]
         """The current version: the number of committed transactions.
 
         Call it, ``ctx.version()``, as on a Ray handle; the bare ``ctx.version``
@@ -154,7 +157,7 @@ class Context(Operations, GovernanceAPI):
         return Counter(self.backend.read(lambda v: v.meta()).version)
 
     @property
-    def tick(self) -> Counter:
+    def tick(self) -> Counter:  # type: ignore[override]
         """The current cognitive tick: ``ctx.tick()`` (the bare form is a deprecated alias)."""
         return Counter(self.backend.read(lambda v: v.meta()).tick)
 
@@ -247,15 +250,6 @@ class Context(Operations, GovernanceAPI):
             raise self.backend.read(lambda v: reads.no_frame(v, frame_id))
         return f
 
-    def recall(
-        self,
-        request: RecallRequest | dict[str, Any] | str,
-        cursor: str | None = None,
-        view_version: int | None = None,
-    ) -> RecallPage:
-        """One page of graph recall (R26, R27); see :func:`protocol.recall.recall`."""
-        return read_recall(self.backend, request, cursor, view_version)
-
     def recall_recorded(
         self,
         request: RecallRequest | dict[str, Any] | str,
@@ -303,26 +297,6 @@ class Context(Operations, GovernanceAPI):
             return page, e
 
         return self.backend.transact(run)
-
-    def search(
-        self, args: dict[str, Any], session: str = "main", *, catch_up: bool = True
-    ) -> SearchReply:
-        """A model's search over this context, recorded as a ``recall_result`` observation.
-
-        *args* are the ``search`` tool's (:func:`storage.search.model_search`:
-        without ``trust`` only candidate and accepted frames; the action ledger
-        only when ``kinds`` names it). The index beside the store is opened at
-        the first search and brought up to what was committed before the call
-        (unless *catch_up* is false: a caller that waited already). Answers
-        ``{"ref", "hits", "recalled", "lag"}`` (hybrid, with an embedder: also
-        ``semantic_lag`` and, if the embedder failed, ``degraded``); see
-        :meth:`service.search.Searcher.search`. A context not stored in a
-        directory has no index (StoreError).
-        """
-        searcher = self.searcher
-        if catch_up:
-            searcher.catch_up(SEARCH_CATCH_UP)
-        return SearchReply.of(searcher.search(self, args, session))
 
     @property
     def searcher(self) -> Searcher:

@@ -15,12 +15,16 @@ from __future__ import annotations
 import difflib
 import weakref
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field, Strict
 
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.state import Frame
 from protocol.view import ReadView
 from service.reads import print_body
+from service.registry import Text
+from storage.search import SearchResult
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -31,14 +35,16 @@ __all__ = [
     "MAX_DIFF_CHARS",
     "MAX_GRAPH_NODES",
     "MAX_LOG_WALK",
+    "MAX_QUERY_CHARS",
     "MAX_SEARCH_HITS",
     "MAX_TX_PAGE",
     "diff",
+    "find_hits",
     "graph",
     "inspect",
+    "inspect_search",
     "int_arg",
     "revisions",
-    "search",
     "transactions",
 ]
 
@@ -395,20 +401,31 @@ def diff(ctx: Context, frame_id: str, a: int, b: int) -> dict[str, Any]:
 
 MAX_SEARCH_HITS = 100
 """Most hits one inspector search answers."""
+MAX_QUERY_CHARS = 1000
+"""The longest inspector query."""
+Query = Annotated[str, Strict(), Field(max_length=MAX_QUERY_CHARS)]
+"""An inspector search's words."""
+Hits = Annotated[int, Strict(), Field(ge=1, le=MAX_SEARCH_HITS)]
+"""How many hits one inspector search answers."""
 
 
-def search(ctx: Context, query: str, *, limit: int = 20) -> dict[str, Any]:
+def find_hits(ctx: Context, args: Any) -> SearchResult:
+    """The part of :func:`inspect_search` that reads without the writer: the indexes
+    brought up to what was committed before the call, then searched."""
+    searcher = ctx.searcher
+    searcher.catch_up()
+    return searcher.find(args.query, limit=args.limit)
+
+
+def inspect_search(
+    ctx: Context, query: Query, limit: Hits = 20, *, prepared: SearchResult | None = None
+) -> dict[str, Any]:
     """The context's search (lexical, hybrid where an embedder is configured) as it
     stands after the index catches up, read-only: unlike a model's search it records no
     ``recall_result`` observation. Hits carry snippets with matches between ``«`` and ``»``.
     """
-    if not 1 <= limit <= MAX_SEARCH_HITS:
-        raise OutOfRange(f"limit must be between 1 and {MAX_SEARCH_HITS}, not {limit}")
-    if len(query) > 1000:
-        raise OutOfRange(f"a query holds at most 1000 characters, not {len(query)}")
-    searcher = ctx.searcher
-    searcher.catch_up()
-    return searcher.find(query, limit=limit).to_dict()
+    assert prepared is not None  # the registry runs find_hits first
+    return prepared.to_dict()
 
 
 def _revisions(v: ReadView, frame_id: str, before: int | None, limit: int) -> dict[str, Any]:
@@ -462,7 +479,7 @@ def int_arg(args: dict[str, Any], name: str, default: int | None) -> int | None:
     return value
 
 
-def inspect(ctx: Context, view: str, args: dict[str, Any]) -> dict[str, Any]:
+def inspect(ctx: Context, view: Text, args: dict[str, Any]) -> dict[str, Any]:
     """One of :data:`INSPECT_VIEWS` with its arguments as a dict (what a remote caller
     sends); ``bad_argument`` for an unknown view or argument."""
     allowed = {

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.errors import OutOfRange, RequestError
 from protocol.governance import REJECTED
 from service.inspection import MAX_TX_PAGE, int_arg
+from service.registry import Text
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -104,7 +105,7 @@ def chain(ctx: Context) -> dict[str, Any]:
     return verify_audit(ctx.backend, [audit_key()]).to_dict()
 
 
-def audit_view(ctx: Context, view: str, args: dict[str, Any]) -> dict[str, Any]:
+def audit_view(ctx: Context, view: Text, args: dict[str, Any]) -> dict[str, Any]:
     """One of :data:`AUDIT_VIEWS` with its arguments as a dict; ``bad_argument`` for an
     unknown view or argument."""
     allowed = {"rejections": {"before", "limit"}, "chain": set()}

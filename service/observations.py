@@ -25,7 +25,7 @@ from protocol.recall import RecallRequest
 from protocol.replies import ClaimReply, DeliverReply, ObserveReply, RecallReply
 from protocol.state import Event
 from protocol.view import WriteView
-from service.registry import MAX_REF_CHARS, Count, EventRef, Text
+from service.registry import MAX_REF_CHARS, Count, EventRef, Session, Text
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -97,8 +97,6 @@ def _event_id(value: Any) -> Any:
 
 EventId = Annotated[str, BeforeValidator(_event_id)]
 """A caller-chosen event id (``ev:`` and 20 hex digits): a retry under it is idempotent."""
-Session = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
-"""The session (conversation or agent thread) an observation belongs to."""
 
 
 class ObservationItem(BaseModel):

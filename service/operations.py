@@ -20,8 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 import service.admin as admin
+import service.inspection as inspection
+import service.inspection_audit as inspection_audit
 import service.observations as observations
 import service.queries as queries
+import service.search as searching
 import service.traces as tracing
 from service.compile import compile_input
 from service.registry import OPERATIONS, Example, Operation, Route, Tool
@@ -151,6 +154,53 @@ class Operations:
         example=Example(0, 10),
     )
 
+    version = Operation(
+        queries.version,
+        permission="read",
+        writes=False,
+        example=Example(),
+    )
+    tick = Operation(
+        queries.tick,
+        permission="read",
+        writes=False,
+        example=Example(),
+    )
+    recall = Operation(
+        queries.recall,
+        permission="recall",
+        writes=False,
+        example=Example({"frame_id": "release", "depth": 1}),
+    )
+    search = Operation(
+        searching.search,
+        permission="recall",
+        writes=True,
+        prepare=searching.find_for_model,
+        indexed=True,
+        example=Example({"query": "passed"}, "main"),
+    )
+    # -- the web inspector's reads (servers/inspector) ------------------------------
+    inspect = Operation(
+        inspection.inspect,
+        permission="read",
+        writes=False,
+        example=Example("graph", {"center": "release", "radius": 1}),
+    )
+    inspect_audit = Operation(
+        inspection_audit.audit_view,
+        permission="admin",
+        writes=False,
+        example=Example("rejections", {"limit": 5}),
+    )
+    inspect_search = Operation(
+        inspection.inspect_search,
+        permission="recall",
+        writes=False,
+        prepare=inspection.find_hits,
+        indexed=True,
+        example=Example("regression", 5),
+    )
     # -- the agent loop: model inputs and usage traces ------------------------------
     compile = Operation(
         compile_input,

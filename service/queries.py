@@ -20,6 +20,7 @@ import service.traces as traces_of
 from protocol.engine import resolve_event
 from protocol.errors import NotFound
 from protocol.governance import MAX_AUDIT_PAGE
+from protocol.recall import RecallPage, RecallRequest, read_recall
 from protocol.replies import (
     EventPage,
     EventReply,
@@ -32,7 +33,7 @@ from protocol.replies import (
     UpdateReadReply,
 )
 from service.reads import MAX_READ_CHARS, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
-from service.registry import Count, EventRef, FrameId
+from service.registry import MAX_REF_CHARS, Count, EventRef, FrameId
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -43,8 +44,10 @@ Length = Annotated[int, Strict(), Field(ge=0, le=MAX_READ_CHARS)]
 """How many characters of an event's text one read returns."""
 AuditLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_AUDIT_PAGE)]
 """How many audit entries one page holds."""
-TraceLimit = Annotated[int, Strict(), Field(ge=0, le=1 << 62)]
+TraceLimit = Annotated[int, Strict(), Field(ge=1, le=traces_of.MAX_TRACE_PAGE)]
 """How many traces one read returns."""
+Cursor = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
+"""The cursor of a recall's next page."""
 
 
 def frame(ctx: Context, frame_id: FrameId) -> FrameReply:
@@ -213,3 +216,25 @@ def audit(
     from service.governance import AuditStore, read_audit
 
     return read_audit(cast(AuditStore, ctx.backend), after, limit)
+
+
+def version(ctx: Context) -> int:
+    """The current version: the number of committed transactions."""
+    return int(ctx.backend.read(lambda v: v.meta()).version)
+
+
+def tick(ctx: Context) -> int:
+    """The current cognitive tick: the number of claimed input batches."""
+    return int(ctx.backend.read(lambda v: v.meta()).tick)
+
+
+def recall(
+    ctx: Context,
+    request: RecallRequest | dict[str, Any] | str,
+    cursor: Cursor | None = None,
+    view_version: Count | None = None,
+) -> RecallPage:
+    """One page of graph recall (R26, R27), read-only: the nodes, the edges completed on
+    the page, the version read and the next page's cursor; see :func:`protocol.recall.recall`.
+    ``recall_observation`` records a page for the model instead."""
+    return read_recall(ctx.backend, request, cursor, view_version)

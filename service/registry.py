@@ -87,6 +87,12 @@ Count = Annotated[int, Strict(), Field(ge=0, le=1 << 62)]
 """A non-negative integer argument: a version, an offset, a sequence number."""
 Text = Annotated[str, Strict()]
 """A string argument."""
+Session = Annotated[
+    str,
+    Strict(),
+    Field(max_length=MAX_REF_CHARS, description="The session (conversation or agent thread)."),
+]
+"""The session a call records in or compiles for."""
 
 __all__ = [
     "MAX_FRAME_ID",
@@ -103,6 +109,7 @@ __all__ = [
     "Permission",
     "Port",
     "Route",
+    "Session",
     "Text",
     "Tool",
     "argument_error",
@@ -308,7 +315,8 @@ class Operation(Generic[P, R]):
     *prepare* (``prepare(ctx, args) -> value``) is the part of the work that reads
     without the writer (scanning every observation, searching an index): a remote port
     runs it off its store thread first; its value reaches *fn* as the keyword
-    ``prepared`` (no argument either).
+    ``prepared`` (no argument either). *indexed*: the call reads the search index, which
+    a long-lived port keeps current from worker threads once the first such call came.
     *remote*: the context actor and the handle serve it from this declaration
     (False: they hand-write the forms that carry it, as ``submit`` sends wire
     bytes; the signature and the reply stay this one's). *keyed* gives checked
@@ -327,6 +335,7 @@ class Operation(Generic[P, R]):
         mcp: Tool | None = None,
         example: Example | None = None,
         prepare: Callable[[Any, Any], Any] | None = None,
+        indexed: bool = False,
         remote: bool = True,
         keyed: Callable[[Any], Any] | None = None,
     ) -> None:
@@ -339,6 +348,7 @@ class Operation(Generic[P, R]):
         self.mcp = mcp
         self.example = example
         self.prepare = prepare
+        self.indexed = indexed
         self.remote = remote
         self.keyed = keyed
         self.__doc__ = inspect.getdoc(fn)

@@ -37,6 +37,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import MorphzError, StoreError
+from protocol.replies import SearchReply
+from service.registry import Session
 from storage.search import Hit, IndexWorker, LexicalIndex, SearchResult, search_text
 from storage.search.results import SemanticInfo, Signal
 from storage.search.tool import model_search_args
@@ -445,3 +447,35 @@ __all__ = [
     "VECTORS_DIR",
     "embedder_from_env",
 ]
+
+
+# -- the operations (declared in service.operations) ---------------------------------
+
+
+def find_for_model(ctx: Context, args: Any) -> SearchResult:
+    """The part of a model's search that reads without the writer: the indexes brought up
+    to what was committed before the call (waiting at most :data:`SEARCH_CATCH_UP`
+    seconds for the index workers where a port runs them), then searched."""
+    searcher = ctx.searcher
+    searcher.catch_up(SEARCH_CATCH_UP)
+    return searcher.model_find(args.args)
+
+
+def search(
+    ctx: Context,
+    args: dict[str, Any],
+    session: Session = "main",
+    *,
+    prepared: SearchResult | None = None,
+) -> SearchReply:
+    """A model's search, recorded as a ``recall_result`` observation in *session*.
+
+    *args* are the ``search`` tool's (:func:`storage.search.tool.model_search_args`:
+    without ``trust`` only candidate and accepted frames; the action ledger only when
+    ``kinds`` names it). Answers the observation's ref, the number of hits, the frame
+    ids found, the hits and the index ``lag`` (hybrid, with an embedder: also
+    ``semantic_lag`` and, if the embedder failed, ``degraded``). A context not
+    stored in a directory has no index (StoreError).
+    """
+    assert prepared is not None  # the registry runs find_for_model first
+    return SearchReply.of(ctx.searcher.record(ctx, prepared, session))

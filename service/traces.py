@@ -41,8 +41,6 @@ def traces(
 ) -> list[dict[str, Any]]:
     """Traces numbered above *after* (at most *limit*), each with its ``call`` number;
     with *frame*, only the calls it took part in, each with its ``roles``."""
-    if not 1 <= limit <= MAX_TRACE_PAGE:
-        raise OutOfRange(f"limit must be between 1 and {MAX_TRACE_PAGE}, not {limit}")
     rows = ctx.backend.read(lambda v: v.traces(after, limit))
     out = [{"call": n, **t} for n, t in rows]
     if frame is not None:

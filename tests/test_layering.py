@@ -569,8 +569,7 @@ def test_no_project_module_is_imported_dynamically(real: dict[str, Module]) -> N
 )
 def test_importing_a_side_loads_no_later_side(imported: str, absent: tuple[str, ...]) -> None:
     code = (
-        f"import sys, {imported};"
-        "print(sorted(m for m in sys.modules if m.startswith('actors.')))"
+        f"import sys, {imported};print(sorted(m for m in sys.modules if m.startswith('actors.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = out.stdout.strip()

@@ -41,17 +41,15 @@ from pydantic import BaseModel
 
 from actors.client.names import DEFAULT_NAMESPACE, MAX_SUBMIT_MANY, actor_name
 from actors.client.replies import open_reply, raise_error
-from actors.client.transport import Call, Remote, RetryPolicy, Transport, check_int, check_text
+from actors.client.transport import Call, Remote, RetryPolicy, Transport, check_text
 from actors.client.updates import UpdateFn, Updater, UpdateResult
 from protocol.errors import MorphzError, RequestError, WireError
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.replies import (
     HistoryEntry,
-    MetaReply,
     ObserveReply,
     Reply,
-    SearchReply,
 )
 from protocol.tx import ContextTx
 from protocol.wire import tx_to_msgpack, unpack
@@ -425,54 +423,7 @@ class ContextHandle(Operations):
                 up.read(await self.read_for_update.aio([frame_id]))
             await asyncio.sleep(_retry_delay(policy, up.rejections))
 
-    @Remote
-    def version(self) -> Call[int]:
-        """The current version (``ctx.version()`` embedded too, see docs/api.md)."""
-        return Call("version", (), lambda raw: int(open_reply(raw)))
-
-    version_async = version.aio
-
-    @Remote
-    def tick(self) -> Call[int]:
-        """The current cognitive tick (``ctx.tick()`` embedded too)."""
-        return Call("meta", (), lambda raw: MetaReply.decode(open_reply(raw)).tick)
-
-    tick_async = tick.aio
-
     # -- the agent loop -----------------------------------------------------------
-
-    @Remote
-    def search(self, args: dict[str, Any], session: str = "main") -> Call[SearchReply]:
-        """A model's search into a ``recall_result`` observation (needs ``recall``).
-
-        *args* are the ``search`` tool's (see :func:`storage.search.tool.model_search`);
-        answers ``{"ref", "hits", "recalled", "lag"}``.
-        """
-        return Call("search", (args, check_text(session, "session")), _typed(SearchReply))
-
-    search_async = search.aio
-
-    @Remote
-    def inspect(self, view: str, args: dict[str, Any]) -> Call[dict[str, Any]]:
-        """A read of the web inspector (:func:`service.inspection.inspect`); needs ``read``."""
-        return Call("inspect", (check_text(view, "view"), args), _map)
-
-    inspect_async = inspect.aio
-
-    @Remote
-    def inspect_audit(self, view: str, args: dict[str, Any]) -> Call[dict[str, Any]]:
-        """An audit read of the web inspector (:func:`service.inspection_audit.audit_view`);
-        needs ``admin``, as the audit log does."""
-        return Call("inspect_audit", (check_text(view, "view"), args), _map)
-
-    inspect_audit_async = inspect_audit.aio
-
-    @Remote
-    def inspect_search(self, query: str, limit: int = 20) -> Call[dict[str, Any]]:
-        """Search hits with snippets, recording nothing; needs ``recall`` like a search."""
-        return Call("inspect_search", (check_text(query, "query"), check_int(limit, "limit")), _map)
-
-    inspect_search_async = inspect_search.aio
 
     @Remote
     def export_frame(self, frame_id: str) -> Call[bytes]:

@@ -69,6 +69,17 @@ def pinned(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
+def preferring(node_id: str) -> Any:
+    """A scheduling strategy that runs an actor on *node_id* while that node lives, and on
+    any live node when it does not (a restart after the node's loss goes elsewhere).
+
+    Give the actor some resource requirement (``memory=1`` will do): Ray places an actor
+    that requires nothing at all on a random node, whatever a soft affinity says."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)
+
+
 __all__ = [
     "alive_nodes",
     "check_node",
@@ -76,4 +87,5 @@ __all__ = [
     "ensure_ray",
     "node_with_resource",
     "pinned",
+    "preferring",
 ]

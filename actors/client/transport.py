@@ -16,7 +16,11 @@ remote call needs beyond its arguments:
   and of a replicated context's new primary after a promotion: when the actor
   is lost or answers ``fenced`` / ``stale_epoch``, the context directory
   (``actors.cluster.directory``) is asked which actor is the primary now, so a handle
-  follows a failover without its user doing anything;
+  follows a failover without its user doing anything; a call to a replicated
+  context's primary that waits more than :data:`WATCH_EVERY` for its reply asks the
+  directory too (a paused or partitioned primary answers nothing);
+* (kept in one module, hence long: every path of a remote call — timeouts, retries,
+  promotions — is the same seam, and splitting it would split one retry loop)
 * the translation of Ray's errors into the library's own, with
   ``raise … from e``: an error the actor raised on purpose is re-raised as its
   own class, an actor method that failed otherwise is a
@@ -79,6 +83,17 @@ DIRECTORY_WAIT = 10.0
 """Seconds a handle waits for the directory to say where a context's primary is."""
 FAILOVER_POLL = 0.25
 """Longest pause between two attempts while a replicated context's primary is replaced."""
+WATCH_EVERY = 1.0
+"""Seconds a call to a replicated context's primary waits for its reply before asking the
+directory whether that primary was replaced (a paused or partitioned primary answers
+nothing, and a call without a timeout would wait for it forever); if it was, the call is
+sent again to the new primary, under the same client id."""
+
+
+class PrimaryReplaced(TimeoutError):
+    """The primary a call waits for was replaced meanwhile: retried like a lost reply."""
+
+
 REACH_TIMEOUT = 5.0
 """Seconds :func:`init_ray` waits for a ``host:port`` to accept a connection, and for its
 answer to the authentication probe."""
@@ -372,6 +387,54 @@ class Transport:
     def _wait(self, call: Call[Any]) -> float | None:
         return self.timeout if call.timeout is None else call.timeout
 
+    def _replaced(self) -> bool:
+        """True if the directory names another primary than the actor this handle calls."""
+        entry = self._directory_entry()
+        return entry is not None and entry.primary.actor != self.actor_name
+
+    def _slices(self, timeout: float | None) -> tuple[float | None, float | None]:
+        """The deadline of a call, and how long to wait at once (replicated: a slice)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return deadline, (WATCH_EVERY if self.replicated else None)
+
+    def _await(self, ref: Any, timeout: float | None) -> Any:
+        """The reply of *ref*; for a replicated context, :class:`PrimaryReplaced` as soon as
+        the directory names another primary while it waits (see :data:`WATCH_EVERY`)."""
+        ray = ray_module()
+        deadline, every = self._slices(timeout)
+        if every is None:
+            return ray.get(ref, timeout=timeout)
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return ray.get(ref, timeout=every if left is None else min(left, every))
+            except TimeoutError:  # Ray's GetTimeoutError
+                if left is not None and left <= every:
+                    raise
+                if self._replaced():
+                    raise PrimaryReplaced(f"{self.actor_name} was replaced") from None
+
+    async def _await_async(self, ref: Any, timeout: float | None) -> Any:
+        """:meth:`_await` for event loops."""
+        deadline, every = self._slices(timeout)
+        if every is None:
+            # Without a timeout the reference is awaited as it is: wait_for would wrap it
+            # in a task of its own on every call.
+            return await (ref if timeout is None else asyncio.wait_for(ref, timeout))
+        reply = asyncio.wrap_future(ref.future())
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                wait = every if left is None else min(left, every)
+                return await asyncio.wait_for(asyncio.shield(reply), wait)
+            except TimeoutError:
+                if left is not None and left <= every:
+                    reply.cancel()
+                    raise
+                if await asyncio.to_thread(self._replaced):
+                    reply.cancel()
+                    raise PrimaryReplaced(f"{self.actor_name} was replaced") from None
+
     def _retry_after(self, e: BaseException, retry: int, started: float | None = None) -> float:
         """The delay before the next attempt after *e*; raises the translated error if none."""
         from ray.exceptions import ActorUnschedulableError, RayActorError, RayError, RayTaskError
@@ -456,11 +519,10 @@ class Transport:
 
     def call(self, call: Call[T]) -> T:
         """Run *call* and decode its reply, retrying lost replies, restarts and promotions."""
-        ray = ray_module()
         retry, started = 0, time.monotonic()
         while True:
             try:
-                raw = ray.get(self._send(call), timeout=self._wait(call))
+                raw = self._await(self._send(call), self._wait(call))
             except Exception as e:
                 delay = self._retry_after(e, retry, started)
                 retry += 1
@@ -483,11 +545,7 @@ class Transport:
         retry, started = 0, time.monotonic()
         while True:
             try:
-                wait = self._wait(call)
-                ref = self._send(call)
-                # Without a timeout the reference is awaited as it is: wait_for would
-                # wrap it in a task of its own on every call.
-                raw = await (ref if wait is None else asyncio.wait_for(ref, wait))
+                raw = await self._await_async(self._send(call), self._wait(call))
             except Exception as e:
                 delay = self._retry_after(e, retry, started)
                 retry += 1
@@ -604,8 +662,10 @@ __all__ = [
     "FAILOVER_WAIT",
     "RAY_UNREACHABLE",
     "REACH_TIMEOUT",
+    "WATCH_EVERY",
     "Call",
     "HasTransport",
+    "PrimaryReplaced",
     "Remote",
     "RemoteAsync",
     "RetryPolicy",

@@ -1,9 +1,10 @@
 """The context directory: where every context of a cluster lives, by name.
 
-One detached Ray actor per namespace, ``morphz:directory``, pinned to the node
+One detached Ray actor per namespace, ``morphz:directory``, started on the node
 of the process that first creates it (the head node when a driver there asks
-first) and restarted by Ray when its process dies (``max_restarts=-1``). It
-holds two tables:
+first) and restarted by Ray when its process dies (``max_restarts=-1``) — on
+another live node when its own is lost (a soft node affinity). It holds two
+tables:
 
 * the **store root of each node** — registered with :meth:`DirectoryHandle.register_node`,
   else what a probe task pinned to that node sees in ``MORPHZ_STORE``, else
@@ -46,7 +47,14 @@ from actors.client.names import (
     follower_actor,
     primary_actor,
 )
-from actors.client.nodes import alive_nodes, check_node, current_node_id, ensure_ray, pinned
+from actors.client.nodes import (
+    alive_nodes,
+    check_node,
+    current_node_id,
+    ensure_ray,
+    pinned,
+    preferring,
+)
 from actors.client.replies import failed, ok, open_reply
 from actors.client.transport import (
     Call,
@@ -513,8 +521,9 @@ def directory(
 ) -> DirectoryHandle:
     """Get or create the directory of *namespace* (connecting to Ray if needed).
 
-    A new directory is detached, restarted by Ray without limit, and pinned to
-    this process's node.
+    A new directory is detached, restarted by Ray without limit, and started on this
+    process's node; it is not pinned there: when that node is lost, Ray restarts it
+    on a live node, and it reloads its state from the GCS.
     """
     check_text(namespace, "namespace")
     if not namespace:
@@ -531,7 +540,10 @@ def directory(
             max_task_retries=-1,
             max_concurrency=100,
             num_cpus=0,
-            scheduling_strategy=pinned(current_node_id()),
+            # A requirement that is not empty: Ray places an actor needing no resource at
+            # all on a random node, whatever its soft node affinity says.
+            memory=1,
+            scheduling_strategy=preferring(current_node_id()),
         )
         .remote(namespace)
     )

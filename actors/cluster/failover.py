@@ -7,8 +7,10 @@ placed context's members with the live nodes (Ray's node table):
 
 * **the primary's node is gone** (Ray's node table says so, its raylet refuses
   connections or does not answer within :data:`RAYLET_TIMEOUT`, or its actor has
-  been unreachable — Ray answering "unavailable" or "dead", not merely slow —
-  at :data:`SUSPECT_LOOKS` consecutive looks) — :func:`promote`: every reachable follower
+  been unreachable — Ray answering "unavailable" or "dead" — at
+  :data:`SUSPECT_LOOKS` consecutive looks, or **hung**: its process has not answered
+  a ping for :data:`HANG_AFTER` seconds, as a paused process (SIGSTOP, a long GC
+  pause, a starved VM) does while its node looks alive) — :func:`promote`: every reachable follower
   is fenced at ``epoch + 1`` (from then on it refuses the old primary's
   batches, so the old primary can never acknowledge another write), the one
   holding the most batches (ties: smallest node id) applies everything it
@@ -67,8 +69,13 @@ POLL = 0.5
 """Seconds between two looks at the cluster."""
 RAYLET_TIMEOUT = 1.0
 """Seconds a look waits for the primary's node to accept a connection to its raylet."""
-PING_TIMEOUT = 2.0
+PING_TIMEOUT = 1.0
 """Seconds a look waits for the primary to answer."""
+HANG_AFTER = 1.0
+"""Seconds without an answer to the supervisor's pings (a ping answers from the actor's
+event loop, never waiting for the store) after which a primary is hung and replaced.
+A false alarm (a primary only slow) costs a promotion, never a commit: the replaced
+primary is fenced, its late writes refused."""
 SUSPECT_LOOKS = 1
 """Consecutive looks at which the primary is unreachable before it is replaced."""
 CALL_TIMEOUT = 15.0
@@ -78,6 +85,7 @@ START_TIMEOUT = 60.0
 
 __all__ = [
     "CALL_TIMEOUT",
+    "HANG_AFTER",
     "PING_TIMEOUT",
     "POLL",
     "RAYLET_TIMEOUT",
@@ -178,14 +186,20 @@ _SUSPECT: dict[tuple[str, str], int] = {}
 """Consecutive looks at which a context's primary could not be reached, by (namespace, name)."""
 
 
+_SILENT: dict[tuple[str, str], float] = {}
+"""When a context's primary first failed to answer a ping in time, by (namespace, name)."""
+
+
 async def _primary_lost(directory: Any, entry: ContextEntry) -> bool:
     """True once the primary's actor was unreachable at :data:`SUSPECT_LOOKS` consecutive
-    looks (Ray reports it unavailable or dead — a slow reply does not count; Ray takes
-    about 1.5 s to give up connecting to a lost node's worker).
+    looks (Ray reports it unavailable or dead; Ray takes about 1.5 s to give up
+    connecting to a lost node's worker), or has not answered a ping for
+    :data:`HANG_AFTER` seconds (paused or hung while its node lives).
 
     Ray marks a lost node dead only after its heartbeats time out (tens of
     seconds by default); its actors are unreachable at once. A primary that
-    was only restarting is replaced too: safe, since it is fenced on restart.
+    was only restarting, or only slow, is replaced too: safe, since a replaced
+    primary is fenced (its followers refuse its batches; a restart opens nothing).
     """
     from ray.exceptions import ActorDiedError, ActorUnavailableError, ActorUnschedulableError
 
@@ -193,14 +207,21 @@ async def _primary_lost(directory: Any, entry: ContextEntry) -> bool:
     actor = _get_actor(entry.primary.actor, directory.namespace)
     if actor is None:
         return False  # not started yet (a promotion in progress elsewhere) or never placed
+    asked = time.monotonic()
     try:
         await asyncio.wait_for(actor.pid.options(max_task_retries=0).remote(), PING_TIMEOUT)
     except (ActorUnavailableError, ActorDiedError, ActorUnschedulableError):
         _SUSPECT[key] = _SUSPECT.get(key, 0) + 1
         return _SUSPECT[key] >= SUSPECT_LOOKS
-    except Exception:  # slow or busy: no evidence either way
+    except Exception:  # no answer in time: hung once silent for HANG_AFTER seconds
+        silent_since = _SILENT.setdefault(key, asked)
+        if time.monotonic() - silent_since >= HANG_AFTER:
+            _SILENT.pop(key, None)
+            log.warning("context %r: primary %s hung", entry.name, entry.primary.actor)
+            return True
         return False
     _SUSPECT.pop(key, None)
+    _SILENT.pop(key, None)
     return False
 
 
@@ -282,6 +303,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
             ray_module().kill(a, no_restart=True)
         raise
     sealed = time.monotonic() - started
+    _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
     info = await asyncio.wait_for(actor.become_primary.remote(epoch), START_TIMEOUT)
     log.warning(
@@ -296,6 +318,42 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
         info.get("open_error"),
     )
     return promoted
+
+
+_TELLING: dict[tuple[str, str], asyncio.Task[None]] = {}
+"""Replaced primaries being told so, by (namespace, actor name) (the reference keeps each alive)."""
+TELL_FOR = 600.0
+"""Seconds the supervisor keeps telling a replaced primary that Ray still holds."""
+
+
+def _tell_replaced(name: str, namespace: str) -> None:
+    """Tell the replaced primary *name*, for as long as Ray still holds it (paused,
+    partitioned) and until it answers, to re-read the directory: it then fences itself and
+    refuses every call, reads too, so the clients still calling it move to the new primary.
+    In the background: a paused one answers when it resumes, a cut one when it heals."""
+    key = (namespace, name)
+    if key not in _TELLING:
+        task = asyncio.create_task(_tell(name, namespace))
+        _TELLING[key] = task
+        task.add_done_callback(lambda _: _TELLING.pop(key, None))
+
+
+async def _tell(name: str, namespace: str) -> None:
+    deadline = time.monotonic() + TELL_FOR
+    while time.monotonic() < deadline:
+        actor = _get_actor(name, namespace)
+        if actor is None:
+            return  # gone (its node lost, or stopped)
+        try:
+            ref = actor.replicate.options(max_task_retries=0).remote()
+            open_reply(await asyncio.wait_for(ref, PING_TIMEOUT))
+            return  # answered: it re-read the directory
+        except MorphzError as e:  # the answer of a primary that learnt it was replaced
+            log.info("replaced primary %s told: %s", name, e.code)
+            return
+        except Exception:  # no answer yet (paused, cut off, restarting): again later
+            pass
+        await asyncio.sleep(POLL)
 
 
 _ABSENT: set[tuple[str, str]] = set()

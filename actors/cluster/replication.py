@@ -385,10 +385,21 @@ class Replicator:
         self._sync(list(self.entry.followers))
 
     def refresh(self) -> None:
-        """Re-read this context's directory entry and adopt its followers."""
+        """Re-read this context's directory entry and adopt its followers; if it names
+        another primary or a newer epoch, this primary fences itself (``stale_epoch``)."""
         entry = directory_entry(self.name, self.namespace)
-        if entry is not None:
+        if entry is None:
+            return
+        try:
             self.adopt(entry)
+        except MorphzError as e:
+            if e.code == STALE_EPOCH and self.store is not None:
+                self.store.fence(e.message)
+            raise
+
+    def fenced(self) -> MorphzError | None:
+        """The ``fenced`` error once this primary knows it was replaced, else None."""
+        return None if self.store is None else self.store.fenced_error
 
     def ship(self, seq: int, data: bytes) -> None:
         """Return once ``acks`` followers hold batch *seq* durably (see the module doc)."""

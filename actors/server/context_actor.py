@@ -52,13 +52,11 @@ from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
 from protocol.errors import MorphzError, OutOfRange, Overloaded, RequestError, WireError
 from protocol.receipts import OpError, Receipt, without_reads
-from protocol.replies import SearchReply
 from protocol.wire import SubmittedTx, pack
-from service import inspection, inspection_audit, sharing
+from service import sharing
 from service.context import Context
 from service.operations import operations
 from service.registry import Caller, Operation
-from service.search import SEARCH_CATCH_UP
 
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
@@ -206,78 +204,6 @@ class ContextActor(ContextHost):
 
     # -- reads (the registered ones are made by :func:`serve`) ---------------------
 
-    @guarded("read")
-    async def version(self) -> bytes:
-        """The current version."""
-        return await self._reply(lambda ctx: ctx.version())
-
-    # -- the agent loop: compiled inputs, traces, recall, search -----------------
-
-    @guarded("recall")
-    async def search(self, args: dict[str, Any], session: str = "main") -> bytes:
-        """A model's search (:meth:`service.context.Context.search`) as a ``recall_result``.
-
-        The context's lexical index is opened at the first search (with an
-        embedder, at the actor's start, with the vector index), with index worker
-        threads in this process keeping them current from the outbox; each
-        search waits off the store thread (up to
-        :data:`~service.search.SEARCH_CATCH_UP` seconds) for what was committed
-        before it, and searches (embedding the query, when hybrid) off the store
-        thread too: only recording the result is a store write. Answers
-        ``{"ref", "hits", "recalled", "lag"}`` (hybrid: also ``semantic_lag`` and,
-        when the embedder failed, ``degraded``).
-        """
-        try:
-            _text(session, "session")
-            searcher = self._context().searcher
-            searcher.start_worker()
-            self._indexing = True
-        except MorphzError as e:
-            return failed(e)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, searcher.catch_up, SEARCH_CATCH_UP)
-        try:
-            result = await loop.run_in_executor(None, searcher.model_find, args)
-        except MorphzError as e:
-            return failed(e)
-        return await self._reply(lambda ctx: SearchReply.of(searcher.record(ctx, result, session)))
-
-    # -- the web inspector's reads (servers/inspector) ---------------------------------
-
-    @guarded("read")
-    async def inspect(self, view: str, args: dict[str, Any]) -> bytes:
-        """A read of the web inspector (:func:`service.inspection.inspect`)."""
-        if not isinstance(view, str) or not isinstance(args, dict):
-            return failed(RequestError("inspect takes a view and a dict", code="bad_argument"))
-        return await self._reply(inspection.inspect, view, args)
-
-    @guarded("admin")
-    async def inspect_audit(self, view: str, args: dict[str, Any]) -> bytes:
-        """A read of the audit log for the web inspector
-        (:func:`service.inspection_audit.audit_view`: rejections by code, the chain's
-        verification); needs what the audit needs."""
-        if not isinstance(view, str) or not isinstance(args, dict):
-            why = "inspect_audit takes a view and a dict"
-            return failed(RequestError(why, code="bad_argument"))
-        return await self._reply(inspection_audit.audit_view, view, args)
-
-    @guarded("recall")
-    async def inspect_search(self, query: str, limit: int = 20) -> bytes:
-        """Search hits with snippets, recording nothing; the index is caught up as for
-        :meth:`search`, off the store thread."""
-        try:
-            _text(query, "query")
-            _count(limit, "limit", 1, inspection.MAX_SEARCH_HITS)
-            searcher = self._context().searcher
-            searcher.start_worker()
-            self._indexing = True
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, searcher.catch_up, SEARCH_CATCH_UP)
-            result = await loop.run_in_executor(None, lambda: searcher.find(query, limit=limit))
-        except MorphzError as e:
-            return failed(e)
-        return ok(result.to_dict())
-
     # -- explicit export and import (service.sharing) -----------------------------
 
     @guarded("read")
@@ -346,7 +272,8 @@ def serve(op: Operation[Any, Any]) -> Any:
     The capability guard of the operation's permission (a denial is audited,
     then answered), the one argument check (:meth:`~service.registry.Operation.bind`:
     a bad argument is answered as its typed error, nothing runs), the operation's
-    ``prepare`` part on the scan thread (a read that never holds the store thread),
+    ``prepare`` part off the store thread (a read that never holds it; with the index
+    workers started for an ``indexed`` operation),
     the service function on the store thread with the caller (the capability's holder, this
     actor's admission policy), and the reply envelope (:mod:`actors.client.replies`).
     Its signature names the operation's arguments, so Ray binds calls by them.
@@ -363,7 +290,11 @@ def serve(op: Operation[Any, Any]) -> Any:
         if op.prepare is None:
             return await self._reply(lambda ctx: op.run(ctx, bound, caller))
         try:  # the part that reads without the writer, off the store thread
-            prepared = await self._scan(op.prepare, bound)
+            ctx = self._context()
+            if op.indexed:
+                self._keep_indexed(ctx)
+            loop = asyncio.get_running_loop()
+            prepared = await loop.run_in_executor(None, op.prepare, ctx, bound)
         except MorphzError as e:
             return failed(e)
         return await self._reply(lambda ctx: op.run(ctx, bound, caller, prepared))

@@ -77,12 +77,16 @@ LOCK_WAIT = 5.0
 class Replicating(Protocol):
     """What the host keeps of a replicated primary's shipping (the cluster side's
     :class:`~actors.cluster.replication.Replicator`): the directory entry it ships
-    under, and :meth:`refresh`, which re-reads that entry and adopts new followers."""
+    under, :meth:`refresh`, which re-reads that entry and adopts new followers (and
+    fences this primary if the entry names another), and :meth:`fenced`, the ``fenced``
+    error every call answers once this primary knows it was replaced (None until then)."""
 
     @property
     def entry(self) -> ContextEntry: ...
 
     def refresh(self) -> None: ...
+
+    def fenced(self) -> MorphzError | None: ...
 
 
 class Replication(Protocol):
@@ -366,6 +370,12 @@ class ContextHost:
             self._ctx = None
             self._open_error = e
 
+    def _keep_indexed(self, ctx: Context) -> None:
+        """Keep the search indexes current from worker threads from now on (idempotent):
+        the first call that reads them starts the workers."""
+        ctx.searcher.start_worker()
+        self._indexing = True
+
     def _advertise(self) -> None:
         """Write :data:`ADVERT_FILE` if this runs as a Ray actor (a failure is only logged)."""
         ray = sys.modules.get("ray")  # never imported here: an actor has imported it already
@@ -417,6 +427,11 @@ class ContextHost:
         if self._ctx is None:
             assert self._open_error is not None
             raise self._open_error
+        fenced = None if self.replicator is None else self.replicator.fenced()
+        if fenced is not None:
+            # Replaced: its state may miss acknowledged commits of the new primary, so it
+            # serves no read either; the caller's handle follows the promotion.
+            raise fenced
         return self._ctx
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:

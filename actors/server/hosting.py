@@ -207,6 +207,8 @@ class HostActor:
         why = self._full()
         if why is not None:
             self._counts["refused"] += 1
+            if slot.activations == 0:  # a name never served here: nothing of it is kept
+                self._slots.pop(slot.name, None)
             raise RequestError(f"host {self._name!r} takes no new context: {why}", code=HOST_FULL)
         started = time.perf_counter()
         options = {"create": False, **slot.options}

@@ -297,6 +297,9 @@ def _report(
         active = sum(x["active"] for x in sample)
         if active:
             active_per.append((sum(x["rss"] for x in sample) - idle_rss) / active / mb)
+    per_active = sorted(active_per)[len(active_per) // 2] if active_per else None
+    if per_active is not None and per_active < 0:  # the hot set fit in what creation left
+        per_active = 0.0
     p50s = [x["activation_p50_ms"] for x in after if x["activation_p50_ms"] is not None]
     p99s = [x["activation_p99_ms"] for x in after if x["activation_p99_ms"] is not None]
     return {
@@ -330,8 +333,11 @@ def _report(
             "hosts_all_idle": round(idle_rss / mb, 1),
             "hosts_after": round(sum(x["rss"] for x in after) / mb, 1),
             "per_idle_context": round((idle_rss - base_rss) / o["contexts"] / mb, 3),
-            "per_active_context": round(sorted(active_per)[len(active_per) // 2], 3)
-            if active_per
+            "per_active_context": None if per_active is None else round(per_active, 3),
+            "hosts_under_load": round(
+                sorted(sum(x["rss"] for x in s) for s in samples)[len(samples) // 2] / mb, 1
+            )
+            if samples
             else None,
         },
         "contexts_checked": verdicts["checked"],

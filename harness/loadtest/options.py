@@ -45,7 +45,11 @@ class LoadtestOptions(BaseModel):
     ``kill_node_every_s`` makes the run start its own cluster of ``nodes``
     nodes on this machine (``ray.cluster_utils.Cluster``, each node's stores
     under ``<store_dir>/node-<i>``) and remove a non-head node and add it back
-    every that many seconds.
+    every that many seconds. ``pause_primary_every_s`` / ``pause_for_s`` and
+    ``partition_every_s`` / ``partition_for_s`` are the nemeses of
+    :mod:`harness.loadtest.nemeses` (a replicated context's primary paused, or cut off
+    from its followers and the supervisor, for the second value every first value
+    seconds); each starts the run's own cluster too, and needs ``followers``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +67,10 @@ class LoadtestOptions(BaseModel):
     kill_every_s: float | None = Field(default=None, gt=0.0)
     followers: int = Field(default=0, ge=0, le=8)
     kill_node_every_s: float | None = Field(default=None, gt=0.0)
+    pause_primary_every_s: float | None = Field(default=None, gt=0.0)
+    pause_for_s: float = Field(default=3.0, gt=0.0, le=3600.0)
+    partition_every_s: float | None = Field(default=None, gt=0.0)
+    partition_for_s: float = Field(default=3.0, gt=0.0, le=3600.0)
     nodes: int = Field(default=3, ge=2, le=16)
     address: str | None = None
     store_dir: str | None = None
@@ -85,9 +93,42 @@ class LoadtestOptions(BaseModel):
             )
         if self.pipeline > 1 and self.workload != "synthetic":
             raise ValueError("pipeline applies to the synthetic workload only")
-        if self.followers >= self.nodes and self.kill_node_every_s is not None:
+        if self.followers >= self.nodes and self.own_cluster:
             raise ValueError(f"followers must be below nodes ({self.nodes})")
+        faults = [
+            x for x in (self.kill_node_every_s, self.pause_primary_every_s, self.partition_every_s)
+            if x is not None
+        ]  # fmt: skip
+        if len(faults) > 1:
+            raise ValueError(
+                "give one of kill_node_every_s, pause_primary_every_s, partition_every_s"
+            )
+        nemesis = self.nemesis
+        if nemesis is not None:
+            every, hold = nemesis[1], nemesis[2]
+            if self.address is not None:
+                raise ValueError(
+                    "a nemesis runs on a test cluster of this machine: give no address"
+                )
+            if not self.followers:
+                raise ValueError("a nemesis faults a replicated primary: give followers")
+            if hold >= every:
+                raise ValueError("a fault must last less than its period")
         return self
+
+    @property
+    def nemesis(self) -> tuple[str, float, float] | None:
+        """``(kind, every, for)`` of the nemesis asked for, if any."""
+        if self.pause_primary_every_s is not None:
+            return ("pause", self.pause_primary_every_s, self.pause_for_s)
+        if self.partition_every_s is not None:
+            return ("partition", self.partition_every_s, self.partition_for_s)
+        return None
+
+    @property
+    def own_cluster(self) -> bool:
+        """True if the run starts its own test cluster (node removals or a nemesis)."""
+        return self.kill_node_every_s is not None or self.nemesis is not None
 
 
 def check_options(options: LoadtestOptions | Mapping[str, Any]) -> LoadtestOptions:

@@ -32,6 +32,7 @@ from harness.loadtest.cluster import (
     local_nodes,
     place_contexts,
 )
+from harness.loadtest.nemeses import Nemesis
 from harness.loadtest.nodes import NodeKiller, TestCluster
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
 from harness.loadtest.report import (
@@ -128,7 +129,7 @@ class _Run:
         cluster: TestCluster | None = None,
     ) -> None:
         self.opts = opts
-        self.cluster = cluster  # the run's own cluster (kill_node_every_s)
+        self.cluster = cluster  # the run's own cluster (kill_node_every_s, a nemesis)
         self.conversations = conversations
         self.progress = progress
         self.tamper = tamper
@@ -308,13 +309,17 @@ class _Run:
 
     def _load(
         self, work: list[_Work]
-    ) -> tuple[dict[int, list[dict[str, Any]]], float, Killer | NodeKiller | None]:
+    ) -> tuple[dict[int, list[dict[str, Any]]], float, Killer | NodeKiller | Nemesis | None]:
         import ray
         from ray.exceptions import RayError, RayTaskError
 
         opts = self.opts
-        killer: Killer | NodeKiller | None = None
-        if opts.kill_node_every_s is not None and self.cluster is not None:
+        killer: Killer | NodeKiller | Nemesis | None = None
+        if opts.nemesis is not None:
+            kind, every, hold = opts.nemesis
+            names = [h.name for h in self.handles]
+            killer = Nemesis(kind, names, opts.namespace, every, hold, until=opts.duration_s)
+        elif opts.kill_node_every_s is not None and self.cluster is not None:
             killer = NodeKiller(self.cluster, opts.kill_node_every_s, until=opts.duration_s)
         elif opts.kill_every_s is not None:
             killer = Killer(
@@ -429,7 +434,7 @@ class _Run:
         self,
         by_context: dict[int, list[dict[str, Any]]],
         elapsed: float,
-        killer: Killer | NodeKiller | None,
+        killer: Killer | NodeKiller | Nemesis | None,
         n_agents: int,
         costs: dict[str, float | None],
         baseline: dict[str, Any] | None,
@@ -505,6 +510,11 @@ class _Run:
             requested["followers"] = opts.followers
         if opts.kill_node_every_s is not None:
             requested["kill_node_every_s"] = opts.kill_node_every_s
+            requested["nodes"] = opts.nodes
+        if opts.nemesis is not None:
+            requested["nemesis"] = dict(
+                zip(("kind", "every_s", "for_s"), opts.nemesis, strict=True)
+            )
             requested["nodes"] = opts.nodes
         if opts.workload == "trajectories":
             requested["conversations"] = opts.conversations
@@ -601,7 +611,7 @@ def run_loadtest(
     temporary = opts.store_dir is None
     store = tempfile.mkdtemp(prefix=TEMP_PREFIX) if temporary else str(opts.store_dir)
     cluster = None
-    if opts.kill_node_every_s is not None:
+    if opts.own_cluster:
         cluster = TestCluster(os.path.abspath(store), opts.nodes, opts.namespace)
         connected = False
     else:

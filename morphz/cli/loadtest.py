@@ -305,11 +305,43 @@ def checked_text(checked: dict[str, int]) -> str:
     "(adding it back) every S seconds.",
 )
 @click.option(
+    "--pause-primary-every",
+    "pause_primary_every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Start a test cluster and pause (SIGSTOP) a replicated context's primary every "
+    "N seconds, for --pause-for seconds (harness/loadtest/nemeses.py).",
+)
+@click.option(
+    "--pause-for",
+    "pause_for",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3.0,
+    show_default=True,
+    help="Seconds each pause lasts.",
+)
+@click.option(
+    "--partition-every",
+    "partition_every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Start a test cluster and cut a replicated context's primary off from its "
+    "followers and the supervisor every N seconds, for --partition-for seconds.",
+)
+@click.option(
+    "--partition-for",
+    "partition_for",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3.0,
+    show_default=True,
+    help="Seconds each partition lasts.",
+)
+@click.option(
     "--nodes",
     type=click.IntRange(2, 16),
     default=3,
     show_default=True,
-    help="Nodes of the test cluster made for --kill-node-every.",
+    help="Nodes of the test cluster made for --kill-node-every or a nemesis.",
 )
 @click.option(
     "--address", default=None, help="Ray cluster to join (default: RAY_ADDRESS, else a new one)."
@@ -368,6 +400,10 @@ def loadtest_cmd(
     followers: int,
     replicas: int | None,
     kill_node_every: float | None,
+    pause_primary_every: float | None,
+    pause_for: float,
+    partition_every: float | None,
+    partition_for: float,
     nodes: int,
     address: str | None,
     agents: int | None,
@@ -408,6 +444,10 @@ def loadtest_cmd(
         "kill_every_s": kill_every,
         "followers": followers if replicas is None else replicas,
         "kill_node_every_s": kill_node_every,
+        "pause_primary_every_s": pause_primary_every,
+        "pause_for_s": pause_for,
+        "partition_every_s": partition_every,
+        "partition_for_s": partition_for,
         "nodes": nodes,
         "address": address,
         "store_dir": store_dir or _given_store(env),
@@ -425,7 +465,8 @@ def loadtest_cmd(
     # send them to stderr so that stdout carries only the report.
     with contextlib.redirect_stdout(sys.stderr):
         joined = False
-        if bar is not None and kill_node_every is None:
+        own_cluster = (kill_node_every, pause_primary_every, partition_every) != (None,) * 3
+        if bar is not None and not own_cluster:
             # Ray joined (or started) before the bar shows: what it says while starting
             # is printed above the bar, not into it.
             from actors.client.transport import init_ray

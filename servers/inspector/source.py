@@ -6,7 +6,7 @@ store directory read-only in this process (``morphz inspect``); :class:`HandleSo
 asks the context actors through their handles, carrying the caller's capability,
 so the actor's guard checks each read exactly as it checks the HTTP API's
 (``morphz serve``). Neither writes: the inspector's search is the read-only one of
-:func:`service.inspection.search`, never a model's search (which records an
+:func:`service.inspection.inspect_search`, never a model's search (which records an
 observation).
 """
 
@@ -82,7 +82,7 @@ def _embedded(ctx: Context, what: str, a: dict[str, Any]) -> Any:
     if what in inspection_audit.AUDIT_VIEWS:
         return inspection_audit.audit_view(ctx, what, a)
     if what == "search":
-        return inspection.search(ctx, a["query"], limit=a.get("limit", 20))
+        return ctx.inspect_search(a["query"], a.get("limit", 20))
     if what == "meta":
         return ctx.meta()
     if what == "frame":
@@ -223,11 +223,11 @@ class HandleSource:
         h = (await self._handle(context)).with_capability(token)
         a = args
         if what in inspection.INSPECT_VIEWS:
-            return await h.inspect_async(what, a)
+            return await h.inspect.aio(what, a)
         if what in inspection_audit.AUDIT_VIEWS:
-            return await h.inspect_audit_async(what, a)
+            return await h.inspect_audit.aio(what, a)
         if what == "search":
-            return await h.inspect_search_async(a["query"], a.get("limit", 20))
+            return await h.inspect_search.aio(a["query"], a.get("limit", 20))
         if what == "meta":
             return _plain(await h.meta.aio())
         if what == "frame":

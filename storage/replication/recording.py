@@ -119,6 +119,11 @@ class ReplicatedStore:
         """True once a follower refused this primary's epoch: it writes no more."""
         return self._fenced is not None
 
+    @property
+    def fenced_error(self) -> RequestError | None:
+        """The ``fenced`` error every call of a replaced primary answers, once fenced."""
+        return self._fenced
+
     def fence(self, why: str) -> None:
         """Refuse every later write (a newer primary exists)."""
         self._fenced = RequestError(why, code=FENCED)

@@ -389,9 +389,12 @@ def main(argv: list[str]) -> int:
     return 0 if verdict["ok"] else 1
 
 
-def run_scenario(spec: str, timeout: float = CHILD_TIMEOUT) -> dict[str, Any]:
-    """Run scenario *spec* in a child process and answer its verdict (the last JSON line)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_scenario(
+    spec: str, timeout: float = CHILD_TIMEOUT, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run scenario *spec* in a child process and answer its verdict (the last JSON line);
+    *env* adds to the child's environment (and so its cluster's: ``RAY_<setting>``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     env.pop("RAY_ADDRESS", None)
     env.pop("MORPHZ_STORE", None)
     done = subprocess.run(

@@ -114,6 +114,7 @@ def test_full_host_refuses_new_activations_only(
         with pytest.raises(RequestError) as e:
             h.context("two")
         assert e.value.code == "host_full"
+        assert [c["name"] for c in h.contexts()] == ["one"]  # a refused name is not kept
         assert a.submit(_tx(0, "x", "still")).committed  # the active one keeps serving
         h.deactivate("one")
         b = h.context("two")  # room again

@@ -88,7 +88,9 @@ def test_writers_on_one_frame_lose_nothing_and_take_turns(writers: int) -> None:
     assert rig.count() == commits == 20 * writers
     assert rejections / commits <= writers - 1
     if writers > 2:
-        assert rig.inbox.metrics.stats.held > 0  # writers waited for their turn instead of colliding again
+        assert (
+            rig.inbox.metrics.stats.held > 0
+        )  # writers waited for their turn instead of colliding again
     assert not rig.inbox._turn or not any(rig.inbox._held.values())
 
 

@@ -148,7 +148,10 @@ def test_release_story_through_the_cli(bare: Cli, tmp_path: Path) -> None:
     )
     r1 = cli.ok("tx", str(first))
     assert (r1["status"], r1["version"], r1["base_version"], r1["rebased"]) == (
-        "committed", 1, 0, False,
+        "committed",
+        1,
+        0,
+        False,
     )
     assert r1["errors"] == [] and r1["conflicts"] == []
     for key in ("retired_now", "retiring", "retirement_cancelled", "relief_now", "relief_pending"):
@@ -284,7 +287,12 @@ def test_rejected_transaction_exits_1_with_the_failing_op(cli: Cli) -> None:
     assert [(e["op"], e["code"]) for e in body["errors"]] == [(None, "conflict")]
     assert body["conflicts"] == [{"id": "release", "version": 1}]
     assert body["rebased"] is False  # a rejection applied nothing: it is never "rebased"
-    assert "rebased" not in cli("tx", stdin="(context-tx (base-version 0) (revise release (stage x)))", as_json=False).out
+    assert (
+        "rebased"
+        not in cli(
+            "tx", stdin="(context-tx (base-version 0) (revise release (stage x)))", as_json=False
+        ).out
+    )
 
     human = cli("tx", stdin="(context-tx (base-version 1) (revise nope (x 2)))", as_json=False)
     assert human.code == 1
@@ -321,7 +329,7 @@ def test_unknown_frame_event_and_version_exit_1(cli: Cli) -> None:
 
 def test_parse_error_exits_2_with_line_and_column(bare: Cli) -> None:
     cli = bare
-    bad = "(context-tx\n  (base-version 0)\n  (derive x (a \"b)\n"
+    bad = '(context-tx\n  (base-version 0)\n  (derive x (a "b)\n'
     r = cli("tx", stdin=bad)
     assert r.code == 2
     err = r.json()["error"]
@@ -374,16 +382,25 @@ def test_bad_offset_and_context_name_are_bad_input(cli: Cli) -> None:
 
 def test_store_from_env_default_dir_and_contexts(cli: Cli, tmp_path: Path) -> None:
     env_store = tmp_path / "from-env"
-    r = cli.raw("--json", "observe", "--kind", "external", "--text", "via env", "--create",
-                env=_clean_env(MORPHZ_STORE=str(env_store)))
+    r = cli.raw(
+        "--json",
+        "observe",
+        "--kind",
+        "external",
+        "--text",
+        "via env",
+        "--create",
+        env=_clean_env(MORPHZ_STORE=str(env_store)),
+    )
     assert r.code == 0, r.err
     assert r.json()["ref"] == "@e1"
     assert (env_store / "default" / "data.mdb").is_file()
     seen = Cli(env_store, tmp_path).ok("event", "@e1")
     assert seen["text"] == "via env"
     # --store wins over the environment.
-    r = cli.raw("--store", str(cli.store), "--json", "state",
-                env=_clean_env(MORPHZ_STORE=str(env_store)))
+    r = cli.raw(
+        "--store", str(cli.store), "--json", "state", env=_clean_env(MORPHZ_STORE=str(env_store))
+    )
     assert r.json()["events"] == []
 
     # Without either, the store is ./.morphz.
@@ -392,8 +409,19 @@ def test_store_from_env_default_dir_and_contexts(cli: Cli, tmp_path: Path) -> No
     assert (tmp_path / ".morphz" / "default" / "data.mdb").is_file()
 
     # Contexts are separate.
-    a = cli.raw("--store", str(cli.store), "--context", "alpha", "--json", "observe",
-                "--kind", "external", "--text", "only in alpha", "--create")
+    a = cli.raw(
+        "--store",
+        str(cli.store),
+        "--context",
+        "alpha",
+        "--json",
+        "observe",
+        "--kind",
+        "external",
+        "--text",
+        "only in alpha",
+        "--create",
+    )
     assert a.code == 0
     beta = cli.raw("--store", str(cli.store), "--context", "beta", "--json", "state")
     assert beta.code == 1 and beta.json()["error"]["code"] == "not_found"  # never created
@@ -454,8 +482,9 @@ def test_client_id_retry_returns_duplicate_receipt(cli: Cli, tmp_path: Path) -> 
     assert cli.version() == 1
     assert cli.ok("log", "1")["client_id"] == "agent-7"
 
-    reused = cli("tx", "--client-id", "agent-7",
-                 stdin="(context-tx (base-version 1) (derive z (a 2)))")
+    reused = cli(
+        "tx", "--client-id", "agent-7", stdin="(context-tx (base-version 1) (derive z (a 2)))"
+    )
     assert reused.code == 1
     assert [e["code"] for e in reused.json()["errors"]] == ["client_id_reused"]
     assert cli.version() == 1
@@ -475,7 +504,8 @@ def test_human_output_carries_the_key_facts(bare: Cli, tmp_path: Path) -> None:
     assert cli.human("claim").strip() == "tick 1: claimed @e1 @e2"
 
     receipt = cli.human(
-        "tx", stdin="(context-tx (base-version 0) (derive target (from @e1 @e2) (region eu))"
+        "tx",
+        stdin="(context-tx (base-version 0) (derive target (from @e1 @e2) (region eu))"
         " (retire @e2))",
     )
     assert receipt.splitlines()[0] == "committed at version 1 (base 0)"
@@ -573,8 +603,9 @@ def _imported(*args: str, cwd: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--json", "--store", "s", "state"]],
-                         ids=["help", "state"])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["--json", "--store", "s", "state"]], ids=["help", "state"]
+)
 def test_cli_does_not_import_ray(tmp_path: Path, args: list[str]) -> None:
     if "state" in args:
         _imported("--store", "s", "init", cwd=tmp_path)
@@ -597,8 +628,7 @@ def _seeded(cli: Cli) -> dict[str, Any]:
 HOSTILE_TEXT = {
     "nul-in-atom": "(context-tx (base-version 1) (derive x (a\x00b)))",
     "nul-in-string": '(context-tx (base-version 1) (derive x (a "b\x00c")))',
-    "nested-parens": "(context-tx (base-version 1) (derive x "
-    + "(" * 10_000 + ")" * 10_000 + "))",
+    "nested-parens": "(context-tx (base-version 1) (derive x " + "(" * 10_000 + ")" * 10_000 + "))",
     "only-parens": "(" * 10_000,
 }
 

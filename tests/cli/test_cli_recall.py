@@ -168,7 +168,10 @@ def test_refused_request_without_json_goes_to_stderr(store: Path) -> None:
 
 def test_bad_and_stale_cursors_exit_1(store: Path) -> None:
     request = json.dumps({"frame_id": "release-procedure", "max_nodes": 2})
-    assert doc(run(store, "--json", "recall", request, "--cursor", "xyz"))["error"]["code"] == "bad_cursor"
+    assert (
+        doc(run(store, "--json", "recall", request, "--cursor", "xyz"))["error"]["code"]
+        == "bad_cursor"
+    )
     cursor = doc(run(store, "--json", "recall", request))["next_cursor"]
     other = json.dumps({"frame_id": "release-procedure", "max_nodes": 3})
     mismatch = run(store, "--json", "recall", other, "--cursor", cursor)

@@ -235,7 +235,9 @@ def build_story() -> Story:
     assert c.submit("(unrelate notes supports release) (protect notes)") is not None
 
     # A commit no thread recorded (an operator at the console).
-    ctx.commit(f"(context-tx (base-version {ctx.version()}) (revise evidence (tests passed twice)))")
+    ctx.commit(
+        f"(context-tx (base-version {ctx.version()}) (revise evidence (tests passed twice)))"
+    )
     v["untracked"] = ctx.version()
     return Story(read_history(ctx, subs), v)
 

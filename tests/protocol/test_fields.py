@@ -233,7 +233,9 @@ def test_a_revise_conflicts_with_a_concurrent_field_edit_and_sets_see_its_fields
     assert _commit(ctx, base, "(set f (b 9))")["status"] == "rejected"  # b did
     base = ctx.version()
     assert _commit(ctx, base, '(revise f "no fields now")')["status"] == "committed"
-    assert _commit(ctx, base, "(set f (c 1))")["conflicts"] == [{"id": "f", "version": ctx.version()}]
+    assert _commit(ctx, base, "(set f (c 1))")["conflicts"] == [
+        {"id": "f", "version": ctx.version()}
+    ]
 
 
 def test_a_lifecycle_change_refuses_a_stale_edit_and_an_edit_cancels_a_retirement() -> None:

@@ -9,7 +9,7 @@ from service.context import Context
 
 
 def test_frame_as_of_each_version(ctx: Context) -> None:
-    ctx.commit("(context-tx (base-version 0) (derive case (layout single) (test \"npm test\")))")
+    ctx.commit('(context-tx (base-version 0) (derive case (layout single) (test "npm test")))')
     ctx.commit("(context-tx (base-version 1) (derive other (x 1)))")
     ctx.commit("(context-tx (base-version 2) (revise case (layout workspace)))")
     ctx.commit("(context-tx (base-version 3) (retire case))")
@@ -25,7 +25,9 @@ def test_frame_as_of_each_version(ctx: Context) -> None:
     # The history lists the same writes with the bodies they wrote.
     writes = ctx.history("case")
     assert [(w["version"], w["op"]) for w in writes] == [
-        (1, "derive"), (3, "revise"), (4, "lifecycle")
+        (1, "derive"),
+        (3, "revise"),
+        (4, "lifecycle"),
     ]
     for w in writes:
         if "body" in w:
@@ -34,7 +36,9 @@ def test_frame_as_of_each_version(ctx: Context) -> None:
 
 def test_cited_by_index_follows_derive_and_revise(ctx: Context) -> None:
     e = ctx.observe("tool_result", "log")
-    ctx.commit(f"(context-tx (base-version 0) (derive a (from {e.ref}) (x)) (derive b (from a) (y)))")
+    ctx.commit(
+        f"(context-tx (base-version 0) (derive a (from {e.ref}) (x)) (derive b (from a) (y)))"
+    )
     ctx.commit("(context-tx (base-version 1) (derive c (x)) (revise c (from a b) (z)))")
     event_id = ctx.event(e.ref)["id"]
     cited = ctx.backend.read(lambda v: (v.cited_by("a"), v.cited_by("b"), v.cited_by(event_id)))

@@ -8,8 +8,10 @@ from service.context import Context
 
 
 def seed(ctx: Context) -> int:
-    ctx.commit("(context-tx (base-version 0) (derive release (stage testing)) "
-               "(derive constraints (region eu)) (derive notes (x 1)))")
+    ctx.commit(
+        "(context-tx (base-version 0) (derive release (stage testing)) "
+        "(derive constraints (region eu)) (derive notes (x 1)))"
+    )
     return ctx.version()
 
 
@@ -25,7 +27,9 @@ def test_independent_transactions_from_one_base_both_commit(ctx: Context) -> Non
 
 def test_same_frame_from_one_base_rejects_the_later_one(ctx: Context) -> None:
     base = seed(ctx)
-    tests_passed = ctx.commit(f"(context-tx (base-version {base}) (revise release (stage packaging)))")
+    tests_passed = ctx.commit(
+        f"(context-tx (base-version {base}) (revise release (stage packaging)))"
+    )
     paused = ctx.commit(f"(context-tx (base-version {base}) (revise release (stage paused)))")
     assert tests_passed.status == "committed"
     assert paused.status == "rejected"
@@ -49,7 +53,9 @@ def test_relation_endpoints_and_edges_are_in_the_footprint(ctx: Context) -> None
     ctx.commit(f"(context-tx (base-version {base}) (relate notes supports release))")
     same_edge = ctx.commit(f"(context-tx (base-version {base}) (relate notes supports release))")
     assert [c.id for c in same_edge.conflicts] == ["notes supports release"]
-    other_edge = ctx.commit(f"(context-tx (base-version {base}) (relate constraints limits release))")
+    other_edge = ctx.commit(
+        f"(context-tx (base-version {base}) (relate constraints limits release))"
+    )
     assert other_edge.status == "committed" and other_edge.rebased
     ctx.commit(f"(context-tx (base-version {ctx.version()}) (revise release (stage shipped)))")
     stale_endpoint = ctx.commit(
@@ -109,19 +115,23 @@ def test_client_id_makes_commits_exactly_once(ctx: Context) -> None:
     assert retry.model_copy(update={"duplicate": False}) == first
     assert ctx.version() == first.version
     assert ctx.frame("notes")["revision"] == 2
-    reused = ctx.commit(f"(context-tx (base-version {ctx.version()}) (revise notes (x 10)))",
-                        client_id="thread-1/tx-1")
+    reused = ctx.commit(
+        f"(context-tx (base-version {ctx.version()}) (revise notes (x 10)))",
+        client_id="thread-1/tx-1",
+    )
     assert reused.errors[0].code == "client_id_reused"
     assert ctx.frame("notes")["revision"] == 2
 
 
 def test_group_commit_decides_each_against_the_previous(ctx: Context) -> None:
     base = seed(ctx)
-    receipts = ctx.commit_many([
-        f"(context-tx (base-version {base}) (revise release (stage a)))",
-        f"(context-tx (base-version {base}) (revise release (stage b)))",
-        f"(context-tx (base-version {base}) (revise notes (x 3)))",
-    ])
+    receipts = ctx.commit_many(
+        [
+            f"(context-tx (base-version {base}) (revise release (stage a)))",
+            f"(context-tx (base-version {base}) (revise release (stage b)))",
+            f"(context-tx (base-version {base}) (revise notes (x 3)))",
+        ]
+    )
     assert [r.status for r in receipts] == ["committed", "rejected", "committed"]
     assert [r.version for r in receipts] == [base + 1, base + 1, base + 2]
     assert ctx.version() == base + 2

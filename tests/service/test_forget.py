@@ -82,8 +82,12 @@ def _story(ctx: Context) -> tuple[str, str]:
         f"(context-tx (base-version {ctx.version()})"
         f' (derive cfg (from {report.ref}) (pass "{BODY_SECRET}")))'
     )
-    ctx.commit(f'(context-tx (base-version {ctx.version()}) (revise cfg (pass "{BODY_SECRET}-v2")))')
-    ctx.commit(f"(context-tx (base-version {ctx.version()}) (derive plan (from cfg) (step deploy)))")
+    ctx.commit(
+        f'(context-tx (base-version {ctx.version()}) (revise cfg (pass "{BODY_SECRET}-v2")))'
+    )
+    ctx.commit(
+        f"(context-tx (base-version {ctx.version()}) (derive plan (from cfg) (step deploy)))"
+    )
     ctx.record_trace({"session": "main", "frames_present": ["cfg", "plan"], "committed": [2]})
     return report.ref, "cfg"
 

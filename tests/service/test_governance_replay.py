@@ -11,7 +11,7 @@ def test_admitted_candidates_replay_in_forks_and_the_checker(ctx: Context) -> No
     recalled = ctx.observe("recall_result", "old case: npm test; npm run build; dist/")
     ctx.claim()
     receipt = ctx.commit(
-        f"(context-tx (base-version 0) (derive hint (from {recalled.ref}) (build \"npm run build\")))"
+        f'(context-tx (base-version 0) (derive hint (from {recalled.ref}) (build "npm run build")))'
     )
     assert receipt.committed
     assert ctx.frame_record("hint").envelope["trust"] == "candidate"

@@ -131,7 +131,7 @@ def test_refusals_name_the_bad_argument_and_change_nothing(tmp_path: Path) -> No
                 RequestError,
                 "bad_argument",
             ),
-            (lambda: inspection.search(ctx, "x" * 2000), OutOfRange, "out_of_range"),
+            (lambda: ctx.inspect_search("x" * 2000), OutOfRange, "out_of_range"),
         ]
         for call, kind, code in cases:
             with pytest.raises(kind) as raised:
@@ -173,7 +173,7 @@ def test_the_search_reads_and_records_nothing(tmp_path: Path) -> None:
     with morphz.open_context(tmp_path, "s") as ctx:
         _commit(ctx, "(derive release (note (regression suite passed)))")
         version, events = ctx.version(), len(ctx.state().events)
-        found = inspection.search(ctx, "regression", limit=5)
+        found = ctx.inspect_search("regression", limit=5)
         assert [h["id"] for h in found["hits"]] == ["release"]
         assert "«regression»" in found["hits"][0]["snippet"]
         assert ctx.version() == version and len(ctx.state().events) == events

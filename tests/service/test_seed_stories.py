@@ -36,8 +36,11 @@ def commit_ok(ctx: Context, text: str) -> dict[str, object]:
 
 def test_release_story(ctx: Context) -> None:
     request = ctx.observe("user_message", "Ship v1 once the regression tests pass.")
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) "
-                   f"(derive release (from {request.ref}) (goal ship-v1) (stage awaiting-tests)))")
+    commit_ok(
+        ctx,
+        f"(context-tx (base-version {ctx.version()}) "
+        f"(derive release (from {request.ref}) (goal ship-v1) (stage awaiting-tests)))",
+    )
     report = ctx.observe("tool_result", "regression suite: 412 passed, 0 failed\n" * 200)
     ctx.claim()
 
@@ -71,9 +74,12 @@ def test_release_story(ctx: Context) -> None:
 
 
 def test_deployment_region_change_retires_old_frame_through_successor(ctx: Context) -> None:
-    commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) "
-                   "(derive deployment/target-v1 (fact (region cn-hangzhou)))"
-                   "(derive build/failure (cause flaky-cache)))")
+    commit_ok(
+        ctx,
+        f"(context-tx (base-version {ctx.version()}) "
+        "(derive deployment/target-v1 (fact (region cn-hangzhou)))"
+        "(derive build/failure (cause flaky-cache)))",
+    )
     config = ctx.observe("tool_result", "production config: region=cn-shanghai")
     ctx.claim()
     other_before = ctx.frame("build/failure")
@@ -100,9 +106,12 @@ def test_consolidating_two_release_cases_into_a_procedure(ctx: Context) -> None:
     run_a = ctx.observe("tool_result", "npm test: ok; npm run build: ok; dist/ verified")
     run_b = ctx.observe("tool_result", "pnpm --filter web test: ok; build ok; apps/web/dist/ ok")
     ctx.claim()
-    commit_ok(ctx, f"""(context-tx (base-version {ctx.version()})
+    commit_ok(
+        ctx,
+        f"""(context-tx (base-version {ctx.version()})
       (derive release-case-a (from {run_a.ref}) (layout single-package) (test "npm test"))
-      (derive release-case-b (from {run_b.ref}) (layout workspace) (test "pnpm --filter web test")))""")
+      (derive release-case-b (from {run_b.ref}) (layout workspace) (test "pnpm --filter web test")))""",
+    )
 
     receipt = commit_ok(ctx, as_written(CONSOLIDATE_TX, ctx, 42))
 
@@ -128,9 +137,12 @@ def test_later_successor_completes_a_pending_retirement(ctx: Context) -> None:
     assert ctx.frame("plan/v1")["lifecycle"] == "retiring"
 
     # No new retire: the successor alone completes the pending retirement.
-    second = commit_ok(ctx, f"""(context-tx (base-version {ctx.version()})
+    second = commit_ok(
+        ctx,
+        f"""(context-tx (base-version {ctx.version()})
       (derive plan/v2 (from plan/v1) (stage final))
-      (relate plan/v2 supersedes plan/v1))""")
+      (relate plan/v2 supersedes plan/v1))""",
+    )
     assert second["retired_now"] == ["plan/v1"]
     assert ctx.frame("plan/v1")["lifecycle"] == "retired"
 
@@ -138,8 +150,9 @@ def test_later_successor_completes_a_pending_retirement(ctx: Context) -> None:
 def test_successor_without_source_or_relation_does_not_bypass_window(ctx: Context) -> None:
     commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) (derive a (x 1)) (derive b (x 2)))")
     # b supersedes a but does not cite it: the window applies.
-    receipt = commit_ok(ctx, f"(context-tx (base-version {ctx.version()}) "
-                             "(relate b supersedes a) (retire a))")
+    receipt = commit_ok(
+        ctx, f"(context-tx (base-version {ctx.version()}) (relate b supersedes a) (retire a))"
+    )
     assert receipt["retired_now"] == []
     assert ctx.frame("a")["lifecycle"] == "retiring"
     # c cites a but no supersedes edge: still the window.

@@ -147,8 +147,12 @@ def m_successor_rule(m: Model) -> None:
         if f.lifecycle != "retiring":
             continue
         for s, label, o in m.relations:
-            if (label == "supersedes" and o == fid and s not in retired_before
-                    and fid in m.frames[s].sources):
+            if (
+                label == "supersedes"
+                and o == fid
+                and s not in retired_before
+                and fid in m.frames[s].sources
+            ):
                 f.lifecycle, f.due = "retired", None
                 break
 
@@ -163,16 +167,28 @@ def render(op: tuple) -> str:  # type: ignore[type-arg]
 
 
 ops = st.one_of(
-    st.tuples(st.just("derive"), st.sampled_from(FRAME_IDS),
-              st.lists(st.sampled_from(FRAME_IDS + ["@e1", "@e2", "@e3"]), max_size=2),
-              st.sampled_from(["(x 1)", '(note "两")', "(y (z 2))"])),
-    st.tuples(st.just("revise"), st.sampled_from(FRAME_IDS),
-              st.lists(st.sampled_from(FRAME_IDS + ["@e1"]), max_size=1),
-              st.sampled_from(["(x 3)", "(w)"])),
-    st.tuples(st.sampled_from(["relate", "unrelate"]), st.sampled_from(FRAME_IDS),
-              st.sampled_from(LABELS), st.sampled_from(FRAME_IDS)),
-    st.tuples(st.sampled_from(["retire", "restore"]),
-              st.sampled_from(FRAME_IDS + ["@e1", "@e2", "@e3", "@e4"])),
+    st.tuples(
+        st.just("derive"),
+        st.sampled_from(FRAME_IDS),
+        st.lists(st.sampled_from(FRAME_IDS + ["@e1", "@e2", "@e3"]), max_size=2),
+        st.sampled_from(["(x 1)", '(note "两")', "(y (z 2))"]),
+    ),
+    st.tuples(
+        st.just("revise"),
+        st.sampled_from(FRAME_IDS),
+        st.lists(st.sampled_from(FRAME_IDS + ["@e1"]), max_size=1),
+        st.sampled_from(["(x 3)", "(w)"]),
+    ),
+    st.tuples(
+        st.sampled_from(["relate", "unrelate"]),
+        st.sampled_from(FRAME_IDS),
+        st.sampled_from(LABELS),
+        st.sampled_from(FRAME_IDS),
+    ),
+    st.tuples(
+        st.sampled_from(["retire", "restore"]),
+        st.sampled_from(FRAME_IDS + ["@e1", "@e2", "@e3", "@e4"]),
+    ),
     st.tuples(st.sampled_from(["protect", "unprotect"]), st.sampled_from(FRAME_IDS)),
 )
 
@@ -227,13 +243,19 @@ class EngineMatchesModel(RuleBasedStateMachine):
     def derive_plain(self, fid: str) -> None:
         self.transaction([("derive", fid, [], "(x 0)")])
 
-    @rule(kind=st.sampled_from(["retire", "retire", "restore", "protect", "unprotect"]),
-          fid=st.sampled_from(FRAME_IDS[:3]))
+    @rule(
+        kind=st.sampled_from(["retire", "retire", "restore", "protect", "unprotect"]),
+        fid=st.sampled_from(FRAME_IDS[:3]),
+    )
     def lifecycle(self, kind: str, fid: str) -> None:
         self.transaction([(kind, fid)])
 
-    @rule(old=st.sampled_from(FRAME_IDS[:3]), new=st.sampled_from(FRAME_IDS),
-          retire=st.booleans(), derive=st.booleans())
+    @rule(
+        old=st.sampled_from(FRAME_IDS[:3]),
+        new=st.sampled_from(FRAME_IDS),
+        retire=st.booleans(),
+        derive=st.booleans(),
+    )
     def successor(self, old: str, new: str, retire: bool, derive: bool) -> None:
         first = ("derive", new, [old], "(x 9)") if derive else ("revise", new, [old], "(x 9)")
         batch = [first, ("relate", new, "supersedes", old)]
@@ -246,8 +268,11 @@ class EngineMatchesModel(RuleBasedStateMachine):
     @rule(batch=st.lists(ops, min_size=2, max_size=4))
     def transaction(self, batch: list[tuple]) -> None:  # type: ignore[type-arg]
         before = self.ctx.state()
-        text = (f"(context-tx (base-version {self.m.version}) "
-                + " ".join(render(op) for op in batch) + ")")
+        text = (
+            f"(context-tx (base-version {self.m.version}) "
+            + " ".join(render(op) for op in batch)
+            + ")"
+        )
         receipt = self.ctx.commit(text)
         trial = _copy(self.m)
         failed_at: int | None = None

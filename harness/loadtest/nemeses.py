@@ -1,0 +1,239 @@
+"""Nemeses of the load test: faults done to a replicated context's primary while the load runs.
+
+Two kinds, next to ``--kill-node-every`` (:class:`~harness.loadtest.nodes.NodeKiller`), on
+the run's own test cluster (every process on this machine):
+
+* **pause** (``--pause-primary-every N --pause-for S``): every *N* seconds the current
+  primary of one context (round robin) is stopped with SIGSTOP, as a GC pause or a
+  starved VM stops it, and resumed with SIGCONT *S* seconds later. Its node stays
+  alive; the supervisor declares it hung (``actors.cluster.failover.HANG_AFTER``) and
+  promotes its follower if *S* is long enough. Resumed, the old primary is fenced.
+* **partition** (``--partition-every N --partition-for S``): for *S* seconds the primary
+  is cut off from its followers and from the supervisor while clients still reach it.
+  The cut is made at the transport, inside the processes (a partition of real network
+  links cannot be made here: every Ray node of the test cluster is a process of this
+  one machine talking over loopback, and cutting loopback links between network
+  namespaces needs the nodes started inside them, which ``ray.cluster_utils`` does not
+  do): the primary's shipping of batches to its followers blocks for the rest of the
+  cut and then fails as unreachable, and the supervisor's pings of that primary get no
+  answer, so it is declared hung and replaced. Both sides heal by themselves at the
+  end of the cut (a deadline on the wall clock, shared by the processes of one machine).
+
+Each fault is logged with the **unavailability window** it caused: from the moment
+the fault began to the first moment a commit was seen applied after it (the version
+read from the context's current primary, as the directory names it, rising between
+two reads of the same primary after the fault began; looked at every
+:data:`PROBE` seconds, so windows are exact to about that). A fault whose context
+saw no commit within :data:`WINDOW_LIMIT` seconds has ``unavailable_s`` None.
+
+Runs in a thread of the driver (SIGSTOP and SIGCONT are plain signals to processes of
+this machine; the cut is two ``__ray_call__`` calls). Ray is imported inside functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+__all__ = ["PROBE", "WINDOW_LIMIT", "Nemesis", "cut_pings", "cut_shipping"]
+
+PROBE = 0.1
+"""Seconds between two reads of the faulted context's version (the window's resolution)."""
+WINDOW_LIMIT = 60.0
+"""Seconds a fault's window is looked for before it is given up (``unavailable_s`` None)."""
+CALL_TIMEOUT = 1.0
+"""Seconds one read of a version may take (a paused primary never answers)."""
+
+
+class Nemesis:
+    """Every *every* seconds, does *kind* (``pause`` or ``partition``) to the primary of one
+    of *names* (round robin) for *hold* seconds, and measures its window; stops when told or
+    *until* seconds after it started. ``kills`` logs one entry per fault (the load test's
+    ``kill_log``): ``{"fault", "context", "actor", "at_s", "back_s", "epoch_before",
+    "epoch_after", "unavailable_s"}`` (and ``error`` if the fault could not be done)."""
+
+    def __init__(
+        self,
+        kind: str,
+        names: list[str],
+        namespace: str,
+        every: float,
+        hold: float,
+        until: float | None = None,
+    ) -> None:
+        if kind not in ("pause", "partition"):
+            raise ValueError(f"unknown nemesis {kind!r}")
+        self.kind, self.names, self.namespace = kind, names, namespace
+        self.every, self.hold, self.until = every, hold, until
+        self.kills: list[dict[str, Any]] = []
+        self.skipped = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._next = 0
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="morphz-nemesis", daemon=True)
+
+    def start(self) -> None:
+        """Start (the first fault comes half a period from now)."""
+        self._started = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the fault in progress (a paused primary is resumed first)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        wait = self.every / 2
+        while not self._stop.wait(wait):
+            if self.until is not None and time.monotonic() - self._started >= self.until:
+                return
+            began = time.monotonic()
+            name = self.names[self._next % len(self.names)]
+            self._next += 1
+            entry: dict[str, Any] = {"fault": self.kind, "context": name}
+            try:
+                self._fault(name, entry)
+            except Exception as e:
+                self.errors += 1
+                entry["error"] = f"{type(e).__name__}: {e}"
+            self.kills.append(entry)
+            wait = max(0.0, self.every - (time.monotonic() - began))
+
+    def _fault(self, name: str, entry: dict[str, Any]) -> None:
+        import ray
+
+        from actors.cluster.directory import directory
+
+        d = directory(self.namespace)
+        before = d.get(name)
+        actor = ray.get_actor(before.primary.actor, namespace=self.namespace)
+        entry.update(actor=before.primary.actor, epoch_before=before.epoch)
+        pid = int(str(ray.get(actor.pid.remote(), timeout=30)))
+        at = time.monotonic()
+        entry["at_s"] = round(at - self._started, 3)
+        window: float | None = None
+        if self.kind == "pause":
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                window = self._window(name, at, at + self.hold)
+                time.sleep(max(0.0, at + self.hold - time.monotonic()))  # the whole pause
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        else:
+            until = time.time() + self.hold
+            ray.get(actor.__ray_call__.remote(cut_shipping, until), timeout=30)
+            ray.get(d.actor.__ray_call__.remote(cut_pings, before.primary.actor, until), timeout=30)
+            window = self._window(name, at, at + self.hold)
+        end = max(time.monotonic(), at + self.hold)
+        if window is None:  # not back during the fault: keep looking after it healed
+            window = self._window(name, at, at + WINDOW_LIMIT)
+        entry["back_s"] = round(end - self._started, 3)
+        entry["unavailable_s"] = None if window is None else round(window, 3)
+        try:
+            entry["epoch_after"] = d.get(name).epoch
+        except Exception as e:  # the directory busy promoting: said so, not guessed
+            entry["epoch_after"] = f"unknown: {type(e).__name__}"
+
+    def _window(self, name: str, at: float, end: float) -> float | None:
+        """Seconds from *at* to the first commit seen applied after it, looked for until
+        *end* (None if none by then)."""
+        seen: dict[str, int] = {}
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                return None
+            read = _read_version(name, self.namespace)
+            if read is not None:
+                actor, version = read
+                if actor in seen and version > seen[actor]:
+                    return time.monotonic() - at
+                seen.setdefault(actor, version)
+            time.sleep(PROBE)
+
+
+def _read_version(name: str, namespace: str) -> tuple[str, int] | None:
+    """The current primary's actor name and version, or None if it does not answer soon."""
+    import ray
+
+    from actors.client.lookup import lookup
+
+    try:
+        handle = lookup(name, namespace)
+        raw = ray.get(handle.actor.version.remote(), timeout=CALL_TIMEOUT)
+    except Exception:
+        return None
+    from actors.client.replies import open_reply
+
+    try:
+        return handle.transport.actor_name, int(open_reply(raw))
+    except Exception:
+        return None
+
+
+# -- the cut, done inside the primary's and the directory's processes -------------------
+
+
+def _cut_ship(seq: int, data: bytes, *, original: Any, until: float) -> None:
+    """Batches go nowhere until *until*; then the ship fails as unreachable (as a real
+    one gives up), and the next write ships again through *original*."""
+    from protocol.errors import TransportError
+
+    left = until - time.time()
+    if left <= 0:
+        return original(seq, data)  # type: ignore[no-any-return]
+    time.sleep(left)
+    raise TransportError(
+        "the followers were unreachable (a partition)", code="replicas_unavailable"
+    )
+
+
+def cut_shipping(actor: Any, until: float) -> bool:
+    """Run in the primary (``__ray_call__``): cut its link to its followers until *until*
+    (wall clock). True if it was a replicated primary."""
+    replicator = getattr(actor, "replicator", None)
+    store = getattr(replicator, "store", None)
+    if store is None:
+        return False
+    original = getattr(store, "_uncut_ship", None) or store._ship
+    store._uncut_ship = original
+    store._ship = functools.partial(_cut_ship, original=original, until=until)
+    return True
+
+
+class _NoAnswer:
+    """An actor handle whose calls never answer (the supervisor's pings of a cut primary)."""
+
+    def __getattr__(self, method: str) -> Any:
+        return self
+
+    def options(self, **_: Any) -> _NoAnswer:
+        return self
+
+    def remote(self, *_: Any) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+
+def _cut_get_actor(name: str, namespace: str, *, original: Any, cut: str, until: float) -> Any:
+    if name == cut and time.time() < until:
+        return _NoAnswer()
+    return original(name, namespace)
+
+
+def cut_pings(directory: Any, actor_name: str, until: float) -> bool:
+    """Run in the directory (``__ray_call__``): its supervisor cannot reach *actor_name*
+    until *until* (wall clock)."""
+    from actors.cluster import failover
+
+    original = getattr(failover, "_uncut_get_actor", None) or failover._get_actor
+    failover._uncut_get_actor = original  # type: ignore[attr-defined]
+    failover._get_actor = functools.partial(
+        _cut_get_actor, original=original, cut=actor_name, until=until
+    )
+    return True

@@ -1,0 +1,242 @@
+"""Unkind faults on a 3-node ``ray.cluster_utils.Cluster`` (child processes, as
+tests/actors/test_failover.py):
+
+* **a paused primary** (SIGSTOP of its process, its node alive) is declared hung by the
+  supervisor and its follower promoted; resumed (SIGCONT), the old primary — called by a
+  client still holding its actor, which never follows a promotion — never acknowledges a
+  commit: everything it was sent during and after the pause is refused (``fenced`` /
+  ``stale_epoch``), none of it reaches the new primary, and every commit acknowledged to
+  the following client is there exactly once;
+* **the directory's node lost**: the directory (started on a non-head node, as any
+  process there would) is restarted by Ray on a live node, reloads its state, places a
+  new context and promotes the follower of a context whose primary was on that node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.actors.multinode import (
+    CHILD_TIMEOUT,
+    NAMESPACE,
+    ROOT,
+    MultiNode,
+    pinned_call,
+    run_scenario,
+)
+from tests.actors.test_failover import WAIT, _log_of, _tx, _until
+
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
+
+FAST_DEATH = {
+    # Ray's GCS marks a node dead after missing health checks (15 s and more by default);
+    # the directory restarts elsewhere only then. A deployment that wants the directory
+    # back quickly sets these for its GCS, as this cluster does.
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_timeout_ms": "500",
+    "RAY_health_check_failure_threshold": "3",
+}
+
+
+class Writer(threading.Thread):
+    """Commits through a handle that follows promotions, retrying each transaction under
+    its client id until acknowledged; records when each acknowledgement came."""
+
+    def __init__(self, handle: Any, prefix: str) -> None:
+        super().__init__(daemon=True)
+        self.handle, self.prefix = handle, prefix
+        self.acked: dict[str, tuple[int, float]] = {}
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from protocol.errors import MorphzError
+
+        i = 0
+        while not self.stop.is_set():
+            cid = f"{self.prefix}-{i}"
+            try:
+                r = self.handle.submit(_tx(self.prefix, i), client_id=cid, timeout=2)
+            except MorphzError as e:
+                self.errors.append(e.code)
+                continue
+            assert r.committed, r
+            self.acked[cid] = (r.version, time.monotonic())
+            i += 1
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest stretch without an acknowledgement within [start, end]."""
+        times = sorted(t for _, t in self.acked.values() if start <= t <= end)
+        points = [start, *times, end]
+        return max(b - a for a, b in zip(points, points[1:], strict=False))
+
+
+def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
+    """Pause the primary past detection, resume it, and write to it through its old actor."""
+    import ray
+
+    from actors.client.handle import ContextHandle, _receipt
+    from actors.cluster.directory import directory
+    from actors.cluster.placing import place
+    from protocol.errors import MorphzError
+
+    name, node = "zombie", multi.node_ids[1]
+    handle = place(name, followers=1, placement=f"node:{node}", namespace=NAMESPACE)
+    entry = directory(NAMESPACE).get(name)
+    old = ray.get_actor(entry.primary.actor, namespace=NAMESPACE)
+    pid = ray.get(old.pid.remote(), timeout=30)
+    before = [handle.submit(_tx("pre", i), client_id=f"pre-{i}") for i in range(10)]
+    writer = Writer(handle, "w")
+    writer.start()
+    _until("the writer's progress", lambda: len(writer.acked) >= 10)
+
+    def zombie_write(i: int) -> Any:
+        _, payload = ContextHandle.prepare(_tx("z", i), f"z-{i}")
+        return old.submit.remote(payload)
+
+    os.kill(pid, signal.SIGSTOP)
+    paused_at = time.monotonic()
+    during = [zombie_write(i) for i in range(5)]  # queued in the paused process
+    promoted = _until("a promotion", lambda: (e := directory(NAMESPACE).get(name)).epoch >= 1 and e)
+    promoted_after = time.monotonic() - paused_at
+    _until("an acknowledgement after the promotion", lambda: _acked_after(writer, paused_at))
+    os.kill(pid, signal.SIGCONT)
+    resumed_at = time.monotonic()
+    after = [zombie_write(i) for i in range(5, 10)]
+    zombie: dict[str, str] = {}
+    for i, ref in enumerate(during + after):
+        try:
+            receipt = _receipt(ray.get(ref, timeout=WAIT))
+        except MorphzError as e:
+            zombie[f"z-{i}"] = e.code
+        else:
+            raise AssertionError(f"the old primary acknowledged z-{i} after epoch 1: {receipt}")
+    assert set(zombie.values()) <= {"fenced", "stale_epoch"}, zombie
+    _until("more acknowledgements after the resume", lambda: _acked_after(writer, resumed_at + 1))
+    writer.stop.set()
+    writer.join(timeout=WAIT)
+    logged = _log_of(handle)  # the new primary's log: no gap, no client id twice
+    assert not [cid for cid in zombie if cid in logged], "a zombie write reached the log"
+    for r in before:
+        assert logged[str(r.client_id)] == r.version, r
+    for cid, (version, _) in writer.acked.items():
+        assert logged[cid] == version, (cid, version, logged.get(cid))
+    return {
+        "promoted_epoch": promoted.epoch,
+        "promoted_after_s": round(promoted_after, 2),
+        "unavailable_s": round(writer.longest_gap(paused_at, resumed_at), 2),
+        "zombie_replies": zombie,
+        "acknowledged": len(writer.acked) + len(before),
+        "writer_errors": sorted(set(writer.errors)),
+    }
+
+
+def _acked_after(writer: Writer, t: float) -> bool:
+    return any(at > t for _, at in list(writer.acked.values()))
+
+
+def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
+    """The directory's node is removed: it comes back elsewhere, places and promotes."""
+    from actors.client.lookup import lookup
+    from actors.cluster.directory import directory
+    from actors.cluster.placing import place
+    from protocol.errors import MorphzError
+
+    lost = multi.node_ids[1]
+    pinned_call(lost, _create_directory, NAMESPACE)  # the directory starts on node 1
+    d = directory(NAMESPACE)
+    assert _directory_node(d) == lost
+    handle = place("dir-rep", followers=1, placement=f"node:{lost}", namespace=NAMESPACE)
+    acked = [handle.submit(_tx("a", i), client_id=f"a-{i}") for i in range(10)]
+    multi.remove_node(1)
+    removed_at = time.monotonic()
+    placed_after = promoted_after = None
+    new = None
+    while placed_after is None or promoted_after is None:
+        assert time.monotonic() - removed_at < WAIT, "the directory did not come back"
+        try:
+            if placed_after is None:
+                new = place("dir-new", namespace=NAMESPACE)
+                placed_after = time.monotonic() - removed_at
+            if promoted_after is None and directory(NAMESPACE).get("dir-rep").epoch >= 1:
+                promoted_after = time.monotonic() - removed_at
+        except MorphzError:
+            time.sleep(0.2)
+    assert new is not None and new.submit(_tx("n", 0), client_id="n-0").committed
+    where = _directory_node(directory(NAMESPACE))
+    assert where != lost, where
+    promoted = lookup("dir-rep", NAMESPACE)
+    assert promoted.submit(_tx("b", 0), client_id="b-0").committed
+    logged = _log_of(promoted)
+    for r in acked:
+        assert logged[str(r.client_id)] == r.version, r
+    return {
+        "placed_after_s": round(placed_after, 2),
+        "promoted_after_s": round(promoted_after, 2),
+        "directory_node_after": where[:12],
+    }
+
+
+def _create_directory(namespace: str) -> int:
+    from actors.cluster.directory import directory
+
+    return len(directory(namespace).list())
+
+
+def _directory_node(d: Any) -> str:
+    import ray
+
+    return str(
+        ray.get(
+            d.actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()),
+            timeout=30,
+        )
+    )
+
+
+def test_a_paused_primary_never_acknowledges_after_the_promotion() -> None:
+    verdict = run_scenario("tests.actors.test_faults:paused_primary_never_acknowledges")
+    assert verdict["ok"], verdict.get("traceback", verdict)
+
+
+def test_the_directory_survives_its_node() -> None:
+    verdict = run_scenario("tests.actors.test_faults:directory_node_lost", env=FAST_DEATH)
+    assert verdict["ok"], verdict.get("traceback", verdict)
+
+
+@pytest.mark.parametrize("nemesis", ["pause-primary"])
+def test_loadtest_nemesis_checks_every_history(tmp_path: Path, nemesis: str) -> None:
+    """``morphz loadtest --followers 1 --pause-primary-every N`` (or ``--partition-every``):
+    each fault is logged with its window and every history checks on the current primaries."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("MORPHZ_STORE", None)
+    args = ["--threads", "4", "--contexts", "1", "--duration", "9", "--conflict-rate", "0.2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "morphz.cli", "--store", str(tmp_path), "--json", "loadtest", *args]
+        + ["--followers", "1", f"--{nemesis}-every", "8", f"--{nemesis.split('-')[0]}-for", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+    )
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0 and doc["history_ok"], (doc, done.stderr[-3000:])
+    assert doc["violation_count"] == 0 and doc["committed"] > 0
+    faults = doc["kill_log"]
+    assert len(faults) == 1 and "error" not in faults[0], faults
+    fault = faults[0]
+    assert fault["fault"] == nemesis.split("-")[0] and fault["unavailable_s"] is not None
+    assert fault["epoch_after"] == fault["epoch_before"] + 1, fault  # promoted once
