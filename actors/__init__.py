@@ -3,8 +3,9 @@
 * :mod:`actors.client` — what a caller needs: the transport, the handle
   (:class:`ContextHandle`), :func:`lookup`, the reply envelope and the names
   every side shares (:mod:`actors.client.names`). It never imports the other two.
-* :mod:`actors.server` — the context actor and what runs inside it, and
-  :func:`connect`, which starts one. It never imports the cluster side;
+* :mod:`actors.server` — the context actor and what runs inside it,
+  :func:`connect`, which starts one, and the context hosts (:func:`start_host`:
+  one process serving many contexts, activated on demand). It never imports the cluster side;
   replication reaches it through a hook it is given.
 * :mod:`actors.cluster` — the context directory, :func:`place`, the followers
   and the failover supervisor.
@@ -30,11 +31,13 @@ if TYPE_CHECKING:
     from actors.cluster.placing import place
     from actors.server.connect import connect
     from actors.server.context_actor import ContextActor
+    from actors.server.hosting import HostHandle, start_host
 
 __all__ = [
     "ContextActor",
     "ContextEntry",
     "ContextHandle",
+    "HostHandle",
     "Member",
     "RetryPolicy",
     "connect",
@@ -44,6 +47,7 @@ __all__ = [
     "new_client_id",
     "node_with_resource",
     "place",
+    "start_host",
 ]
 
 
@@ -68,6 +72,10 @@ def __getattr__(name: str) -> Any:
         from actors.client.lookup import lookup as value
     elif name == "connect":
         from actors.server.connect import connect as value
+    elif name in ("HostHandle", "start_host"):
+        from actors.server import hosting
+
+        value = getattr(hosting, name)
     elif name == "ContextActor":
         from actors.server.context_actor import ContextActor as value
     elif name == "directory":

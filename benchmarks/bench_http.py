@@ -8,7 +8,17 @@ Serve on a free loopback port:
   this process, one connection each) each POSTing transactions as
   ``text/plain`` to ``/v1/contexts/{c}/transactions``, one after the other;
 * **handle** (the baseline): N concurrent asyncio tasks in this process, each
-  calling :meth:`actors.client.handle.ContextHandle.submit_async` with the same text.
+  calling :meth:`actors.client.handle.ContextHandle.submit_async` with the same text;
+* **http unbatched**: the same HTTP load against a second application of the
+  same Serve instance built with ``batch=False`` (one ``submit`` per request,
+  as before transactions arriving together were batched into one ``submit_many``).
+
+Serve's options are the command's: ``--replicas``, ``--max-ongoing``, and
+``--throughput-optimized`` / ``--direct-ingress``, which set
+``RAY_SERVE_THROUGHPUT_OPTIMIZED=1`` / ``RAY_SERVE_ENABLE_DIRECT_INGRESS=1`` before
+Ray starts (they only take effect on a new local cluster, not with ``--address``).
+HAProxy ingress (``RAY_SERVE_ENABLE_HA_PROXY=1``) needs an ``haproxy`` binary,
+which the benchmark says when it is missing.
 
 Every transaction revises the client's own frame based on its last receipt, so
 everything is rebased and nothing conflicts; each is a durable commit. The two
@@ -82,7 +92,7 @@ async def _http_round(url: str, n: int, count: int) -> dict[str, Any]:
 
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     clients = [httpx.AsyncClient(base_url=url, timeout=120, limits=limits) for _ in range(n)]
-    headers = {"content-type": "text/plain"}
+    headers = {"content-type": "text/plain", "x-morphz-request": "1"}
 
     async def submit(i: int, text: str) -> int:
         r = await clients[i].post("/transactions", content=text, headers=headers)
@@ -132,32 +142,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = init_ray(args.address)
     port = _free_port()
     results: dict[str, Any] = {"machine": testbed.machine(store), "levels": {}}
+    results["serve"] = {
+        "replicas": args.replicas,
+        "max_ongoing_requests": args.max_ongoing,
+        "throughput_optimized": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED") == "1",
+        "direct_ingress": os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1",
+    }
     try:
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-        serve.run(serve_app(store, namespace=NAMESPACE), name="morphz-bench", route_prefix="/")
+        options = {"replicas": args.replicas, "max_ongoing_requests": args.max_ongoing}
+        app = serve_app(store, namespace=NAMESPACE, **options)
+        serve.run(app, name="morphz-bench", route_prefix="/")
+        single = serve_app(store, namespace=NAMESPACE, batch=False, **options)
+        serve.run(single, name="morphz-bench-unbatched", route_prefix="/unbatched")
         name = "bench-" + uuid.uuid4().hex[:6]
         handle = connect(name, store_dir=store, namespace=NAMESPACE)
         url = f"http://127.0.0.1:{port}/v1/contexts/{name}"
+        url_single = f"http://127.0.0.1:{port}/unbatched/v1/contexts/{name}"
         asyncio.run(_http_round(url, 1, 3))  # warm: the replica finds the actor
+        asyncio.run(_http_round(url_single, 1, 3))
         for n in LEVELS:
             count = max(3, commits // max(1, n // 4))
             http: list[dict[str, Any]] = []
+            unbatched: list[dict[str, Any]] = []
             base: list[dict[str, Any]] = []
             for _ in range(rounds):
                 base.append(asyncio.run(_handle_round(handle, n, count)))
                 http.append(asyncio.run(_http_round(url, n, count)))
-            h, b = _merge(http), _merge(base)
+                unbatched.append(asyncio.run(_http_round(url_single, n, count)))
+            h, b, u = _merge(http), _merge(base), _merge(unbatched)
             results["levels"][str(n)] = {
                 "http": h,
+                "http_unbatched": u,
                 "handle": b,
                 "ratio": round(h["rate"] / b["rate"], 2) if b["rate"] else None,
+                "ratio_unbatched": round(u["rate"] / b["rate"], 2) if b["rate"] else None,
             }
             if not args.json:
+                got = results["levels"][str(n)]
                 print(
-                    f"{n:>3} clients  http {h['rate']:>8.1f} tx/s (p50 {h['p50_ms']:.1f} ms,"
-                    f" p99 {h['p99_ms']:.1f} ms)   handle {b['rate']:>8.1f} tx/s"
-                    f" (p50 {b['p50_ms']:.1f} ms, p99 {b['p99_ms']:.1f} ms)"
-                    f"   ratio {results['levels'][str(n)]['ratio']}",
+                    f"{n:>3} clients  http {h['rate']:>7.1f} tx/s (p50 {h['p50_ms']:.1f},"
+                    f" p99 {h['p99_ms']:.1f} ms)  unbatched {u['rate']:>7.1f}"
+                    f"  handle {b['rate']:>7.1f} (p50 {b['p50_ms']:.1f}, p99 {b['p99_ms']:.1f})"
+                    f"  ratio {got['ratio']} (unbatched {got['ratio_unbatched']})",
                     flush=True,
                 )
         handle.shutdown()
@@ -176,7 +203,25 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
     parser.add_argument("--address", default=None, help="Ray cluster (default: a new local one)")
     parser.add_argument("--dir", default=None, help="scratch parent directory for the store")
+    parser.add_argument("--replicas", type=int, default=1, help="Serve replicas (default 1)")
+    parser.add_argument(
+        "--max-ongoing", type=int, default=256, help="max_ongoing_requests per replica"
+    )
+    parser.add_argument(
+        "--throughput-optimized",
+        action="store_true",
+        help="RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (a new local cluster only)",
+    )
+    parser.add_argument(
+        "--direct-ingress",
+        action="store_true",
+        help="RAY_SERVE_ENABLE_DIRECT_INGRESS=1 (a new local cluster only)",
+    )
     args = parser.parse_args()
+    if args.throughput_optimized:
+        os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] = "1"
+    if args.direct_ingress:
+        os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not args.json:
         print(f"load average (1 min): {os.getloadavg()[0]:.2f}; cpus {os.cpu_count()}")

@@ -38,6 +38,7 @@ import asyncio
 import importlib
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from actors.client.batching import SubmitBatcher
 from protocol import capabilities
 from protocol.capabilities import PermissionDenied
 from protocol.errors import (
@@ -83,6 +85,12 @@ __all__ = [
 
 
 API_PREFIX = "/v1"
+INLINE_PARSE_CHARS = 8192
+"""A transaction text longer than this is parsed on a worker thread, off the event loop."""
+MAX_ONGOING_REQUESTS = 256
+"""Requests one replica serves at once (Ray Serve's ``max_ongoing_requests``)."""
+MAX_BATCHERS = 4096
+"""Most (context, token) submit batchers a replica keeps; the least recently used goes."""
 INSPECTOR_PREFIX = "/inspect"
 """Where the web inspector is mounted (servers/inspector)."""
 
@@ -210,11 +218,13 @@ def _int_param(request: Request, name: str) -> int | None:
 Route = Callable[..., Awaitable[Any]]
 
 
-def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = ()) -> FastAPI:
+def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool = True) -> FastAPI:
     """The FastAPI app of the HTTP API over *resolver* (see the module docstring), behind
     :class:`servers.edge.EdgeMiddleware`: *hosts* are the names it answers for besides
     loopback; when *resolver* enforces capabilities, each request's token is verified and
-    must grant the route's operation before its body is read."""
+    must grant the route's operation before its body is read. With *batch* (the default)
+    transactions for one context arriving together go to its actor in one ``submit_many``
+    (:class:`~actors.client.batching.SubmitBatcher`); without, one ``submit`` each."""
     app = FastAPI(
         title="Morphz",
         version="1",
@@ -244,6 +254,21 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = ()) -> FastAPI:
         if handle is None:  # finding the actor blocks (a Ray lookup): off the event loop
             handle = handles[name] = await asyncio.to_thread(resolver.handle, name)
         return handle
+
+    batchers: OrderedDict[tuple[str, bytes | None], SubmitBatcher] = OrderedDict()
+
+    def batcher_of(name: str, handle: ContextHandle) -> SubmitBatcher:
+        """The batcher of *name* for the handle's token: transactions arriving together
+        for one context with one token go to the actor in one ``submit_many``."""
+        key = (name, handle.capability)
+        batcher = batchers.get(key)
+        if batcher is None:
+            batcher = batchers[key] = SubmitBatcher(handle.transport)
+            if len(batchers) > MAX_BATCHERS:  # the oldest goes; a send in flight finishes
+                batchers.popitem(last=False)
+        else:
+            batchers.move_to_end(key)
+        return batcher
 
     async def ctx(request: Request, name: str) -> ContextHandle:
         token = _token(request)
@@ -326,7 +351,14 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = ()) -> FastAPI:
         else:
             raise WireError(f"send text/plain or application/json, not {media[:60]!r}")
         handle = await ctx(request, context)
-        receipt = await handle.submit_async(tx, key)
+        if isinstance(tx, str) and len(tx) > INLINE_PARSE_CHARS:  # parsing is CPU: off the loop
+            _, payload = await asyncio.to_thread(handle.prepare, tx, key)
+        else:
+            _, payload = handle.prepare(tx, key)
+        if batch:
+            receipt = await batcher_of(context, handle).submit(payload)
+        else:
+            receipt = await handle.submit_payload_async(payload)
         if not receipt.committed:
             return _rejected(receipt)
         return receipt.to_dict()
@@ -432,7 +464,8 @@ class _Ingress:
     def __serve_build_asgi_app__(self) -> FastAPI:
         settings = dict(self.settings)
         hosts = tuple(settings.pop("hosts", ()))
-        return create_app(ActorResolver(**settings), hosts=hosts)
+        batch = bool(settings.pop("batch", True))
+        return create_app(ActorResolver(**settings), hosts=hosts, batch=batch)
 
 
 def serve_app(
@@ -445,11 +478,15 @@ def serve_app(
     project: str | None = None,
     replicas: int = 1,
     hosts: tuple[str, ...] = (),
+    max_ongoing_requests: int = MAX_ONGOING_REQUESTS,
+    batch: bool = True,
 ) -> Any:
     """The bound Ray Serve application of the HTTP API (pass it to ``serve.run``).
 
     Each of *replicas* replicas builds :func:`create_app` over an
-    :class:`ActorResolver` of *store_dir* (made absolute here) and *namespace*.
+    :class:`ActorResolver` of *store_dir* (made absolute here) and *namespace*,
+    serving up to *max_ongoing_requests* requests at once, batching submissions
+    unless *batch* is false.
     """
     # Ray is imported lazily, by name: the layering test lists ray as lazy for servers but
     # not among its third-party roots, so a plain `from ray import serve` here fails it.
@@ -463,12 +500,13 @@ def serve_app(
         "tenant": tenant,
         "project": project,
         "hosts": list(hosts),
+        "batch": batch,
     }
     deployment: Any = serve.deployment(
         serve.ingress()(_Ingress),
         name="morphz-http",
         num_replicas=replicas,
         ray_actor_options={"num_cpus": 0},
-        max_ongoing_requests=256,
+        max_ongoing_requests=max_ongoing_requests,
     )
     return deployment.bind(settings)

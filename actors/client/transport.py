@@ -333,10 +333,16 @@ class Transport:
         Calls to a replicated context are not retried by Ray itself (a lost primary fails
         them at once) and a lost actor is waited for up to :data:`FAILOVER_WAIT` seconds
         while its successor is promoted."""
+        self._origin: Transport | None = None
+        """The transport this one was copied from (:meth:`with_capability`), if any."""
 
     def with_capability(self, capability: bytes | None) -> Transport:
-        """The same actor and policy, calls carrying *capability*."""
-        return Transport(
+        """The same actor and policy, calls carrying *capability*.
+
+        The copy shares what the original learned about the context (whether it is
+        replicated) and teaches it back, so a server making a copy per request asks
+        the context directory once per context, not once per request."""
+        copy = Transport(
             self.actor,
             self.actor_name,
             label=self.label,
@@ -345,13 +351,22 @@ class Transport:
             timeout=self.timeout,
             capability=capability,
         )
+        copy.replicated = self.replicated
+        copy._origin = self._origin or self
+        return copy
 
     def _send(self, call: Call[Any]) -> Any:
         kwargs = (
             {} if self.capability is None or not call.guarded else {"capability": self.capability}
         )
         if self.replicated is None:
-            self.replicated = self._is_replicated()
+            origin = self._origin
+            if origin is not None and origin.replicated is not None:
+                self.replicated = origin.replicated
+            else:
+                self.replicated = self._is_replicated()  # a directory call: once per context
+                if origin is not None:
+                    origin.replicated = self.replicated
         hosted = is_host(self.actor_name)
         method = self.actor.call if hosted else getattr(self.actor, call.method)
         if self.replicated:

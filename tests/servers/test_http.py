@@ -295,6 +295,47 @@ def test_a_rejected_transaction_is_409_with_its_receipt(client: httpx.Client) ->
     assert _version(client, name) == 0
 
 
+def test_transactions_sent_together_each_get_their_own_answer(
+    client: httpx.Client, server: Server
+) -> None:
+    """Many clients at once (batched into submit_many on the replica): each request its own
+    receipt, a rejected one 409, an unparsable one 422, a retried key its original receipt."""
+    import asyncio
+
+    name = _new_context(client)
+    url = f"{server.url}/v1/contexts/{name}/transactions"
+    headers = {REQUEST_HEADER: "1", "content-type": "text/plain"}
+    texts = [f"(context-tx (base-version 0) (derive n{i} (step {i})))" for i in range(24)]
+    texts[5] = "(context-tx (base-version 0) (revise nowhere (step 5)))"
+    texts[6] = "(context-tx (base-version 0) (derive"
+    keyed_text = "(context-tx (base-version 0) (derive keyed (once)))"
+
+    async def crowd() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as c:
+            sends = [c.post(url, content=t, headers=headers) for t in texts]
+            sends.append(
+                c.post(url, content=keyed_text, headers={**headers, "idempotency-key": "k1"})
+            )
+            sends.append(
+                c.post(url, content=keyed_text, headers={**headers, "idempotency-key": "k1"})
+            )
+            return list(await asyncio.gather(*sends))
+
+    got = asyncio.run(crowd())
+    assert _error(got[5], 409)["receipt"]["status"] == "rejected"
+    _error(got[6], 422)
+    ok = [r.json() for i, r in enumerate(got[:24]) if i not in (5, 6)]
+    assert all(r.status_code == 200 for i, r in enumerate(got[:24]) if i not in (5, 6))
+    keyed = [got[24].json(), got[25].json()]
+    assert (
+        keyed[0]["version"] == keyed[1]["version"]
+        and keyed[1]["duplicate"] != keyed[0]["duplicate"]
+    )
+    versions = sorted(r["version"] for r in ok) + [keyed[0]["version"]]
+    assert sorted(versions) == list(range(1, 24))  # 22 + the keyed one, each once
+    assert _version(client, name) == 23
+
+
 def test_idempotency_key_replay_returns_the_original_receipt(client: httpx.Client) -> None:
     name = _new_context(client)
     base = f"/v1/contexts/{name}"
