@@ -96,11 +96,27 @@ CONTEXT_PARAMETER = {
 }
 
 
-def reply_model(op: Operation[Any, Any]) -> Any:
-    """The type an HTTP reply of *op* has: its reply, a list under the route's key."""
+SCALARS = (int, float, str, bool)
+"""Reply types an HTTP reply wraps in an object, as it wraps a list."""
+
+
+def _key(op: Operation[Any, Any]) -> str | None:
+    """The key an HTTP reply of *op* answers its value under: a list under the route's key
+    (default ``items``), a number or a string under it (default ``result``, as an MCP tool
+    answers it); None for a reply that is an object already."""
     assert op.http is not None
     if typing.get_origin(op.reply) is list:
-        fields: dict[str, Any] = {op.http.key or "items": (op.reply, ...)}
+        return op.http.key or "items"
+    if op.reply in SCALARS:
+        return op.http.key or "result"
+    return None
+
+
+def reply_model(op: Operation[Any, Any]) -> Any:
+    """The type an HTTP reply of *op* has: its reply, a list or a scalar under its key."""
+    key = _key(op)
+    if key is not None:
+        fields: dict[str, Any] = {key: (op.reply, ...)}
         name = op.args.__name__.removesuffix("Args") + "Page"
         page: type[BaseModel] = create_model(name, **fields)
         return page
@@ -150,6 +166,7 @@ def route_endpoint(
     ``await port(request, context)``; the reply as JSON (a list under the route's key)."""
     assert op.http is not None
     route = op.http
+    key = _key(op)
 
     async def endpoint(request: Request) -> Any:
         values: dict[str, Any] = dict(request.path_params)
@@ -165,8 +182,8 @@ def route_endpoint(
         args = op.check(values, strings=strings)
         target = await port(request, context)
         data = plain(await target.invoke_async(op, args))
-        if isinstance(data, list):
-            data = {route.key or "items": data}
+        if key is not None:
+            data = {key: data}
         return JSONResponse(data, status_code=route.status)
 
     endpoint.__name__ = op.name

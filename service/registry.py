@@ -121,8 +121,9 @@ class Route:
     """How an operation is served over HTTP: *method* and *path* under
     ``/v1/contexts/{context}`` (path parameters are argument names; the other
     arguments are query parameters for GET and the JSON body for POST), the
-    *status* of a success, and for a list reply the *key* it is answered under
-    (``{key: [...]}``: an HTTP reply is always a JSON object)."""
+    *status* of a success, and for a list or scalar reply the *key* it is answered under
+    (``{key: [...]}``, default ``items``; ``{key: 3}``, default ``result``: an HTTP reply
+    is always a JSON object)."""
 
     method: Literal["GET", "POST"]
     path: str

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -368,6 +368,23 @@ class ContextHandle(Operations):
             up.known(known)
         return up, backoff or UPDATE_BACKOFF
 
+    def _update_steps(
+        self, up: Updater, policy: RetryPolicy, known: bool
+    ) -> Generator[tuple[str, Any], Any, UpdateResult]:
+        """The steps of one read-modify-write, written once for :meth:`update` and
+        :meth:`update_async`: each yields what to do (``("read", frame_ids)``,
+        ``("submit", payload)``, ``("sleep", seconds)``) and is sent what it answered."""
+        if not known:
+            up.read((yield ("read", [up.frame_id])))
+        while True:
+            tx, payload = self.prepare(up.tx())
+            receipt = yield ("submit", payload)
+            if up.outcome(tx, receipt) is not None:
+                return up.result(receipt)
+            if not up.rebased(receipt):
+                up.read((yield ("read", [up.frame_id])))
+            yield ("sleep", _retry_delay(policy, up.rejections))
+
     def update(
         self,
         frame_id: str,
@@ -387,17 +404,21 @@ class ContextHandle(Operations):
         attempt twice (each carries its own client id); see :mod:`actors.client.updates`.
         """
         up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
-        if known is None:
-            up.read(self.read_for_update([frame_id]))
-        while True:
-            tx, payload = self.prepare(up.tx())
-            receipt = self.submit_payload(payload)
-            done = up.outcome(tx, receipt)
-            if done is not None:
-                return up.result(receipt)
-            if not up.rebased(receipt):
-                up.read(self.read_for_update([frame_id]))
-            time.sleep(_retry_delay(policy, up.rejections))
+        steps = self._update_steps(up, policy, known is not None)
+        answer: Any = None
+        try:
+            while True:
+                what, value = steps.send(answer)
+                if what == "read":
+                    answer = self.read_for_update(value)
+                elif what == "submit":
+                    answer = self.submit_payload(value)
+                else:
+                    time.sleep(value)
+                    answer = None
+        except StopIteration as done:
+            result: UpdateResult = done.value
+            return result
 
     async def update_async(
         self,
@@ -411,17 +432,21 @@ class ContextHandle(Operations):
     ) -> UpdateResult:
         """:meth:`update` for event loops."""
         up, policy = self._updater(frame_id, fn, reason, max_attempts, known, backoff)
-        if known is None:
-            up.read(await self.read_for_update.aio([frame_id]))
-        while True:
-            tx, payload = self.prepare(up.tx())
-            receipt = await self.submit_payload_async(payload)
-            done = up.outcome(tx, receipt)
-            if done is not None:
-                return up.result(receipt)
-            if not up.rebased(receipt):
-                up.read(await self.read_for_update.aio([frame_id]))
-            await asyncio.sleep(_retry_delay(policy, up.rejections))
+        steps = self._update_steps(up, policy, known is not None)
+        answer: Any = None
+        try:
+            while True:
+                what, value = steps.send(answer)
+                if what == "read":
+                    answer = await self.read_for_update.aio(value)
+                elif what == "submit":
+                    answer = await self.submit_payload_async(value)
+                else:
+                    await asyncio.sleep(value)
+                    answer = None
+        except StopIteration as done:
+            result: UpdateResult = done.value
+            return result
 
     # -- the agent loop -----------------------------------------------------------
 
