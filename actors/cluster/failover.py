@@ -269,9 +269,11 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     held: list[tuple[int, str, Member, Any]] = []
     for m in entry.followers:
         if m.node_id not in live:
+            log.warning("context %r: follower %s is on a lost node", entry.name, m.actor)
             continue
         actor = _get_actor(m.actor, ns)
         if actor is None:
+            log.warning("context %r: follower %s is not running", entry.name, m.actor)
             continue
         try:
             status = await _call(actor, "fence", epoch)
@@ -329,8 +331,9 @@ TELL_FOR = 600.0
 def _tell_replaced(name: str, namespace: str) -> None:
     """Tell the replaced primary *name*, for as long as Ray still holds it (paused,
     partitioned) and until it answers, to re-read the directory: it then fences itself and
-    refuses every call, reads too, so the clients still calling it move to the new primary.
-    In the background: a paused one answers when it resumes, a cut one when it heals."""
+    refuses every call, reads too, so the clients still calling it move to the new primary;
+    once it answered so, it is stopped. In the background: a paused one answers when it
+    resumes, a cut one when it heals."""
     key = (namespace, name)
     if key not in _TELLING:
         task = asyncio.create_task(_tell(name, namespace))
@@ -347,13 +350,16 @@ async def _tell(name: str, namespace: str) -> None:
         try:
             ref = actor.replicate.options(max_task_retries=0).remote()
             open_reply(await asyncio.wait_for(ref, PING_TIMEOUT))
-            return  # answered: it re-read the directory
         except MorphzError as e:  # the answer of a primary that learnt it was replaced
-            log.info("replaced primary %s told: %s", name, e.code)
+            log.info("replaced primary %s told (%s); stopping it", name, e.code)
+            # Fenced, it serves nothing; stopped, it releases its store's lock, so its node
+            # can take a follower of the context (the store is replaced by a snapshot).
+            ray_module().kill(actor, no_restart=True)
             return
         except Exception:  # no answer yet (paused, cut off, restarting): again later
-            pass
-        await asyncio.sleep(POLL)
+            await asyncio.sleep(POLL)
+            continue
+        return  # answered as a primary: the directory names it again (nothing to do)
 
 
 _ABSENT: set[tuple[str, str]] = set()

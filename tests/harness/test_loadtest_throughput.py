@@ -97,9 +97,7 @@ def test_a_pipeline_is_for_the_synthetic_workload() -> None:
 
     assert check_options({"threads": 2, "transactions": 4, "pipeline": 3}).pipeline == 3
     with pytest.raises(RequestError, match="pipeline"):
-        check_options(
-            {"threads": 2, "transactions": 4, "pipeline": 3, "workload": "trajectories"}
-        )
+        check_options({"threads": 2, "transactions": 4, "pipeline": 3, "workload": "trajectories"})
     with pytest.raises(RequestError, match="pipeline"):
         check_options({"threads": 2, "transactions": 4, "pipeline": 0})
 
