@@ -23,8 +23,10 @@ A transaction given as text is parsed here, once: the payload carries the
 parsed form and the text (:func:`protocol.wire.tx_to_msgpack`), so the actor
 logs the text as an embedded commit would, without parsing it again.
 
-The module is long (over 600 lines) and kept as one module because the handle is
-one class: one short call spec per method of the embedded API it mirrors.
+Every registered operation (:mod:`service.operations`) is a method of the handle
+through :class:`~service.operations.Operations` (and its ``*_async`` form); written
+here are only the calls that travel differently (submissions as wire bytes, the
+read-modify-write loop, sharing a frame, the actor's introspection).
 """
 
 from __future__ import annotations
@@ -453,19 +455,15 @@ class ContextHandle(Operations):
     @Remote
     def export_frame(self, frame_id: str) -> Call[bytes]:
         """A sealed package of one frame (see :func:`actors.server.guard.export_frame`)."""
-        return Call(
-            "export_frame", (check_text(frame_id, "frame id"),), lambda raw: bytes(_value(raw))
-        )
+        return Call("export_frame", (frame_id,), lambda raw: bytes(_value(raw)))
 
     export_frame_async = export_frame.aio
 
     @Remote
     def import_frame(self, package: bytes, as_id: str | None = None) -> Call[dict[str, Any]]:
         """Derive a frame from a package (see :func:`actors.server.guard.import_frame`)."""
-        if not isinstance(package, bytes):
+        if not isinstance(package, bytes):  # a package is never sent as anything else
             raise RequestError("a package is bytes", code="bad_argument")
-        if as_id is not None:
-            check_text(as_id, "frame id")
         return Call("import_frame", (package, as_id), _map)
 
     import_frame_async = import_frame.aio

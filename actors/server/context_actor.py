@@ -35,8 +35,10 @@ unattended.
 
 The hosting (opening, the store thread, the guard, the inbox, the audit buffer,
 the background governance task, introspection, close) is :class:`~actors.server.host.ContextHost`'s.
-Ray is not imported here. The module is long (over 600 lines) because every remote call
-is one method here, each with its argument checks and guard.
+Ray is not imported here. Every registered operation (:mod:`service.operations`) is a
+method made by :func:`serve` from its declaration; written here by hand are only the
+calls that travel differently: submissions (wire bytes into the group-commit inbox) and
+sharing a frame (sealed with the guard's key, audited through the audit buffer).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from actors.client.names import MAX_SUBMIT_MANY
 from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
-from protocol.errors import MorphzError, OutOfRange, Overloaded, RequestError, WireError
+from protocol.errors import MorphzError, Overloaded, RequestError, WireError
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.wire import SubmittedTx, pack
 from service import sharing
@@ -78,16 +80,6 @@ def _text(value: object, what: str) -> str:
         raise RequestError(
             f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
         )
-    return value
-
-
-def _count(value: object, what: str, low: int = 0, high: int = 1 << 62) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RequestError(
-            f"{what} must be an integer, not {type(value).__name__}", code="bad_argument"
-        )
-    if not low <= value <= high:
-        raise OutOfRange(f"{what} must be between {low} and {high}, not {value}")
     return value
 
 
