@@ -274,8 +274,17 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool =
         token = _token(request)
         return (await handle_of(name)).with_capability(token)
 
-    async def names() -> list[dict[str, Any]]:
-        return await asyncio.to_thread(resolver.contexts)
+    async def names(token: bytes | None) -> list[dict[str, Any]]:
+        """The contexts *token* may see: all of them unless the server enforces capabilities,
+        then those it grants something on (none without a valid token)."""
+        found = await asyncio.to_thread(resolver.contexts)
+        if not resolver.enforced:
+            return found
+        try:
+            cap = await asyncio.to_thread(resolver.verify, token or b"")
+        except PermissionDenied:
+            return []
+        return [c for c in found if sees(cap, resolver.tenant, c["name"])]
 
     # The web inspector's pages (docs/inspector.md), each read checked by the actor's guard.
     source = HandleSource(handle_of, names, getattr(resolver, "namespace", None))
@@ -287,11 +296,9 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool =
 
     @app.get(API_PREFIX + "/contexts", summary="The contexts of the store (those the token sees)")
     async def list_contexts(request: Request) -> Any:
-        found = await asyncio.to_thread(resolver.contexts)
-        if resolver.enforced:  # only the contexts the (verified) token grants something on
-            cap = await asyncio.to_thread(resolver.verify, _token(request) or b"")
-            found = [c for c in found if sees(cap, resolver.tenant, c["name"])]
-        return {"contexts": found}
+        if resolver.enforced:  # a missing or bad token is refused, not an empty list
+            await asyncio.to_thread(resolver.verify, _token(request) or b"")
+        return {"contexts": await names(_token(request))}
 
     @app.post(API_PREFIX + "/contexts", status_code=201, summary="Create a context")
     async def create_context(body: NewContext, request: Request) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from actors.client.names import MAX_SUBMIT_MANY
+from actors.client.names import MAX_CALL_BYTES, MAX_SUBMIT_MANY
 from actors.client.replies import raise_error
 from actors.client.transport import Call, Transport
 from protocol.errors import MorphzError, WireError
@@ -77,8 +77,15 @@ class SubmitBatcher:
 
     async def _send(self) -> None:
         while self._pending:
-            batch = self._pending[: self.max_batch]
-            del self._pending[: self.max_batch]
+            # at most max_batch payloads and MAX_CALL_BYTES bytes (the actor's budget of one
+            # call), so a crowd of big transactions is not refused whole as overloaded
+            size = count = 0
+            for payload, _ in self._pending[: self.max_batch]:
+                if count and size + len(payload) > MAX_CALL_BYTES:
+                    break
+                size, count = size + len(payload), count + 1
+            batch = self._pending[:count]
+            del self._pending[:count]
             self.calls += 1
             try:
                 results = await self.transport.call_async(

@@ -28,6 +28,9 @@ DIRECTORY_NAME = "morphz:directory"
 """The Ray actor name of a namespace's context directory."""
 MAX_SUBMIT_MANY = 1024
 """Most transactions one ``submit_many`` call carries."""
+MAX_CALL_BYTES = 16 << 20
+"""Most payload bytes one ``submit`` / ``submit_many`` call may carry: the context actor
+refuses more with ``overloaded`` (:mod:`actors.server.intake`)."""
 ADVERT_FILE = "actor.json"
 """The file in a context's directory naming the context actor that holds it."""
 ADVERT_FORMAT = 1
@@ -110,6 +113,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "DIRECTORY_NAME",
     "HOST_PREFIX",
+    "MAX_CALL_BYTES",
     "MAX_SUBMIT_MANY",
     "ContextEntry",
     "Member",

@@ -30,6 +30,7 @@ import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from actors.client.names import MAX_CALL_BYTES
 from protocol.errors import Overloaded
 from protocol.wire import SubmittedTx, submitted_from_msgpack
 
@@ -41,8 +42,6 @@ __all__ = [
     "Intake",
 ]
 
-MAX_CALL_BYTES = 16 << 20
-"""The most payload bytes one call may carry (two maximal 8 MiB transactions)."""
 MAX_CALLER_BYTES = 32 << 20
 """The most payload bytes one caller may have in flight at once."""
 MAX_INBOX_BYTES = 128 << 20

@@ -179,16 +179,16 @@ Handles = Callable[[str], Awaitable["ContextHandle"]]
 
 class HandleSource:
     """Contexts behind their actors: *handle* gives a context's handle (NotFound for an
-    unknown one), *names* lists the contexts; with *namespace* (the actors'), the
-    contexts page shows the cluster's placement (primary, followers, lag). Every read
-    carries the caller's token."""
+    unknown one), *names* lists the contexts a token may see (``await names(token)``);
+    with *namespace* (the actors'), the contexts page shows the cluster's placement
+    (primary, followers, lag). Every read carries the caller's token."""
 
     served = True
 
     def __init__(
         self,
         handle: Handles,
-        names: Callable[[], Awaitable[list[dict[str, Any]]]],
+        names: Callable[[bytes | None], Awaitable[list[dict[str, Any]]]],
         namespace: str | None = None,
     ) -> None:
         self._handle = handle
@@ -203,9 +203,10 @@ class HandleSource:
         return await asyncio.to_thread(_placement, self._namespace)
 
     async def contexts(self, token: bytes | None) -> list[dict[str, Any]]:
-        """See :class:`Source`: each context with its counters where its actor answers."""
+        """See :class:`Source`: each context the token may see (*names*) with its counters
+        where its actor answers."""
         out = []
-        for row in await self._names():
+        for row in await self._names(token):
             item = dict(row)
             try:
                 h = (await self._handle(item["name"])).with_capability(token)

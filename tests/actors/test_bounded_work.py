@@ -71,3 +71,21 @@ def test_a_flood_of_denials_is_counted_in_a_few_durable_writes(
         assert h.with_capability(admin).version() == 0  # nothing else happened
     finally:
         h.shutdown()
+
+
+def test_a_batch_of_big_transactions_is_cut_to_the_call_budget(handle: ContextHandle) -> None:
+    """The HTTP replica's batcher groups transactions into submit_many calls: a crowd of big
+    ones goes in calls within one call's byte budget, each decided, none refused whole."""
+    import asyncio
+
+    from actors.client.batching import SubmitBatcher
+
+    batcher = SubmitBatcher(handle.transport)
+    chunk = b"\x01" * (MAX_CALL_BYTES // 3 + 1)
+
+    async def crowd() -> list[Any]:
+        return list(await asyncio.gather(*(batcher.submit(chunk) for _ in range(3))))
+
+    receipts = asyncio.run(crowd())
+    assert [r.errors[0].code for r in receipts] == ["wire_error"] * 3  # decided, not overloaded
+    assert batcher.calls == 2 and handle.stats()["held_bytes"] == 0

@@ -140,6 +140,10 @@ def test_the_list_of_contexts_shows_only_what_the_token_may_see(
     _error(made, 403, "permission_denied")
     everything = client.get("/v1/contexts", headers=maker).json()["contexts"]
     assert {mine, theirs} <= {c["name"] for c in everything} and "t-rogue" not in str(everything)
+    # the inspector's list of contexts is the same: only what the token reads
+    seen = client.get("/inspect/api/", headers=reader)
+    assert seen.status_code == 200, seen.text
+    assert [c["name"] for c in seen.json()["contexts"]] == [mine]
 
 
 def _raw(port: int, head: str, body: bytes) -> bytes:
