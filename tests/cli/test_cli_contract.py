@@ -432,16 +432,23 @@ def test_a_failed_fork_leaves_nothing_behind(
 
 
 def _wait_until_reading_stdin(pid: int) -> None:
-    """Until process *pid* sleeps in a read of its stdin pipe (imports done, command running)."""
+    """Until process *pid* sleeps in a read of its stdin (imports done, command running).
+
+    ``/proc/PID/syscall`` names the blocking call and its arguments: ``read`` (0 on
+    x86-64) of descriptor 0. A pipe read elsewhere (a helper process an import asks
+    something of) is not mistaken for it.
+    """
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            with open(f"/proc/{pid}/wchan", encoding="ascii") as f:
-                if "pipe" in f.read():
-                    return
+            with open(f"/proc/{pid}/syscall", encoding="ascii") as f:
+                fields = f.read().split()
         except OSError:
             return
+        if len(fields) > 1 and fields[0] == "0" and int(fields[1], 16) == 0:
+            return
         time.sleep(0.05)
+    raise AssertionError(f"process {pid} never read its stdin")
 
 
 def test_sigint_exits_130_with_one_json_error(tmp_path: Path) -> None:
