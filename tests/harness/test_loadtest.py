@@ -610,7 +610,12 @@ def test_sigint_prints_the_partial_report_and_its_history_check(
                 break
             time.sleep(0.2)
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
+        try:
+            out, err = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"no report 180 s after SIGINT: {err[-3000:]}") from None
     finally:
         if p.poll() is None:
             p.kill()
