@@ -335,12 +335,10 @@ class _Run:
             killer.start()
         versions = [0] * len(self.handles)
         polls: dict[int, Any] = {}
-        interrupted = _Interrupt()
         try:
             try:
                 waiting = list(refs)
                 while waiting:
-                    interrupted.check()
                     _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=0.5)
                     if isinstance(killer, NodeKiller):
                         killer.tick()  # Ray's test cluster starts nodes from this thread only
@@ -373,7 +371,6 @@ class _Run:
         except RayError as e:
             raise StoreError(f"agent thread failed: {e}", code="agent_error") from e
         finally:
-            interrupted.restore()
             if killer is not None:
                 killer.stop()
         by_context: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -636,42 +633,3 @@ def run_loadtest(
                 removed = True
     doc["store_kept"] = not removed
     return doc
-
-
-class _Interrupt:
-    """SIGINT while the load runs, taken by a flag the wait loop checks every half second.
-
-    The first SIGINT only sets the flag, so the interrupt lands between two waits
-    (never inside Ray's own code, where a KeyboardInterrupt can be held back or
-    lost); the loop then raises KeyboardInterrupt itself. A second SIGINT is the
-    default one. Only the main thread can install a handler; elsewhere nothing changes.
-    """
-
-    def __init__(self) -> None:
-        import signal
-        import threading
-
-        self._set = False
-        self._previous: Any = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        import signal
-
-        self._set = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    def check(self) -> None:
-        """Raise KeyboardInterrupt once a SIGINT has arrived."""
-        if self._set:
-            self._set = False
-            raise KeyboardInterrupt
-
-    def restore(self) -> None:
-        """Put back the handler that was there before."""
-        import signal
-
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None

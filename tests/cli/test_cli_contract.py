@@ -431,6 +431,10 @@ def test_a_failed_fork_leaves_nothing_behind(
         assert ctx.version() == 1 and ctx.frame("release")["body"] == "(goal v1)"
 
 
+SIGINT_DEFAULT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+"""Python code that gives a child SIGINT as an interactive Python has it (KeyboardInterrupt)."""
+
+
 def _wait_until_reading_stdin(pid: int) -> None:
     """Until process *pid* sleeps in a read of its stdin (imports done, command running).
 
@@ -454,12 +458,13 @@ def _wait_until_reading_stdin(pid: int) -> None:
 def test_sigint_exits_130_with_one_json_error(tmp_path: Path) -> None:
     store = tmp_path / "store"
     _seed(store)
-    # `tx` waits on stdin; the interrupt arrives while it reads.
+    # `tx` waits on stdin; the interrupt arrives while it reads. A runner started in the
+    # background of a shell hands its children SIGINT ignored: the child takes it back.
     p = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "from morphz.cli.main import main; main()",
+            f"{SIGINT_DEFAULT}; from morphz.cli.main import main; main()",
             "--store",
             str(store),
             "--json",

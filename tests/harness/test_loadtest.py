@@ -586,8 +586,12 @@ def test_sigint_prints_the_partial_report_and_its_history_check(
     env = {k: v for k, v in os.environ.items() if k != "MORPHZ_STORE"}
     env["RAY_ADDRESS"] = ray_cluster.cluster.address
     store = tmp_path / "lt"
+    # A runner started in the background of a shell hands its children SIGINT ignored:
+    # the child takes it back, as a user's terminal gives it.
+    sigint = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+    cli = [sys.executable, "-c", f"{sigint}; from morphz.cli.main import main; main()"]
     p = subprocess.Popen(
-        [*MORPHZ, "--store", str(store), "--json", "loadtest", "--threads", "4"]
+        [*cli, "--store", str(store), "--json", "loadtest", "--threads", "4"]
         + ["--contexts", "2", "--duration", "600", "--conflict-rate", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
