@@ -83,11 +83,13 @@ DIRECTORY_WAIT = 10.0
 """Seconds a handle waits for the directory to say where a context's primary is."""
 FAILOVER_POLL = 0.25
 """Longest pause between two attempts while a replicated context's primary is replaced."""
-WATCH_EVERY = 1.0
+WATCH_EVERY = 0.5
 """Seconds a call to a replicated context's primary waits for its reply before asking the
 directory whether that primary was replaced (a paused or partitioned primary answers
 nothing, and a call without a timeout would wait for it forever); if it was, the call is
-sent again to the new primary, under the same client id."""
+sent again to the new primary, under the same client id. Then again every that many
+seconds while it waits: one directory read per waiting call and half second, paid only
+by calls slower than that."""
 
 
 class PrimaryReplaced(TimeoutError):

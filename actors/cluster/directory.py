@@ -126,6 +126,9 @@ class DirectoryActor(HostTable):
         self.entries: dict[str, ContextEntry] = {}
         self._lock: asyncio.Lock | None = None
         self._watch: asyncio.Task[Any] | None = None
+        self.failovers: list[dict[str, Any]] = []
+        """The supervisor's recent promotions, newest last (memory only: see
+        :meth:`failovers`)."""
         self._load()
 
     # -- persistence -------------------------------------------------------------
@@ -213,6 +216,14 @@ class DirectoryActor(HostTable):
         return ok(
             {"namespace": self.namespace, "nodes": len(self.roots), "contexts": len(self.entries)}
         )
+
+    async def recent_failovers(self) -> bytes:
+        """The supervisor's recent promotions (at most ``actors.cluster.failover.HISTORY``),
+        newest last: each ``{"context", "epoch", "cause", "silent_s", "at", "fenced_s",
+        "recorded_s", "serving_s", "replacements"}`` (``at`` on the wall clock, the others
+        seconds from it). Memory only: a restarted directory starts with none."""
+        self._ensure_watch()
+        return ok(list(self.failovers))
 
     async def register_node(self, node_id: str, store_root: str) -> bytes:
         """Record *node_id*'s store root (an absolute path on that node)."""
@@ -419,6 +430,13 @@ class DirectoryHandle:
     def ping(self) -> dict[str, Any]:
         """The directory's namespace and how many nodes and contexts it knows."""
         return dict(self.transport.call(Call("ping", (), open_reply, guarded=False)))
+
+    def failovers(self) -> builtins.list[dict[str, Any]]:
+        """The supervisor's recent promotions, newest last: why (``cause``: ``hung``,
+        ``unreachable``, ``node lost``, ``raylet down``), how long the primary's pings had
+        been missed (``silent_s``, for a hang), and the seconds from the decision to the
+        followers fenced, the new entry recorded and the new primary serving."""
+        return list(self.transport.call(Call("recent_failovers", (), open_reply, guarded=False)))
 
     def register_node(self, node_id: str, store_root: str) -> None:
         """Record that *node_id* keeps its stores under *store_root* (absolute, on that node)."""

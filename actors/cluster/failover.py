@@ -6,13 +6,13 @@ restarts with the directory. Every :data:`POLL` seconds it compares each
 placed context's members with the live nodes (Ray's node table):
 
 * **the primary's node is gone** (Ray's node table says so, its raylet refuses
-  connections or does not answer within :data:`RAYLET_TIMEOUT`, or its actor has
-  been unreachable — Ray answering "unavailable" or "dead" — at
-  :data:`SUSPECT_LOOKS` consecutive looks, or **hung**: its process has not answered
-  a ping for :data:`HANG_AFTER` seconds, as a paused process (SIGSTOP, a long GC
-  pause, a starved VM) does while its node looks alive) — :func:`promote`: every reachable follower
-  is fenced at ``epoch + 1`` (from then on it refuses the old primary's
-  batches, so the old primary can never acknowledge another write), the one
+  connections or does not answer within :data:`RAYLET_TIMEOUT`, or its actor is reported
+  unreachable — Ray answering "unavailable" or "dead" — to its prober), or it is
+  **hung**: its prober (:mod:`actors.cluster.probing`) found it missing its pings by the
+  rule of :class:`actors.cluster.liveness.Liveness`, as a paused process (SIGSTOP, a long
+  GC pause, a starved VM) does while its node looks alive — :func:`promote`: every
+  reachable follower is fenced (all at once) at ``epoch + 1`` (from then on it refuses
+  the old primary's batches, so the old primary can never acknowledge another write), the one
   holding the most batches (ties: smallest node id) applies everything it
   holds and releases its store, the directory's entry moves to ``epoch + 1``
   by compare-and-set naming that follower's actor the primary, and the
@@ -58,6 +58,7 @@ from actors.client.nodes import pinned
 from actors.client.replies import open_reply
 from actors.client.transport import ray_module
 from actors.cluster.follower import start_follower
+from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION
 from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
@@ -66,26 +67,24 @@ from storage import context_path
 log = logging.getLogger("morphz.failover")
 
 POLL = 0.5
-"""Seconds between two looks at the cluster."""
+"""Seconds between two looks at the cluster (a prober that sees its primary hung or
+unreachable starts the next look at once)."""
 RAYLET_TIMEOUT = 1.0
 """Seconds a look waits for the primary's node to accept a connection to its raylet."""
 PING_TIMEOUT = 1.0
-"""Seconds a look waits for the primary to answer."""
-HANG_AFTER = 1.0
-"""Seconds without an answer to the supervisor's pings (a ping answers from the actor's
-event loop, never waiting for the store) after which a primary is hung and replaced.
-A false alarm (a primary only slow) costs a promotion, never a commit: the replaced
-primary is fenced, its late writes refused."""
+"""Seconds the supervisor waits for a replaced primary to answer that it was told."""
 SUSPECT_LOOKS = 1
 """Consecutive looks at which the primary is unreachable before it is replaced."""
 CALL_TIMEOUT = 15.0
 """Seconds the supervisor waits for one follower or primary call."""
 START_TIMEOUT = 60.0
 """Seconds a promoted follower may take to open as the primary and snapshot the others."""
+HISTORY = 64
+"""Promotions remembered by the directory (:attr:`DirectoryActor.failovers`), newest last."""
 
 __all__ = [
     "CALL_TIMEOUT",
-    "HANG_AFTER",
+    "HISTORY",
     "PING_TIMEOUT",
     "POLL",
     "RAYLET_TIMEOUT",
@@ -101,8 +100,13 @@ __all__ = [
 
 async def watch(directory: Any) -> None:
     """Supervise the replicated contexts of *directory* (a running ``DirectoryActor``)."""
+    woken = wake(directory.namespace)
     while True:
-        await asyncio.sleep(POLL)
+        try:
+            await asyncio.wait_for(woken.wait(), POLL)
+        except TimeoutError:
+            pass
+        woken.clear()
         try:
             await supervise(directory)
         except asyncio.CancelledError:
@@ -113,30 +117,49 @@ async def watch(directory: Any) -> None:
 
 async def supervise(directory: Any) -> None:
     """One look: promote where a primary's node is gone, repair where followers are, and
-    re-create an unreplicated context whose node came back."""
+    re-create an unreplicated context whose node came back. Contexts are looked at
+    concurrently: one context's promotion does not delay another's."""
     entries = list(directory.entries.values())
+    probe_primaries(directory, entries)
     if not entries:
         return
     nodes = await asyncio.to_thread(_nodes)
     live = set(nodes)
     _learn_roots(directory, live)
-    for entry in entries:
-        if is_host(entry.primary.actor):
-            continue  # a hosted context: its host is restarted by Ray, activated on demand
-        if not entry.replicated:
-            if entry.primary.node_id not in live:
-                await restore(directory, entry, live)
-            continue
-        where = nodes.get(entry.primary.node_id)
-        if (
-            where is None
-            or await asyncio.to_thread(_raylet_down, *where)
-            or await _primary_lost(directory, entry)
-        ):
-            _SUSPECT.pop((directory.namespace, entry.name), None)
-            await promote(directory, entry, live - {entry.primary.node_id})
-        else:
-            await repair(directory, entry, live)
+    looks = [_look(directory, entry, nodes, live) for entry in entries]
+    for entry, outcome in zip(
+        entries, await asyncio.gather(*looks, return_exceptions=True), strict=True
+    ):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome
+        if isinstance(outcome, Exception):
+            log.error("context %r: look failed: %s", entry.name, outcome, exc_info=outcome)
+
+
+async def _look(
+    directory: Any, entry: ContextEntry, nodes: dict[str, tuple[str, int]], live: set[str]
+) -> None:
+    if is_host(entry.primary.actor):
+        return  # a hosted context: its host is restarted by Ray, activated on demand
+    if not entry.replicated:
+        if entry.primary.node_id not in live:
+            await restore(directory, entry, live)
+        return
+    where = nodes.get(entry.primary.node_id)
+    cause = (
+        "node lost"
+        if where is None
+        else "raylet down"
+        if await asyncio.to_thread(_raylet_down, *where)
+        else _primary_lost(directory, entry)
+    )
+    if cause is not None:
+        prober = PROBERS.get((directory.namespace, entry.name))
+        silent = None if prober is None else prober.hung_after
+        stop_prober((directory.namespace, entry.name))
+        await promote(directory, entry, live - {entry.primary.node_id}, cause=cause, silent=silent)
+    else:
+        await repair(directory, entry, live)
 
 
 _PROBING: dict[str, asyncio.Task[None]] = {}
@@ -182,47 +205,34 @@ def _raylet_down(address: str, port: int) -> bool:
     return False
 
 
-_SUSPECT: dict[tuple[str, str], int] = {}
-"""Consecutive looks at which a context's primary could not be reached, by (namespace, name)."""
-
-
-_SILENT: dict[tuple[str, str], float] = {}
-"""When a context's primary first failed to answer a ping in time, by (namespace, name)."""
-
-
-async def _primary_lost(directory: Any, entry: ContextEntry) -> bool:
-    """True once the primary's actor was unreachable at :data:`SUSPECT_LOOKS` consecutive
-    looks (Ray reports it unavailable or dead; Ray takes about 1.5 s to give up
-    connecting to a lost node's worker), or has not answered a ping for
-    :data:`HANG_AFTER` seconds (paused or hung while its node lives).
+def _primary_lost(directory: Any, entry: ContextEntry) -> str | None:
+    """Why the primary is lost, or None: its actor was unreachable at :data:`SUSPECT_LOOKS`
+    consecutive pings (Ray reports it unavailable or dead; Ray takes about 1.5 s to
+    give up connecting to a lost node's worker), or it is **hung**: it missed its pings
+    past the threshold of :class:`~actors.cluster.liveness.Liveness` (paused, or hung
+    while its node lives).
 
     Ray marks a lost node dead only after its heartbeats time out (tens of
     seconds by default); its actors are unreachable at once. A primary that
-    was only restarting, or only slow, is replaced too: safe, since a replaced
-    primary is fenced (its followers refuse its batches; a restart opens nothing).
+    was only restarting, or only slow past the threshold, is replaced too: safe, since
+    a replaced primary is fenced (its followers refuse its batches; a restart opens
+    nothing).
     """
-    from ray.exceptions import ActorDiedError, ActorUnavailableError, ActorUnschedulableError
-
-    key = (directory.namespace, entry.name)
-    actor = _get_actor(entry.primary.actor, directory.namespace)
-    if actor is None:
-        return False  # not started yet (a promotion in progress elsewhere) or never placed
-    asked = time.monotonic()
-    try:
-        await asyncio.wait_for(actor.pid.options(max_task_retries=0).remote(), PING_TIMEOUT)
-    except (ActorUnavailableError, ActorDiedError, ActorUnschedulableError):
-        _SUSPECT[key] = _SUSPECT.get(key, 0) + 1
-        return _SUSPECT[key] >= SUSPECT_LOOKS
-    except Exception:  # no answer in time: hung once silent for HANG_AFTER seconds
-        silent_since = _SILENT.setdefault(key, asked)
-        if time.monotonic() - silent_since >= HANG_AFTER:
-            _SILENT.pop(key, None)
-            log.warning("context %r: primary %s hung", entry.name, entry.primary.actor)
-            return True
-        return False
-    _SUSPECT.pop(key, None)
-    _SILENT.pop(key, None)
-    return False
+    prober = PROBERS.get((directory.namespace, entry.name))
+    if prober is None or prober.actor != entry.primary.actor:
+        return None
+    if prober.unreachable >= SUSPECT_LOOKS:
+        return "unreachable"
+    if prober.hung_after is not None:
+        log.warning(
+            "context %r: primary %s hung (no answer for %.2f s; threshold %.2f s)",
+            entry.name,
+            entry.primary.actor,
+            prober.hung_after,
+            prober.liveness.threshold(),
+        )
+        return "hung"
+    return None
 
 
 async def _call(actor: Any, method: str, *args: Any) -> Any:
@@ -259,14 +269,23 @@ async def _replacements(
     return out
 
 
-async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> ContextEntry | None:
+async def promote(
+    directory: Any,
+    entry: ContextEntry,
+    live: set[str],
+    *,
+    cause: str = "lost",
+    silent: float | None = None,
+) -> ContextEntry | None:
     """Promote the follower of *entry* holding the most batches (see the module doc).
 
-    None when no follower answers: the context waits for its primary's node.
+    None when no follower answers: the context waits for its primary's node. *cause*
+    (why the primary was found lost) and *silent* (seconds its pings had been missed) go
+    into the record of the promotion (the directory's ``failovers``).
     """
     ns, epoch = directory.namespace, entry.epoch + 1
-    started = time.monotonic()
-    held: list[tuple[int, str, Member, Any]] = []
+    started, at = time.monotonic(), time.time()
+    reachable: list[tuple[Member, Any]] = []
     for m in entry.followers:
         if m.node_id not in live:
             log.warning("context %r: follower %s is on a lost node", entry.name, m.actor)
@@ -275,15 +294,20 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
         if actor is None:
             log.warning("context %r: follower %s is not running", entry.name, m.actor)
             continue
-        try:
-            status = await _call(actor, "fence", epoch)
-        except Exception as e:
-            log.warning("context %r: follower %s not fenced: %s", entry.name, m.actor, e)
+        reachable.append((m, actor))
+    fences = await asyncio.gather(
+        *(_call(actor, "fence", epoch) for _, actor in reachable), return_exceptions=True
+    )
+    held: list[tuple[int, str, Member, Any]] = []
+    for (m, actor), status in zip(reachable, fences, strict=True):
+        if isinstance(status, BaseException):
+            log.warning("context %r: follower %s not fenced: %s", entry.name, m.actor, status)
             continue
         held.append((int(status["held_seq"]), m.node_id, m, actor))
     if not held:
         log.error("context %r: primary lost and no follower answers", entry.name)
         return None
+    fenced = time.monotonic() - started
     held.sort(key=lambda t: (-t[0], t[1]))
     _, _, chosen, actor = held[0]
     keep = [m for _, _, m, _ in held[1:]]
@@ -308,15 +332,28 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
     info = await asyncio.wait_for(actor.become_primary.remote(epoch), START_TIMEOUT)
+    served = time.monotonic() - started
+    record = {
+        "context": entry.name,
+        "epoch": epoch,
+        "cause": cause,
+        "silent_s": None if silent is None else round(silent, 3),
+        "at": at,
+        "fenced_s": round(fenced, 3),
+        "recorded_s": round(sealed, 3),
+        "serving_s": round(served, 3),
+        "replacements": len(fresh),
+    }
+    directory.failovers.append(record)
+    del directory.failovers[:-HISTORY]
     log.warning(
-        "context %r: promoted %s on node %s at epoch %d in %.2f s (sealed and recorded in"
-        " %.2f s; open error: %s)",
+        "context %r: promoted %s on node %s at epoch %d (%s): %s; open error: %s",
         entry.name,
         chosen.actor,
         chosen.node_id,
         epoch,
-        time.monotonic() - started,
-        sealed,
+        cause,
+        record,
         info.get("open_error"),
     )
     return promoted

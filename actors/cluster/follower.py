@@ -27,14 +27,16 @@ follower. Ray is imported only when a function runs.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from actors.client.names import ContextEntry, Member
 from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
 from actors.client.transport import Call, remote_class
+from actors.cluster.liveness import LEASE, LEASE_MARGIN
 from actors.cluster.replication import REPLICATION, FollowerRole, replicated_entry
-from actors.server.connect import MAX_CONCURRENCY
+from actors.server.connect import CONCURRENCY_GROUPS, MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
 from protocol.errors import STALE_EPOCH, RequestError
 
@@ -51,6 +53,7 @@ class FollowerActor(ContextActor):
         self._namespace_of = namespace
         self._role: FollowerRole | None = None
         self._promoted = False
+        self._sealed_at: float | None = None
         found = replicated_entry(name, namespace)
         if found is not None and found[0].primary.actor == found[1]:
             self._host()  # a restart of a promoted follower: it is the primary
@@ -102,6 +105,8 @@ class FollowerActor(ContextActor):
 
     def seal(self, epoch: int) -> bytes:
         """Apply every held batch and release the store (:meth:`FollowerRole.seal`)."""
+        if self._sealed_at is None:
+            self._sealed_at = time.monotonic()
         return self._as_follower("seal", epoch)
 
     def read(self, method: str, args: list[Any]) -> bytes:
@@ -119,11 +124,23 @@ class FollowerActor(ContextActor):
         """
         if not self._promoted:
             if self._role is not None:
-                self._role.seal(int(epoch))  # a no-op reply if already sealed
+                self.seal(int(epoch))  # a no-op reply if already sealed
                 self._role = None
             self._host()
+            self._outwait_lease()
         info: dict[str, Any] = await self.handshake()
         return info
+
+    def _outwait_lease(self) -> None:
+        """Hold the store thread until the replaced primary's read lease has expired:
+        every follower was fenced before this one was sealed, so the old primary's lease
+        was renewed last before that and lapses within ``LEASE`` of it. The first thing
+        on the store thread, before any write or read is served here (the other followers'
+        snapshots were taken while opening, so they are installed meanwhile)."""
+        assert self._sealed_at is not None
+        left = self._sealed_at + LEASE + LEASE_MARGIN - time.monotonic()
+        if left > 0:
+            self._executor.submit(time.sleep, left)
 
 
 def start_follower(member: Member, name: str, namespace: str) -> Any:
@@ -139,6 +156,7 @@ def start_follower(member: Member, name: str, namespace: str) -> Any:
             max_restarts=-1,
             max_task_retries=0,
             max_concurrency=MAX_CONCURRENCY,
+            concurrency_groups=CONCURRENCY_GROUPS,
             num_cpus=0,
             scheduling_strategy=pinned(member.node_id),
         )

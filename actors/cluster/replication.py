@@ -33,6 +33,10 @@ primary of a replicated context, the store is wrapped in a
 the primary's state by snapshot before any write is accepted; if the directory
 names another primary, the open fails with ``RequestError`` ``fenced``. Ray is
 imported only when a function runs.
+
+Kept as one module (over 600 lines) because both ends of the shipping protocol — the
+primary's :class:`Replicator`, with its read lease, and the follower's
+:class:`FollowerRole` — must agree on every message, epoch and answer.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from actors.client.lookup import directory_entry
 from actors.client.names import DEFAULT_NAMESPACE, ContextEntry, Member
 from actors.client.replies import failed, ok, open_reply
 from actors.client.transport import Call, Transport, ray_module
+from actors.cluster.liveness import Lease
 from protocol.errors import (
     FENCED,
     REPLICA_GAP,
@@ -71,6 +76,8 @@ SHIP_TIMEOUT = 30.0
 """Seconds a write waits for enough followers (re-reading the directory meanwhile)."""
 INSTALL_TIMEOUT = 120.0
 """Seconds a follower may take to install a snapshot."""
+LEASE_WAIT = 2.0
+"""Seconds a primary waits for a follower's answer when renewing its read lease."""
 LOCK_WAIT = 10.0
 """Seconds a starting follower waits for its store's writer lock."""
 NAME_WAIT = 2.0
@@ -331,6 +338,8 @@ class Replicator:
         self.me = me
         self.store: ReplicatedStore | None = None
         self._actors: dict[Member, Any] = {}
+        self.lease = Lease()
+        """Reads are served only while it is live (:meth:`hold_lease`)."""
 
     def _inner(self) -> LmdbStore:
         assert self.store is not None
@@ -401,14 +410,78 @@ class Replicator:
         """The ``fenced`` error once this primary knows it was replaced, else None."""
         return None if self.store is None else self.store.fenced_error
 
+    def hold_lease(self) -> None:
+        """Return if this primary may serve a read now: its lease is live, or renewed now by
+        asking the followers (``max(1, acks)`` of them must answer as followers of its
+        epoch). ``fenced`` if one answers from a newer epoch (this primary fences itself).
+        Too few answers: the directory is re-read (a lost follower may have been replaced)
+        and they are asked again, for up to :data:`SHIP_TIMEOUT` seconds, as a write
+        waits; then ``replicas_unavailable``."""
+        deadline: float | None = None
+        while not self.lease.live(time.monotonic()):
+            fenced = self.fenced()
+            if fenced is not None:
+                raise fenced
+            got, need = self._renew()
+            if got >= need:
+                return
+            deadline = deadline or time.monotonic() + SHIP_TIMEOUT
+            try:
+                self.refresh()
+            except MorphzError as e:
+                if e.code == STALE_EPOCH:
+                    raise
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"context {self.name!r}: only {got} of {need} followers renewed the read "
+                    "lease; a read here might miss commits of a newer primary",
+                    code="replicas_unavailable",
+                )
+            time.sleep(0.2)
+
+    def _renew(self) -> tuple[int, int]:
+        """Ask every follower whether it still follows this epoch; renew the lease if
+        enough do. How many did, and how many must."""
+        ray = ray_module()
+        asked = time.monotonic()
+        refs = [a.status.remote() for a in self._actors.values()]
+        need, got = max(1, self.entry.acks), 0
+        for ref in refs:
+            try:
+                status = open_reply(ray.get(ref, timeout=LEASE_WAIT))
+            except MorphzError as e:
+                if e.code in (STALE_EPOCH, FENCED):  # promoted, or sealed to be: replaced
+                    self._replaced(f"a follower answered {e.code}")
+                log.info("context %r: a follower did not renew the lease: %s", self.name, e)
+                continue
+            except Exception as e:  # lost or slow: it does not vouch for this epoch
+                log.info("context %r: a follower did not renew the lease: %s", self.name, e)
+                continue
+            if int(status["epoch"]) > self.entry.epoch:
+                self._replaced(f"a follower is at epoch {status['epoch']}")
+            got += 1
+        if got >= need:
+            self.lease.renewed(asked)
+        return got, need
+
+    def _replaced(self, why: str) -> None:
+        """Fence this primary (a newer epoch exists) and raise ``fenced``."""
+        message = f"context {self.name!r}: {why}, after this primary's epoch {self.entry.epoch}"
+        if self.store is not None:
+            self.store.fence(message)
+        self.lease.lapse()
+        raise RequestError(message, code=FENCED)
+
     def ship(self, seq: int, data: bytes) -> None:
-        """Return once ``acks`` followers hold batch *seq* durably (see the module doc)."""
+        """Return once ``acks`` followers hold batch *seq* durably (see the module doc);
+        with at least one follower's answer, that renews the read lease."""
         ray = ray_module()
         from ray.exceptions import RayError
 
         deadline = time.monotonic() + SHIP_TIMEOUT
         while True:
             need = self.entry.acks
+            asked = time.monotonic()
             refs = {a.receive.remote(data): m for m, a in self._actors.items()}
             got, behind = 0, []
             pending = list(refs)
@@ -433,6 +506,8 @@ class Replicator:
             if got < need and behind:
                 got += len(self._sync(behind))
             if got >= need:
+                if got >= 1:
+                    self.lease.renewed(asked)
                 return
             try:
                 self.refresh()

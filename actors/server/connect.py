@@ -28,8 +28,13 @@ from storage import check_context_name
 
 MAX_CONCURRENCY = 1000
 """Calls one context actor's event loop accepts at once."""
+LIVENESS_GROUP = "liveness"
+"""A context actor's concurrency group for the supervisor's pings (``pid``): its own thread
+and event loop, so a main event loop kept busy does not delay the answer."""
+CONCURRENCY_GROUPS = {LIVENESS_GROUP: 1}
+"""The concurrency groups of a context actor (besides Ray's default one)."""
 
-__all__ = ["MAX_CONCURRENCY", "connect"]
+__all__ = ["CONCURRENCY_GROUPS", "LIVENESS_GROUP", "MAX_CONCURRENCY", "connect"]
 
 
 def connect(
@@ -119,6 +124,7 @@ def connect(
             max_restarts=-1,
             max_task_retries=-1,
             max_concurrency=MAX_CONCURRENCY,
+            concurrency_groups=CONCURRENCY_GROUPS,
             num_cpus=0,
             scheduling_strategy=pinned(node),
         )

@@ -160,9 +160,7 @@ class ContextActor(ContextHost):
             reads, agent = self.guard.permits("read", capability), self._agent(capability)
             if single:
                 return await self._submit(payloads[0], reads, agent)
-            return list(
-                await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads))
-            )
+            return list(await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads)))
         finally:
             self.intake.release(caller, size)
 
@@ -279,8 +277,9 @@ def serve(op: Operation[Any, Any]) -> Any:
         except MorphzError as e:
             return failed(e)
         caller = Caller(holder=holder_of(capability), policy=self._policy)
+        read = not op.writes  # a replicated primary serves it under its read lease
         if op.prepare is None:
-            return await self._reply(lambda ctx: op.run(ctx, bound, caller))
+            return await self._reply(lambda ctx: op.run(ctx, bound, caller), read=read)
         try:  # the part that reads without the writer, off the store thread
             ctx = self._context()
             if op.indexed:
@@ -289,7 +288,7 @@ def serve(op: Operation[Any, Any]) -> Any:
             prepared = await loop.run_in_executor(None, op.prepare, ctx, bound)
         except MorphzError as e:
             return failed(e)
-        return await self._reply(lambda ctx: op.run(ctx, bound, caller, prepared))
+        return await self._reply(lambda ctx: op.run(ctx, bound, caller, prepared), read=read)
 
     method.__name__ = method.__qualname__ = op.name
     method.__doc__ = op.__doc__

@@ -79,7 +79,9 @@ class Replicating(Protocol):
     :class:`~actors.cluster.replication.Replicator`): the directory entry it ships
     under, :meth:`refresh`, which re-reads that entry and adopts new followers (and
     fences this primary if the entry names another), and :meth:`fenced`, the ``fenced``
-    error every call answers once this primary knows it was replaced (None until then)."""
+    error every call answers once this primary knows it was replaced (None until then),
+    and :meth:`hold_lease`, which returns only if a read may be served now (the primary's
+    read lease is live, or renewed by its followers), else raises why not."""
 
     @property
     def entry(self) -> ContextEntry: ...
@@ -87,6 +89,8 @@ class Replicating(Protocol):
     def refresh(self) -> None: ...
 
     def fenced(self) -> MorphzError | None: ...
+
+    def hold_lease(self) -> None: ...
 
 
 class Replication(Protocol):
@@ -104,6 +108,11 @@ class Replication(Protocol):
     def check_not_replaced(self, name: str, namespace: str | None) -> None: ...
 
     def enable(self, ctx: Context, name: str, namespace: str | None) -> Replicating | None: ...
+
+
+def _leased(replicator: Replicating, call: Callable[[], T]) -> T:
+    replicator.hold_lease()
+    return call()
 
 
 class ContextHost:
@@ -434,15 +443,20 @@ class ContextHost:
             raise fenced
         return self._ctx
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run *fn(context, *args)* on the store thread."""
+    async def _run(self, fn: Callable[..., T], *args: Any, read: bool = False) -> T:
+        """Run *fn(context, *args)* on the store thread; a *read* of a replicated primary
+        first holds its read lease (:meth:`Replicating.hold_lease`: renewed with the
+        followers if it lapsed, refused if this primary was replaced)."""
         ctx = self._context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, ctx, *args))
+        call = functools.partial(fn, ctx, *args)
+        if read and self.replicator is not None:
+            call = functools.partial(_leased, self.replicator, call)
+        return await loop.run_in_executor(self._executor, call)
 
-    async def _reply(self, fn: Callable[..., Any], *args: Any) -> bytes:
+    async def _reply(self, fn: Callable[..., Any], *args: Any, read: bool = False) -> bytes:
         try:
-            return ok(await self._run(fn, *args))
+            return ok(await self._run(fn, *args, read=read))
         except MorphzError as e:
             return failed(e)
 

@@ -38,9 +38,20 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PROBE", "WINDOW_LIMIT", "Nemesis", "cut_pings", "cut_shipping"]
+__all__ = [
+    "FAULTS",
+    "PROBE",
+    "WINDOW_LIMIT",
+    "Nemesis",
+    "cut_pings",
+    "cut_shipping",
+    "measure_window",
+    "promotion_of",
+]
 
 PROBE = 0.1
 """Seconds between two reads of the faulted context's version (the window's resolution)."""
@@ -48,6 +59,51 @@ WINDOW_LIMIT = 60.0
 """Seconds a fault's window is looked for before it is given up (``unavailable_s`` None)."""
 CALL_TIMEOUT = 1.0
 """Seconds one read of a version may take (a paused primary never answers)."""
+
+
+@dataclass(frozen=True)
+class _Fault:
+    """What a fault is done to: the directory, the primary (actor name and handle), the
+    context's name, and when the fault begins (monotonic)."""
+
+    directory: Any
+    actor_name: str
+    actor: Any
+    context: str
+    at: float
+
+
+def _pause(nemesis: Nemesis, f: _Fault) -> float | None:
+    """SIGSTOP the primary's process for the fault's length (SIGCONT even on error); the
+    window if it ended during the pause."""
+    import ray
+
+    pid = int(str(ray.get(f.actor.pid.remote(), timeout=30)))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        window = nemesis._window(f.context, f.at, f.at + nemesis.hold)
+        time.sleep(max(0.0, f.at + nemesis.hold - time.monotonic()))  # the whole pause
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return window
+
+
+def _partition(nemesis: Nemesis, f: _Fault) -> float | None:
+    """Cut the primary off from its followers and the supervisor for the fault's length
+    (both sides heal by themselves); the window if it ended during the cut."""
+    import ray
+
+    until = time.time() + nemesis.hold
+    ray.get(f.actor.__ray_call__.remote(cut_shipping, until), timeout=30)
+    ray.get(f.directory.actor.__ray_call__.remote(cut_pings, f.actor_name, until), timeout=30)
+    return nemesis._window(f.context, f.at, f.at + nemesis.hold)
+
+
+FAULTS: dict[str, Callable[[Nemesis, _Fault], float | None]] = {
+    "pause": _pause,
+    "partition": _partition,
+}
+"""What each nemesis does, by its name (its options: ``morphz.cli.nemeses.NEMESES``)."""
 
 
 class Nemesis:
@@ -66,7 +122,7 @@ class Nemesis:
         hold: float,
         until: float | None = None,
     ) -> None:
-        if kind not in ("pause", "partition"):
+        if kind not in FAULTS:
             raise ValueError(f"unknown nemesis {kind!r}")
         self.kind, self.names, self.namespace = kind, names, namespace
         self.every, self.hold, self.until = every, hold, until
@@ -115,47 +171,61 @@ class Nemesis:
         before = d.get(name)
         actor = ray.get_actor(before.primary.actor, namespace=self.namespace)
         entry.update(actor=before.primary.actor, epoch_before=before.epoch)
-        pid = int(str(ray.get(actor.pid.remote(), timeout=30)))
-        at = time.monotonic()
+        at, wall_at = time.monotonic(), time.time()
         entry["at_s"] = round(at - self._started, 3)
-        window: float | None = None
-        if self.kind == "pause":
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                window = self._window(name, at, at + self.hold)
-                time.sleep(max(0.0, at + self.hold - time.monotonic()))  # the whole pause
-            finally:
-                os.kill(pid, signal.SIGCONT)
-        else:
-            until = time.time() + self.hold
-            ray.get(actor.__ray_call__.remote(cut_shipping, until), timeout=30)
-            ray.get(d.actor.__ray_call__.remote(cut_pings, before.primary.actor, until), timeout=30)
-            window = self._window(name, at, at + self.hold)
+        window = FAULTS[self.kind](self, _Fault(d, before.primary.actor, actor, name, at))
         end = max(time.monotonic(), at + self.hold)
         if window is None:  # not back during the fault: keep looking after it healed
-            window = self._window(name, at, at + WINDOW_LIMIT)
+            window = measure_window(name, self.namespace, at, at + WINDOW_LIMIT)
         entry["back_s"] = round(end - self._started, 3)
         entry["unavailable_s"] = None if window is None else round(window, 3)
+        entry.update(promotion_of(d, name, before.epoch, wall_at))
         try:
             entry["epoch_after"] = d.get(name).epoch
         except Exception as e:  # the directory busy promoting: said so, not guessed
             entry["epoch_after"] = f"unknown: {type(e).__name__}"
 
     def _window(self, name: str, at: float, end: float) -> float | None:
-        """Seconds from *at* to the first commit seen applied after it, looked for until
-        *end* (None if none by then)."""
-        seen: dict[str, int] = {}
-        while True:
-            now = time.monotonic()
-            if now >= end:
-                return None
-            read = _read_version(name, self.namespace)
-            if read is not None:
-                actor, version = read
-                if actor in seen and version > seen[actor]:
-                    return time.monotonic() - at
-                seen.setdefault(actor, version)
-            time.sleep(PROBE)
+        return measure_window(name, self.namespace, at, end)
+
+
+def measure_window(name: str, namespace: str, at: float, end: float) -> float | None:
+    """Seconds from *at* (monotonic) to the first commit seen applied after it on context
+    *name*'s current primary, looked for until *end* (None if none by then)."""
+    seen: dict[str, int] = {}
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            return None
+        read = _read_version(name, namespace)
+        if read is not None:
+            actor, version = read
+            if actor in seen and version > seen[actor]:
+                return time.monotonic() - at
+            seen.setdefault(actor, version)
+        time.sleep(PROBE)
+
+
+def promotion_of(d: Any, name: str, epoch_before: int, wall_at: float) -> dict[str, Any]:
+    """Where a fault's time went, from the supervisor's record of the promotion of *name*
+    past *epoch_before* (``DirectoryHandle.failovers``): ``cause``, ``silent_s`` (for a
+    hang: how long its pings were missed), ``detected_s`` (from the fault, *wall_at*, to
+    the decision to promote) and ``serving_s`` (to the new primary serving). Empty if the
+    directory has no such record (not promoted)."""
+    try:
+        records = d.failovers()
+    except Exception:
+        return {}
+    for r in records:
+        if r.get("context") == name and r.get("epoch") == epoch_before + 1:
+            detected = float(r["at"]) - wall_at
+            return {
+                "cause": r.get("cause"),
+                "silent_s": r.get("silent_s"),
+                "detected_s": round(detected, 3),
+                "serving_s": round(detected + float(r["serving_s"]), 3),
+            }
+    return {}
 
 
 def _read_version(name: str, namespace: str) -> tuple[str, int] | None:
@@ -226,14 +296,22 @@ def _cut_get_actor(name: str, namespace: str, *, original: Any, cut: str, until:
     return original(name, namespace)
 
 
+def _cut_ping(name: str, handle: Any, *, original: Any, cut: str, until: float) -> Any:
+    if name == cut and time.time() < until:
+        return asyncio.get_running_loop().create_future()  # never answered
+    return original(name, handle)
+
+
 def cut_pings(directory: Any, actor_name: str, until: float) -> bool:
     """Run in the directory (``__ray_call__``): its supervisor cannot reach *actor_name*
-    until *until* (wall clock)."""
-    from actors.cluster import failover
+    (neither its prober's pings nor its other calls) until *until* (wall clock)."""
+    from actors.cluster import failover, probing
 
-    original = getattr(failover, "_uncut_get_actor", None) or failover._get_actor
-    failover._uncut_get_actor = original  # type: ignore[attr-defined]
-    failover._get_actor = functools.partial(
-        _cut_get_actor, original=original, cut=actor_name, until=until
-    )
+    seams = ((failover, "_get_actor", _cut_get_actor), (probing, "_ping", _cut_ping))
+    for module, seam, cut in seams:
+        original = getattr(module, "_uncut" + seam, None) or getattr(module, seam)
+        setattr(module, "_uncut" + seam, original)
+        setattr(
+            module, seam, functools.partial(cut, original=original, cut=actor_name, until=until)
+        )
     return True

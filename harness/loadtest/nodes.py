@@ -14,6 +14,7 @@ Ray is imported inside the functions that use it, never at module import.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -75,11 +76,22 @@ class NodeKiller:
     load's polling loop drives it: :meth:`tick` does whatever is due. Nodes are
     taken round robin (1, 2, …). Stops when told (a removed node is added back
     first), or *until* seconds after it started. ``kills`` logs ``{"node",
-    "node_id", "at_s", "back_s"}`` (and ``error`` if Ray refused).
+    "node_id", "at_s", "back_s", "primaries"}`` (and ``error`` if Ray refused):
+    ``primaries`` has, for each context of *namespace*'s directory whose primary was on
+    the removed node, its unavailability window and where the time went, as a nemesis
+    fault's (:func:`harness.loadtest.nemeses.measure_window`, ``promotion_of``).
     """
 
-    def __init__(self, cluster: TestCluster, every: float, until: float | None = None) -> None:
+    def __init__(
+        self,
+        cluster: TestCluster,
+        every: float,
+        until: float | None = None,
+        namespace: str | None = None,
+    ) -> None:
         self.cluster = cluster
+        self.namespace = namespace
+        self._measuring: list[threading.Thread] = []
         self.every = every
         self.until = until
         self.kills: list[dict[str, Any]] = []
@@ -96,9 +108,11 @@ class NodeKiller:
         self._due = self._started + self.every / 2
 
     def stop(self) -> None:
-        """Add back a node that is down."""
+        """Add back a node that is down; wait for the windows being measured."""
         if self._down is not None:
             self._back()
+        for thread in self._measuring:
+            thread.join()
 
     def tick(self) -> None:
         """Remove or add back the node that is due (call it from the main thread)."""
@@ -115,6 +129,7 @@ class NodeKiller:
         i = self._next
         self._next = self._next % (count - 1) + 1
         entry: dict[str, Any] = {"context": f"node-{i}", "node": i}
+        primaries = self._primaries_on(str(self.cluster.nodes[i].node_id))
         try:
             entry["node_id"] = self.cluster.remove(i)
         except Exception as e:
@@ -124,7 +139,48 @@ class NodeKiller:
             self._due = now + self.every
             return
         entry["at_s"] = round(now - self._started, 3)
+        entry["primaries"] = []
+        for name, epoch in primaries:
+            thread = threading.Thread(
+                target=self._measure, args=(entry, name, epoch, now, time.time()), daemon=True
+            )
+            thread.start()
+            self._measuring.append(thread)
         self._down = (i, entry, now + self.every / 2)
+
+    def _primaries_on(self, node_id: str) -> list[tuple[str, int]]:
+        """The contexts (name, epoch) of the directory whose primary is on *node_id*."""
+        if self.namespace is None:
+            return []
+        from actors.cluster.directory import existing_directory
+
+        d = existing_directory(self.namespace)
+        if d is None:
+            return []
+        return [(e.name, e.epoch) for e in d.list() if e.primary.node_id == node_id]
+
+    def _measure(
+        self, entry: dict[str, Any], name: str, epoch: int, at: float, wall_at: float
+    ) -> None:
+        """The unavailability window of context *name* whose primary's node went at *at*,
+        and where its time went (see :mod:`harness.loadtest.nemeses`), into *entry*."""
+        from actors.cluster.directory import directory
+        from harness.loadtest.nemeses import WINDOW_LIMIT, measure_window, promotion_of
+
+        assert self.namespace is not None
+        window = measure_window(name, self.namespace, at, at + WINDOW_LIMIT)
+        d = directory(self.namespace)
+        found: dict[str, Any] = {
+            "context": name,
+            "epoch_before": epoch,
+            "unavailable_s": None if window is None else round(window, 3),
+        }
+        found.update(promotion_of(d, name, epoch, wall_at))
+        try:
+            found["epoch_after"] = d.get(name).epoch
+        except Exception as e:
+            found["epoch_after"] = f"unknown: {type(e).__name__}"
+        entry["primaries"].append(found)
 
     def _back(self) -> None:
         assert self._down is not None

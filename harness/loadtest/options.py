@@ -8,12 +8,36 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from actors.client.handle import DEFAULT_NAMESPACE
+from harness.loadtest.nemeses import FAULTS
 from protocol.errors import RequestError
 
 Progress = Callable[[Mapping[str, Any]], None]
 """Called about twice a second while the load runs (see :func:`harness.loadtest.run_loadtest`)."""
 Tamper = Callable[[str, list[dict[str, Any]]], list[dict[str, Any]]]
 """Given a context's name and its records, the records to check (a test seam)."""
+
+
+DEFAULT_FAULT_FOR = 3.0
+"""Seconds a fault lasts unless told."""
+
+
+class NemesisRun(BaseModel):
+    """The nemesis a load test runs: every ``every_s`` seconds, a fault of ``kind`` (a
+    name of :data:`harness.loadtest.nemeses.FAULTS`) lasting ``for_s`` seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    every_s: float = Field(gt=0.0)
+    for_s: float = Field(default=DEFAULT_FAULT_FOR, gt=0.0, le=3600.0)
+
+    @model_validator(mode="after")
+    def _known(self) -> NemesisRun:
+        if self.kind not in FAULTS:
+            raise ValueError(f"kind must be one of {', '.join(FAULTS)}")
+        if self.for_s >= self.every_s:
+            raise ValueError("a fault must last less than its period")
+        return self
 
 
 class LoadtestOptions(BaseModel):
@@ -45,11 +69,10 @@ class LoadtestOptions(BaseModel):
     ``kill_node_every_s`` makes the run start its own cluster of ``nodes``
     nodes on this machine (``ray.cluster_utils.Cluster``, each node's stores
     under ``<store_dir>/node-<i>``) and remove a non-head node and add it back
-    every that many seconds. ``pause_primary_every_s`` / ``pause_for_s`` and
-    ``partition_every_s`` / ``partition_for_s`` are the nemeses of
-    :mod:`harness.loadtest.nemeses` (a replicated context's primary paused, or cut off
-    from its followers and the supervisor, for the second value every first value
-    seconds); each starts the run's own cluster too, and needs ``followers``.
+    every that many seconds. ``nemesis`` (:class:`NemesisRun`) is a fault of
+    :mod:`harness.loadtest.nemeses` done every so often (a replicated context's primary
+    paused, or cut off from its followers and the supervisor); it starts the run's own
+    cluster too, and needs ``followers``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -67,10 +90,7 @@ class LoadtestOptions(BaseModel):
     kill_every_s: float | None = Field(default=None, gt=0.0)
     followers: int = Field(default=0, ge=0, le=8)
     kill_node_every_s: float | None = Field(default=None, gt=0.0)
-    pause_primary_every_s: float | None = Field(default=None, gt=0.0)
-    pause_for_s: float = Field(default=3.0, gt=0.0, le=3600.0)
-    partition_every_s: float | None = Field(default=None, gt=0.0)
-    partition_for_s: float = Field(default=3.0, gt=0.0, le=3600.0)
+    nemesis: NemesisRun | None = None
     nodes: int = Field(default=3, ge=2, le=16)
     address: str | None = None
     store_dir: str | None = None
@@ -95,35 +115,16 @@ class LoadtestOptions(BaseModel):
             raise ValueError("pipeline applies to the synthetic workload only")
         if self.followers >= self.nodes and self.own_cluster:
             raise ValueError(f"followers must be below nodes ({self.nodes})")
-        faults = [
-            x for x in (self.kill_node_every_s, self.pause_primary_every_s, self.partition_every_s)
-            if x is not None
-        ]  # fmt: skip
-        if len(faults) > 1:
-            raise ValueError(
-                "give one of kill_node_every_s, pause_primary_every_s, partition_every_s"
-            )
-        nemesis = self.nemesis
-        if nemesis is not None:
-            every, hold = nemesis[1], nemesis[2]
+        if self.nemesis is not None:
+            if self.kill_node_every_s is not None:
+                raise ValueError("give one of kill_node_every_s and nemesis")
             if self.address is not None:
                 raise ValueError(
                     "a nemesis runs on a test cluster of this machine: give no address"
                 )
             if not self.followers:
                 raise ValueError("a nemesis faults a replicated primary: give followers")
-            if hold >= every:
-                raise ValueError("a fault must last less than its period")
         return self
-
-    @property
-    def nemesis(self) -> tuple[str, float, float] | None:
-        """``(kind, every, for)`` of the nemesis asked for, if any."""
-        if self.pause_primary_every_s is not None:
-            return ("pause", self.pause_primary_every_s, self.pause_for_s)
-        if self.partition_every_s is not None:
-            return ("partition", self.partition_every_s, self.partition_for_s)
-        return None
 
     @property
     def own_cluster(self) -> bool:

@@ -316,11 +316,18 @@ class _Run:
         opts = self.opts
         killer: Killer | NodeKiller | Nemesis | None = None
         if opts.nemesis is not None:
-            kind, every, hold = opts.nemesis
+            n = opts.nemesis
             names = [h.name for h in self.handles]
-            killer = Nemesis(kind, names, opts.namespace, every, hold, until=opts.duration_s)
+            killer = Nemesis(
+                n.kind, names, opts.namespace, n.every_s, n.for_s, until=opts.duration_s
+            )
         elif opts.kill_node_every_s is not None and self.cluster is not None:
-            killer = NodeKiller(self.cluster, opts.kill_node_every_s, until=opts.duration_s)
+            killer = NodeKiller(
+                self.cluster,
+                opts.kill_node_every_s,
+                until=opts.duration_s,
+                namespace=opts.namespace,
+            )
         elif opts.kill_every_s is not None:
             killer = Killer(
                 self.handles,
@@ -512,9 +519,7 @@ class _Run:
             requested["kill_node_every_s"] = opts.kill_node_every_s
             requested["nodes"] = opts.nodes
         if opts.nemesis is not None:
-            requested["nemesis"] = dict(
-                zip(("kind", "every_s", "for_s"), opts.nemesis, strict=True)
-            )
+            requested["nemesis"] = opts.nemesis.model_dump()
             requested["nodes"] = opts.nodes
         if opts.workload == "trajectories":
             requested["conversations"] = opts.conversations

@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from morphz.cli.console import EXIT_INTERRUPTED, EXIT_REFUSED, Env, run_command
+from morphz.cli.nemeses import nemesis_from, nemesis_options
 
 
 class _Bar:
@@ -304,38 +305,7 @@ def checked_text(checked: dict[str, int]) -> str:
     help="Start a test cluster of --nodes nodes on this machine and remove a node "
     "(adding it back) every S seconds.",
 )
-@click.option(
-    "--pause-primary-every",
-    "pause_primary_every",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Start a test cluster and pause (SIGSTOP) a replicated context's primary every "
-    "N seconds, for --pause-for seconds (harness/loadtest/nemeses.py).",
-)
-@click.option(
-    "--pause-for",
-    "pause_for",
-    type=click.FloatRange(min=0, min_open=True),
-    default=3.0,
-    show_default=True,
-    help="Seconds each pause lasts.",
-)
-@click.option(
-    "--partition-every",
-    "partition_every",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Start a test cluster and cut a replicated context's primary off from its "
-    "followers and the supervisor every N seconds, for --partition-for seconds.",
-)
-@click.option(
-    "--partition-for",
-    "partition_for",
-    type=click.FloatRange(min=0, min_open=True),
-    default=3.0,
-    show_default=True,
-    help="Seconds each partition lasts.",
-)
+@nemesis_options
 @click.option(
     "--nodes",
     type=click.IntRange(2, 16),
@@ -400,10 +370,6 @@ def loadtest_cmd(
     followers: int,
     replicas: int | None,
     kill_node_every: float | None,
-    pause_primary_every: float | None,
-    pause_for: float,
-    partition_every: float | None,
-    partition_for: float,
     nodes: int,
     address: str | None,
     agents: int | None,
@@ -413,6 +379,7 @@ def loadtest_cmd(
     seed: int,
     keep: bool,
     store_dir: str | None,
+    **faults: float | None,
 ) -> None:
     """Load-test context actors with agent threads; check every history (exit 1 if not ok).
 
@@ -444,10 +411,7 @@ def loadtest_cmd(
         "kill_every_s": kill_every,
         "followers": followers if replicas is None else replicas,
         "kill_node_every_s": kill_node_every,
-        "pause_primary_every_s": pause_primary_every,
-        "pause_for_s": pause_for,
-        "partition_every_s": partition_every,
-        "partition_for_s": partition_for,
+        "nemesis": nemesis_from(faults),
         "nodes": nodes,
         "address": address,
         "store_dir": store_dir or _given_store(env),
@@ -465,7 +429,7 @@ def loadtest_cmd(
     # send them to stderr so that stdout carries only the report.
     with contextlib.redirect_stdout(sys.stderr):
         joined = False
-        own_cluster = (kill_node_every, pause_primary_every, partition_every) != (None,) * 3
+        own_cluster = kill_node_every is not None or options["nemesis"] is not None
         if bar is not None and not own_cluster:
             # Ray joined (or started) before the bar shows: what it says while starting
             # is printed above the bar, not into it.

@@ -1,11 +1,16 @@
 """Unkind faults on a 3-node ``ray.cluster_utils.Cluster`` (child processes, as
 tests/actors/test_failover.py):
 
+* **a busy primary** (its event loop held by CPU-bound work for longer than the hang
+  threshold, commits waiting behind it) is not declared hung: its pings are answered by
+  their own thread;
 * **a paused primary** (SIGSTOP of its process, its node alive) is declared hung by the
   supervisor and its follower promoted; resumed (SIGCONT), the old primary — called by a
   client still holding its actor, which never follows a promotion — never acknowledges a
   commit: everything it was sent during and after the pause is refused (``fenced`` /
-  ``stale_epoch``), none of it reaches the new primary, and every commit acknowledged to
+  ``stale_epoch``), none of it reaches the new primary, and no read it was sent (queued
+  during the pause, served first thing on resume) answers a state older than the new
+  primary's: its read lease lapsed, and every commit acknowledged to
   the following client is there exactly once;
 * **the directory's node lost**: the directory (started on a non-head node, as any
   process there would) is restarted by Ray on a live node, reloads its state, places a
@@ -88,6 +93,8 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     from ray.exceptions import RayActorError
 
     from actors.client.handle import ContextHandle, _receipt
+    from actors.client.lookup import lookup
+    from actors.client.replies import open_reply
     from actors.cluster.directory import directory
     from actors.cluster.placing import place
     from protocol.errors import MorphzError
@@ -106,15 +113,43 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         _, payload = ContextHandle.prepare(_tx("z", i), f"z-{i}")
         return old.submit.remote(payload)
 
+    # Busy, not hung: its event loop held by a CPU-bound step for BUSY_FOR seconds (longer
+    # than the hang threshold), the writer's commits waiting behind it. Its pings are
+    # answered by their own thread: no promotion.
+    acked_before_busy = len(writer.acked)
+    busy_at = time.monotonic()
+    ray.get(old.__ray_call__.remote(_busy, BUSY_FOR), timeout=WAIT)
+    busy_s = time.monotonic() - busy_at
+    _until("an acknowledgement after the busy step", lambda: _acked_after(writer, busy_at + busy_s))
+    time.sleep(1.0)  # past the threshold, counted from the end of the busy step
+    assert directory(NAMESPACE).get(name).epoch == 0, "a busy primary was declared hung"
+    assert len(writer.acked) > acked_before_busy
+    busy_gap = writer.longest_gap(busy_at, time.monotonic())
+
     os.kill(pid, signal.SIGSTOP)
     paused_at = time.monotonic()
     during = [zombie_write(i) for i in range(5)]  # queued in the paused process
+    stale_reads = [old.version.remote() for _ in range(3)]  # served first thing on resume
     promoted = _until("a promotion", lambda: (e := directory(NAMESPACE).get(name)).epoch >= 1 and e)
     promoted_after = time.monotonic() - paused_at
     _until("an acknowledgement after the promotion", lambda: _acked_after(writer, paused_at))
+    newer = lookup(name, NAMESPACE).version()  # acknowledged by the new primary
     os.kill(pid, signal.SIGCONT)
     resumed_at = time.monotonic()
+    stale_reads.append(old.version.remote())
     after = [zombie_write(i) for i in range(5, 10)]
+    reads: list[str] = []
+    for ref in stale_reads:  # no read of the old primary misses what the new one acknowledged
+        try:
+            served = int(open_reply(ray.get(ref, timeout=WAIT)))
+        except MorphzError as e:
+            reads.append(e.code)
+        except RayActorError:
+            reads.append("stopped")
+        else:
+            assert served >= newer, f"a stale read: version {served} after {newer} was acknowledged"
+            reads.append("current")
+    assert set(reads) <= {"fenced", "stale_epoch", "stopped"}, reads
     zombie: dict[str, str] = {}
     for i, ref in enumerate(during + after):
         try:
@@ -136,14 +171,34 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         assert logged[str(r.client_id)] == r.version, r
     for cid, (version, _) in writer.acked.items():
         assert logged[cid] == version, (cid, version, logged.get(cid))
+    failovers = directory(NAMESPACE).failovers()
+    assert [(f["context"], f["epoch"], f["cause"]) for f in failovers] == [(name, 1, "hung")]
     return {
+        "busy_s": round(busy_s, 2),
+        "busy_longest_gap_s": round(busy_gap, 2),
         "promoted_epoch": promoted.epoch,
         "promoted_after_s": round(promoted_after, 2),
+        "failover": failovers[0],
         "unavailable_s": round(writer.longest_gap(paused_at, resumed_at), 2),
         "zombie_replies": zombie,
+        "stale_read_replies": reads,
         "acknowledged": len(writer.acked) + len(before),
         "writer_errors": sorted(set(writer.errors)),
     }
+
+
+BUSY_FOR = 3.0
+"""Seconds the primary's event loop is held by a CPU-bound step (past the hang threshold)."""
+
+
+def _busy(actor: Any, seconds: float) -> float:
+    """Run inside the primary (``__ray_call__``, on its event loop): pure-Python work for
+    *seconds*, as a slow step of a commit is."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += sum(i * i for i in range(1000)) % 7
+    return float(n)
 
 
 def _acked_after(writer: Writer, t: float) -> bool:

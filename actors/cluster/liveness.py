@@ -1,0 +1,148 @@
+"""When is a replicated context's primary hung, and may it still serve reads? Pure rules.
+
+:class:`Lease` is the primary's read lease (below). :class:`Liveness` judges pings: the
+supervisor (:mod:`actors.cluster.failover`) pings each replicated primary every
+:data:`PROBE_EVERY` seconds without waiting for the previous answer, and feeds every
+ping sent and every answer got (with the time, from the caller's clock) to one
+:class:`Liveness` per primary. The rule:
+
+* an answer to a ping proves the process ran after that ping was sent: every ping sent
+  before it stops counting, answered or not (a late answer is life, not a hang);
+* a ping counts as **missed** once it has been unanswered for the *patience*: twice the
+  slowest of the recent answers (:data:`LATENCY_WINDOW` of them), at least
+  :data:`MIN_PATIENCE`, at most what keeps the whole rule within :data:`MAX_HANG_AFTER`;
+* the primary is **hung** once :data:`MISSES` consecutive pings are missed and the
+  oldest of them was sent at least the *threshold* ago: :data:`HANG_AFTER`, raised to
+  ``patience + (MISSES - 1) * PROBE_EVERY`` when recent answers were slow.
+
+So a stopped process (SIGSTOP, a long GC pause, a starved VM) is declared hung about
+:data:`HANG_AFTER` after the first ping it did not answer, on an idle machine; a
+process that is only slow keeps answering its pipelined pings and is never declared
+hung, and on a loaded machine, where every answer is slower, the threshold grows with
+the observed latency up to :data:`MAX_HANG_AFTER`. A stall of the supervisor itself
+(its process starved) sends no pings during the stall, and the pings sent after it are
+not missed yet, so it is not taken for a hang of the primary.
+
+No clock, thread or I/O here: times are passed in (seconds, one monotonic clock).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = [
+    "HANG_AFTER",
+    "LATENCY_WINDOW",
+    "LEASE",
+    "LEASE_MARGIN",
+    "MAX_HANG_AFTER",
+    "MIN_PATIENCE",
+    "MISSES",
+    "PROBE_EVERY",
+    "Lease",
+    "Liveness",
+]
+
+PROBE_EVERY = 0.25
+"""Seconds between two pings of one primary."""
+HANG_AFTER = 1.0
+"""Seconds from the first missed ping to a hang, when answers are quick."""
+MAX_HANG_AFTER = 2.0
+"""The most the threshold grows to when answers are slow (the aim: a paused primary is
+replaced and serving again within 3 s)."""
+MIN_PATIENCE = 0.5
+"""Seconds a ping waits for its answer before it counts as missed, at least."""
+MISSES = 3
+"""Consecutive missed pings that make a hang."""
+LATENCY_WINDOW = 16
+"""How many recent answers the patience is computed from."""
+
+
+class Liveness:
+    """The pings of one primary in flight, and the recent answers' latency."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, float] = {}
+        """Pings not answered yet, by number: when each was sent."""
+        self._next = 0
+        self._latency: deque[float] = deque(maxlen=LATENCY_WINDOW)
+
+    def sent(self, now: float) -> int:
+        """Record a ping sent at *now*; its number, to give to :meth:`answered`."""
+        number = self._next
+        self._next += 1
+        self._pending[number] = now
+        return number
+
+    def answered(self, number: int, now: float) -> None:
+        """Record the answer to ping *number* got at *now*: it and every earlier ping are
+        cleared."""
+        at = self._pending.get(number)
+        if at is None:
+            return  # already cleared by a later ping's answer
+        self._latency.append(max(0.0, now - at))
+        for n in [n for n in self._pending if n <= number]:
+            del self._pending[n]
+
+    def patience(self) -> float:
+        """Seconds a ping may stay unanswered before it counts as missed."""
+        slowest = max(self._latency, default=0.0)
+        ceiling = MAX_HANG_AFTER - (MISSES - 1) * PROBE_EVERY
+        return min(max(MIN_PATIENCE, 2 * slowest), ceiling)
+
+    def threshold(self) -> float:
+        """Seconds from the oldest missed ping to a hang."""
+        return min(MAX_HANG_AFTER, max(HANG_AFTER, self.patience() + (MISSES - 1) * PROBE_EVERY))
+
+    def missed(self, now: float) -> list[float]:
+        """When each missed ping (unanswered for the patience) was sent, oldest first."""
+        patience = self.patience()
+        return sorted(at for at in self._pending.values() if now - at >= patience)
+
+    def hung(self, now: float) -> bool:
+        """True once :data:`MISSES` pings are missed and the oldest was sent at least the
+        :meth:`threshold` ago."""
+        missed = self.missed(now)
+        return len(missed) >= MISSES and now - missed[0] >= self.threshold()
+
+    def in_flight(self) -> int:
+        """How many pings are unanswered."""
+        return len(self._pending)
+
+
+LEASE = 0.5
+"""Seconds a replicated primary may serve reads after the followers last confirmed, by
+answering it, that no newer epoch existed (measured from when it asked)."""
+LEASE_MARGIN = 0.1
+"""Seconds a promoted follower waits beyond :data:`LEASE` (clock rates of two processes
+differ a little; on one machine they are the same clock)."""
+
+
+class Lease:
+    """A primary's read lease: live until :data:`LEASE` seconds after the newest moment
+    at which it asked the followers and enough of them answered as followers of its epoch.
+
+    A follower fenced at a newer epoch no longer answers so, and a promoted follower
+    serves only :data:`LEASE` + :data:`LEASE_MARGIN` seconds after every follower was
+    fenced; so the old primary's lease has expired before the new primary acknowledges
+    anything, and a read it serves under a live lease misses no acknowledged commit.
+    """
+
+    def __init__(self, duration: float = LEASE) -> None:
+        self.duration = duration
+        self._until: float | None = None
+
+    def renewed(self, asked_at: float) -> None:
+        """The followers answered a question asked at *asked_at*: live until then +
+        the duration (never shortened by an older answer)."""
+        until = asked_at + self.duration
+        if self._until is None or until > self._until:
+            self._until = until
+
+    def live(self, now: float) -> bool:
+        """Whether a read may be served at *now*."""
+        return self._until is not None and now < self._until
+
+    def lapse(self) -> None:
+        """End the lease now (this primary learnt it was replaced)."""
+        self._until = None
