@@ -251,14 +251,21 @@ def check_int(value: object, what: str, low: int = 0) -> int:
     return value
 
 
-_REMOTE_CLASSES: dict[type, Any] = {}
+_REMOTE_CLASSES: dict[tuple[type, tuple[tuple[str, int], ...]], Any] = {}
 
 
-def remote_class(cls: type) -> Any:
-    """``ray.remote(cls)``, made once per class."""
-    made = _REMOTE_CLASSES.get(cls)
+def remote_class(cls: type, concurrency_groups: dict[str, int] | None = None) -> Any:
+    """``ray.remote(cls)``, made once per class and *concurrency_groups* (which Ray takes
+    only here, never in ``.options()``)."""
+    key = (cls, tuple(sorted((concurrency_groups or {}).items())))
+    made = _REMOTE_CLASSES.get(key)
     if made is None:
-        made = _REMOTE_CLASSES[cls] = ray_module().remote(cls)
+        ray = ray_module()
+        if concurrency_groups:
+            made = ray.remote(concurrency_groups=concurrency_groups)(cls)
+        else:
+            made = ray.remote(cls)
+        _REMOTE_CLASSES[key] = made
     return made
 
 

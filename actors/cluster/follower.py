@@ -147,7 +147,7 @@ def start_follower(member: Member, name: str, namespace: str) -> Any:
     """Get or create the follower actor *member* of context *name* (its Ray handle), pinned
     to its node; it starts as a follower."""
     return (
-        remote_class(FollowerActor)
+        remote_class(FollowerActor, CONCURRENCY_GROUPS)
         .options(
             name=member.actor,
             namespace=namespace,
@@ -156,7 +156,6 @@ def start_follower(member: Member, name: str, namespace: str) -> Any:
             max_restarts=-1,
             max_task_retries=0,
             max_concurrency=MAX_CONCURRENCY,
-            concurrency_groups=CONCURRENCY_GROUPS,
             num_cpus=0,
             scheduling_strategy=pinned(member.node_id),
         )

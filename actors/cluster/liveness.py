@@ -13,7 +13,8 @@ ping sent and every answer got (with the time, from the caller's clock) to one
   :data:`MIN_PATIENCE`, at most what keeps the whole rule within :data:`MAX_HANG_AFTER`;
 * the primary is **hung** once :data:`MISSES` consecutive pings are missed and the
   oldest of them was sent at least the *threshold* ago: :data:`HANG_AFTER`, raised to
-  ``patience + (MISSES - 1) * PROBE_EVERY`` when recent answers were slow.
+  ``patience + (MISSES - 1) * PROBE_EVERY`` when recent answers were slow, and
+  :data:`FIRST_ANSWER_WAIT` until the primary has answered once (it may be starting).
 
 So a stopped process (SIGSTOP, a long GC pause, a starved VM) is declared hung about
 :data:`HANG_AFTER` after the first ping it did not answer, on an idle machine; a
@@ -35,6 +36,7 @@ __all__ = [
     "LATENCY_WINDOW",
     "LEASE",
     "LEASE_MARGIN",
+    "FIRST_ANSWER_WAIT",
     "MAX_HANG_AFTER",
     "MIN_PATIENCE",
     "MISSES",
@@ -56,6 +58,9 @@ MISSES = 3
 """Consecutive missed pings that make a hang."""
 LATENCY_WINDOW = 16
 """How many recent answers the patience is computed from."""
+FIRST_ANSWER_WAIT = 10.0
+"""The threshold until the primary has answered once: a process still starting (its
+constructor opening the store, on a loaded machine) answers nothing yet."""
 
 
 class Liveness:
@@ -91,7 +96,10 @@ class Liveness:
         return min(max(MIN_PATIENCE, 2 * slowest), ceiling)
 
     def threshold(self) -> float:
-        """Seconds from the oldest missed ping to a hang."""
+        """Seconds from the oldest missed ping to a hang (:data:`FIRST_ANSWER_WAIT` until
+        the first answer)."""
+        if not self._latency:
+            return FIRST_ANSWER_WAIT
         return min(MAX_HANG_AFTER, max(HANG_AFTER, self.patience() + (MISSES - 1) * PROBE_EVERY))
 
     def missed(self, now: float) -> list[float]:

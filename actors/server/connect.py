@@ -115,7 +115,7 @@ def connect(
     ensure_ray()
     node = check_node(node_id) if node_id is not None else current_node_id()
     actor = (
-        remote_class(ContextActor)
+        remote_class(ContextActor, CONCURRENCY_GROUPS)
         .options(
             name=actor_name(name),
             namespace=namespace,
@@ -124,7 +124,6 @@ def connect(
             max_restarts=-1,
             max_task_retries=-1,
             max_concurrency=MAX_CONCURRENCY,
-            concurrency_groups=CONCURRENCY_GROUPS,
             num_cpus=0,
             scheduling_strategy=pinned(node),
         )

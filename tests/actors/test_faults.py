@@ -1,9 +1,9 @@
 """Unkind faults on a 3-node ``ray.cluster_utils.Cluster`` (child processes, as
 tests/actors/test_failover.py):
 
-* **a busy primary** (its event loop held by CPU-bound work for longer than the hang
-  threshold, commits waiting behind it) is not declared hung: its pings are answered by
-  their own thread;
+* **a busy primary** (its store thread held by a slow write and its event loop blocked,
+  for longer than the hang threshold, commits waiting behind them) is not declared hung:
+  its pings are answered by their own thread;
 * **a paused primary** (SIGSTOP of its process, its node alive) is declared hung by the
   supervisor and its follower promoted; resumed (SIGCONT), the old primary — called by a
   client still holding its actor, which never follows a promotion — never acknowledges a
@@ -113,9 +113,9 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         _, payload = ContextHandle.prepare(_tx("z", i), f"z-{i}")
         return old.submit.remote(payload)
 
-    # Busy, not hung: its event loop held by a CPU-bound step for BUSY_FOR seconds (longer
-    # than the hang threshold), the writer's commits waiting behind it. Its pings are
-    # answered by their own thread: no promotion.
+    # Busy, not hung: its store thread held by a slow write and its event loop blocked for
+    # BUSY_FOR seconds (longer than the hang threshold), the writer's commits waiting behind
+    # them. Its pings are answered by their own thread: no promotion.
     acked_before_busy = len(writer.acked)
     busy_at = time.monotonic()
     ray.get(old.__ray_call__.remote(_busy, BUSY_FOR), timeout=WAIT)
@@ -188,17 +188,16 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
 
 
 BUSY_FOR = 3.0
-"""Seconds the primary's event loop is held by a CPU-bound step (past the hang threshold)."""
+"""Seconds the primary is held busy (past the hang threshold)."""
 
 
-def _busy(actor: Any, seconds: float) -> float:
-    """Run inside the primary (``__ray_call__``, on its event loop): pure-Python work for
-    *seconds*, as a slow step of a commit is."""
-    end = time.monotonic() + seconds
-    n = 0
-    while time.monotonic() < end:
-        n += sum(i * i for i in range(1000)) % 7
-    return float(n)
+def _busy(actor: Any, seconds: float) -> bool:
+    """Run inside the primary (``__ray_call__``, on its event loop): a slow write holds its
+    store thread (commits queue behind it, as behind a slow fsync) and its event loop is
+    blocked (as by a slow call made on it), both for *seconds*."""
+    actor._executor.submit(time.sleep, seconds)
+    time.sleep(seconds)
+    return True
 
 
 def _acked_after(writer: Writer, t: float) -> bool:

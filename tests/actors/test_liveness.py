@@ -4,6 +4,7 @@ simulated clock (no Ray)."""
 from __future__ import annotations
 
 from actors.cluster.liveness import (
+    FIRST_ANSWER_WAIT,
     HANG_AFTER,
     MAX_HANG_AFTER,
     MIN_PATIENCE,
@@ -83,13 +84,22 @@ def test_a_stall_of_the_supervisor_is_not_taken_for_a_hang() -> None:
     assert run(lambda t: t + 0.05, until=10, supervisor_stalled=(3.0, 5.0)) is None
 
 
+def test_a_process_that_never_answered_is_given_time_to_start() -> None:
+    live = Liveness()
+    for i in range(40):
+        live.sent(i * STEP)
+    assert not live.hung(9.0) and live.hung(FIRST_ANSWER_WAIT + 0.5)
+    # Started slowly (its first answer after 4 s), then stopped: hung as usual.
+    assert run(lambda t: 4.0 if t < 4.0 else (t + 0.01 if t < 6.0 else None), until=10) is not None
+
+
 def test_a_late_answer_clears_every_earlier_ping() -> None:
     live = Liveness()
+    live.answered(live.sent(-1.0), -0.99)
     first = live.sent(0.0)
-    for t in (0.25, 0.5, 0.75, 1.0):
-        live.sent(t)
+    numbers = {t: live.sent(t) for t in (0.25, 0.5, 0.75, 1.0)}
     assert live.hung(1.6)
-    live.answered(3, 1.6)  # the ping of 0.75 answered: the process ran after 0.75
+    live.answered(numbers[0.75], 1.6)  # the process ran after 0.75
     assert live.in_flight() == 1 and not live.hung(1.6)
     live.answered(first, 1.7)  # an answer already cleared changes nothing
     assert live.in_flight() == 1
