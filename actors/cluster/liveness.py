@@ -9,8 +9,10 @@ ping sent and every answer got (with the time, from the caller's clock) to one
 * an answer to a ping proves the process ran after that ping was sent: every ping sent
   before it stops counting, answered or not (a late answer is life, not a hang);
 * a ping counts as **missed** once it has been unanswered for the *patience*: twice the
-  slowest of the recent answers (:data:`LATENCY_WINDOW` of them), at least
-  :data:`MIN_PATIENCE`, at most what keeps the whole rule within :data:`MAX_HANG_AFTER`;
+  slowest of the recent answers (:data:`LATENCY_WINDOW` of them), or :data:`LAG_FACTOR`
+  times the supervisor's own recent oversleep if more (its process delayed as every
+  process of a loaded machine is), at least :data:`MIN_PATIENCE`, at most what keeps the
+  whole rule within :data:`MAX_HANG_AFTER`;
 * the primary is **hung** once :data:`MISSES` consecutive pings are missed and the
   oldest of them was sent at least the *threshold* ago: :data:`HANG_AFTER`, raised to
   ``patience + (MISSES - 1) * PROBE_EVERY`` when recent answers were slow, and
@@ -33,6 +35,7 @@ from collections import deque
 
 __all__ = [
     "HANG_AFTER",
+    "LAG_FACTOR",
     "LATENCY_WINDOW",
     "LEASE",
     "LEASE_MARGIN",
@@ -47,13 +50,16 @@ __all__ = [
 
 PROBE_EVERY = 0.25
 """Seconds between two pings of one primary."""
-HANG_AFTER = 1.0
+HANG_AFTER = 1.25
 """Seconds from the first missed ping to a hang, when answers are quick."""
 MAX_HANG_AFTER = 2.0
 """The most the threshold grows to when answers are slow (the aim: a paused primary is
 replaced and serving again within 3 s)."""
-MIN_PATIENCE = 0.5
+MIN_PATIENCE = 0.75
 """Seconds a ping waits for its answer before it counts as missed, at least."""
+LAG_FACTOR = 4.0
+"""The patience is at least this many times the supervisor's own recent oversleep (how
+late its prober woke up: a loaded machine delays every answer as it delays that)."""
 MISSES = 3
 """Consecutive missed pings that make a hang."""
 LATENCY_WINDOW = 16
@@ -71,6 +77,12 @@ class Liveness:
         """Pings not answered yet, by number: when each was sent."""
         self._next = 0
         self._latency: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._lag: deque[float] = deque(maxlen=LATENCY_WINDOW)
+
+    def overslept(self, lag: float) -> None:
+        """Record that the prober woke *lag* seconds later than it asked to (its own
+        process starved: the machine is loaded)."""
+        self._lag.append(max(0.0, lag))
 
     def sent(self, now: float) -> int:
         """Record a ping sent at *now*; its number, to give to :meth:`answered`."""
@@ -92,8 +104,9 @@ class Liveness:
     def patience(self) -> float:
         """Seconds a ping may stay unanswered before it counts as missed."""
         slowest = max(self._latency, default=0.0)
+        lag = max(self._lag, default=0.0)
         ceiling = MAX_HANG_AFTER - (MISSES - 1) * PROBE_EVERY
-        return min(max(MIN_PATIENCE, 2 * slowest), ceiling)
+        return min(max(MIN_PATIENCE, 2 * slowest, LAG_FACTOR * lag), ceiling)
 
     def threshold(self) -> float:
         """Seconds from the oldest missed ping to a hang (:data:`FIRST_ANSWER_WAIT` until

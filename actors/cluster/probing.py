@@ -76,7 +76,9 @@ class Prober:
             if self.hung_after is None and self.liveness.hung(now):
                 self.hung_after = now - self.liveness.missed(now)[0]
                 wake(self.namespace).set()
+            asleep = time.monotonic()
             await asyncio.sleep(PROBE_EVERY)
+            self.liveness.overslept(time.monotonic() - asleep - PROBE_EVERY)
 
     async def _ping(self, handle: Any, number: int) -> None:
         from ray.exceptions import ActorDiedError, ActorUnavailableError, ActorUnschedulableError

@@ -73,6 +73,11 @@ def test_slow_answers_raise_the_threshold_up_to_its_ceiling() -> None:
     very_slow = Liveness()
     very_slow.answered(very_slow.sent(0), 30.0)
     assert very_slow.threshold() == MAX_HANG_AFTER
+    # Quick answers, but the supervisor's own prober woke 0.3 s late: a loaded machine.
+    loaded = Liveness()
+    loaded.answered(loaded.sent(0), 0.01)
+    loaded.overslept(0.3)
+    assert loaded.patience() > MIN_PATIENCE and loaded.threshold() > HANG_AFTER
     # A process that answered slowly then stopped is declared hung within the ceiling.
     stop = 6.0
     hung = run(lambda t: t + 0.6 if t < stop else None, until=12)
