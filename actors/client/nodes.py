@@ -83,6 +83,7 @@ def preferring(node_id: str) -> Any:
 
 __all__ = [
     "alive_nodes",
+    "check_lifetime",
     "check_node",
     "current_node_id",
     "ensure_ray",
@@ -91,6 +92,12 @@ __all__ = [
     "preferring",
     "start_pinned",
 ]
+
+
+def check_lifetime(lifetime: object) -> None:
+    """RequestError ``bad_argument`` unless *lifetime* is None or ``"detached"``."""
+    if lifetime not in (None, "detached"):
+        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
 
 
 def start_pinned(
@@ -108,8 +115,7 @@ def start_pinned(
     node *node_id* (default: this node; NotFound if not live), restarted by Ray without
     limit, asking no CPU, *lifetime* ``None`` or ``"detached"``. Call ``.remote(...)`` on
     it with the constructor's arguments. Connects to Ray first if needed."""
-    if lifetime not in (None, "detached"):
-        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
+    check_lifetime(lifetime)
     ensure_ray()
     node = check_node(node_id) if node_id is not None else current_node_id()
     return remote_class(cls).options(

@@ -27,7 +27,7 @@ from actors.client.names import (
     host_actor,
     is_host,
 )
-from actors.client.nodes import start_pinned
+from actors.client.nodes import check_lifetime, start_pinned
 from actors.client.replies import raise_error
 from actors.client.transport import RetryPolicy, check_int, check_text
 from actors.server.context_actor import ContextActor
@@ -124,6 +124,7 @@ def connect(
         raise RequestError(f"window must be between 0 and {MAX_WINDOW} ticks", code="bad_argument")
     if history_keep is not None:
         check_int(history_keep, "history_keep", 1)
+    check_lifetime(lifetime)
     if governance_every is not None:
         check_every(governance_every)
     check_scan(governance_unused_ticks, 3)
