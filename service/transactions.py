@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BeforeValidator, Field, Strict
+from pydantic import BeforeValidator, Field, PlainValidator
 from pydantic_core import PydanticCustomError
 
 from protocol.engine import evaluate
@@ -69,11 +69,29 @@ def _client_id(value: Any) -> Any:
 ClientId = Annotated[str, BeforeValidator(_client_id)]
 """A client id (1 to 200 characters): a retry under the same one answers the first receipt."""
 
-TxText = Annotated[str, Strict(), Field(max_length=MAX_PAYLOAD_BYTES)]
-"""A transaction's S-expression text."""
 
-Transaction = ContextTx | SubmittedTx | TxText
-"""A transaction argument: the model, a port's parsed form with its text, or the text."""
+def _transaction(value: Any) -> Any:
+    # One isinstance test, not a union's trial validations: this is every submission's path.
+    if isinstance(value, (ContextTx, SubmittedTx)):
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_PAYLOAD_BYTES:
+            raise PydanticCustomError(
+                "string_too_long",
+                f"a transaction's text holds at most {MAX_PAYLOAD_BYTES} characters",
+                {},
+            )
+        return value
+    raise PydanticCustomError(
+        "bad_argument",
+        f"a transaction is a ContextTx or its text, not {type(value).__name__}",
+        {},
+    )
+
+
+Transaction = Annotated[ContextTx | SubmittedTx | str, PlainValidator(_transaction)]
+"""A transaction argument: the model, a port's parsed form with its text, or the text
+(at most :data:`~protocol.wire.MAX_PAYLOAD_BYTES` characters)."""
 
 
 # -- the commit path ------------------------------------------------------------------
