@@ -36,8 +36,8 @@ from protocol.receipts import Receipt
 from protocol.replies import Counter, ObserveReply
 from protocol.state import Event, Frame, Meta
 from protocol.tx import ContextTx
+from protocol.txwire import SubmittedTx
 from protocol.view import Changeset, WriteView
-from protocol.wire import SubmittedTx
 from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
 from service.observations import new_event_id, observed
@@ -211,7 +211,7 @@ class Context(Operations, GovernanceAPI):
 
         Each is decided against the state the previous ones left; a rejected one
         writes nothing and does not affect the others. Items may be ``(tx, client_id)``
-        pairs and a port's :class:`~protocol.wire.SubmittedTx` (``submit_many`` takes
+        pairs and a port's :class:`~protocol.txwire.SubmittedTx` (``submit_many`` takes
         the transactions themselves).
         """
         return transactions.commit_many(self, txs)

@@ -5,7 +5,7 @@ The service functions of ``submit``, ``submit_many`` and ``check``
 :meth:`~service.context.Context.commit` and the context actor's group-commit inbox
 share (:func:`commit_many`). A transaction is a :class:`~protocol.tx.ContextTx`, its
 S-expression text (parsed here, once; the log keeps the text), or a
-:class:`~protocol.wire.SubmittedTx` a port parsed already.
+:class:`~protocol.txwire.SubmittedTx` a port parsed already.
 
 A remote port does not send a submission's checked arguments: it sends the wire
 bytes :func:`wire_payload` makes (the parsed form beside the text, the client id
@@ -29,8 +29,9 @@ from protocol.governance import EMBEDDED, rejection_entry
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
+from protocol.txwire import SubmittedTx, tx_to_msgpack
 from protocol.view import BatchView, Changeset, WriteView
-from protocol.wire import MAX_PAYLOAD_BYTES, SubmittedTx, tx_to_msgpack
+from protocol.wire import MAX_PAYLOAD_BYTES
 
 if TYPE_CHECKING:
     from service.context import Context

@@ -20,7 +20,7 @@ reason. ``claim`` is at-least-once: a repeated claim claims whatever waits at
 that moment (often nothing, which does not advance the tick).
 
 A transaction given as text is parsed here, once: the payload carries the
-parsed form and the text (:func:`protocol.wire.tx_to_msgpack`), so the actor
+parsed form and the text (:func:`protocol.txwire.tx_to_msgpack`), so the actor
 logs the text as an embedded commit would, without parsing it again.
 
 Every registered operation (:mod:`service.operations`) is a method of the handle
@@ -47,7 +47,8 @@ from actors.client.updates import UpdateFn, Updater, UpdateResult
 from protocol.errors import MorphzError, RequestError
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
-from protocol.wire import submitted_from_msgpack, unpack
+from protocol.txwire import submitted_from_msgpack
+from protocol.wire import unpack
 from service.operations import Operations, operations
 from service.registry import Bound, Operation
 from service.transactions import new_client_id, wire_payload

@@ -21,7 +21,7 @@ submission is answered only after that write returned: an acknowledged commit
 is durable (R44).
 
 Payloads: ``submit`` takes the msgpack wire form of one transaction
-(:func:`protocol.wire.tx_to_msgpack`, client id inside the transaction) and
+(:func:`protocol.txwire.tx_to_msgpack`, client id inside the transaction) and
 answers ``pack(receipt.to_dict())``. A payload that does not decode gets a
 rejected receipt with the error code ``wire_error`` and writes nothing (R45).
 Other store methods answer with the envelope of :mod:`actors.client.replies`.
@@ -53,7 +53,8 @@ from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
 from protocol.errors import MorphzError, Overloaded, RequestError, WireError
 from protocol.receipts import OpError, Receipt, without_reads
-from protocol.wire import SubmittedTx, pack
+from protocol.txwire import SubmittedTx
+from protocol.wire import pack
 from service.context import Context
 from service.operations import operations
 from service.registry import Caller, Operation

@@ -17,13 +17,8 @@ from actors.server.connect import connect
 from protocol.errors import ParseError, RequestError, StoreError, TransportError, WireError
 from protocol.replies import ClaimReply, FrameReply, ObserveReply
 from protocol.txlang import parse_tx, print_tx
-from protocol.wire import (
-    SubmittedTx,
-    pack,
-    submitted_from_msgpack,
-    tx_from_dict,
-    tx_from_msgpack,
-)
+from protocol.txwire import SubmittedTx, submitted_from_msgpack, tx_from_dict, tx_from_msgpack
+from protocol.wire import pack
 
 
 def test_retry_delays_grow_are_capped_and_end() -> None:
@@ -216,7 +211,7 @@ def test_a_payload_whose_text_lies_is_logged_as_its_operations(tmp_path: Path) -
     holds what was applied (on main before this change it kept the lie)."""
     from actors.client.handle import _receipt
     from actors.server.context_actor import ContextActor
-    from protocol.wire import tx_to_msgpack
+    from protocol.txwire import tx_to_msgpack
 
     actor = ContextActor(str(tmp_path), "ctx")
     try:

@@ -24,7 +24,8 @@ from protocol.errors import (
 )
 from protocol.receipts import Receipt
 from protocol.txlang import parse_tx
-from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, tx_to_msgpack
+from protocol.txwire import tx_to_msgpack
+from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack
 from storage import check_context_name
 
 T = TypeVar("T")
