@@ -22,6 +22,7 @@ from typing import Any
 import service.admin as admin
 import service.asof as asof
 import service.branches as branches
+import service.diffs as diffs
 import service.inspection as inspection
 import service.inspection_audit as inspection_audit
 import service.observations as observations
@@ -350,7 +351,7 @@ class Operations:
         example=Example("alt"),
     )
     diff = Operation(
-        branches.diff,
+        diffs.diff,
         permission="read",
         writes=False,
         http=Route("GET", "/diff/{source}"),
@@ -358,7 +359,7 @@ class Operations:
         example=Example("alt"),
     )
     changes = Operation(
-        branches.changes,
+        diffs.changes,
         permission="read",
         writes=False,
         http=Route("GET", "/changes"),
