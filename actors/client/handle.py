@@ -57,6 +57,8 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "ContextHandle",
     "RetryPolicy",
+    "carried",
+    "decode_receipt",
     "new_client_id",
 ]
 
@@ -93,7 +95,7 @@ def _bare(raw: Any) -> Any:
 
 
 @cache
-def _carried(op: Operation[Any, T]) -> Callable[[Any], T]:
+def carried(op: Operation[Any, T]) -> Callable[[Any], T]:
     """The decoder of an operation the actor serves in its own method (``carry=``): the
     packed reply as it is, or a list of them, each item packed on its own."""
 
@@ -102,6 +104,13 @@ def _carried(op: Operation[Any, T]) -> Callable[[Any], T]:
         return op.decode(value)
 
     return decode
+
+
+def decode_receipt(raw: Any) -> Receipt:
+    """The receipt a ``submit`` answer of the context actor holds (raw bytes); the typed
+    error of a request refused as a whole."""
+    receipt: Receipt = carried(Operations.submit)(raw)
+    return receipt
 
 
 @cache
@@ -192,7 +201,7 @@ class ContextHandle(Operations):
         self, op: Operation[Any, T], args: BaseModel, timeout: float | None = None
     ) -> Call[T]:
         if op.carry is not None:
-            return Call(op.name, op.carry.encode(args), _carried(op), timeout=timeout)
+            return Call(op.name, op.carry.encode(args), carried(op), timeout=timeout)
         if op.keyed is not None:
             args = op.keyed(args)
         return Call(op.name, op.wire(args), _decoder(op), timeout=timeout)
@@ -267,7 +276,7 @@ class ContextHandle(Operations):
     @Remote
     def submit_payload(self, payload: bytes, *, timeout: float | None = None) -> Call[Receipt]:
         """Send raw wire bytes as they are (for tests of hostile input and for other clients)."""
-        return Call("submit", (payload,), _carried(Operations.submit), timeout=timeout)
+        return Call("submit", (payload,), carried(Operations.submit), timeout=timeout)
 
     submit_payload_async = submit_payload.aio
 
