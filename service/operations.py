@@ -59,7 +59,7 @@ class Operations:
         example=Example(
             [
                 "(context-tx (base-version 2) (append release (notes again)))",
-                "(context-tx (base-version 0) (derive release (x 1)))",
+                "(context-tx (base-version 0) (derive note (x 1)))",
             ]
         ),
     )
