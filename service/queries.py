@@ -270,6 +270,33 @@ def frames_valid_at(
     return [FrameReply.of(f) for f in found]
 
 
+class Derivation(Reply):
+    """A frame derived from a source: its id, revision and lifecycle."""
+
+    id: str
+    revision: int
+    lifecycle: str
+
+
+def derived_from(ctx: Context, source: EventRef) -> list[Derivation]:
+    """The frames citing *source* (a frame id, an event reference ``@eN`` or an event id)
+    among their sources, by id, retired ones too: what a change to it may invalidate.
+    NotFound for an unknown source."""
+
+    def read(v: Any) -> list[Derivation]:
+        if v.frame(source) is not None:
+            key = source
+        else:
+            try:
+                key = resolve_event(v, source).id
+            except NotFound:
+                raise reads.no_frame(v, source) from None
+        found = (v.frame(fid) for fid in v.cited_by(key))
+        return [Derivation(id=f.id, revision=f.revision, lifecycle=f.lifecycle) for f in found if f]
+
+    return ctx.backend.read(read)
+
+
 class Reads:
     """The registered reads of this module, each declared beside its service function
     (:class:`~service.operations.Operations` derives from this class, so they are
@@ -381,4 +408,12 @@ class Reads:
         permission="recall",
         writes=False,
         example=Example({"frame_id": "release", "depth": 1}),
+    )
+    derived_from = Operation(
+        derived_from,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/derived/{source}", key="frames"),
+        mcp=Tool(),
+        example=Example("@e1"),
     )
