@@ -28,10 +28,10 @@ from storage.lmdb.records import (
     _FORMAT,
     _MAX_DBS,
     _OPTIONAL_DBS,
+    MIGRATIONS,
     READABLE_FORMATS,
     STORE_FORMAT,
     _Decoded,
-    _migrate_1_to_2,
 )
 
 
@@ -68,9 +68,8 @@ class _Env(Environment):
         if self.format == STORE_FORMAT:
             return STORE_FORMAT
         fmt = txn.get(_FORMAT, db=self.dbs["meta"])
-        if fmt == bytes([STORE_FORMAT]):
-            self.format = STORE_FORMAT  # formats only move forward
-            return STORE_FORMAT
+        if fmt and fmt[0] in READABLE_FORMATS and fmt[0] > self.format:
+            self.format = fmt[0]  # formats only move forward
         return self.format
 
     def migrate(self) -> None:
@@ -79,8 +78,11 @@ class _Env(Environment):
             return
 
         def run(txn: lmdb.Transaction[bytes]) -> None:
-            if txn.get(_FORMAT, db=self.dbs["meta"]) == bytes([1]):
-                _migrate_1_to_2(txn, self.dbs)
+            fmt = txn.get(_FORMAT, db=self.dbs["meta"])
+            step = fmt[0] if fmt else STORE_FORMAT
+            while step < STORE_FORMAT:
+                MIGRATIONS[step](txn, self.dbs)
+                step += 1
 
         self.write(run)
         self.format = STORE_FORMAT

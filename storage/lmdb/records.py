@@ -71,9 +71,9 @@ T = TypeVar("T")
 
 CHUNK_CHARS = 16384
 """Characters per stored chunk of an event's text; a chunked read touches only its chunks."""
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 """Version of the key layout and record encoding, kept under ``meta/format``."""
-READABLE_FORMATS = (1, 2)
+READABLE_FORMATS = (1, 2, 3)
 """Formats this release reads; a writing open migrates the older ones to :data:`STORE_FORMAT`."""
 
 _MAX_DBS = 32
@@ -136,14 +136,47 @@ def _history_prefix(frame_id: str) -> bytes:
     return _enc(frame_id, 400) + b"\x00"
 
 
-def _is_history_key(key: bytes) -> bool:
-    """True for a history row of ``frames`` (format 2), False for a current record."""
-    return len(key) > 9 and key[-9] == 0
+_CLUSTER_RE = re.compile(rb"[^\x00-\x02]*")
+
+
+def _cluster(key: bytes) -> bytes:
+    """The frame key a row of ``frames`` belongs to: the bytes before its first byte
+    below 03 (the whole key for a current record; frame ids hold no such byte)."""
+    m = _CLUSTER_RE.match(key)
+    assert m is not None
+    return m.group()
 
 
 def _cite_prefix(source: str) -> bytes:
     """Where the citations of *source* start in ``rel_rev`` (format 2)."""
     return _enc(source, 250) + b"\x01"
+
+
+_PLACED_RE = re.compile(r"(?:([flbr]):([^\x00-\x02]+)(?:\x00(.*))?|e:@e([1-9][0-9]{0,18}))\Z", re.S)
+"""Footprint keys whose ``lastmod`` row format 2 keeps beside what they name."""
+
+
+def _lastmod_place(key: str) -> tuple[str, bytes] | None:
+    """Where format 2 keeps the ``lastmod`` row of footprint *key*: the database and key.
+
+    ``f:ID`` and ``l:ID`` (a frame, its lifecycle) go after frame ID's history rows in
+    ``frames`` (``enc(ID, 400) 02 f``, ``… 02 l``), ``b:ID 00 NAME`` (a field) to
+    ``… 02 b enc(NAME, 40)``, ``r:S 00 L 00 O`` (an edge) to ``enc(S, 400) 02 r enc(L 00
+    O, 40)``, and ``e:@eN`` (an observation) after the event in ``events`` (``u64(N)
+    02``). None for any other key: it stays in ``lastmod``.
+    """
+    m = _PLACED_RE.match(key)
+    if m is None:
+        return None
+    kind, ident, rest, seq = m.groups()
+    if seq is not None:
+        n = int(seq)
+        return ("events", _U64.pack(n) + b"\x02") if n <= _U64_MAX else None
+    if kind in ("f", "l"):
+        return None if rest is not None else ("frames", _enc(ident, 400) + b"\x02" + kind.encode())
+    if rest is None:
+        return None
+    return "frames", _enc(ident, 400) + b"\x02" + kind.encode() + _enc(rest, 40)
 
 
 def _migrate_1_to_2(txn: Any, dbs: dict[str, Any]) -> None:
@@ -158,7 +191,32 @@ def _migrate_1_to_2(txn: Any, dbs: dict[str, Any]) -> None:
         txn.put(key[:cut] + b"\x01" + key[cut + 1 :], value, db=rel_rev)
     txn.drop(dbs["history"], delete=False)
     txn.drop(dbs["cites"], delete=False)
-    txn.put(_FORMAT, bytes([STORE_FORMAT]), db=dbs["meta"])
+    txn.put(_FORMAT, bytes([2]), db=dbs["meta"])
+
+
+def _migrate_2_to_3(txn: Any, dbs: dict[str, Any]) -> None:
+    """Move the ``lastmod`` rows format 3 keeps elsewhere (:func:`_lastmod_place`) there
+    and mark the store format 3, inside one LMDB write. Rows whose footprint key was
+    hashed (longer than 400 bytes) cannot be read back and stay: a read that finds no
+    row in a long key's place looks in ``lastmod`` too."""
+    moved: list[tuple[bytes, bytes, str, bytes]] = []
+    for key, value in txn.cursor(db=dbs["lastmod"]):
+        if _HASHED in key:
+            continue
+        try:
+            place = _lastmod_place(key.decode())
+        except UnicodeDecodeError:
+            continue
+        if place is not None:
+            moved.append((key, value, *place))
+    for key, value, name, new_key in moved:
+        txn.put(new_key, value, db=dbs[name])
+        txn.delete(key, db=dbs["lastmod"])
+    txn.put(_FORMAT, bytes([3]), db=dbs["meta"])
+
+
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+"""Format n -> the step that brings a store from n to n + 1 inside one LMDB write."""
 
 
 def _group(key: bytes) -> bytes:
