@@ -152,31 +152,36 @@ def _cite_prefix(source: str) -> bytes:
     return _enc(source, 250) + b"\x01"
 
 
-_PLACED_RE = re.compile(r"(?:([flbr]):([^\x00-\x02]+)(?:\x00(.*))?|e:@e([1-9][0-9]{0,18}))\Z", re.S)
-"""Footprint keys whose ``lastmod`` row format 2 keeps beside what they name."""
-
-
 def _lastmod_place(key: str) -> tuple[str, bytes] | None:
-    """Where format 2 keeps the ``lastmod`` row of footprint *key*: the database and key.
+    """Where format 3 keeps the ``lastmod`` row of footprint *key*: the database and key.
 
     ``f:ID`` and ``l:ID`` (a frame, its lifecycle) go after frame ID's history rows in
     ``frames`` (``enc(ID, 400) 02 f``, ``… 02 l``), ``b:ID 00 NAME`` (a field) to
     ``… 02 b enc(NAME, 40)``, ``r:S 00 L 00 O`` (an edge) to ``enc(S, 400) 02 r enc(L 00
     O, 40)``, and ``e:@eN`` (an observation) after the event in ``events`` (``u64(N)
-    02``). None for any other key: it stays in ``lastmod``.
+    02``). None for any other key, or an ID that is not printable text (frame ids
+    are): its row stays in ``lastmod``. The rule depends on the key alone, so a key's
+    row is always looked for where it was written.
     """
-    m = _PLACED_RE.match(key)
-    if m is None:
+    kind = key[:2]
+    if kind == "f:" or kind == "l:":
+        ident = key[2:]
+        if ident and ident.isprintable():
+            return "frames", _enc(ident, 400) + (b"\x02f" if kind == "f:" else b"\x02l")
         return None
-    kind, ident, rest, seq = m.groups()
-    if seq is not None:
-        n = int(seq)
-        return ("events", _U64.pack(n) + b"\x02") if n <= _U64_MAX else None
-    if kind in ("f", "l"):
-        return None if rest is not None else ("frames", _enc(ident, 400) + b"\x02" + kind.encode())
-    if rest is None:
+    if kind == "b:" or kind == "r:":
+        ident, sep, rest = key[2:].partition("\x00")
+        if sep and ident and ident.isprintable():
+            tag = b"\x02b" if kind == "b:" else b"\x02r"
+            return "frames", _enc(ident, 400) + tag + _enc(rest, 40)
         return None
-    return "frames", _enc(ident, 400) + b"\x02" + kind.encode() + _enc(rest, 40)
+    if kind == "e:" and key.startswith("e:@e"):
+        digits = key[4:]
+        if 0 < len(digits) <= 20 and digits.isascii() and digits.isdigit() and digits[0] != "0":
+            n = int(digits)
+            if n <= _U64_MAX:
+                return "events", _U64.pack(n) + b"\x02"
+    return None
 
 
 def _migrate_1_to_2(txn: Any, dbs: dict[str, Any]) -> None:
