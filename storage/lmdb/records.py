@@ -5,18 +5,22 @@ Layout of ``<path>/``: ``data.mdb`` and ``lock.mdb`` (LMDB's own) and
 ``flock`` for as long as it is open.
 
 Named databases and their keys (``u64`` is 8-byte big-endian, so numeric
-order is byte order; ``enc(text, n)`` is defined by :func:`_enc`), format 2::
+order is byte order; ``enc(text, n)`` is defined by :func:`_enc`), format 3::
 
     meta       b"meta" -> Meta record; b"format" -> format byte; b"outbox_seq" -> u64
     frames     enc(frame id, 400)                     -> Frame record (current)
                enc(frame id, 400) 00 u64(version)     -> Frame record as of that version
+               enc(frame id, 400) 02 f | 02 l         -> u64(version): lastmod of f:ID, l:ID
+               enc(frame id, 400) 02 b enc(name, 40)  -> u64(version): lastmod of b:ID 00 name
+               enc(subject, 400) 02 r enc(label 00 object, 40) -> u64(version): of r:S 00 L 00 O
     events     u64(seq)                               -> Event record
+               u64(seq) 02                            -> u64(version): lastmod of e:@e<seq>
     event_ids  enc(event id, 400)                     -> u64(seq)
     contents   u64(seq) + u32(chunk)                  -> UTF-8 of CHUNK_CHARS characters
     rel_fwd    enc(subject, 200) 00 enc(label 00 object, 200) -> [subject, label, object]
     rel_rev    enc(object, 200) 00 enc(subject 00 label, 200) -> [subject, label, object]
                enc(source, 250) 01 enc(frame id, 250)  -> frame id (frames citing a source)
-    lastmod    enc(footprint key, 400)                -> u64(version)
+    lastmod    enc(footprint key, 400)                -> u64(version), for the other keys
     clients    enc(client id, 400)                    -> [version, digest]
     txlog      u64(version)                           -> txlog record
     due        u64(due tick) + enc(frame id, 400)     -> [frame id, gen, revision]
@@ -26,17 +30,22 @@ order is byte order; ``enc(text, n)`` is defined by :func:`_enc`), format 2::
     audit      u64(sequence)                          -> audit record (R42, R43)
     history, cites                                    -> empty (format 1 only)
 
-A frame's write history lives beside its current record and a source's
-citations beside the edges arriving at it, so one commit touches fewer
-B-trees (each touched tree costs at least one dirtied page per commit; see
-``docs/storage.md``, The commit's write). A history row is told from a current
-record by the ``00`` nine bytes before its end (frame ids hold no ``00``), a
-citation from an edge by its value (a string, not a list).
+Every row one commit writes about a frame (its record, its history row, the
+last-modified versions of the frame, its fields, its lifecycle and the edges
+leaving it) lies in one cluster of ``frames`` under the frame's key, and a
+retired observation's lastmod row right after it, so one commit dirties fewer
+pages (each B-tree it touches costs at least one page per commit; see
+``docs/storage.md``, The commit's write). The bytes after a frame's key tell
+the rows apart: none for the current record, ``00`` a history row, ``02`` a
+lastmod row (frame ids are printable text: no byte below ``03``, see
+:func:`_lastmod_place`). A citation in ``rel_rev`` is told from an edge by its
+value (a string, not a list).
 
-Format 1 (the releases before) kept the history rows, with the same keys, in
-``history``, and the citations in ``cites`` under ``enc(source, 250) 00
-enc(frame id, 250)``. A writing open migrates a format-1 store in one LMDB
-write (:func:`_migrate_1_to_2`); a read-only open reads either.
+Format 2 kept every lastmod row in ``lastmod``. Format 1 (the releases before)
+also kept the history rows, with the same keys, in ``history``, and the
+citations in ``cites`` under ``enc(source, 250) 00 enc(frame id, 250)``. A
+writing open migrates an older store in one LMDB write (:data:`MIGRATIONS`); a
+read-only open reads every format it knows as it is.
 
 ``meta`` also keeps ``b"audit_state"``: the bookkeeping of
 :func:`protocol.governance.append_audit` (last sequence number, the current
@@ -132,7 +141,7 @@ def _rev_key(subject: str, label: str, obj: str) -> bytes:
 
 
 def _history_prefix(frame_id: str) -> bytes:
-    """Where *frame_id*'s history rows start (format 2: in ``frames``; 1: in ``history``)."""
+    """Where *frame_id*'s history rows start (from format 2 in ``frames``; 1: ``history``)."""
     return _enc(frame_id, 400) + b"\x00"
 
 
@@ -148,7 +157,7 @@ def _cluster(key: bytes) -> bytes:
 
 
 def _cite_prefix(source: str) -> bytes:
-    """Where the citations of *source* start in ``rel_rev`` (format 2)."""
+    """Where the citations of *source* start in ``rel_rev`` (from format 2)."""
     return _enc(source, 250) + b"\x01"
 
 
