@@ -26,6 +26,7 @@ from storage.layout import DIR_MODE, FILE_MODE
 from storage.lmdb.records import (
     _DB_NAMES,
     _FORMAT,
+    _MAIN,
     _MAX_DBS,
     _OPTIONAL_DBS,
     MIGRATIONS,
@@ -136,6 +137,7 @@ def _open_env(
         if readonly:
             # A handle opened inside a read transaction dies with it; let lmdb open each.
             dbs = {name: env.open_db(name.encode(), create=False) for name in _DB_NAMES}
+            dbs[_MAIN] = env.open_db(None)
             for name in _OPTIONAL_DBS:
                 try:
                     dbs[name] = env.open_db(name.encode(), create=False)
@@ -147,6 +149,7 @@ def _open_env(
             with env.begin(write=True) as txn:
                 names = _DB_NAMES + _OPTIONAL_DBS
                 dbs = {name: env.open_db(name.encode(), txn=txn) for name in names}
+                dbs[_MAIN] = env.open_db(None, txn=txn)
                 fmt = txn.get(_FORMAT, db=dbs["meta"])
                 if fmt is None:
                     fmt = bytes([STORE_FORMAT])

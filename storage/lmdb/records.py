@@ -5,9 +5,10 @@ Layout of ``<path>/``: ``data.mdb`` and ``lock.mdb`` (LMDB's own) and
 ``flock`` for as long as it is open.
 
 Named databases and their keys (``u64`` is 8-byte big-endian, so numeric
-order is byte order; ``enc(text, n)`` is defined by :func:`_enc`), format 3::
+order is byte order; ``enc(text, n)`` is defined by :func:`_enc`), format 4::
 
-    meta       b"meta" -> Meta record; b"format" -> format byte; b"outbox_seq" -> u64
+    (main)     00 "meta" -> Meta record; 00 "outbox_seq" -> u64 (last outbox number)
+    meta       b"format" -> format byte; b"audit_state", the replication record
     frames     enc(frame id, 400)                     -> Frame record (current)
                enc(frame id, 400) 00 u64(version)     -> Frame record as of that version
                enc(frame id, 400) 02 f | 02 l         -> u64(version): lastmod of f:ID, l:ID
@@ -41,10 +42,15 @@ lastmod row (frame ids are printable text: no byte below ``03``, see
 :func:`_lastmod_place`). A citation in ``rel_rev`` is told from an edge by its
 value (a string, not a list).
 
-Format 2 kept every lastmod row in ``lastmod``. Format 1 (the releases before)
-also kept the history rows, with the same keys, in ``history``, and the
-citations in ``cites`` under ``enc(source, 250) 00 enc(frame id, 250)``. A
-writing open migrates an older store in one LMDB write (:data:`MIGRATIONS`); a
+The Meta record and the outbox counter, written by every commit, live in LMDB's
+main database (the one naming the others, whose page every commit rewrites
+anyway), under keys beginning ``00`` (no database is named so).
+
+Format 3 kept the Meta record and the outbox counter in ``meta`` as ``b"meta"``
+and ``b"outbox_seq"``. Format 2 also kept every lastmod row in ``lastmod``.
+Format 1 (the releases before) also kept the history rows, with the same keys,
+in ``history``, and the citations in ``cites`` under ``enc(source, 250) 00
+enc(frame id, 250)``. A writing open migrates an older store in one LMDB write (:data:`MIGRATIONS`); a
 read-only open reads every format it knows as it is.
 
 ``meta`` also keeps ``b"audit_state"``: the bookkeeping of
@@ -80,9 +86,9 @@ T = TypeVar("T")
 
 CHUNK_CHARS = 16384
 """Characters per stored chunk of an event's text; a chunked read touches only its chunks."""
-STORE_FORMAT = 3
+STORE_FORMAT = 4
 """Version of the key layout and record encoding, kept under ``meta/format``."""
-READABLE_FORMATS = (1, 2, 3)
+READABLE_FORMATS = (1, 2, 3, 4)
 """Formats this release reads; a writing open migrates the older ones to :data:`STORE_FORMAT`."""
 
 _MAX_DBS = 32
@@ -92,6 +98,10 @@ _OPTIONAL_DBS = OPTIONAL_TABLES
 _META = b"meta"
 _FORMAT = b"format"
 _OUTBOX_SEQ = b"outbox_seq"
+_MAIN = "main"
+"""The name :func:`~storage.lmdb.environment._open_env` files LMDB's main database under."""
+_MAIN_META = b"\x00meta"
+_MAIN_OUTBOX_SEQ = b"\x00outbox_seq"
 _AUDIT_STATE = b"audit_state"
 
 _U64 = struct.Struct(">Q")
@@ -229,7 +239,24 @@ def _migrate_2_to_3(txn: Any, dbs: dict[str, Any]) -> None:
     txn.put(_FORMAT, bytes([3]), db=dbs["meta"])
 
 
-MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+def _migrate_3_to_4(txn: Any, dbs: dict[str, Any]) -> None:
+    """Move the Meta record and the outbox counter into the main database and mark the
+    store format 4, inside one LMDB write."""
+    for old, new in ((_META, _MAIN_META), (_OUTBOX_SEQ, _MAIN_OUTBOX_SEQ)):
+        data = txn.get(old, db=dbs["meta"])
+        if data is not None:
+            txn.put(new, data, db=dbs[_MAIN])
+            txn.delete(old, db=dbs["meta"])
+    txn.put(_FORMAT, bytes([4]), db=dbs["meta"])
+
+
+def _meta_place(fmt: int) -> tuple[bytes, bytes, str]:
+    """Where a store of format *fmt* keeps the Meta record and the outbox counter:
+    ``(meta key, outbox counter key, database)``."""
+    return (_MAIN_META, _MAIN_OUTBOX_SEQ, _MAIN) if fmt >= 4 else (_META, _OUTBOX_SEQ, "meta")
+
+
+MIGRATIONS = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
 """Format n -> the step that brings a store from n to n + 1 inside one LMDB write."""
 
 

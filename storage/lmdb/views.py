@@ -30,8 +30,9 @@ from storage.lmdb.audit import _AuditRows
 from storage.lmdb.environment import _store_error
 from storage.lmdb.records import (
     _CHUNK_KEY,
-    _META,
-    _OUTBOX_SEQ,
+    _MAIN,
+    _MAIN_META,
+    _MAIN_OUTBOX_SEQ,
     _U32_MAX,
     _U64,
     _U64_MAX,
@@ -44,6 +45,7 @@ from storage.lmdb.records import (
     _fwd_key,
     _history_prefix,
     _lastmod_place,
+    _meta_place,
     _rev_key,
     _sorted_runs,
     _txlog_version,
@@ -132,7 +134,8 @@ class _LmdbReadView:
 
     @_guard
     def meta(self) -> Meta:
-        data = self._txn.get(_META, db=self._db["meta"])
+        key, _, db = _meta_place(self._format)
+        data = self._txn.get(key, db=self._db[db])
         if data is None:
             return Meta()
         known = self._decoded.meta
@@ -383,7 +386,7 @@ class _LmdbWriteView(_LmdbReadView):
         txn, db, pack = self._txn, self._db, self._pk.pack
         if changes.meta is not None:
             record = pack(changes.meta.to_record())
-            txn.put(_META, record, db=db["meta"])
+            txn.put(_MAIN_META, record, db=db[_MAIN])  # a page every commit writes
             # Every write reads the meta record first: remember it as written (its
             # fields are plain numbers and strings, so decoding gives it back as is).
             self._decoded.meta = (record, changes.meta.copy())
@@ -457,7 +460,7 @@ class _LmdbWriteView(_LmdbReadView):
         if changes.outbox is not None:
             number = self._outbox_seq
             if number is None:
-                data = txn.get(_OUTBOX_SEQ, db=db["meta"])
+                data = txn.get(_MAIN_OUTBOX_SEQ, db=db[_MAIN])
                 number = 0 if data is None else _U64.unpack(data)[0]
             number += 1
             self._outbox_seq = number
@@ -503,7 +506,7 @@ class _LmdbWriteView(_LmdbReadView):
     def _finish(self) -> None:
         """Write what is kept per write rather than per changeset (the outbox counter)."""
         if self._outbox_seq is not None:
-            self._txn.put(_OUTBOX_SEQ, _u64(self._outbox_seq), db=self._db["meta"])
+            self._txn.put(_MAIN_OUTBOX_SEQ, _u64(self._outbox_seq), db=self._db[_MAIN])
 
     def _put_content(self, seq: int, text: str) -> None:
         contents = self._db["contents"]

@@ -46,16 +46,21 @@ def expected() -> dict[str, Any]:
 
 
 def raw_rows(path: Path) -> tuple[int, dict[str, int]]:
-    """The format byte and the row count of the tables the migrations move rows between."""
+    """The format byte, the row count of the tables the migrations move rows between, and
+    where the Meta record is (1: in ``meta``, 2: in the main database)."""
     env = lmdb.open(str(path), readonly=True, max_dbs=32, lock=False)
     try:
         with env.begin() as txn:
-            fmt = txn.get(b"format", db=env.open_db(b"meta", txn=txn))
+            meta = env.open_db(b"meta", txn=txn)
+            fmt = txn.get(b"format", db=meta)
             assert fmt is not None
             counts = {
                 name: txn.stat(env.open_db(name.encode(), txn=txn))["entries"]
                 for name in ("history", "cites", "lastmod", "frames", "rel_rev", "events")
             }
+            in_meta, in_main = txn.get(b"meta", db=meta), txn.get(b"\x00meta")
+            assert (in_meta is None) != (in_main is None)
+            counts["meta_record"] = 1 if in_main is None else 2
     finally:
         env.close()
     return fmt[0], counts
@@ -77,8 +82,9 @@ def test_an_old_store_is_read_migrated_once_and_answers_the_same(tmp_path: Path)
     with LmdbStore.open(path) as rw:  # the first writer migrates
         assert answers(rw) == want
     fmt, after = raw_rows(path)
-    assert fmt == STORE_FORMAT == 3
+    assert fmt == STORE_FORMAT == 4
     assert after["history"] == after["cites"] == after["lastmod"] == 0  # every row moved
+    assert (before["meta_record"], after["meta_record"]) == (1, 2)
     assert after["rel_rev"] == before["rel_rev"] + before["cites"]
     moved = (after["frames"] - before["frames"]) + (after["events"] - before["events"])
     assert moved == before["history"] + before["lastmod"]
@@ -86,7 +92,7 @@ def test_an_old_store_is_read_migrated_once_and_answers_the_same(tmp_path: Path)
         assert answers(ro) == want
     with LmdbStore.open(path) as rw:  # a second writing open has nothing to migrate
         assert answers(rw) == want
-    assert raw_rows(path) == (3, after)
+    assert raw_rows(path) == (4, after)
 
 
 def test_writes_after_the_migration_read_back_in_the_new_layout(tmp_path: Path) -> None:
@@ -145,7 +151,7 @@ def test_a_reader_opened_before_the_migration_follows_it(tmp_path: Path) -> None
         # The migration emptied history and cites: only a reader that follows it to the
         # new layout still finds every frame's history and every citation.
         assert answers(ro) == want
-    assert raw_rows(path)[0] == 3
+    assert raw_rows(path)[0] == 4
 
 
 def test_a_failed_migration_leaves_the_old_store(
@@ -172,12 +178,12 @@ def test_a_format_from_the_future_is_refused_and_left_alone(tmp_path: Path) -> N
     path = old_store(tmp_path)
     env = lmdb.open(str(path), max_dbs=32)
     with env.begin(write=True) as txn:
-        txn.put(b"format", bytes([4]), db=env.open_db(b"meta", txn=txn))
+        txn.put(b"format", bytes([5]), db=env.open_db(b"meta", txn=txn))
     env.close()
     for readonly in (True, False):
-        with pytest.raises(StoreError, match="format b'\\\\x04', not 1 or 2 or 3"):
+        with pytest.raises(StoreError, match="format b'\\\\x05', not 1 or 2 or 3 or 4"):
             LmdbStore.open(path, readonly=readonly)
-    assert raw_rows(path)[0] == 4
+    assert raw_rows(path)[0] == 5
 
 
 def test_a_format_2_store_moves_its_lastmod_rows_and_keeps_a_long_key(tmp_path: Path) -> None:
@@ -201,4 +207,4 @@ def test_a_format_2_store_moves_its_lastmod_rows_and_keeps_a_long_key(tmp_path: 
         assert rw.read(lambda v: v.lastmod(long_key)) == 41
         assert rw.read(lambda v: v.lastmod("f:" + "é" * 299)) == 0
     fmt, after = raw_rows(path)
-    assert fmt == 3 and after["lastmod"] == 1
+    assert fmt == 4 and after["lastmod"] == 1
