@@ -50,8 +50,8 @@ Format 3 kept the Meta record and the outbox counter in ``meta`` as ``b"meta"``
 and ``b"outbox_seq"``. Format 2 also kept every lastmod row in ``lastmod``.
 Format 1 (the releases before) also kept the history rows, with the same keys,
 in ``history``, and the citations in ``cites`` under ``enc(source, 250) 00
-enc(frame id, 250)``. A writing open migrates an older store in one LMDB write (:data:`MIGRATIONS`); a
-read-only open reads every format it knows as it is.
+enc(frame id, 250)``. A writing open migrates an older store in one LMDB write
+(:data:`MIGRATIONS`); a read-only open reads every format it knows as it is.
 
 ``meta`` also keeps ``b"audit_state"``: the bookkeeping of
 :func:`protocol.governance.append_audit` (last sequence number, the current
