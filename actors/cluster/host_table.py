@@ -77,13 +77,16 @@ class HostTable:
             ]
         )
 
-    async def place_hosted(self, name: str, policy: str = POLICY_SPREAD) -> bytes:
+    async def place_hosted(
+        self, name: str, policy: str = POLICY_SPREAD, capability: Any = None
+    ) -> bytes:
         """The entry of *name*: the existing one, else a new one on a context host."""
         try:
             async with self._guard():  # type: ignore[attr-defined]
                 name = check_context_name(name)
                 if name in self.entries:
                     return ok(self.entries[name].model_dump())
+                self._admin(capability, name, "place_hosted")  # type: ignore[attr-defined]
                 policy = check_policy(policy)
                 live = {n["node_id"]: n["resources"] for n in alive_nodes()}
                 host = choose_host(policy, self._fresh_hosts(), self._assigned(), live)

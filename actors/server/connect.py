@@ -25,6 +25,7 @@ from protocol.errors import RequestError
 from protocol.governance import AdmissionPolicy, check_every, check_scan
 from service.context import MAX_WINDOW
 from storage import check_context_name
+from storage.replication.recording import check_retain
 
 MAX_CONCURRENCY = 1000
 """Calls one context actor's event loop accepts at once."""
@@ -53,6 +54,7 @@ def connect(
     admission: AdmissionPolicy | None = None,
     embedder: EmbedderConfig | None = None,
     replication: Replication | None = None,
+    replication_log: int | None = None,
 ) -> ContextHandle:
     """Get or create the actor of context *name* and return its handle.
 
@@ -85,7 +87,9 @@ def connect(
     followers through (:class:`~actors.server.host.Replication`): the cluster
     side (:func:`actors.cluster.placing.place`) gives it for the contexts it
     places; without it the actor serves its store alone, as on one node. It
-    too applies when the actor is created.
+    too applies when the actor is created. *replication_log* is how many of its last
+    replicated batches the context keeps so a follower that fell behind catches up from
+    them instead of a snapshot (recorded in the context's settings; default 4096).
     """
     check_context_name(name)
     if not isinstance(store_dir, (str, os.PathLike)):
@@ -105,6 +109,8 @@ def connect(
     if governance_every is not None:
         check_every(governance_every)
     check_scan(governance_unused_ticks, 3)
+    if replication_log is not None:
+        check_retain(replication_log)
     if embedder is not None and not isinstance(embedder, EmbedderConfig):
         raise RequestError("embedder must be an EmbedderConfig", code="bad_argument")
     ensure_ray()
@@ -137,6 +143,7 @@ def connect(
             namespace=namespace,
             embedder=None if embedder is None else embedder.to_dict(),
             replication=replication,
+            replication_log=replication_log,
         )
     )
     handle = ContextHandle(

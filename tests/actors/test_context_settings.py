@@ -108,7 +108,9 @@ def test_a_restored_copy_keeps_its_enforcement_scope_and_custom_admission(tmp_pa
 
 def test_a_promoted_follower_serves_with_the_primarys_settings(tmp_path: Path) -> None:
     from actors.cluster.follower import FollowerActor
+    from actors.cluster.replication import sign_epoch
     from storage.replication import ReplicatedStore
+    from storage.replication.codec import control_mac, replication_key
 
     member = FollowerActor(str(tmp_path / "follower"), "c")
 
@@ -123,11 +125,12 @@ def test_a_promoted_follower_serves_with_the_primarys_settings(tmp_path: Path) -
     )  # fmt: skip
     assert ctx.record_settings(settings) and not ctx.record_settings(settings)
     ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
-    open_reply(member.confirm(ctx.backend.acked))  # type: ignore[attr-defined]
+    acked = ctx.backend.acked  # type: ignore[attr-defined]
+    open_reply(member.confirm(0, acked, control_mac(replication_key("c"), "confirm", 0, acked)))
     ctx.close()
 
     async def promoted() -> None:
-        info = await member.become_primary(1)
+        info = await member.become_primary(1, sign_epoch("c", 1))
         assert info["open_error"] is None, info
         described = await member.describe()
         assert described["governance_every"] == 120 and described["admission"] == "house-v3"

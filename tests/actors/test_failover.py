@@ -175,8 +175,9 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     from actors.client.nodes import pinned
     from actors.client.transport import remote_class
     from actors.cluster.directory import directory
+    from actors.cluster.follower_role import follower_handle
     from actors.cluster.placing import place
-    from actors.cluster.replication import REPLICATION, follower_handle
+    from actors.cluster.replication import REPLICATION
     from actors.server.context_actor import ContextActor
     from protocol.errors import MorphzError
 
@@ -260,8 +261,8 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
 def follower_reads_acknowledged_only(multi: MultiNode) -> dict[str, Any]:
     """A follower never shows a commit the primary has not acknowledged; replies say so."""
     from actors.cluster.directory import directory
+    from actors.cluster.follower_role import follower_handle
     from actors.cluster.placing import place
-    from actors.cluster.replication import follower_handle
 
     name = "rep-reads"
     handle = place(name, followers=1, placement=f"node:{multi.node_ids[1]}", namespace=NAMESPACE)
