@@ -55,7 +55,9 @@ from service.store import Store
 from storage.search.index import LexicalIndex
 
 DEV_DIR = Path(__file__).resolve().parent / "search_dev"
-LANGS = ("en", "zh", "mixed")
+LANGS = ("en", "zh", "mixed", "long")
+"""Figure groups: the three languages of single conversations, and ``long`` (English questions
+over a customer's whole multi-session history, ``long_conversations.jsonl``)."""
 SPLITS = ("dev", "test")
 TOP = 10
 DEPTH = 50
@@ -84,6 +86,36 @@ class Doc:
     id: str
     kind: str
     text: str
+    session: str = "main"
+
+
+def group(q: Question) -> str:
+    """The figure group of a question: its language, or ``long`` for a long conversation's."""
+    return "long" if q.conversation.startswith("long/") else q.lang
+
+
+def long_conversations(dev_dir: Path = DEV_DIR) -> dict[str, list[str]]:
+    """Each long conversation (``long/<domain>/<customer>``) and its sessions (trajectories)
+    in order."""
+    out: dict[str, list[str]] = {}
+    path = dev_dir / "long_conversations.jsonl"
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    out[row["conversation"]] = list(row["sessions"])
+    return out
+
+
+def long_docs(trajectories: Path, sessions: Sequence[str]) -> list[Doc]:
+    """A long conversation's documents: every session's turns in order, each turn recorded
+    with its session (the trajectory it comes from)."""
+    return [
+        Doc(d.id, d.kind, d.text, source)
+        for source in sessions
+        for d in trajectory_docs(trajectories, source)
+    ]
 
 
 def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
@@ -155,14 +187,16 @@ def scopes(
     """The documents of every scope and, per scope kind, each question's scope id."""
     docs: dict[str, list[Doc]] = {}
     of: dict[str, dict[str, str]] = {"conversation": {}, "pool": {}}
-    translated = {lang: translated_docs(dev_dir, trajectories, lang) for lang in LANGS[1:]}
+    translated = {lang: translated_docs(dev_dir, trajectories, lang) for lang in ("zh", "mixed")}
+    longs = long_conversations(dev_dir)
     for q in questions:
         if q.conversation not in docs:
-            docs[q.conversation] = (
-                trajectory_docs(trajectories, q.source)
-                if q.lang == "en"
-                else translated[q.lang][q.conversation]
-            )
+            if q.conversation in longs:
+                docs[q.conversation] = long_docs(trajectories, longs[q.conversation])
+            elif q.lang == "en":
+                docs[q.conversation] = trajectory_docs(trajectories, q.source)
+            else:
+                docs[q.conversation] = translated[q.lang][q.conversation]
         of["conversation"][q.id] = q.conversation
         pool = f"pool:{q.domain}" if q.lang == "en" else f"pool:{q.lang}"
         if pool not in docs:
@@ -317,7 +351,7 @@ class MorphzContexts:
             ctx = self.store.open(f"s{n}", sync=False)
             replies = ctx.observe_many(
                 [
-                    {"kind": d.kind, "text": d.text, "session": "main", "time": 1.0e9 + i}
+                    {"kind": d.kind, "text": d.text, "session": d.session, "time": 1.0e9 + i}
                     for i, d in enumerate(ds)
                 ]
             )
@@ -497,7 +531,7 @@ def evaluate(
             for q in questions:
                 ranked = e.search(by_q[q.id], q.question, TOP)
                 rankings.setdefault(f"{scope_kind}/{e.name}", {})[q.id] = ranked
-                rows.setdefault((q.lang, q.split), []).append(score(ranked, q.turns))
+                rows.setdefault((group(q), q.split), []).append(score(ranked, q.turns))
             figures[scope_kind][e.name] = {
                 lang: {split: mean_scores(rows.get((lang, split), [])) for split in SPLITS}
                 for lang in LANGS

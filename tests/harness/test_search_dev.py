@@ -69,9 +69,32 @@ def test_the_dev_set_has_the_promised_size_and_spread(
         assert len({q.domain for q in questions if q.lang == lang}) == 3
 
 
+def test_long_conversations_are_a_customers_sessions_in_order(
+    questions: list[search_eval.Question], trajectories: Path
+) -> None:
+    longs = search_eval.long_conversations(DEV)
+    assert len(longs) == 15
+    seen: set[str] = set()
+    for conv, sessions in longs.items():
+        _, domain, customer = conv.split("/")
+        assert len(sessions) >= 8 and not seen & set(sessions)
+        seen |= set(sessions)
+        numbers = [int(s.split("/")[1].split("-")[0]) for s in sessions]
+        assert numbers == sorted(numbers)
+        for source in sessions:
+            assert source.split("/")[0] == domain
+            system = json.loads((trajectories / f"{source}.json").read_text("utf-8"))
+            assert customer in system["conversation"][0]["content"], source
+    long_qs = [q for q in questions if search_eval.group(q) == "long"]
+    assert len(long_qs) == 38
+    assert Counter(q.split for q in long_qs) == {"dev": 23, "test": 15}
+    assert {q.conversation for q in long_qs} == set(longs)
+
+
 def test_questions_are_well_formed_unique_and_judged(
     questions: list[search_eval.Question],
 ) -> None:
+    longs = search_eval.long_conversations(DEV)
     assert len({q.id for q in questions}) == len(questions)
     texts = Counter((q.lang, q.question.strip().casefold()) for q in questions)
     assert [t for t, n in texts.items() if n > 1] == []
@@ -79,7 +102,12 @@ def test_questions_are_well_formed_unique_and_judged(
         assert q.split in ("dev", "test") and q.question.strip() and q.turns
         assert len(set(q.turns)) == len(q.turns)
         prefix = q.source if q.lang == "en" else f"{q.lang}/{q.source}"
-        assert q.conversation == prefix and q.domain == q.source.split("/")[0]
+        if search_eval.group(q) == "long":
+            # A long conversation's question names the session (trajectory) it is about.
+            assert q.source in longs[q.conversation] and q.lang == "en"
+        else:
+            assert q.conversation == prefix
+        assert q.domain == q.source.split("/")[0]
         for turn in q.turns:
             conv, _, ref = turn.partition("#")
             assert conv == prefix and re.fullmatch(r"\d+(\.\d+)?", ref), turn
@@ -94,8 +122,8 @@ def test_splits_are_disjoint_by_conversation(questions: list[search_eval.Questio
     for q in questions:
         split_of.setdefault(q.conversation, set()).add(q.split)
     assert all(len(s) == 1 for s in split_of.values())
-    for lang in ("en", "zh", "mixed"):
-        assert {q.split for q in questions if q.lang == lang} == {"dev", "test"}
+    for lang in ("en", "zh", "mixed", "long"):
+        assert {q.split for q in questions if search_eval.group(q) == lang} == {"dev", "test"}
 
 
 def test_translated_corpora_are_chinese_and_keep_their_provenance() -> None:
@@ -182,6 +210,11 @@ def test_reciprocal_rank_fusion_is_deterministic() -> None:
 # -- the harness, end to end (no embeddings) -----------------------------------------
 
 
+def source_of(n: int) -> str:
+    """The tiny set's trajectory *n*."""
+    return {1: "travel/1-lisbon", 2: "travel/2-porto"}[n]
+
+
 def _tiny_set(tmp: Path) -> tuple[Path, Path]:
     traj = tmp / "trajectories"
     (traj / "travel").mkdir(parents=True)
@@ -205,8 +238,21 @@ def _tiny_set(tmp: Path) -> tuple[Path, Path]:
         ]
     }
     (traj / "travel" / "1-lisbon.json").write_text(json.dumps(conv), encoding="utf-8")
+    later = {
+        "conversation": [
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "Book me a rental car in Porto for Friday."},
+            {"role": "assistant", "content": "Done: a compact car, pickup at 9am."},
+        ]
+    }
+    (traj / "travel" / "2-porto.json").write_text(json.dumps(later), encoding="utf-8")
     dev = tmp / "dev"
     dev.mkdir()
+    (dev / "long_conversations.jsonl").write_text(
+        json.dumps({"conversation": "long/travel/u1", "sessions": [source_of(1), source_of(2)]})
+        + "\n",
+        encoding="utf-8",
+    )
     source = "travel/1-lisbon"
     rows = [
         ("en", source, "When do hotel refunds arrive?", [f"{source}#2"], "dev"),
@@ -219,6 +265,7 @@ def _tiny_set(tmp: Path) -> tuple[Path, Path]:
             [f"mixed/{source}#2.0"],
             "dev",
         ),
+        ("en", "long/travel/u1", "When is the Porto car picked up?", ["travel/2-porto#2"], "dev"),
     ]
     with open(dev / "questions.jsonl", "w", encoding="utf-8") as f:
         for n, (lang, conv_id, text, turns, split) in enumerate(rows):
@@ -228,7 +275,7 @@ def _tiny_set(tmp: Path) -> tuple[Path, Path]:
                 "split": split,
                 "domain": "travel",
                 "conversation": conv_id,
-                "source": source,
+                "source": source if conv_id != "long/travel/u1" else source_of(2),
                 "question": text,
                 "turns": turns,
             }
@@ -266,6 +313,12 @@ def test_the_evaluation_runs_end_to_end_without_embeddings(tmp_path: Path) -> No
         "travel/1-lisbon#3",
         "travel/1-lisbon#4",
     ]
+    assert [(d.id, d.session) for d in docs["long/travel/u1"]][3:] == [
+        ("travel/1-lisbon#3", "travel/1-lisbon"),
+        ("travel/1-lisbon#4", "travel/1-lisbon"),
+        ("travel/2-porto#1", "travel/2-porto"),
+        ("travel/2-porto#2", "travel/2-porto"),
+    ]
     assert docs["zh/travel/1-lisbon"][1].text.startswith("您在里斯本")
     assert docs["zh/travel/1-lisbon"][2].id == "zh/travel/1-lisbon#2.0"  # the original tool call
     logged: list[str] = []
@@ -280,6 +333,7 @@ def test_the_evaluation_runs_end_to_end_without_embeddings(tmp_path: Path) -> No
     assert lexical["en"]["dev"]["hit@10"] == 1.0 and lexical["zh"]["dev"]["hit@10"] == 1.0
     assert "travel/1-lisbon#4" in report["rankings"]["conversation/morphz-lexical"]["q1"][:2]
     assert figures["conversation"]["fts5-porter"]["zh"]["dev"]["hit@10"] == 0.0  # no CJK words
+    assert lexical["long"]["dev"]["hit@10"] == 1.0 and lexical["en"]["dev"]["recall@10"] == 1.0
     assert any("dense engines skipped" in line for line in logged)
 
 
