@@ -204,7 +204,7 @@ def test_a_directory_with_admin_keys_takes_writes_only_from_an_admin(
                              grants=[("*", ["admin"])])  # fmt: skip
     reader = issue_capability(tmp_path / "issuer", holder="r", tenant="acme",
                               grants=[("*", ["read"])])  # fmt: skip
-    stranger = capabilities.issue(b"s" * 32, holder="x", tenant="acme",
+    stranger = capabilities.issue(b"s" * 32, holder="x", tenant="acme", issued_by="x",
                                   grants=[("*", ["admin"])], now=0, ttl=None)  # fmt: skip
     assert placed.require_admin([public])  # the first keys close it; nothing needed
     for token in (None, reader, stranger):
