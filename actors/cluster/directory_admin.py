@@ -5,13 +5,16 @@ A directory with **admin keys** (Ed25519 public keys, hex, the ones
 :meth:`actors.cluster.directory.DirectoryHandle.require_admin`, kept in the GCS
 with the rest of its state) refuses every write a caller makes — ``place`` and
 ``place_hosted`` of a new context, ``remove``, ``promote``, ``set_primary``,
-``set_followers``, ``register_node``, a change of the keys — unless the call
+``set_followers``, ``register_node``, ``move_hosted``, ``rebalance``, a change of
+the keys — unless the call
 carries a capability signed by one of those keys, not expired, granting ``admin``
 on the context named (``*`` for a node's root or the keys). A refusal is
 ``PermissionDenied`` and changes nothing; it is logged (the directory has no
 store of its own to audit into). A directory without admin keys takes writes
 from any caller, as before: the keys are the switch, and once set they stay
-(only an admin changes them).
+(only an admin changes them). Two calls stay open: a host's load report and
+``rehost``, which any handle makes when its context's host is gone or full and
+which moves nothing else (the directory checks that the host cannot serve).
 
 The directory's own supervisor (promotions, repairs, restores:
 :mod:`actors.cluster.failover`) runs inside the directory's process and needs no

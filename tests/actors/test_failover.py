@@ -219,11 +219,11 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     # Called as it is (a handle would follow the promotion): it refuses, or the supervisor
     # has already stopped it (a replaced primary is stopped once it knows).
 
-    from actors.client.handle import ContextHandle, _receipt
+    from actors.client.handle import ContextHandle, decode_receipt
 
     _, payload = ContextHandle.prepare(_tx("x", 0), "x-0")
     try:
-        _receipt(ray.get(again.submit.remote(payload), timeout=60))
+        decode_receipt(ray.get(again.submit.remote(payload), timeout=60))
     except MorphzError as e:
         fenced_code = e.code
     except RayActorError:
