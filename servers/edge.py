@@ -49,7 +49,6 @@ from urllib.parse import unquote, urlsplit
 from protocol.capabilities import PermissionDenied
 from protocol.errors import MorphzError
 from servers.edge_audit import EdgeAudit
-from servers.edge_audit import EdgeAudit
 
 __all__ = [
     "LOOPBACK_HOSTS",
