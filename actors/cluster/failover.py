@@ -59,7 +59,7 @@ from actors.client.replies import open_reply
 from actors.client.transport import ray_module
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
-from actors.cluster.replication import REPLICATION
+from actors.cluster.replication import REPLICATION, sign_epoch
 from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
@@ -284,6 +284,7 @@ async def promote(
     into the record of the promotion (the directory's ``failovers``).
     """
     ns, epoch = directory.namespace, entry.epoch + 1
+    cert = sign_epoch(entry.name, epoch)  # followers take no epoch the directory did not sign
     started, at = time.monotonic(), time.time()
     reachable: list[tuple[Member, Any]] = []
     for m in entry.followers:
@@ -296,7 +297,7 @@ async def promote(
             continue
         reachable.append((m, actor))
     fences = await asyncio.gather(
-        *(_call(actor, "fence", epoch) for _, actor in reachable), return_exceptions=True
+        *(_call(actor, "fence", epoch, cert) for _, actor in reachable), return_exceptions=True
     )
     held: list[tuple[int, str, Member, Any]] = []
     for (m, actor), status in zip(reachable, fences, strict=True):
@@ -316,7 +317,7 @@ async def promote(
     # Their processes start now, while the chosen follower seals and the entry moves.
     started_new = [start_follower(m, entry.name, ns) for m in fresh]
     try:
-        await _call(actor, "seal", epoch)
+        await _call(actor, "seal", epoch, cert)
         promoted = ContextEntry.model_validate(
             open_reply(
                 await directory.promote(
@@ -331,7 +332,7 @@ async def promote(
     sealed = time.monotonic() - started
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
-    info = await asyncio.wait_for(actor.become_primary.remote(epoch), START_TIMEOUT)
+    info = await asyncio.wait_for(actor.become_primary.remote(epoch, cert), START_TIMEOUT)
     served = time.monotonic() - started
     record = {
         "context": entry.name,
