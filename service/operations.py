@@ -22,14 +22,17 @@ from typing import Any
 import service.admin as admin
 import service.asof as asof
 import service.branches as branches
+import service.diffs as diffs
 import service.inspection as inspection
 import service.inspection_audit as inspection_audit
 import service.observations as observations
 import service.queries as queries
 import service.search as searching
+import service.sharing as sharing
 import service.traces as tracing
+import service.transactions as transactions
 from service.compile import compile_input
-from service.registry import OPERATIONS, Example, Operation, Route, Tool
+from service.registry import OPERATIONS, Ask, Carry, Example, Operation, Route, Tool
 
 __all__ = ["Operations", "operations"]
 
@@ -41,6 +44,31 @@ class Operations:
     function, a handle sends the checked arguments to the context actor.
     """
 
+    submit = Operation(
+        transactions.submit,
+        permission="commit",
+        writes=True,
+        carry=Carry(transactions.wire_payload),
+        example=Example("(context-tx (base-version 1) (append release (notes shipped)))"),
+    )
+    submit_many = Operation(
+        transactions.submit_many,
+        permission="commit",
+        writes=True,
+        carry=Carry(transactions.wire_payloads),
+        example=Example(
+            [
+                "(context-tx (base-version 2) (append release (notes again)))",
+                "(context-tx (base-version 0) (derive note (x 1)))",
+            ]
+        ),
+    )
+    check = Operation(
+        transactions.check,
+        permission="read",
+        writes=False,
+        example=Example("(context-tx (base-version 0) (revise release (stage done)))"),
+    )
     observe = Operation(
         observations.observe,
         permission="commit",
@@ -69,6 +97,12 @@ class Operations:
     )
     recall_observation = Operation(
         observations.recall_observation,
+        permission="recall",
+        writes=True,
+        example=Example({"frame_id": "release"}, session="s"),
+    )
+    recall_recorded = Operation(
+        observations.recall_recorded,
         permission="recall",
         writes=True,
         example=Example({"frame_id": "release"}, session="s"),
@@ -103,6 +137,12 @@ class Operations:
         writes=False,
         http=Route("GET", "/state"),
         example=Example(),
+    )
+    frames_valid_at = Operation(
+        queries.frames_valid_at,
+        permission="read",
+        writes=False,
+        example=Example(0.0, include_retired=True),
     )
     history = Operation(
         queries.history,
@@ -257,6 +297,20 @@ class Operations:
         example=Example("@e3", "pasted by mistake"),
     )
 
+    # -- sharing one frame between contexts (docs/permissions.md) ------------------------
+    export_frame = Operation(
+        sharing.export_frame,
+        permission="read",
+        writes=True,
+        example=Example("release"),
+    )
+    import_frame = Operation(
+        sharing.import_frame,
+        permission="admin",
+        writes=True,
+        example=Example(Ask("export_frame", "release"), "copied"),
+    )
+
     # -- branches of memory: tags, as-of reads, diff, merge (docs/branches.md) ----------
     state_at = Operation(
         asof.state_at,
@@ -297,7 +351,7 @@ class Operations:
         example=Example("alt"),
     )
     diff = Operation(
-        branches.diff,
+        diffs.diff,
         permission="read",
         writes=False,
         http=Route("GET", "/diff/{source}"),
@@ -305,7 +359,7 @@ class Operations:
         example=Example("alt"),
     )
     changes = Operation(
-        branches.changes,
+        diffs.changes,
         permission="read",
         writes=False,
         http=Route("GET", "/changes"),

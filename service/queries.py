@@ -18,7 +18,7 @@ from pydantic import Field, Strict
 import service.reads as reads
 import service.traces as traces_of
 from protocol.engine import resolve_event
-from protocol.errors import NotFound
+from protocol.errors import NotFound, RequestError
 from protocol.governance import MAX_AUDIT_PAGE
 from protocol.recall import RecallPage, RecallRequest, read_recall
 from protocol.replies import (
@@ -32,9 +32,10 @@ from protocol.replies import (
     StateReply,
     UpdateReadReply,
 )
+from protocol.tx import valid_time
 from service.asof import VersionRef, resolve
 from service.reads import MAX_READ_CHARS, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
-from service.registry import MAX_REF_CHARS, Count, EventRef, FrameId
+from service.registry import Count, Cursor, EventRef, FrameId
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -47,8 +48,8 @@ AuditLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_AUDIT_PAGE)]
 """How many audit entries one page holds."""
 TraceLimit = Annotated[int, Strict(), Field(ge=1, le=traces_of.MAX_TRACE_PAGE)]
 """How many traces one read returns."""
-Cursor = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
-"""The cursor of a recall's next page."""
+ValidTime = float | Annotated[str, Strict(), Field(max_length=64)]
+"""A moment of valid time: epoch seconds or an ISO date (``2026-01-01``)."""
 
 
 def frame(ctx: Context, frame_id: FrameId) -> FrameReply:
@@ -245,3 +246,21 @@ def recall(
     the page, the version read and the next page's cursor; see :func:`protocol.recall.recall`.
     ``recall_observation`` records a page for the model instead."""
     return read_recall(ctx.backend, request, cursor, view_version)
+
+
+def frames_valid_at(
+    ctx: Context, t: ValidTime, include_retired: Annotated[bool, Strict()] = False
+) -> list[FrameReply]:
+    """Frames whose valid time covers *t* (ISO date or epoch seconds), by id.
+
+    Valid time is the envelope's ``[valid_from, valid_to)``, independent of the
+    version a frame committed at (system time). Rejected frames never count;
+    retired ones only with *include_retired*. RequestError ``bad_time`` for a
+    moment that is neither.
+    """
+    try:
+        when = valid_time(t)
+    except ValueError as e:
+        raise RequestError(str(e), code="bad_time") from e
+    found = ctx.backend.read(lambda v: reads.frames_valid_at(v, when, include_retired))
+    return [FrameReply.of(f) for f in found]

@@ -16,6 +16,7 @@ import os
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from service.transactions import MAX_SUBMIT_MANY
 from storage import context_path
 
 DEFAULT_NAMESPACE = "morphz"
@@ -26,8 +27,6 @@ HOST_PREFIX = "host:"
 """Context hosts (one process serving many contexts) are named ``host:<host name>``."""
 DIRECTORY_NAME = "morphz:directory"
 """The Ray actor name of a namespace's context directory."""
-MAX_SUBMIT_MANY = 1024
-"""Most transactions one ``submit_many`` call carries."""
 MAX_CALL_BYTES = 16 << 20
 """Most payload bytes one ``submit`` / ``submit_many`` call may carry: the context actor
 refuses more with ``overloaded`` (:mod:`actors.server.intake`)."""

@@ -214,11 +214,11 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     # has already stopped it (a replaced primary is stopped once it knows).
     from ray.exceptions import RayActorError
 
-    from actors.client.handle import ContextHandle, _receipt
+    from actors.client.handle import ContextHandle, decode_receipt
 
     _, payload = ContextHandle.prepare(_tx("x", 0), "x-0")
     try:
-        _receipt(ray.get(again.submit.remote(payload), timeout=60))
+        decode_receipt(ray.get(again.submit.remote(payload), timeout=60))
     except MorphzError as e:
         fenced_code = e.code
     except RayActorError:

@@ -73,7 +73,7 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
     primary is refused (``stale_epoch``)."""
     import asyncio
 
-    from actors.client.handle import ContextHandle, _receipt
+    from actors.client.handle import ContextHandle, decode_receipt
     from actors.cluster.follower import FollowerActor
 
     member = FollowerActor(str(tmp_path / "follower"), "c")
@@ -93,10 +93,10 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
         assert info["open_error"] is None, info
         assert open_reply(await member.frame("a"))["id"] == "a"
         _, payload = ContextHandle.prepare("(context-tx (base-version 1) (derive b))", "b")
-        receipt = _receipt(await member.submit(payload))
+        receipt = decode_receipt(await member.submit(payload))
         assert receipt.committed and receipt.version == 2, receipt
         _, again = ContextHandle.prepare("(context-tx (base-version 0) (derive a (x 1)))", "a")
-        assert _receipt(await member.submit(again)).duplicate  # acknowledged before
+        assert decode_receipt(await member.submit(again)).duplicate  # acknowledged before
         assert await member.become_primary(1) == await member.handshake()  # idempotent
         with pytest.raises(RequestError) as old:
             open_reply(member.receive(shipped[-1]))
