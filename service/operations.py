@@ -10,9 +10,12 @@ so a call has one signature and one reply type on every port; the context
 actor, the MCP server, the HTTP API and the call table of ``docs/api.md``
 (``python -m service.apidoc``) are made from this table.
 
-Adding a read-only operation: write its service function (``fn(ctx, …) ->
-reply``, bounds in the annotations) and declare it here with one example call
-(the shape tests run it on every port), then regenerate ``docs/api.md``.
+The reads of :mod:`service.queries` are declared there, beside their functions, in
+:class:`~service.queries.Reads` (a base of :class:`Operations`). Adding a read-only
+operation: write its service function in :mod:`service.queries` (``fn(ctx, …) ->
+reply``, bounds in the annotations), declare it in ``Reads`` with one example call
+(the shape tests run it on every port), write its test, and regenerate
+``docs/api.md`` (``python -m service.apidoc``): three files.
 """
 
 from __future__ import annotations
@@ -26,18 +29,18 @@ import service.diffs as diffs
 import service.inspection as inspection
 import service.inspection_audit as inspection_audit
 import service.observations as observations
-import service.queries as queries
 import service.search as searching
 import service.sharing as sharing
 import service.traces as tracing
 import service.transactions as transactions
 from service.compile import compile_input
+from service.queries import Reads
 from service.registry import OPERATIONS, Ask, Carry, Example, Operation, Route, Tool
 
 __all__ = ["Operations", "operations"]
 
 
-class Operations:
+class Operations(Reads):
     """The registered operations, as methods of whatever port derives from this class.
 
     A port supplies ``invoke(op, args)``: the embedded context runs the service
@@ -106,113 +109,6 @@ class Operations:
         permission="recall",
         writes=True,
         example=Example({"frame_id": "release"}, session="s"),
-    )
-    frame = Operation(
-        queries.frame,
-        permission="read",
-        writes=False,
-        example=Example("release"),
-    )
-    frame_at = Operation(
-        queries.frame_at,
-        permission="read",
-        writes=False,
-        example=Example("test-result", 1),
-    )
-    event = Operation(
-        queries.event,
-        permission="read",
-        writes=False,
-        example=Example("@e1"),
-    )
-    read_event = Operation(
-        queries.read_event,
-        permission="read",
-        writes=False,
-        example=Example("@e1", 2, 9),
-    )
-    state = Operation(
-        queries.state,
-        permission="read",
-        writes=False,
-        http=Route("GET", "/state"),
-        example=Example(),
-    )
-    frames_valid_at = Operation(
-        queries.frames_valid_at,
-        permission="read",
-        writes=False,
-        example=Example(0.0, include_retired=True),
-    )
-    history = Operation(
-        queries.history,
-        permission="read",
-        writes=False,
-        example=Example("release"),
-    )
-    frame_history = Operation(
-        queries.frame_history,
-        permission="read",
-        writes=False,
-        http=Route("GET", "/frames/{frame_id}/revisions", key="revisions"),
-        mcp=Tool(),
-        example=Example("test-result"),
-    )
-    snapshot = Operation(
-        queries.snapshot,
-        permission="read",
-        writes=False,
-        example=Example(["release", "nope"]),
-    )
-    read_for_update = Operation(
-        queries.read_for_update,
-        permission="read",
-        writes=False,
-        example=Example(["release"]),
-    )
-    meta = Operation(
-        queries.meta,
-        permission="read",
-        writes=False,
-        example=Example(),
-    )
-    txlog = Operation(
-        queries.txlog,
-        permission="read",
-        writes=False,
-        example=Example(1),
-    )
-    traces = Operation(
-        queries.traces,
-        permission="read",
-        writes=False,
-        example=Example(after=0, limit=10),
-    )
-    audit = Operation(
-        queries.audit,
-        permission="admin",
-        writes=False,
-        http=Route("GET", "/audit", key="entries"),
-        example=Example(0, 10),
-    )
-
-    version = Operation(
-        queries.version,
-        permission="read",
-        writes=False,
-        example=Example(),
-    )
-    tick = Operation(
-        queries.tick,
-        permission="read",
-        writes=False,
-        example=Example(),
-    )
-    recall = Operation(
-        queries.recall,
-        permission="recall",
-        writes=False,
-        example=Example({"frame_id": "release", "depth": 1}),
     )
     search = Operation(
         searching.search,
