@@ -87,6 +87,8 @@ class ContextEntry(BaseModel):
     ``acks``: followers that must hold a commit before it is acknowledged
     (default ``follower_count``). ``epoch`` grows by one at each promotion. An entry
     recorded as ``replicas`` (the count's earlier name) reads the same.
+    ``epoch_mac``: the directory's signature of ``epoch`` for this context (hex; see
+    :func:`storage.replication.codec.epoch_mac`): members accept an epoch only with it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -98,6 +100,7 @@ class ContextEntry(BaseModel):
     primary: Member
     followers: tuple[Member, ...]
     policy: str
+    epoch_mac: str = ""
 
     @property
     def replicated(self) -> bool:
