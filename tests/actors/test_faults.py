@@ -161,7 +161,8 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         else:
             raise AssertionError(f"the old primary acknowledged z-{i} after epoch 1: {receipt}")
     assert set(zombie.values()) <= {"fenced", "stale_epoch", "stopped"}, zombie
-    assert "fenced" in zombie.values() or "stale_epoch" in zombie.values(), zombie
+    # Refused by the fence, or never answered because the supervisor stopped the replaced
+    # primary first (it tells it on resume, and may win the race): never acknowledged.
     _until("more acknowledgements after the resume", lambda: _acked_after(writer, resumed_at + 1))
     writer.stop.set()
     writer.join(timeout=WAIT)
