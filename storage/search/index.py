@@ -48,8 +48,13 @@ from storage.search.format import (
 from storage.search.highlighting import _doc_text, _Highlighter
 from storage.search.morphology import Morphology, languages_from, morphology
 from storage.search.postings import _Postings
-import storage.search.ranking as _ranking
-from storage.search.ranking import _make_filter, _rank, _Ranked
+from storage.search.ranking import (
+    NEIGHBOUR_WEIGHT,
+    SESSION_WEIGHT,
+    _make_filter,
+    _rank,
+    _Ranked,
+)
 from storage.search.results import Hit, SearchResult, Signal
 from storage.search.text import query_intent, query_plan
 
@@ -330,9 +335,9 @@ class LexicalIndex(DerivedIndex[Environment]):
                 stems,
                 weights=weights,
                 when=when,
-                neighbours=_ranking.NEIGHBOUR_WEIGHT if neighbours else 0.0,
+                neighbours=NEIGHBOUR_WEIGHT if neighbours else 0.0,
                 borrow=bool(weights),
-                session=_ranking.SESSION_WEIGHT if neighbours else 0.0,
+                session=SESSION_WEIGHT if neighbours else 0.0,
             )
             return state, ranked, morph, qterms
 

@@ -409,8 +409,8 @@ def _rank(
             txn, dbs["docs"], acc, max(NEIGHBOUR_POOL, 4 * limit), neighbours, borrow, session
         )
         acc = dict(acc)
-        for extra in (lent, given):
-            for doc, share in extra.items():
+        for evidence in (lent, given):
+            for doc, share in evidence.items():
                 acc[doc] = acc.get(doc, 0.0) + share
     ranked.top = _top(txn, dbs, acc, limit, filt)
     if lent:

@@ -480,7 +480,6 @@ def _word_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     names = _has_names(text)
     norm = normalize(text) if len(text) <= BLOCK_CHARS else None
     spans: list[tuple[str, int, int]] | None = None
-    wordlike = _WORDLIKE.search
     if norm is not None and (
         norm.text.isascii() or not (_SPECIAL.search(norm.text) or _ASTRAL.search(norm.text))
     ):
