@@ -307,9 +307,9 @@ def profile_groups(ctx: Context, txs: Sequence[ContextTx], batch: int, top: int)
 def observe_all(ctx: Context, count: int) -> list[str]:
     """Record and claim *count* tool results; their references, oldest first."""
     refs: list[str] = []
-    for k in range(0, count, 5000):
+    for k in range(0, count, 1024):  # observe_many takes at most 1,024 items
         items = [
-            ("tool_result", OBSERVATION.format(i=i), "main") for i in range(k, min(count, k + 5000))
+            ("tool_result", OBSERVATION.format(i=i), "main") for i in range(k, min(count, k + 1024))
         ]
         refs.extend(e.ref for e in ctx.observe_many(items))
     ctx.claim()
@@ -395,6 +395,132 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
     if profile is not None:
         figures["profile"] = profile
     return figures
+
+
+def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]:
+    """Where one commit's write goes: rows, bytes and B-tree depth per named database,
+    pages sent to the file, and time split between the engine's decision, encoding and
+    LMDB puts, and the LMDB commit (page writes + fsync), single and group.
+
+    It wraps the store view's private LMDB transaction and times ``evaluate`` and
+    ``apply`` by patching them in this process; this is measurement only.
+    """
+    import service.context as service_context
+    from storage.lmdb.views import _LmdbWriteView
+
+    store = LmdbStore.open(os.path.join(where, "context"), sync=True)
+    names: dict[int, str] = {id(db): name for name, db in store._shared.dbs.items()}
+    clock = time.perf_counter
+    spent = {"evaluate": 0.0, "apply": 0.0, "put": 0.0, "callback": 0.0, "transact": 0.0}
+    rows: dict[str, list[int]] = {}
+
+    class TimedTxn(_CountingTxn):
+        def put(self, key: bytes, value: bytes, **kwargs: Any) -> Any:
+            t = clock()
+            row = rows.setdefault(names.get(id(kwargs.get("db")), "?"), [0, 0])
+            row[0] += 1
+            row[1] += len(key) + len(value)
+            out = self._txn.put(key, value, **kwargs)
+            spent["put"] += clock() - t
+            return out
+
+    real_evaluate = service_context.evaluate
+    real_apply = _LmdbWriteView.apply
+
+    def evaluate(*args: Any, **kwargs: Any) -> Any:
+        t = clock()
+        try:
+            return real_evaluate(*args, **kwargs)
+        finally:
+            spent["evaluate"] += clock() - t
+
+    def apply(self: Any, changes: Any) -> None:
+        t = clock()
+        try:
+            real_apply(self, changes)
+        finally:
+            spent["apply"] += clock() - t
+
+    class Timed:
+        def read(self, fn: Callable[[Any], Any]) -> Any:
+            return store.read(fn)
+
+        def transact(self, fn: Callable[[WriteView], Any]) -> Any:
+            def timed(view: Any) -> Any:
+                view._txn = TimedTxn(view._txn)
+                t = clock()
+                try:
+                    return fn(view)
+                finally:
+                    spent["callback"] += clock() - t
+
+            t = clock()
+            try:
+                return store.transact(timed)
+            finally:
+                spent["transact"] += clock() - t
+
+        def close(self) -> None:
+            pass
+
+    def split(n: int) -> dict[str, float]:
+        us = {k: round(v * 1e6 / n, 1) for k, v in spent.items()}
+        return {
+            "engine_us": us["evaluate"],
+            "encode_us": round(us["apply"] - us["put"], 1),
+            "lmdb_put_us": us["put"],
+            "other_in_write_us": round(us["callback"] - us["evaluate"] - us["apply"], 1),
+            "lmdb_commit_fsync_us": round(us["transact"] - us["callback"], 1),
+            "total_us": us["transact"],
+        }
+
+    service_context.evaluate = evaluate  # type: ignore[assignment]
+    _LmdbWriteView.apply = apply  # type: ignore[method-assign]
+    try:
+        ctx = Context(Timed())
+        _check(ctx.commit(BASE_TX))
+        work = Workload(ctx, observe_all(ctx, 1 + WARM_UP + commits + groups * batch))
+        commit_each(ctx, [parse_tx(t) for t in work.texts(WARM_UP)])
+        # One commit, counted row by row.
+        for k in spent:
+            spent[k] = 0.0
+        rows.clear()
+        one = [parse_tx(t) for t in work.texts(1)]
+        file_bytes = written(commit_each, ctx, one)
+        per_db = dict(sorted(rows.items()))
+        depth = store.read(
+            lambda v: {name: v._txn.stat(store._shared.dbs[name])["depth"] for name in per_db}
+        )
+        table = {
+            name: {"rows": r, "bytes": b, "depth": depth[name]} for name, (r, b) in per_db.items()
+        }
+        # Timed: single commits, then group commits.
+        txs = [parse_tx(t) for t in work.texts(commits)]
+        for k in spent:
+            spent[k] = 0.0
+        single_bytes = written(commit_each, ctx, txs)
+        single = split(commits) | {"file_bytes_per_commit": single_bytes // commits}
+        group_txs = [parse_tx(t) for t in work.texts(groups * batch)]
+        for k in spent:
+            spent[k] = 0.0
+        group_bytes = written(commit_groups, ctx, group_txs, batch)
+        group = split(groups * batch) | {
+            "file_bytes_per_write": group_bytes // groups,
+        }
+    finally:
+        service_context.evaluate = real_evaluate  # type: ignore[assignment]
+        _LmdbWriteView.apply = real_apply  # type: ignore[method-assign]
+        store.close()
+    return {
+        "benchmark": "bench_commit --anatomy",
+        "machine": testbed.machine(where),
+        "databases": table,
+        "databases_touched": len(table),
+        "file_bytes_one_commit": file_bytes,
+        "pages_one_commit": round(file_bytes / 4096, 1),
+        "single": single,
+        "group": group | {"batch": batch},
+    }
 
 
 INSTRUCTION_KINDS = ("single", "group", "raw_single", "raw_group")
@@ -526,6 +652,29 @@ def report(f: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def anatomy_report(f: dict[str, Any]) -> str:
+    """The :func:`anatomy` figures as text."""
+    lines = [
+        "bench_commit --anatomy: one typical durable commit, database by database",
+        "  " + testbed.describe(f["machine"]),
+        f"  {'database':<12}{'rows':>6}{'bytes':>8}{'depth':>7}",
+    ]
+    for name, row in f["databases"].items():
+        lines.append(f"  {name:<12}{row['rows']:>6}{row['bytes']:>8,}{row['depth']:>7}")
+    lines.append(
+        f"  {f['databases_touched']} databases touched; {f['file_bytes_one_commit']:,} bytes "
+        f"(~{f['pages_one_commit']} pages of 4 KiB) written to the file by one commit"
+    )
+    for kind in ("single", "group"):
+        t = f[kind]
+        lines.append(
+            f"  {kind:<7} µs per tx: engine {t['engine_us']}, encode {t['encode_us']}, "
+            f"LMDB puts {t['lmdb_put_us']}, other {t['other_in_write_us']}, "
+            f"commit+fsync {t['lmdb_commit_fsync_us']}, total {t['total_us']}"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="Durable commit throughput of Morphz beside raw LMDB puts (never asserted).",
@@ -562,8 +711,23 @@ def main(argv: list[str] | None = None) -> None:
         help="count instructions per transaction over N transactions under callgrind "
         "(needs valgrind; N a multiple of --batch, e.g. 640) instead of timing",
     )
+    parser.add_argument(
+        "--anatomy",
+        action="store_true",
+        help="where one commit's write goes: rows, bytes and depth per named database, "
+        "pages written, and the time split (engine, encoding, LMDB puts, commit+fsync)",
+    )
     parser.add_argument("--instructions-child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.anatomy:
+        parent = args.dir or testbed.scratch_parent()
+        where = tempfile.mkdtemp(prefix="morphz-bench-commit-", dir=parent)
+        try:
+            found = anatomy(where, args.single or 200, args.batch, args.groups or 10)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        print(json.dumps(found, indent=2) if args.json else anatomy_report(found))
+        return
     if args.instructions_child:
         kind, n, total, batch, where = args.instructions_child
         instructions_child(kind, int(n), int(total), int(batch), where)

@@ -127,3 +127,14 @@ STALE_EPOCH = "stale_epoch"
 """A request from an older epoch than the receiver's (an old primary, an old promotion)."""
 REPLICA_GAP = "replica_gap"
 """A follower missed a batch: the primary sends it a snapshot instead."""
+
+# The codes of a hosted context's refusals (actors/server/hosting.py), shared by the host
+# that answers them, the directory that moves the context and the clients that follow it.
+HOST_FULL = "host_full"
+"""A context host past its budget takes no new activation (the client may ask the
+directory to move the idle context to a host with room)."""
+CONTEXT_MOVED = "context_moved"
+"""This host gave the context away: the directory names its new host (the client calls it)."""
+HOSTED_UNREPLICATED = "hosted_unreplicated"
+"""A context on a context host has no followers: asking for both is refused (docs/cluster.md,
+"What a hosted context gives up")."""

@@ -24,6 +24,7 @@ from actors.client.names import (
     ContextEntry,
     actor_name,
     advert_path,
+    is_host,
 )
 from actors.client.nodes import ensure_ray
 from actors.client.replies import open_reply, raise_error
@@ -80,8 +81,13 @@ def lookup(
     """The handle of the running context actor *name*, from anywhere in the cluster.
 
     When the namespace has a context directory with an entry for *name*, the
-    handle is its current primary's actor; otherwise ``ctx:<name>``.
-    Raises :class:`NotFound` if no such actor exists in *namespace*. With
+    handle is its current primary's actor; otherwise ``ctx:<name>``. A context
+    the directory places on a context host (``place(hosted=True)``) is activated
+    there now (its open error, ``host_full`` … raised here); if that host was
+    stopped for good, the directory first moves the context to another host of its
+    node serving the same store root (``no_host`` when none can take it). Without a
+    directory entry and with *store_dir*, a context active on a host is found
+    through its advert. Raises :class:`NotFound` if no such actor exists in *namespace*. With
     *store_dir*, the actor must serve ``<store_dir>/<name>`` (checked by a
     handshake): another store's context of the same name raises
     ``RequestError`` ``context_elsewhere``, an actor whose open failed raises
@@ -101,10 +107,19 @@ def lookup(
         entry = None  # the directory is unreachable: the epoch-0 name, as without one
     if entry is not None:
         ray_name = entry.primary.actor
-    try:
-        actor = ray_module().get_actor(ray_name, namespace=namespace)
-    except ValueError as e:
-        raise NotFound(f"no context actor {name!r} in namespace {namespace!r}") from e
+    actor = _running(ray_name, namespace)
+    if actor is None and entry is not None and is_host(ray_name):
+        # its host was stopped for good: the directory moves it to another of its node
+        entry = _rehosted(name, namespace, ray_name)
+        ray_name = entry.primary.actor
+        actor = _running(ray_name, namespace)
+    if actor is None and entry is None and store_dir is not None:
+        advert = advertised(store_dir, name)  # a context active on a host no directory knows
+        hosted = str((advert or {}).get("actor") or "")
+        if is_host(hosted) and (advert or {}).get("namespace") == namespace:
+            ray_name, actor = hosted, _running(hosted, namespace)
+    if actor is None:
+        raise NotFound(f"no context actor {name!r} in namespace {namespace!r}")
     handle = ContextHandle(
         actor,
         name,
@@ -114,18 +129,36 @@ def lookup(
         capability=capability,
         ray_name=ray_name,
     )
-    if store_dir is not None:
-        where = os.path.abspath(os.fspath(store_dir))
-        info = handle.handshake()
+    if store_dir is not None or is_host(ray_name):
+        info = handle.handshake()  # on a host, this activates the context
         if info["open_error"] is not None:
             raise_error(info["open_error"])
-        if info["store_dir"] != where:
+        where = None if store_dir is None else os.path.abspath(os.fspath(store_dir))
+        if where is not None and info["store_dir"] != where:
             raise RequestError(
                 f"context actor {name!r} in namespace {namespace!r} serves "
                 f"{info['store_dir']}, not {where}",
                 code="context_elsewhere",
             )
     return handle
+
+
+def _running(ray_name: str, namespace: str) -> Any | None:
+    """The Ray handle of the actor named *ray_name* in *namespace*, or None."""
+    try:
+        return ray_module().get_actor(ray_name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+def _rehosted(name: str, namespace: str, host: str) -> ContextEntry:
+    """The entry of the hosted context *name* after the directory moved it off *host*
+    (which no longer runs): ``no_host`` when no other host of its node can take it."""
+    actor = directory_actor(namespace)
+    if actor is None:
+        raise NotFound(f"no context directory in namespace {namespace!r}")
+    transport = Transport(actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace)
+    return transport.call(Call("rehost", (name, host), read_entry, guarded=False))
 
 
 def advertised(store_dir: str | os.PathLike[str], name: str) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""Ray's nodes: their ids, which are alive, and pinning an actor to one (NodeAffinity).
+"""Ray's nodes: their ids, which are alive, and pinning an actor to one (NodeAffinity);
+:func:`start_pinned`, the one way a named actor serving a node's stores is started.
 
 A context's store is a local LMDB directory, so its actor is pinned, with a
 hard node affinity, to the node that holds the directory. Everything here
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.client.transport import init_ray, ray_module
+from actors.client.transport import init_ray, ray_module, remote_class
 from protocol.errors import NotFound, RequestError
 
 
@@ -82,10 +83,49 @@ def preferring(node_id: str) -> Any:
 
 __all__ = [
     "alive_nodes",
+    "check_lifetime",
     "check_node",
     "current_node_id",
     "ensure_ray",
     "node_with_resource",
     "pinned",
     "preferring",
+    "start_pinned",
 ]
+
+
+def check_lifetime(lifetime: object) -> None:
+    """RequestError ``bad_argument`` unless *lifetime* is None or ``"detached"``."""
+    if lifetime not in (None, "detached"):
+        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
+
+
+def start_pinned(
+    cls: type,
+    *,
+    name: str,
+    namespace: str,
+    node_id: str | None,
+    lifetime: str | None,
+    max_concurrency: int,
+    max_task_retries: int = -1,
+) -> Any:
+    """The Ray actor class of *cls* with the options every actor serving stores is started
+    with: named *name* in *namespace* (got as it is if it runs already), pinned to the live
+    node *node_id* (default: this node; NotFound if not live), restarted by Ray without
+    limit, asking no CPU, *lifetime* ``None`` or ``"detached"``. Call ``.remote(...)`` on
+    it with the constructor's arguments. Connects to Ray first if needed."""
+    check_lifetime(lifetime)
+    ensure_ray()
+    node = check_node(node_id) if node_id is not None else current_node_id()
+    return remote_class(cls).options(
+        name=name,
+        namespace=namespace,
+        get_if_exists=True,
+        lifetime=lifetime,
+        max_restarts=-1,
+        max_task_retries=max_task_retries,
+        max_concurrency=max_concurrency,
+        num_cpus=0,
+        scheduling_strategy=pinned(node),
+    )

@@ -67,7 +67,9 @@ from actors.client.names import (
 )
 from actors.client.replies import open_reply
 from protocol.errors import (
+    CONTEXT_MOVED,
     FENCED,
+    HOST_FULL,
     STALE_EPOCH,
     MorphzError,
     RequestError,
@@ -521,7 +523,44 @@ class Transport:
         try:
             self.actor = ray_module().get_actor(self.actor_name, namespace=self.namespace)
         except ValueError:
-            pass
+            if is_host(self.actor_name):  # a host stopped for good: the directory moves it
+                self._rehost()
+
+    def _rehost(self) -> bool:
+        """Ask the directory to move this hosted context off the host this handle calls
+        (gone for good, or full while the context is idle there) and switch to the host
+        it names; True if the handle now calls another host."""
+        ray = ray_module()
+        try:
+            directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
+            raw = ray.get(
+                directory.rehost.remote(self.label, self.actor_name), timeout=DIRECTORY_WAIT
+            )
+            entry = ContextEntry.model_validate(open_reply(raw))
+        except (MorphzError, ValueError):  # no directory, no entry, no host with room
+            return False
+        except Exception:  # the directory is restarting or unreachable
+            return False
+        if entry.primary.actor == self.actor_name:
+            return False
+        return self._follow_promotion()
+
+    def _redirect(self, e: BaseException, retry: int) -> float | None:
+        """For a context on a host: the delay before calling it again when *e* says it is
+        elsewhere now (``context_moved``: the directory names its new host) or its host is
+        full and the directory moved it (``host_full``); None when *e* is neither (or the
+        retries are spent), so it is raised as usual."""
+        cause = getattr(e, "cause", None)
+        if not is_host(self.actor_name) or not isinstance(cause, MorphzError):
+            return None
+        if cause.code == CONTEXT_MOVED:
+            delay = self.retry.delay(retry)
+            if delay is not None:
+                self._follow_promotion()
+            return delay
+        if cause.code == HOST_FULL and retry < self.retry.attempts and self._rehost():
+            return 0.0
+        return None
 
     def _fenced(self, e: MorphzError, retry: int) -> float | None:
         """The delay before calling the new primary after *e* said this one was replaced."""
@@ -539,6 +578,11 @@ class Transport:
             try:
                 raw = self._await(self._send(call), self._wait(call))
             except Exception as e:
+                moved = self._redirect(e, retry)
+                if moved is not None:
+                    retry += 1
+                    time.sleep(moved)
+                    continue
                 delay = self._retry_after(e, retry, started)
                 retry += 1
                 time.sleep(delay)
@@ -562,6 +606,12 @@ class Transport:
             try:
                 raw = await self._await_async(self._send(call), self._wait(call))
             except Exception as e:
+                hosted = is_host(self.actor_name)
+                moved = await asyncio.to_thread(self._redirect, e, retry) if hosted else None
+                if moved is not None:
+                    retry += 1
+                    await asyncio.sleep(moved)
+                    continue
                 delay = self._retry_after(e, retry, started)
                 retry += 1
                 await asyncio.sleep(delay)

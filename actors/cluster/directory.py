@@ -465,6 +465,21 @@ class DirectoryHandle:
         check_policy(policy)
         return self.transport.call(Call("place_hosted", (name, policy), read_entry, guarded=False))
 
+    def move_hosted(self, name: str, *, to: str | None = None) -> ContextEntry:
+        """Move the hosted context *name* to the context host *to* (``host:<name>``; default:
+        the least loaded other host of its node serving its store root); its handles
+        follow. ``no_host`` / ``NotFound`` when there is no such host with room."""
+        check_context_name(name)
+        if to is not None:
+            check_text(to, "host actor")
+        return self.transport.call(Call("move_hosted", (name, to), read_entry, guarded=False))
+
+    def rebalance(self, *, limit: int = 100) -> dict[str, builtins.list[str]]:
+        """Move up to *limit* idle contexts off full hosts (see
+        :meth:`~actors.cluster.host_table.HostTable.rebalance`): the names moved by host."""
+        check_int(limit, "limit")
+        return dict(self.transport.call(Call("rebalance", (limit,), open_reply, guarded=False)))
+
     def hosts(self) -> builtins.list[dict[str, Any]]:
         """The context hosts that reported their load recently, with ``placed`` counts."""
         return list(self.transport.call(Call("hosts", (), open_reply, guarded=False)))

@@ -24,7 +24,7 @@ from actors.cluster.placement import POLICY_SPREAD, check_policy
 from actors.cluster.replication import REPLICATION
 from actors.server.connect import connect
 from actors.server.hosting import activate_hosted
-from protocol.errors import NotFound, RequestError
+from protocol.errors import HOSTED_UNREPLICATED, NotFound, RequestError
 from storage import check_context_name
 
 __all__ = ["place"]
@@ -60,7 +60,8 @@ def place(
     (:mod:`actors.server.hosting`) instead of an actor process of its own: the
     directory picks the host by the hosts' load reports (``no_host`` when none
     has room), and the host activates the context now and again on demand after
-    idle deactivations. A hosted context has no followers yet (``bad_argument``).
+    idle deactivations. A hosted context has no followers: asking for them raises
+    ``RequestError`` ``hosted_unreplicated`` (docs/cluster.md says what it gives up).
 
     Idempotent: a context already in the directory is found where it is (its
     current primary), whatever the arguments. The actor is detached by default
@@ -92,10 +93,14 @@ def place(
     check_text(namespace, "namespace")
     if not namespace:
         raise RequestError("namespace must not be empty", code="bad_argument")
-    if hosted and (followers or store_dir is not None):
+    if hosted and followers:
         raise RequestError(
-            "a hosted context has no followers and lives under its host's store root",
-            code="bad_argument",
+            "a hosted context has no followers: place it with hosted=False to replicate it",
+            code=HOSTED_UNREPLICATED,
+        )
+    if hosted and store_dir is not None:
+        raise RequestError(
+            "a hosted context lives under its host's store root", code="bad_argument"
         )
     where = directory(namespace)
     if hosted:

@@ -2,9 +2,13 @@
 context's store, pinned to the node that holds it, and answers its
 :class:`~actors.client.handle.ContextHandle`.
 
-:func:`connect` never touches the context directory, so single-node use needs
-no cluster. A context placed on a cluster (:func:`actors.cluster.placing.place`)
-is started through this function too, with the cluster's replication hook.
+:func:`connect` starts nothing in the context directory, so single-node use needs
+no cluster; it only asks a namespace's directory, when it has one, whether the
+context is placed on a context host, and then reaches it there. With ``host=`` it
+serves the context from that context host (:mod:`actors.server.hosting`,
+started if it does not run). A context placed on a cluster
+(:func:`actors.cluster.placing.place`) is started through this function too, with
+the cluster's replication hook.
 Arguments are checked before any remote call; a context that cannot be opened
 raises the typed error of the failed open.
 """
@@ -12,16 +16,25 @@ raises the typed error of the failed open.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from actors.client.handle import ContextHandle
-from actors.client.names import DEFAULT_NAMESPACE, actor_name
-from actors.client.nodes import check_node, current_node_id, ensure_ray, pinned
+from actors.client.lookup import directory_entry, lookup
+from actors.client.names import (
+    DEFAULT_NAMESPACE,
+    ContextEntry,
+    actor_name,
+    host_actor,
+    is_host,
+)
+from actors.client.nodes import check_lifetime, start_pinned
 from actors.client.replies import raise_error
-from actors.client.transport import RetryPolicy, check_int, check_text, remote_class
+from actors.client.transport import RetryPolicy, check_int, check_text
 from actors.server.context_actor import ContextActor
 from actors.server.host import Replication
+from actors.server.hosting import activate_hosted, start_host
 from adapters.embeddings import EmbedderConfig
-from protocol.errors import RequestError
+from protocol.errors import HOSTED_UNREPLICATED, NotFound, RequestError, TransportError
 from protocol.governance import AdmissionPolicy, check_every, check_scan
 from service.context import MAX_WINDOW
 from storage import check_context_name
@@ -53,6 +66,7 @@ def connect(
     admission: AdmissionPolicy | None = None,
     embedder: EmbedderConfig | None = None,
     replication: Replication | None = None,
+    host: str | None = None,
 ) -> ContextHandle:
     """Get or create the actor of context *name* and return its handle.
 
@@ -86,6 +100,16 @@ def connect(
     side (:func:`actors.cluster.placing.place`) gives it for the contexts it
     places; without it the actor serves its store alone, as on one node. It
     too applies when the actor is created.
+
+    *host* serves the context from the context host of that name
+    (:func:`~actors.server.hosting.start_host`: started on *node_id* for *store_dir*
+    if it does not run, with its defaults) instead of an actor of its own: it is
+    activated there now and again on demand after idle deactivations. A context
+    the namespace's directory places on a host (``place(hosted=True)``) is
+    reached on that host whether or not *host* is given (through
+    :func:`~actors.client.lookup.lookup`, which activates it). Either way the
+    handle works as any other. A hosted context has no replication
+    (``hosted_unreplicated``), and its host must serve *store_dir* (``context_elsewhere``).
     """
     check_context_name(name)
     if not isinstance(store_dir, (str, os.PathLike)):
@@ -100,51 +124,79 @@ def connect(
         raise RequestError(f"window must be between 0 and {MAX_WINDOW} ticks", code="bad_argument")
     if history_keep is not None:
         check_int(history_keep, "history_keep", 1)
-    if lifetime not in (None, "detached"):
-        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
+    check_lifetime(lifetime)
     if governance_every is not None:
         check_every(governance_every)
     check_scan(governance_unused_ticks, 3)
     if embedder is not None and not isinstance(embedder, EmbedderConfig):
         raise RequestError("embedder must be an EmbedderConfig", code="bad_argument")
-    ensure_ray()
-    node = check_node(node_id) if node_id is not None else current_node_id()
-    actor = (
-        remote_class(ContextActor)
-        .options(
-            name=actor_name(name),
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime=lifetime,
-            max_restarts=-1,
-            max_task_retries=-1,
-            max_concurrency=MAX_CONCURRENCY,
-            num_cpus=0,
-            scheduling_strategy=pinned(node),
+    if host is not None:
+        check_context_name(host)  # the alphabet of an actor name's part
+        if replication is not None:
+            raise RequestError("a hosted context has no replication", code=HOSTED_UNREPLICATED)
+    placed = None if replication is not None else _hosted_entry(name, namespace)
+    if placed is not None or host is not None:
+        options = {
+            "window": window,
+            "history_keep": history_keep,
+            "tenant": tenant,
+            "project": project,
+            "enforce": bool(enforce) or None,
+            "governance_every": governance_every,
+            "governance_unused_ticks": governance_unused_ticks,
+            "admission": admission,
+            "embedder": embedder,
+        }
+        client = {"retry": retry, "timeout": timeout, "capability": capability}
+        handle = _on_host(
+            name, where, node_id, namespace, lifetime, create, host, placed, options, client
         )
-        .remote(
-            where,
-            name,
-            window,
-            history_keep,
-            create,
-            tenant=tenant,
-            project=project,
-            enforce=bool(enforce),
-            governance_every=governance_every,
-            governance_unused_ticks=governance_unused_ticks,
-            admission=admission,
-            namespace=namespace,
-            embedder=None if embedder is None else embedder.to_dict(),
-            replication=replication,
-        )
+        return _checked(handle, name, where, node_id, tenant, project, enforce)
+    actor = start_pinned(
+        ContextActor,
+        name=actor_name(name),
+        namespace=namespace,
+        node_id=node_id,
+        lifetime=lifetime,
+        max_concurrency=MAX_CONCURRENCY,
+    ).remote(
+        where,
+        name,
+        window,
+        history_keep,
+        create,
+        tenant=tenant,
+        project=project,
+        enforce=bool(enforce),
+        governance_every=governance_every,
+        governance_unused_ticks=governance_unused_ticks,
+        admission=admission,
+        namespace=namespace,
+        embedder=None if embedder is None else embedder.to_dict(),
+        replication=replication,
     )
     handle = ContextHandle(
         actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability
     )
+    return _checked(handle, name, where, node_id, tenant, project, enforce)
+
+
+def _checked(
+    handle: ContextHandle,
+    name: str,
+    where: str,
+    node_id: str | None,
+    tenant: str | None,
+    project: str | None,
+    enforce: bool,
+) -> ContextHandle:
+    """*handle* once its handshake says it serves what was asked; the typed error of its
+    failed open (a context alone in its own actor is stopped first), ``context_elsewhere``
+    or ``scope_mismatch`` otherwise."""
     info = handle.handshake()
     if info["open_error"] is not None:
-        handle.shutdown()
+        if not is_host(handle.transport.actor_name):
+            handle.shutdown()
         raise_error(info["open_error"])
     if info["store_dir"] != where:
         raise RequestError(
@@ -167,3 +219,54 @@ def connect(
             f"context {name!r} is already served without enforcement", code="scope_mismatch"
         )
     return handle
+
+
+def _hosted_entry(name: str, namespace: str) -> ContextEntry | None:
+    """*name*'s entry in the namespace's context directory if it places it on a context
+    host; None without a directory, entry or host (or when the directory is unreachable:
+    then it is served as on one node)."""
+    try:
+        entry = directory_entry(name, namespace)
+    except (NotFound, TransportError):
+        return None
+    return entry if entry is not None and is_host(entry.primary.actor) else None
+
+
+def _on_host(
+    name: str,
+    where: str,
+    node_id: str | None,
+    namespace: str,
+    lifetime: str | None,
+    create: bool,
+    host: str | None,
+    placed: ContextEntry | None,
+    options: dict[str, Any],
+    client: dict[str, Any],
+) -> ContextHandle:
+    """The handle of *name* on its context host: the one the directory placed it on
+    (*placed*; activated by :func:`lookup`), else the host *host* (started if needed)."""
+    if placed is not None:
+        if host is not None and placed.primary.actor != host_actor(host):
+            raise RequestError(
+                f"context {name!r} is placed on {placed.primary.actor}, not {host_actor(host)}",
+                code="context_elsewhere",
+            )
+        return lookup(name, namespace, store_dir=where, **client)
+    assert host is not None
+    running = start_host(
+        host, store_dir=where, node_id=node_id, namespace=namespace, lifetime=lifetime
+    )
+    serves = running.load()["store_dir"]
+    if serves != where:
+        raise RequestError(
+            f"context host {host!r} serves {serves}, not {where}", code="context_elsewhere"
+        )
+    return activate_hosted(
+        running.actor,
+        host,
+        name,
+        namespace=namespace,
+        options={"create": bool(create), **options},
+        **client,
+    )

@@ -391,6 +391,7 @@ class ContextHost:
                 "store_dir": self._store_dir,
                 "address": str(rc.gcs_address),
                 "namespace": self._namespace,
+                "actor": str(rc.get_actor_name() or ""),  # ctx:<name>, or its host:<name>
                 "node_id": str(rc.get_node_id()),
                 "pid": os.getpid(),
             }

@@ -30,6 +30,10 @@ serving. When the namespace has a context directory, the host reports its load
 to it every tick, and :meth:`actors.cluster.directory.DirectoryHandle.place_hosted`
 places contexts over hosts by that report (docs/cluster.md, "Context hosts").
 
+Kept as one module (over 600 lines) because the host actor, its handle and the
+functions starting and activating through it are one contract: each call's actor
+side and caller side sit together.
+
 Ray is imported only when a function runs.
 """
 
@@ -46,11 +50,11 @@ from typing import Any
 
 from actors.client.handle import ContextHandle
 from actors.client.names import DEFAULT_NAMESPACE, DIRECTORY_NAME, host_actor
-from actors.client.nodes import check_node, current_node_id, ensure_ray, pinned
+from actors.client.nodes import start_pinned
 from actors.client.replies import error_doc, raise_error
-from actors.client.transport import RetryPolicy, check_text, ray_module, remote_class
+from actors.client.transport import RetryPolicy, check_text, ray_module
 from actors.server.context_actor import ContextActor
-from protocol.errors import MorphzError, OutOfRange, RequestError
+from protocol.errors import CONTEXT_MOVED, HOST_FULL, MorphzError, OutOfRange, RequestError
 from storage import check_context_name
 
 log = logging.getLogger("morphz.hosting")
@@ -59,8 +63,6 @@ MAX_CONCURRENCY = 10_000
 """Calls one host's event loop accepts at once (over all its contexts)."""
 TICK = 1.0
 """Longest pause between two looks at idle contexts and two load reports."""
-HOST_FULL = "host_full"
-"""The error code of an activation refused because the host is past its budget."""
 OPTIONS = frozenset(
     {
         "window",
@@ -152,6 +154,7 @@ class HostActor:
         self._memory_budget = memory_budget
         self._cpu_budget = cpu_budget
         self._slots: dict[str, _Slot] = {}
+        self._moved: set[str] = set()  # given away (release): calls are told to look again
         self._ticker: asyncio.Task[None] | None = None
         # an existing context's activation, and a first one that may create its store
         self._activation_ms: collections.deque[float] = collections.deque(maxlen=4096)
@@ -179,10 +182,19 @@ class HostActor:
 
     def _slot(self, context: object) -> _Slot:
         name = check_context_name(context)
+        self._check_here(name)
         slot = self._slots.get(name)
         if slot is None:
             slot = self._slots[name] = _Slot(name)
         return slot
+
+    def _check_here(self, name: str) -> None:
+        """RequestError ``context_moved`` if this host gave *name* away (:meth:`release`)."""
+        if name in self._moved:
+            raise RequestError(
+                f"context {name!r} is no longer served by host {self._name!r}",
+                code=CONTEXT_MOVED,
+            )
 
     async def _enter(self, slot: _Slot) -> ContextActor:
         """The active context of *slot* (activating it), counted as in use until
@@ -191,6 +203,7 @@ class HostActor:
         ctx = slot.ctx
         if ctx is None:
             async with slot.lock:
+                self._check_here(slot.name)  # released while this call waited
                 ctx = slot.ctx
                 if ctx is None:
                     ctx = await self._activate(slot)
@@ -248,8 +261,12 @@ class HostActor:
     async def activate(self, context: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Activate *context* with *options* (ContextActor's: ``create``, ``window``,
         ``tenant``, ``enforce``, ``admission`` …; kept for its reactivations, ``create``
-        only for the first) and answer its handshake (``open_error`` set if it failed)."""
-        slot = self._slot(context)
+        only for the first) and answer its handshake (``open_error`` set if it failed:
+        ``host_full``, ``context_moved``, the store's own error …)."""
+        try:
+            slot = self._slot(context)
+        except MorphzError as e:
+            return {"open_error": error_doc(e)}
         if options is not None:
             if not isinstance(options, dict) or not set(options) <= OPTIONS:
                 raise RequestError(
@@ -260,7 +277,7 @@ class HostActor:
                 slot.options = dict(options)
         try:
             ctx = await self._enter(slot)
-        except MorphzError as e:  # host_full: answered like a failed open
+        except MorphzError as e:  # host_full, context_moved: answered like a failed open
             return {"open_error": error_doc(e)}
         try:
             return await ctx.handshake()
@@ -311,6 +328,24 @@ class HostActor:
         if slot is None:
             return False
         return await self._deactivate(slot, forget=bool(forget))
+
+    async def release(self, context: str, idle_only: bool = False) -> bool:
+        """Give *context* away (the directory moves it to another host): from now on calls
+        for it are answered ``context_moved``, so its handles ask the directory again; it
+        is flushed and closed first if active (the calls in flight finish). With
+        *idle_only* an active context (or one being activated) is kept: False."""
+        name = check_context_name(context)
+        slot = self._slots.get(name)
+        if idle_only and slot is not None and (slot.ctx is not None or slot.lock.locked()):
+            return False
+        self._moved.add(name)
+        if slot is not None:
+            await self._deactivate(slot, forget=True)
+        return True
+
+    async def adopt(self, context: str) -> None:
+        """Serve *context* again after a :meth:`release` (the directory moved it back)."""
+        self._moved.discard(check_context_name(context))
 
     async def contexts(self) -> list[dict[str, Any]]:
         """Every context this host has served since it started: name, state (``active``
@@ -476,12 +511,20 @@ class HostHandle:
         return bool(ray_module().get(self.actor.deactivate.remote(name, forget)))
 
     def shutdown(self, *, wait: float = 30.0) -> None:
-        """Deactivate every context, then stop the host for good."""
+        """Deactivate every context, then stop the host for good; returns once its name is
+        free (at most *wait* s more), so the directory sees it gone."""
         ray = ray_module()
         try:
             ray.get(self.actor.shutdown_contexts.remote(), timeout=wait)
         finally:
             ray.kill(self.actor, no_restart=True)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(host_actor(self.name), namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.05)
 
 
 def activate_hosted(
@@ -559,24 +602,13 @@ def start_host(
         raise OutOfRange(f"idle_after must be a positive number of seconds, not {idle_after!r}")
     if max_active is not None and (not isinstance(max_active, int) or max_active < 1):
         raise OutOfRange(f"max_active must be an integer >= 1, not {max_active!r}")
-    if lifetime not in (None, "detached"):
-        raise RequestError("lifetime is None or 'detached'", code="bad_argument")
-    ensure_ray()
-    node = check_node(node_id) if node_id is not None else current_node_id()
-    actor = (
-        remote_class(HostActor)
-        .options(
-            name=host_actor(name),
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime=lifetime,
-            max_restarts=-1,
-            max_task_retries=-1,
-            max_concurrency=MAX_CONCURRENCY,
-            num_cpus=0,
-            scheduling_strategy=pinned(node),
-        )
-        .remote(where, name, namespace, idle_after, max_active, memory_budget, cpu_budget)
-    )
+    actor = start_pinned(
+        HostActor,
+        name=host_actor(name),
+        namespace=namespace,
+        node_id=node_id,
+        lifetime=lifetime,
+        max_concurrency=MAX_CONCURRENCY,
+    ).remote(where, name, namespace, idle_after, max_active, memory_budget, cpu_budget)
     ray_module().get(actor.ping.remote())
     return HostHandle(actor, name, namespace)

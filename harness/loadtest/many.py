@@ -15,7 +15,9 @@ across the activations and deactivations.
 The report: contexts, hosts, commits and commits/s, commit latency, the hosts'
 activations and deactivations, activation latency (host side, p50 / p99), the
 hosts' resident memory per idle context (all known, none active) and per
-active context (sampled under load), and the history verdict.
+active context (sampled under load), and the history verdict with
+``cycles_checked``: the deactivate/activate cycles the checked contexts went
+through during the run (each activation of a context after its first).
 """
 
 from __future__ import annotations
@@ -232,8 +234,15 @@ def run_many(
         records = [r for part in ray.get(refs) for r in part]
         seconds = time.perf_counter() - started
         after = _hosts_load(hosts)
+        served = {
+            c["name"]: int(c["activations"])
+            for part in ray.get([h.actor.contexts.remote() for h in hosts])
+            for c in part
+        }
         say({"phase": "checking histories"})
         verdicts = _check(records, placed, actors, namespace)
+        # each activation after a context's first follows a deactivation: one cycle
+        verdicts["cycles"] = sum(max(0, served.get(n, 1) - 1) for n in verdicts["names"])
         return _report(o, run_id, records, seconds, base, idle, samples, after, verdicts) | {
             "placement_s": round(place_s, 2),
             "creation_s": round(create_s, 2),
@@ -273,7 +282,7 @@ def _check(
         verdict = check_context(recs, export_history(h))
         if not verdict.ok:
             bad[name] = sorted(verdict.kinds())
-    return {"checked": len(by_context), "violations": bad}
+    return {"checked": len(by_context), "names": sorted(by_context), "violations": bad}
 
 
 def _report(
@@ -341,6 +350,7 @@ def _report(
             else None,
         },
         "contexts_checked": verdicts["checked"],
+        "cycles_checked": verdicts["cycles"],
         "violations": verdicts["violations"],
         "history_ok": not verdicts["violations"],
     }

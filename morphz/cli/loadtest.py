@@ -570,7 +570,8 @@ def _hosted(
             f"  memory: hosts {m['hosts_base']} MB at start, {m['hosts_all_idle']} MB with every"
             f" context known and idle; per idle context {m['per_idle_context']} MB, per active"
             f" context {m['per_active_context']} MB\n"
-            f"  history: {doc['contexts_checked']} contexts checked, "
+            f"  history: {doc['contexts_checked']} contexts checked across"
+            f" {doc['cycles_checked']} deactivate/activate cycles, "
             + ("ok" if doc["history_ok"] else f"VIOLATIONS {doc['violations']}")
         )
     if not doc["history_ok"]:

@@ -23,7 +23,16 @@ from protocol.errors import StoreError, StoreFull, StoreLocked
 from storage.environment import Environment
 from storage.environment import max_map_size as max_map_ceiling
 from storage.layout import DIR_MODE, FILE_MODE
-from storage.lmdb.records import _DB_NAMES, _FORMAT, _MAX_DBS, _OPTIONAL_DBS, STORE_FORMAT, _Decoded
+from storage.lmdb.records import (
+    _DB_NAMES,
+    _FORMAT,
+    _MAX_DBS,
+    _OPTIONAL_DBS,
+    READABLE_FORMATS,
+    STORE_FORMAT,
+    _Decoded,
+    _migrate_1_to_2,
+)
 
 
 def _store_error(e: lmdb.Error) -> StoreError:
@@ -43,11 +52,38 @@ class _Env(Environment):
         env: lmdb.Environment,
         dbs: dict[str, lmdb._Database],
         max_size: int | None = None,
+        fmt: int = STORE_FORMAT,
     ) -> None:
         super().__init__(key, env, dbs, "context store", max_size)
         self.readonly = bool(env.flags()["readonly"])
         self.writer = False
         self.decoded = _Decoded()
+        self.format = fmt
+        """The store's format as last seen; only a read-only environment may see an
+        older one, until a writer elsewhere migrates the store (:meth:`format_in`)."""
+
+    def format_in(self, txn: lmdb.Transaction[bytes]) -> int:
+        """The format of the snapshot *txn* reads (a writer in another process may have
+        migrated the store since this environment was opened)."""
+        if self.format == STORE_FORMAT:
+            return STORE_FORMAT
+        fmt = txn.get(_FORMAT, db=self.dbs["meta"])
+        if fmt == bytes([STORE_FORMAT]):
+            self.format = STORE_FORMAT  # formats only move forward
+            return STORE_FORMAT
+        return self.format
+
+    def migrate(self) -> None:
+        """Bring an older store to :data:`STORE_FORMAT` in one durable write (writers only)."""
+        if self.format == STORE_FORMAT:
+            return
+
+        def run(txn: lmdb.Transaction[bytes]) -> None:
+            if txn.get(_FORMAT, db=self.dbs["meta"]) == bytes([1]):
+                _migrate_1_to_2(txn, self.dbs)
+
+        self.write(run)
+        self.format = STORE_FORMAT
 
     def error(self, e: lmdb.Error, doing: str) -> StoreError:
         full = super().error(e, doing)
@@ -113,8 +149,9 @@ def _open_env(
                 if fmt is None:
                     fmt = bytes([STORE_FORMAT])
                     txn.put(_FORMAT, fmt, db=dbs["meta"])
-        if fmt is not None and fmt != bytes([STORE_FORMAT]):
-            raise StoreError(f"context store {key} has format {fmt!r}, not {STORE_FORMAT}")
+        if fmt is not None and (len(fmt) != 1 or fmt[0] not in READABLE_FORMATS):
+            known = " or ".join(str(n) for n in READABLE_FORMATS)
+            raise StoreError(f"context store {key} has format {fmt!r}, not {known}")
     except lmdb.NotFoundError as e:
         env.close()
         raise StoreError(f"context store {key} is not initialised yet: {e}") from e
@@ -124,4 +161,4 @@ def _open_env(
     except BaseException:
         env.close()
         raise
-    return _Env(key, env, dbs, max_map_size)
+    return _Env(key, env, dbs, max_map_size, fmt[0] if fmt else STORE_FORMAT)

@@ -5,25 +5,38 @@ Layout of ``<path>/``: ``data.mdb`` and ``lock.mdb`` (LMDB's own) and
 ``flock`` for as long as it is open.
 
 Named databases and their keys (``u64`` is 8-byte big-endian, so numeric
-order is byte order; ``enc(text, n)`` is defined by :func:`_enc`)::
+order is byte order; ``enc(text, n)`` is defined by :func:`_enc`), format 2::
 
     meta       b"meta" -> Meta record; b"format" -> format byte; b"outbox_seq" -> u64
-    frames     enc(frame id, 400)                     -> Frame record
+    frames     enc(frame id, 400)                     -> Frame record (current)
+               enc(frame id, 400) 00 u64(version)     -> Frame record as of that version
     events     u64(seq)                               -> Event record
     event_ids  enc(event id, 400)                     -> u64(seq)
     contents   u64(seq) + u32(chunk)                  -> UTF-8 of CHUNK_CHARS characters
     rel_fwd    enc(subject, 200) 00 enc(label 00 object, 200) -> [subject, label, object]
     rel_rev    enc(object, 200) 00 enc(subject 00 label, 200) -> [subject, label, object]
-    cites      enc(source, 250) 00 enc(frame id, 250)  -> b"" (frames citing a source)
+               enc(source, 250) 01 enc(frame id, 250)  -> frame id (frames citing a source)
     lastmod    enc(footprint key, 400)                -> u64(version)
     clients    enc(client id, 400)                    -> [version, digest]
     txlog      u64(version)                           -> txlog record
-    history    enc(frame id, 400) 00 u64(version)     -> Frame record as of that version
     due        u64(due tick) + enc(frame id, 400)     -> [frame id, gen, revision]
     inbox      u64(seq)                               -> b""
     outbox     u64(number)                            -> index intent
     traces     u64(number)                            -> model-call trace (R39)
     audit      u64(sequence)                          -> audit record (R42, R43)
+    history, cites                                    -> empty (format 1 only)
+
+A frame's write history lives beside its current record and a source's
+citations beside the edges arriving at it, so one commit touches fewer
+B-trees (each touched tree costs at least one dirtied page per commit; see
+``docs/storage.md``, The commit's write). A history row is told from a current
+record by the ``00`` nine bytes before its end (frame ids hold no ``00``), a
+citation from an edge by its value (a string, not a list).
+
+Format 1 (the releases before) kept the history rows, with the same keys, in
+``history``, and the citations in ``cites`` under ``enc(source, 250) 00
+enc(frame id, 250)``. A writing open migrates a format-1 store in one LMDB
+write (:func:`_migrate_1_to_2`); a read-only open reads either.
 
 ``meta`` also keeps ``b"audit_state"``: the bookkeeping of
 :func:`protocol.governance.append_audit` (last sequence number, the current
@@ -58,8 +71,10 @@ T = TypeVar("T")
 
 CHUNK_CHARS = 16384
 """Characters per stored chunk of an event's text; a chunked read touches only its chunks."""
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 """Version of the key layout and record encoding, kept under ``meta/format``."""
+READABLE_FORMATS = (1, 2)
+"""Formats this release reads; a writing open migrates the older ones to :data:`STORE_FORMAT`."""
 
 _MAX_DBS = 32
 _DB_NAMES = TABLES
@@ -114,6 +129,36 @@ def _fwd_key(subject: str, label: str, obj: str) -> bytes:
 
 def _rev_key(subject: str, label: str, obj: str) -> bytes:
     return _enc(obj, 200) + b"\x00" + _enc(f"{subject}\x00{label}", 200)
+
+
+def _history_prefix(frame_id: str) -> bytes:
+    """Where *frame_id*'s history rows start (format 2: in ``frames``; 1: in ``history``)."""
+    return _enc(frame_id, 400) + b"\x00"
+
+
+def _is_history_key(key: bytes) -> bool:
+    """True for a history row of ``frames`` (format 2), False for a current record."""
+    return len(key) > 9 and key[-9] == 0
+
+
+def _cite_prefix(source: str) -> bytes:
+    """Where the citations of *source* start in ``rel_rev`` (format 2)."""
+    return _enc(source, 250) + b"\x01"
+
+
+def _migrate_1_to_2(txn: Any, dbs: dict[str, Any]) -> None:
+    """Move a format-1 store's history rows into ``frames`` and its citations into
+    ``rel_rev``, empty ``history`` and ``cites``, and mark the store format 2; run
+    inside one LMDB write, so a crash leaves the old store or the new one."""
+    frames, rel_rev = dbs["frames"], dbs["rel_rev"]
+    for key, value in txn.cursor(db=dbs["history"]):
+        txn.put(key, value, db=frames)
+    for key, value in txn.cursor(db=dbs["cites"]):
+        cut = key.find(b"\x00")
+        txn.put(key[:cut] + b"\x01" + key[cut + 1 :], value, db=rel_rev)
+    txn.drop(dbs["history"], delete=False)
+    txn.drop(dbs["cites"], delete=False)
+    txn.put(_FORMAT, bytes([STORE_FORMAT]), db=dbs["meta"])
 
 
 def _group(key: bytes) -> bytes:

@@ -103,6 +103,12 @@ class LmdbStore:
                         map_size=map_size,
                         max_map_size=max_map_size,
                     )
+                    if not readonly:
+                        try:
+                            shared.migrate()  # an older format: one durable write, once
+                        except BaseException:
+                            shared.close()
+                            raise
                     OPEN[key] = shared
             except BaseException:
                 if lock_fd is not None:
@@ -152,7 +158,7 @@ class LmdbStore:
         shared = self._env()
 
         def run(txn: lmdb.Transaction[bytes]) -> T:
-            view = _LmdbReadView(txn, shared.dbs, shared.decoded)
+            view = _LmdbReadView(txn, shared.dbs, shared.decoded, shared.format_in(txn))
             try:
                 return fn(view)
             finally:

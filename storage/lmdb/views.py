@@ -36,9 +36,13 @@ from storage.lmdb.records import (
     _U64,
     _U64_MAX,
     CHUNK_CHARS,
+    STORE_FORMAT,
+    _cite_prefix,
     _Decoded,
     _enc,
     _fwd_key,
+    _history_prefix,
+    _is_history_key,
     _rev_key,
     _sorted_runs,
     _txlog_version,
@@ -74,19 +78,26 @@ def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, 
 class _LmdbReadView:
     """A :class:`~protocol.view.ReadView` over one LMDB transaction, valid inside its callback."""
 
-    __slots__ = ("_txn", "_db", "_closed", "_map_full", "_decoded")
+    __slots__ = ("_txn", "_db", "_closed", "_map_full", "_decoded", "_format")
 
     def __init__(
         self,
         txn: lmdb.Transaction[bytes],
         dbs: dict[str, lmdb._Database],
         decoded: _Decoded | None = None,
+        fmt: int = STORE_FORMAT,
     ) -> None:
         self._txn = txn
         self._db = dbs
         self._closed = False
         self._map_full = False
         self._decoded = _Decoded() if decoded is None else decoded
+        self._format = fmt
+        """The store format this snapshot is in (1 only on a read-only open of an old store)."""
+
+    @property
+    def _history_db(self) -> str:
+        return "frames" if self._format >= 2 else "history"
 
     def _check(self) -> None:
         if self._closed:
@@ -205,12 +216,17 @@ class _LmdbReadView:
         prefix = _enc(obj, 200) + b"\x00"
         out = []
         for _, value in self._scan("rel_rev", prefix, prefix):
-            subject, label, _ = _unpack(value)
-            out.append((subject, label))
+            edge = _unpack(value)
+            if type(edge) is list:  # not a citation (format 2 keeps them here)
+                out.append((edge[0], edge[1]))
         return sorted(out)
 
     @_guard
     def cited_by(self, source: str) -> list[str]:
+        if self._format >= 2:
+            prefix = _cite_prefix(source)
+            rows = (_unpack(v) for _, v in self._scan("rel_rev", prefix, prefix))
+            return sorted(fid for fid in rows if type(fid) is str)  # not an edge
         prefix = _enc(source, 250) + b"\x00"
         out = [_unpack(v) for _, v in self._scan("cites", prefix, prefix)]
         return sorted(out)
@@ -252,13 +268,14 @@ class _LmdbReadView:
 
     @_guard
     def frame_history(self, frame_id: str) -> list[int]:
-        prefix = _enc(frame_id, 400) + b"\x00"
-        return [_U64.unpack(key[-8:])[0] for key, _ in self._scan("history", prefix, prefix)]
+        prefix = _history_prefix(frame_id)
+        rows = self._scan(self._history_db, prefix, prefix)
+        return [_U64.unpack(key[-8:])[0] for key, _ in rows if len(key) == len(prefix) + 8]
 
     @_guard
     def frame_at(self, frame_id: str, version: int) -> Frame | None:
-        prefix = _enc(frame_id, 400) + b"\x00"
-        cursor = self._txn.cursor(db=self._db["history"])
+        prefix = _history_prefix(frame_id)
+        cursor = self._txn.cursor(db=self._db[self._history_db])
         # The last history row of this frame at or before *version*.
         if not cursor.set_range(prefix + _u64(min(max(version, 0), _U64_MAX))):
             if not cursor.last():
@@ -284,8 +301,22 @@ class _LmdbReadView:
 
     @_guard
     def iter_frames(self) -> Iterator[Frame]:
-        rows = ((k, Frame.from_record(_unpack(v))) for k, v in self._scan("frames", b""))
+        scan = self._current_frames() if self._format >= 2 else self._scan("frames", b"")
+        rows = ((k, Frame.from_record(_unpack(v))) for k, v in scan)
         return self._iterate(_sorted_runs(rows, lambda f: f.id))
+
+    def _current_frames(self) -> Iterator[tuple[bytes, bytes]]:
+        """The current frame records of ``frames`` (format 2), skipping the history
+        rows that follow each one (a cursor jump per frame, not a read per row)."""
+        cursor = self._txn.cursor(db=self._db["frames"])
+        found = cursor.first()
+        while found:
+            key = cursor.key()
+            if _is_history_key(key):  # history of a frame whose current record is gone
+                found = cursor.set_range(key[:-9] + b"\x01")
+                continue
+            yield key, cursor.value()
+            found = cursor.set_range(key + b"\x01")
 
     @_guard
     def iter_events(self, start_seq: int = 1) -> Iterator[Event]:
@@ -371,8 +402,7 @@ class _LmdbWriteView(_LmdbReadView):
             txn.put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
             txn.put(_rev_key(s, label, o), edge, db=db["rel_rev"])
         for source, frame_id in changes.cites_add:
-            cite = _enc(source, 250) + b"\x00" + _enc(frame_id, 250)
-            txn.put(cite, pack(frame_id), db=db["cites"])
+            txn.put(_cite_prefix(source) + _enc(frame_id, 250), pack(frame_id), db=db["rel_rev"])
         if changes.lastmod:
             lastmod_db = db["lastmod"]
             # A changeset's keys all carry its one version: encode it once.
@@ -397,7 +427,7 @@ class _LmdbWriteView(_LmdbReadView):
         if changes.txlog is not None:
             txn.put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
         if changes.history:
-            history_db = db["history"]
+            history_db = frames_db  # beside the frame's current record (format 2)
             for frame_id, version in changes.history:
                 # The frame's record as of this version: the bytes just written to frames.
                 txn.put(
@@ -435,9 +465,9 @@ class _LmdbWriteView(_LmdbReadView):
             self._put_content(seq, text)
         for frame_id, version, frame in rw.history:
             txn.put(
-                _enc(frame_id, 400) + b"\x00" + _u64(version),
+                _history_prefix(frame_id) + _u64(version),
                 pack(frame.to_record()),
-                db=db["history"],
+                db=db["frames"],
             )
         for record in rw.txlog:
             txn.put(_u64(_txlog_version(record)), pack(record), db=db["txlog"])

@@ -185,12 +185,160 @@ def test_place_hosted_goes_to_the_emptiest_host_and_lookup_follows(
         assert rows["user-0"]["last_use"] is not None
         assert rows["user-1"]["state"] == "idle"
         assert hosts[int(placed[1][-1])].contexts()[0]["state"] == "idle"  # not activated
-        with pytest.raises(RequestError) as e:
+        with pytest.raises(RequestError) as e:  # hosted contexts have no followers
             place("user-9", hosted=True, followers=1, namespace=namespace)
-        assert e.value.code == "bad_argument"
+        assert e.value.code == "hosted_unreplicated"
+        with pytest.raises(RequestError) as e, pytest.warns(DeprecationWarning):
+            place("user-9", hosted=True, replicas=1, namespace=namespace)  # the old name too
+        assert e.value.code == "hosted_unreplicated"
+        with pytest.raises(NotFound):  # nothing was placed by the refusals
+            d.get("user-9")
     finally:
         for h in hosts:
             h.shutdown()
+
+
+# -- connect and lookup reach hosted contexts ---------------------------------------
+
+
+def _wait_reports(d: Any, actors: set[str], full: str | None = None) -> None:
+    """Until every host of *actors* reported to the directory (and *full* says it is full)."""
+    deadline = time.monotonic() + 15
+    while True:
+        reports = {r["actor"]: r for r in d.hosts()}
+        if actors <= set(reports) and (full is None or reports[full]["full"]):
+            return
+        assert time.monotonic() < deadline, f"no report from {actors - set(reports)} / {full}"
+        time.sleep(0.1)
+
+
+@pytest.mark.ray
+def test_connect_serves_a_context_from_a_named_host(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    from actors.server.connect import connect
+
+    store, other = tmp_path / "s", tmp_path / "other"
+    h = connect("solo", store_dir=store, namespace=namespace, host="cx", window=4)
+    host = start_host("cx", store_dir=store, namespace=namespace)  # the running one
+    try:
+        assert h.transport.actor_name == "host:cx" and h.pid() == host.load()["pid"]
+        assert h.submit(_tx(0, "x", "one"), client_id="c-solo-1").committed
+        again = connect("solo", store_dir=store, namespace=namespace, host="cx")
+        assert again.version() == 1 and host.contexts()[0]["name"] == "solo"
+        with pytest.raises(RequestError) as e:  # the host serves another store root
+            connect("elsewhere", store_dir=other, namespace=namespace, host="cx")
+        assert e.value.code == "context_elsewhere"
+        assert not (store / "elsewhere").exists() and not other.exists()
+        with pytest.raises(RequestError) as e:
+            connect("solo", store_dir=store, namespace=namespace, host="no/such")
+        assert e.value.code == "bad_context_name"
+        with pytest.raises(RequestError) as e:
+            connect("r", store_dir=store, namespace=namespace, host="cx", replication=object())  # type: ignore[arg-type]
+        assert e.value.code == "hosted_unreplicated"
+        # no directory: an active hosted context is found through its advert in the store
+        found = lookup("solo", namespace, store_dir=store)
+        assert found.transport.actor_name == "host:cx" and found.version() == 1
+        host.deactivate("solo")
+        retry = again.submit(_tx(0, "x", "one"), client_id="c-solo-1")  # reactivated
+        assert retry.duplicate and retry.version == 1
+    finally:
+        host.shutdown()
+
+
+@pytest.mark.ray
+def test_connect_and_lookup_follow_the_directory_to_the_host_and_past_a_stopped_one(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    from actors.server.connect import connect
+
+    root = tmp_path / "root"
+    d = directory(namespace)
+    s0 = start_host("s0", store_dir=root, namespace=namespace)
+    s1 = start_host("s1", store_dir=root, namespace=namespace)
+    try:
+        _wait_reports(d, {"host:s0", "host:s1"})
+        place("u", hosted=True, namespace=namespace)
+        assert d.get("u").primary.actor == "host:s0"  # the emptiest, ties by name
+        s0.deactivate("u")
+        h = connect("u", store_dir=root, namespace=namespace)  # the directory knows it
+        assert h.transport.actor_name == "host:s0"
+        assert s0.contexts()[0]["state"] == "active"  # connect activated it
+        first = h.submit(_tx(0, "x", "one"), client_id="c-u-1")
+        assert first.committed
+        for kwargs, code in (
+            ({"store_dir": root, "host": "s1"}, "context_elsewhere"),
+            ({"store_dir": tmp_path / "other"}, "context_elsewhere"),
+        ):
+            with pytest.raises(RequestError) as e:
+                connect("u", namespace=namespace, **kwargs)
+            assert e.value.code == code
+        s0.shutdown()  # stopped for good: the directory moves u to the other host
+        found = lookup("u", namespace)
+        assert found.transport.actor_name == "host:s1" and found.version() == 1
+        assert d.get("u").primary.actor == "host:s1"
+        again = h.submit(_tx(0, "x", "one"), client_id="c-u-1")  # the old handle follows
+        assert again.duplicate and again.version == 1
+        assert h.transport.actor_name == "host:s1"
+    finally:
+        for x in (s0, s1):
+            try:
+                x.shutdown()
+            except Exception:  # s0: stopped already
+                pass
+        d.remove("u")
+
+
+@pytest.mark.ray
+def test_idle_contexts_leave_a_full_host_and_their_handles_follow(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    root = tmp_path / "root"
+    d = directory(namespace)
+    f0 = start_host("f0", store_dir=root, namespace=namespace, max_active=3)
+    f1 = start_host("f1", store_dir=root, namespace=namespace)
+    names = ("a", "b", "c")
+    try:
+        _wait_reports(d, {"host:f0", "host:f1"})
+        a, b, c = (place(n, hosted=True, namespace=namespace) for n in names)
+        assert [d.get(n).primary.actor for n in ("a", "b")] == ["host:f0", "host:f1"]
+        d.move_hosted("c", to="host:f0")  # c on f0 whatever the CPU weights said
+        assert c.submit(_tx(0, "x", "c1"), client_id="c-c-1").committed
+        assert c.transport.actor_name == "host:f0"
+        d.move_hosted("b", to="host:f0")  # b was active on f1: released there first
+        assert b.version() == 0  # f1 answers context_moved: the handle follows to f0
+        assert b.transport.actor_name == "host:f0"
+        assert {x["name"] for x in f1.contexts()} == set()
+        f0.deactivate("b")
+        f0.deactivate("c")
+        f0.context("z1")  # not placed: they fill f0 (a, z1, z2 active; its budget is 3)
+        f0.context("z2")
+        _wait_reports(d, {"host:f0"}, full="host:f0")
+        assert d.rebalance(limit=1) == {"host:f0": ["b"]}  # idle there; a is active, stays
+        assert d.get("b").primary.actor == "host:f1"
+        assert b.submit(_tx(0, "y", "b1")).committed  # told context_moved: follows to f1
+        assert b.transport.actor_name == "host:f1" and b.pid() == f1.load()["pid"]
+        # c, idle on the full f0: its call is refused host_full, so the handle asks the
+        # directory, which hands c to the host with room
+        again = c.submit(_tx(0, "x", "c1"), client_id="c-c-1")
+        assert again.duplicate and again.version == 1
+        assert d.get("c").primary.actor == "host:f1" and c.transport.actor_name == "host:f1"
+        assert {x["name"] for x in f0.contexts()} == {"a", "z1", "z2"}
+        for bad, code in (
+            (lambda: d.move_hosted("b", to="ctx:b"), "bad_argument"),
+            (lambda: d.move_hosted("b", to="host:nobody"), "not_found"),
+            (lambda: d.rebalance(limit=-1), "bad_argument"),
+        ):
+            with pytest.raises(RequestError) as e:
+                bad()
+            assert e.value.code == code
+        assert d.get("b").primary.actor == "host:f1"  # the refusals moved nothing
+        assert a.version() == 0  # a stayed where it was, on f0
+    finally:
+        f0.shutdown()
+        f1.shutdown()
+        for n in names:
+            d.remove(n)
 
 
 # -- the load test at scale, small ---------------------------------------------------
@@ -217,6 +365,7 @@ def test_loadtest_hosted_wanders_over_idle_contexts_and_checks_every_history(
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output.splitlines()[-1])
     assert doc["history_ok"] and doc["contexts_checked"] >= 4 and doc["unknown"] == 0
+    assert doc["cycles_checked"] > 0  # the checked contexts went idle and came back
     assert doc["committed"] > 0 and doc["deactivations"] > 0
     assert doc["activations"] > 40  # every context created once, some activated again
     assert doc["memory_mb"]["per_idle_context"] is not None

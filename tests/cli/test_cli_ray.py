@@ -373,6 +373,29 @@ def test_the_write_commands_go_through_the_actor_holding_the_store(
 
 
 @pytest.mark.ray
+def test_the_write_commands_go_through_the_host_holding_the_store(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    from actors.server.hosting import start_host
+
+    store = tmp_path / "hosted"
+    host = start_host("cli-h", store_dir=store, namespace=namespace)
+    try:
+        handle = host.context("default")  # active on the host: it holds the store
+        before = host.contexts()[0]["calls"]
+        p = morphz(
+            "--store", str(store), "tx", stdin="(context-tx (base-version 0) (derive a (x 1)))"
+        )
+        assert p.returncode == 0, p.stderr
+        state = morphz("--store", str(store), "--json", "state")
+        assert state.returncode == 0 and json.loads(state.stdout)["version"] == 1
+        assert host.contexts()[0]["calls"] >= before + 2  # its handshake and its submission
+        assert handle.version() == 1 and handle.frame("a")["body"] == "(x 1)"
+    finally:
+        host.shutdown()
+
+
+@pytest.mark.ray
 def test_an_actor_serving_another_store_is_refused(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str
 ) -> None:

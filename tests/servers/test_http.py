@@ -7,6 +7,7 @@ shut down at the end); every test uses contexts of its own.
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -568,3 +569,33 @@ def test_the_inspector_lists_the_cluster_placement(client: httpx.Client, server:
         handle.shutdown()
         d.remove(name)
         ray.kill(d.actor, no_restart=True)
+
+
+def test_a_hosted_context_is_served_through_its_host(client: httpx.Client, server: Server) -> None:
+    import ray
+
+    from actors import place, start_host
+    from actors.cluster.directory import directory
+
+    d = directory(server.namespace)
+    host = start_host("http-h", store_dir=server.store, namespace=server.namespace)
+    name = "hosted-" + uuid.uuid4().hex[:8]
+    try:
+        deadline = time.monotonic() + 15
+        while not d.hosts():
+            assert time.monotonic() < deadline, "the host never reported to the directory"
+            time.sleep(0.1)
+        place(name, hosted=True, namespace=server.namespace)
+        host.deactivate(name)  # idle: the request activates it again, on its host
+        base = f"/v1/contexts/{name}"
+        tx = "(context-tx (base-version 0) (derive note (hosted yes)))"
+        r = client.post(base + "/transactions", content=tx, headers={"content-type": "text/plain"})
+        assert r.status_code == 200 and r.json()["status"] == "committed", r.text
+        assert client.get(base + "/frames/note").json()["body"] == "(hosted yes)"
+        assert _version(client, name) == 1
+        (row,) = host.contexts()
+        assert row["name"] == name and row["state"] == "active" and row["activations"] == 2
+    finally:
+        host.shutdown()
+        d.remove(name)
+        ray.kill(d.actor, no_restart=True)  # the inspector's test expects no directory

@@ -114,3 +114,29 @@ def test_capability_scopes_what_the_server_may_do(
     anyio.run(main)
     assert handle.with_capability(reader.read_bytes()).state().version == 0
     assert handle.with_capability(reader.read_bytes()).state().events == []
+
+
+def test_mcp_clients_reach_a_context_active_on_a_host(
+    ray_cluster: RayCluster, tmp_path: Path, context_name: str, namespace: str
+) -> None:
+    from actors.server.hosting import start_host
+
+    host = start_host("mcp-h", store_dir=tmp_path, namespace=namespace)
+    try:
+        handle = host.context(context_name)
+        neighbour = host.context("neighbour")  # another context in the same process
+        a_client, b_client = clients(tmp_path, context_name, ray_cluster.cluster.address)
+
+        async def main() -> None:
+            async with a_client as a, b_client as b:
+                first = doc(await a.call_tool("commit", {"tx": tx(0, "(derive via-a (a))")}))
+                second = doc(await b.call_tool("commit", {"tx": tx(0, "(derive via-b (b))")}))
+                assert first["status"] == second["status"] == "committed"
+                assert doc(await b.call_tool("state", {}))["version"] == 2
+
+        anyio.run(main)
+        assert handle.version() == 2 and handle.frame("via-b").body == "(b)"
+        assert neighbour.version() == 0  # the host kept the two apart
+        assert {c["name"] for c in host.contexts()} == {context_name, "neighbour"}
+    finally:
+        host.shutdown()
