@@ -53,8 +53,7 @@ class ContextPort(Protocol):
 class EmbeddedPort(Operations):
     """:class:`ContextPort` over an embedded :class:`~service.context.Context`: every
     registered operation (:mod:`service.operations`) runs on the context, so each call
-    has the signature and the reply a :class:`~actors.client.handle.ContextHandle` has;
-    ``submit`` is the context's own ``commit``.
+    has the signature and the reply a :class:`~actors.client.handle.ContextHandle` has.
 
     The compile cache and the search index are the context's own
     (:meth:`~service.context.Context.compile`, :meth:`~service.context.Context.search`);
@@ -74,10 +73,6 @@ class EmbeddedPort(Operations):
     async def invoke_async(self, op: Operation[Any, T], args: BaseModel) -> T:
         """:meth:`invoke` inside a coroutine (in the loop's thread)."""
         return self.ctx.invoke(op, args)
-
-    def submit(self, tx: str) -> Receipt:
-        """Commit one transaction."""
-        return self.ctx.commit(tx)
 
     def close(self) -> None:
         """Close the context's search index (it reopens at the next search)."""

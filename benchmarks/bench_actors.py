@@ -49,7 +49,7 @@ from actors.server.connect import connect
 from harness.loadtest import percentile, run_loadtest
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Revise
-from protocol.wire import tx_to_msgpack
+from protocol.txwire import tx_to_msgpack
 
 NAMESPACE = "morphz-bench"
 LEVELS = (1, 2, 4, 8, 16, 32)

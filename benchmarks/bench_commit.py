@@ -56,8 +56,8 @@ import testbed  # first: puts this checkout on sys.path
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
 from protocol.txlang import parse_tx
+from protocol.txwire import tx_from_json, tx_to_json
 from protocol.view import WriteView
-from protocol.wire import tx_from_json, tx_to_json
 from service.context import Context
 from storage import LmdbStore
 

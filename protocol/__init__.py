@@ -46,10 +46,8 @@ from protocol.tx import (
     Unrelate,
 )
 from protocol.txlang import parse_tx, print_tx
-from protocol.view import Changeset, ReadView, WriteView
-from protocol.wire import (
+from protocol.txwire import (
     SubmittedTx,
-    pack,
     submitted_from_dict,
     submitted_from_json,
     submitted_from_msgpack,
@@ -59,8 +57,9 @@ from protocol.wire import (
     tx_to_dict,
     tx_to_json,
     tx_to_msgpack,
-    unpack,
 )
+from protocol.view import Changeset, ReadView, WriteView
+from protocol.wire import pack, unpack
 
 __all__ = [
     "AdmissionPolicy",

@@ -245,7 +245,7 @@ def _logged_tx(record: dict[str, Any]) -> ContextTx:
         from protocol.txlang import parse_tx
 
         return parse_tx(record["text"], legacy=True)
-    from protocol.wire import tx_from_dict
+    from protocol.txwire import tx_from_dict
 
     return tx_from_dict(record["tx"])
 
@@ -297,7 +297,7 @@ def redact_log_record(
 
         out["text"] = print_tx(new_tx)
     else:
-        from protocol.wire import tx_to_dict
+        from protocol.txwire import tx_to_dict
 
         out["tx"] = tx_to_dict(new_tx)
     return out
@@ -350,7 +350,7 @@ def scrub_reason(record: dict[str, Any], pieces: list[str]) -> dict[str, Any] | 
 
             out["text"] = print_tx(tx)
         else:
-            from protocol.wire import tx_to_dict
+            from protocol.txwire import tx_to_dict
 
             out["tx"] = tx_to_dict(tx)
     return out

@@ -21,6 +21,7 @@ map holding replies) back into plain values for msgpack and JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -420,8 +421,11 @@ def plain(value: Any) -> Any:
         return {key: plain(item) for key, item in value.as_dict().items()}
     if isinstance(value, Counter):
         return value()
-    if isinstance(value, BaseModel):  # a model that is no reply (a compiled input)
-        return value.model_dump(mode="json")
+    if isinstance(value, BaseModel):  # a model that is no reply (a receipt, a compiled input)
+        to_dict = getattr(value, "to_dict", None)  # its own JSON form, where it has one
+        return plain(to_dict()) if callable(to_dict) else value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an Event
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
     if isinstance(value, dict):

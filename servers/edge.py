@@ -28,8 +28,11 @@ before one byte of the body is read:
    without a token, ``403`` with a bad one. The context actor still checks
    every call itself (and audits the refusals that reach it).
 
-Every refusal has the API's one error shape, ``{"error": {"code", "message"}}``.
-The body, once read within the cap, is handed to the app unchanged.
+Every refusal has the API's one error shape, ``{"error": {"code", "message"}}``,
+and is audited by :attr:`EdgePolicy.audit` (:mod:`servers.edge_audit`: an entry
+each up to a rate per client and code, then counted; handed over in batches, never
+on the request's path). The body, once read within the cap, is handed to the app
+unchanged.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from urllib.parse import unquote, urlsplit
 
 from protocol.capabilities import PermissionDenied
 from protocol.errors import MorphzError
+from servers.edge_audit import EdgeAudit
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -114,6 +118,8 @@ class EdgePolicy:
     hosts: Iterable[str] = ()
     max_body_bytes: int = 1 << 20
     authorize: Authorize | None = None
+    audit: EdgeAudit = field(default_factory=EdgeAudit)
+    """Where every refusal is accounted for (rate-limited, batched: :mod:`servers.edge_audit`)."""
     allowed: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -168,11 +174,13 @@ class EdgeMiddleware:
                 await self.policy.authorize(token, _context_of(path), scope["method"], path)
             body = await self._read_body(receive, headers)
         except _Refused as e:
+            self.policy.audit.refused(e.status, e.code, scope, headers.get("host", ""))
             await _answer(send, e.status, e.code, e.message)
             return
         except PermissionDenied as e:
-            had = headers.get("authorization") is not None
-            await _answer(send, 403 if had else 401, e.code, e.message)
+            status = 403 if headers.get("authorization") is not None else 401
+            self.policy.audit.refused(status, e.code, scope, headers.get("host", ""))
+            await _answer(send, status, e.code, e.message)
             return
         except MorphzError as e:
             await _answer(send, 422, e.code, e.message)

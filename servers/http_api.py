@@ -12,7 +12,7 @@ Routes, under ``/v1`` (docs/http.md has the table):
 * ``GET /contexts``, ``POST /contexts`` (``{"name", "window"?}``);
 * ``/contexts/{context}/``: ``observations`` (POST), ``claim`` (POST),
   ``transactions`` (POST: S-expression text as ``text/plain`` or
-  ``{"text": …}``, or the JSON form of :func:`protocol.wire.tx_from_dict`;
+  ``{"text": …}``, or the JSON form of :func:`protocol.txwire.tx_from_dict`;
   the ``Idempotency-Key`` header is the client id, so a retried POST answers
   the original receipt, ``duplicate: true``, and commits nothing again),
   ``frames/{id}`` (``?version=`` for an as-of read) and ``frames/{id}/history``,
@@ -63,7 +63,7 @@ from protocol.errors import (
     WireError,
 )
 from protocol.receipts import Receipt
-from protocol.wire import submitted_from_dict
+from protocol.txwire import submitted_from_dict
 from servers.edge import EdgeMiddleware, EdgePolicy, bearer, bearer_token
 from servers.inspector import HandleSource, create_inspector
 from servers.operations import add_routes

@@ -19,41 +19,40 @@ receipt (status, code, message, conflicting ids and versions), which the
 model can act on; an argument that is wrong or refused is a tool error result
 ``{"error": {"code", "message"}}``, with nothing written.
 
-Tools: ``observe``, ``commit``, ``frame``, ``recall``, ``search``,
-``read_event``, ``history``, ``state``, and one tool for each operation the
-registry exposes on MCP (:mod:`service.operations`, e.g. ``frame_history``),
-made from its declaration: its arguments' schema is the argument model's.
+Tools: every tool of :func:`service.model_tools.model_tools`, as declared there
+(``observe``, ``commit``, ``frame``, ``recall``, ``search``, ``read_event``,
+``history``, ``state``, and one for each operation the registry exposes on MCP,
+e.g. ``frame_history``): none is written here.
 Prompt: ``protocol`` (the full protocol text,
 :data:`service.protocol_text.PROTOCOL_TEXT`). Resources:
 ``morphz://{context}/frames/{id}`` and ``morphz://{context}/events/{ref}``.
-See ``docs/mcp.md``. The module is long because the hand-written tools are kept together
-with the argument schemas the model reads; the token check is :mod:`servers.mcp_auth`.
+See ``docs/mcp.md``. The token check is :mod:`servers.mcp_auth`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import inspect
 import json
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, TypeVar
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from protocol.capabilities import PermissionDenied
 from protocol.errors import MorphzError, NotFound, RequestError, StoreLocked
 from protocol.replies import plain
 from servers.mcp_auth import CapabilityVerifier, token_bytes
-from servers.operations import operation_tool
-from service.operations import operations
+from service.model_tools import MAX_TEXT_CHARS, READ_CHUNK, ModelTool, model_tools
 from service.protocol_text import PROTOCOL_TEXT
 
 __all__ = [
@@ -64,20 +63,10 @@ __all__ = [
     "read_capability",
 ]
 
-MAX_TEXT_CHARS = 1 << 20
-"""The longest text argument a tool accepts (an observation, a transaction), in characters."""
-
-MAX_ID_CHARS = 4096
-"""The longest frame id, event reference, query or cursor a tool accepts."""
+T = TypeVar("T")
 
 MAX_CAPABILITY_BYTES = 64 << 10
 """The largest capability token accepted."""
-
-STATE_PAGE = 200
-"""The most frames (and events) one ``state`` call lists."""
-
-READ_CHUNK = 64 << 10
-"""Characters a ``read_event`` call returns when no length is given."""
 
 
 class Memory:
@@ -113,19 +102,23 @@ class Memory:
         self._close = close
         self._lock = threading.Lock() if via == "store" else None
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Call *method* on the port (under the lock when embedded); its reply."""
+    def run(self, fn: Callable[[Any], T]) -> T:
+        """*fn(port)* on the port (under the lock when embedded, with the caller's token
+        when ``per_caller``); its answer."""
         target = self.target
         if self.per_caller:
             access = get_access_token()
             if access is None:  # the SDK refuses unauthenticated requests before this
                 raise PermissionDenied("this server needs 'Authorization: Bearer <token>'")
             target = target.with_capability(token_bytes(access.token))
-        fn = getattr(target, method)
         if self._lock is None:
-            return fn(*args, **kwargs)
+            return fn(target)
         with self._lock:
-            return fn(*args, **kwargs)
+            return fn(target)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call *method* on the port (see :meth:`run`); its reply."""
+        return self.run(lambda port: getattr(port, method)(*args, **kwargs))
 
     def close(self) -> None:
         """Close the embedded context, or leave Ray if this process joined it."""
@@ -305,57 +298,24 @@ def _error(e: MorphzError) -> CallToolResult:
     return _result({"error": {"code": e.code, "message": e.message}}, error=True)
 
 
-def _receipt(receipt: Any) -> dict[str, Any]:
-    """The receipt as the model reads it, with a hint on what to do after a rejection."""
-    doc = dict(_plain(receipt))
-    if doc.get("status") == "rejected":
-        codes = sorted({str(e.get("code")) for e in doc.get("errors") or ()})
-        doc["hint"] = (
-            "nothing was written. "
-            + (
-                "Other writers changed the ids in 'conflicts' since your base-version: read"
-                " them again (frame, state), then resubmit on the current version."
-                if doc.get("conflicts")
-                else "Fix the operation named in 'errors' and resubmit."
-            )
-            + (f" Codes: {', '.join(codes)}." if codes else "")
-        )
-    return doc
+def served(
+    tool: ModelTool, memory: Memory, run: Callable[[Callable[[], Any]], CallToolResult]
+) -> Callable[..., CallToolResult]:
+    """The MCP tool function of *tool*: keyword parameters are its arguments (so the SDK's
+    input schema is the tool's, and the SDK checks a call against it first); its body runs
+    the tool on *memory*'s port through *run* (a refusal is an error result)."""
 
+    def fn(**arguments: Any) -> CallToolResult:
+        return run(lambda: memory.run(lambda port: tool.call(port, arguments)))
 
-# -- tool argument types (their JSON schemas are what the model reads) --------------------
-
-Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
-Ident = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
-Session = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=128,
-        description="The session (conversation or agent thread) the record belongs to.",
-    ),
-]
-Kind = Literal["user_message", "tool_result", "external", "recall_result"]
-
-COMMIT_DESCRIPTION = """\
-Change memory with one context transaction: S-expression text that commits whole \
-or not at all. Shape:
-(context-tx (base-version N) (reason "why")
-  (derive ID (from SOURCE...) BODY)   ; new frame from events @eN / frames
-  (revise ID BODY)                    ; new revision of a frame (the whole body)
-  (set|append|remove ID (FIELD VALUE...)) (incr ID (FIELD N)) (unset ID FIELD) ; one field
-  (relate SUBJECT LABEL OBJECT) (unrelate SUBJECT LABEL OBJECT)
-  (retire ID-or-@eN) (restore ID) (protect ID) (unprotect ID))
-N is the version you read (from `state` or a receipt). Bodies are S-expressions \
-such as (tests passed) or (region "cn-shanghai"). The reply is the receipt: status \
-"committed" (new version, what was retired) or "rejected" — then nothing was \
-written, and `errors` (code, message, op) and `conflicts` (ids changed by others \
-and the versions that changed them) say what to do: re-read and resubmit on the \
-current version. Transactions on frames nobody else touched are rebased \
-automatically. On a frame others write too, edit fields instead of revising: an \
-append never conflicts, a set only with a change to the same field (named in \
-`conflicts`). The full language and lifecycle are in the `protocol` prompt. \
-client_id makes a retry safe: the same id returns the original receipt."""
+    fn.__name__ = tool.name
+    fn.__doc__ = tool.description
+    fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        list(tool.parameters), return_annotation=CallToolResult
+    )
+    fn.__annotations__ = {p.name: p.annotation for p in tool.parameters}
+    fn.__annotations__["return"] = CallToolResult
+    return fn
 
 
 def build_server(
@@ -411,200 +371,19 @@ def build_server(
 
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     recorded = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-
-    @server.tool(
-        description=(
-            "Record an observation (a user message, tool result or external input) in memory;"
-            " it is kept verbatim and gets a reference @eN that transactions cite in (from …)."
-            " With claim (default true) the waiting inputs are claimed at once as one batch"
-            " (one tick), so a transaction may cite it right away."
-        ),
-        annotations=recorded,
+    # A commit may change anything, and the same client id answers the first receipt.
+    changes = ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
     )
-    def observe(
-        text: Annotated[Text, Field(description="The observation's text, verbatim.")],
-        kind: Annotated[Kind, Field(description="What the input is.")] = "tool_result",
-        session: Session = "main",
-        claim: Annotated[
-            bool, Field(description="Claim the waiting inputs now (advances the tick).")
-        ] = True,
-    ) -> CallToolResult:
-        def go() -> dict[str, Any]:
-            doc = dict(_plain(memory.call("observe", kind, text, session=session)))
-            if claim:
-                doc["claim"] = _plain(memory.call("claim"))
-            return doc
-
-        return run(go)
-
-    @server.tool(
-        description=COMMIT_DESCRIPTION,
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-        ),
-    )
-    def commit(
-        tx: Annotated[
-            Text,
-            Field(min_length=1, description="The whole (context-tx …) text."),
-        ],
-        client_id: Annotated[
-            str | None,
-            Field(
-                min_length=1,
-                max_length=128,
-                description="Idempotency key: resubmitting with it returns the first receipt.",
-            ),
-        ] = None,
-    ) -> CallToolResult:
-        return run(lambda: _receipt(memory.call("submit", tx, client_id)))
-
-    @server.tool(
-        description=("Read one frame by id: its body, revision, lifecycle, sources and relations."),
-        annotations=read_only,
-    )
-    def frame(id: Annotated[Ident, Field(description="The frame id.")]) -> CallToolResult:
-        return run(lambda: memory.call("frame", id))
-
-    @server.tool(
-        description=(
-            "Walk the memory graph from a frame (sources, relations, the events behind"
-            " them; retired ones too). The page is recorded as a recall_result observation"
-            " and returned as text; pass next_cursor back as cursor for the next page."
-        ),
-        annotations=recorded,
-    )
-    def recall(
-        frame_id: Annotated[Ident, Field(description="The frame to start from.")],
-        depth: Annotated[int, Field(ge=0, le=4, description="How many hops.")] = 1,
-        direction: Literal["ancestors", "descendants", "both"] = "both",
-        include_bodies: bool = True,
-        include_events: bool = False,
-        max_nodes: Annotated[int, Field(ge=1, le=128)] = 32,
-        cursor: Annotated[
-            str | None, Field(max_length=MAX_ID_CHARS, description="next_cursor of a page.")
-        ] = None,
-        session: Session = "main",
-    ) -> CallToolResult:
-        request = {
-            "frame_id": frame_id,
-            "depth": depth,
-            "direction": direction,
-            "include_bodies": include_bodies,
-            "include_events": include_events,
-            "max_nodes": max_nodes,
-        }
-
-        def go() -> dict[str, Any]:
-            reply = _plain(
-                memory.call("recall_observation", request, cursor=cursor, session=session)
-            )
-            page = _plain(memory.call("read_event", reply["ref"], 0, MAX_TEXT_CHARS))
-            return {**reply, "text": page["text"]}
-
-        return run(go)
-
-    @server.tool(
-        description=(
-            "Search frames and events (retired content too) by keywords, and by meaning"
-            " when the server has an embedder (MORPHZ_EMBED_*). The result is recorded as a"
-            " recall_result observation and returned as text: each hit's id, kind,"
-            " lifecycle, the signals that found it (hybrid) and snippet."
-        ),
-        annotations=recorded,
-    )
-    def search(
-        query: Annotated[Ident, Field(description="Words to look for.")],
-        limit: Annotated[int, Field(ge=1, le=100)] = 10,
-        kinds: Annotated[
-            list[Annotated[str, Field(max_length=64)]] | None,
-            Field(max_length=8, description="Only these kinds: frame, tool_result, …"),
-        ] = None,
-        id_prefix: Annotated[str | None, Field(max_length=MAX_ID_CHARS)] = None,
-        include_recalls: Annotated[
-            bool,
-            Field(description="Also search the recorded results of earlier searches/recalls."),
-        ] = False,
-        session: Session = "main",
-    ) -> CallToolResult:
-        args: dict[str, Any] = {"query": query, "limit": limit}
-        if include_recalls:
-            args["include_recalls"] = True
-        if kinds is not None:
-            args["kinds"] = kinds
-        if id_prefix is not None:
-            args["id_prefix"] = id_prefix
-
-        def go() -> dict[str, Any]:
-            reply = _plain(memory.call("search", args, session))
-            page = _plain(memory.call("read_event", reply["ref"], 0, MAX_TEXT_CHARS))
-            return {**reply, "text": page["text"]}
-
-        return run(go)
-
-    @server.tool(
-        description=(
-            "Read a chunk of an observation's original text by reference (@eN), retired"
-            f" ones too. Returns text, size and more (default length {READ_CHUNK})."
-        ),
-        annotations=read_only,
-    )
-    def read_event(
-        ref: Annotated[Ident, Field(description="An event reference such as @e42.")],
-        offset: Annotated[int, Field(ge=0)] = 0,
-        length: Annotated[int, Field(ge=0, le=MAX_TEXT_CHARS)] = READ_CHUNK,
-    ) -> CallToolResult:
-        return run(lambda: memory.call("read_event", ref, offset, length))
-
-    @server.tool(
-        description="Every committed write of a frame, oldest first: op, revision, body, version.",
-        annotations=read_only,
-    )
-    def history(id: Annotated[Ident, Field(description="The frame id.")]) -> CallToolResult:
-        return run(lambda: {"id": id, "writes": memory.call("history", id)})
-
-    @server.tool(
-        description=(
-            "A summary of the context: version (use it as base-version), tick, window, and"
-            f" one page of frames and events (at most {STATE_PAGE} each; pass offset for"
-            " the next page) with relation and waiting-input counts."
-        ),
-        annotations=read_only,
-    )
-    def state(
-        offset: Annotated[int, Field(ge=0, description="Skip this many frames/events.")] = 0,
-        limit: Annotated[int, Field(ge=1, le=STATE_PAGE)] = 50,
-    ) -> CallToolResult:
-        def go() -> dict[str, Any]:
-            s = _plain(memory.call("state"))
-            frames, events = s["frames"], s["events"]
-            end = offset + limit
-            return {
-                "context": s["context"],
-                "version": s["version"],
-                "tick": s["tick"],
-                "window": s["window"],
-                "frames": frames[offset:end],
-                "events": events[offset:end],
-                "counts": {
-                    "frames": len(frames),
-                    "events": len(events),
-                    "relations": len(s["relations"]),
-                    "waiting": len(s["waiting"]),
-                },
-                "next_offset": end if end < max(len(frames), len(events)) else None,
-            }
-
-        return run(go)
-
-    for op in operations():
-        if op.mcp is not None:
-            server.add_tool(
-                operation_tool(op, memory.call, run, CallToolResult),
-                name=op.mcp.name or op.name,
-                description=op.mcp.description or op.doc,
-                annotations=recorded if op.writes else read_only,
-            )
+    for tool in model_tools():
+        server.add_tool(
+            served(tool, memory, run),
+            name=tool.name,
+            description=tool.description,
+            annotations=(changes if tool.name == "commit" else recorded)
+            if tool.writes
+            else read_only,
+        )
 
     @server.prompt(
         name="protocol",

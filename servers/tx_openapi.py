@@ -46,7 +46,7 @@ TX_OPENAPI: dict[str, Any] = {
                             "title": "TransactionForm",
                             "type": "object",
                             "description": "the JSON form of a transaction"
-                            " (protocol.wire.submitted_from_dict)",
+                            " (protocol.txwire.submitted_from_dict)",
                         },
                     ]
                 },

@@ -1,4 +1,4 @@
-"""Diff, merge, pick and revert between contexts that share a history (docs/branches.md).
+"""Branch, merge, pick and revert between contexts that share a history (docs/branches.md).
 
 The rules are :mod:`protocol.branches`; this module reads the three sides and
 writes the result. The **merge base** of a target and a source comes from their
@@ -22,17 +22,15 @@ origin, :meth:`service.store.Store.fork`). LMDB lets that read run beside the
 source's writer, so a context actor serving the target merges a source that
 another actor serves. A source elsewhere (another node's store) cannot be merged.
 
-Kept as one module because diff, merge, pick and revert share one read of the
-three sides (:func:`compute`) and one write path (:func:`apply_diff`).
+The read half (the three sides read into one :class:`~service.diffs.Diff`, and the
+``diff`` and ``changes`` operations) is :mod:`service.diffs`; this module is the one
+write path (:func:`apply_diff`) that merge, pick and revert share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, Strict
 
@@ -45,12 +43,11 @@ from protocol.branches import (
     Resolution,
     Strategy,
     classify,
-    lineage,
     plan_ops,
     relation_changes,
 )
 from protocol.engine import evaluate
-from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.errors import OutOfRange, RequestError
 from protocol.governance import audit_entry
 from protocol.ids import event_ref
 from protocol.receipts import Receipt
@@ -58,10 +55,18 @@ from protocol.replies import Reply
 from protocol.state import RETIRED, Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
 from service.asof import VersionRef, branches_of, now, relations_at, resolve
+from service.diffs import (
+    ContextName,
+    Diff,
+    Source,
+    compute,
+    lineage_of,
+    opened,
+    reply_of,
+    store_dir,
+)
 from service.fork import fork_store
 from service.registry import MAX_FRAME_ID, Caller, Count
-from storage import LmdbStore, context_path
-from storage.backend import Backend
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -73,10 +78,6 @@ MAX_PICK = 10_000
 MAX_MERGES_KEPT = 256
 """Most sources whose last merge a context's meta remembers."""
 
-ContextName = Annotated[
-    str, Strict(), Field(min_length=1, max_length=128, description="A context's name.")
-]
-"""The name of a context of the same store."""
 StrategyArg = Literal["fail", "ours", "theirs"]
 Resolutions = Annotated[
     dict[Annotated[str, Field(max_length=MAX_FRAME_ID)], Literal["ours", "theirs"]],
@@ -86,43 +87,6 @@ Resolutions = Annotated[
 PickIds = Annotated[
     Sequence[Annotated[str, Strict(), Field(max_length=MAX_FRAME_ID)]], Field(max_length=MAX_PICK)
 ]
-
-
-class Source(NamedTuple):
-    """The other side of a diff or merge: its *name* and a *backend* to read it (a
-    :class:`~service.context.Context` is one)."""
-
-    name: str
-    backend: Backend
-
-
-def store_dir(ctx: Context) -> Path:
-    """The store directory *ctx* lives in; RequestError ``no_store`` for a context
-    that is not in one (an in-memory store): pass the source itself then."""
-    path = getattr(ctx.backend, "path", None)
-    if not isinstance(path, str):
-        raise RequestError(
-            "this context is not in a store directory: pass the source context itself"
-            " (service.branches.diff_contexts, merge_contexts)",
-            code="no_store",
-        )
-    return Path(path).parent
-
-
-@contextmanager
-def _opened(ctx: Context, source: str) -> Iterator[Source]:
-    """The context *source* of *ctx*'s store directory, opened read-only."""
-    root = store_dir(ctx)
-    if source == ctx.name:
-        raise RequestError("a context cannot be merged with itself", code="same_context")
-    path = context_path(root, source)
-    if not LmdbStore.exists(path):
-        raise NotFound(f"no context {source!r} beside {ctx.name!r}")
-    backend = LmdbStore.open(path, readonly=True)
-    try:
-        yield Source(source, backend)
-    finally:
-        backend.close()
 
 
 class ForkReply(Reply):
@@ -144,168 +108,6 @@ def branch(ctx: Context, new: ContextName, at_version: VersionRef | None = None)
     root = store_dir(ctx)
     at = None if at_version is None else ctx.backend.read(lambda v: resolve(v, at_version))
     return ForkReply.of(fork_store(root, ctx.name, new, at_version=at))
-
-
-@dataclass(slots=True)
-class _Diff:
-    lineage: Lineage
-    ours_version: int
-    theirs_version: int
-    frames: list[FrameDiff]
-    events: list[Event]
-    rel: tuple[list[Any], list[Any], list[Any], list[Any]]
-
-
-def _changed_since(v: ReadView, since: int) -> set[str]:
-    return {f.id for f in v.iter_frames() if max(f.updated_version, f.retired_version or 0) > since}
-
-
-def compute(
-    tv: ReadView,
-    sv: ReadView,
-    lin: Lineage,
-    *,
-    theirs_at: int | None = None,
-    ids: set[str] | None = None,
-) -> _Diff:
-    """The three-way diff of target view *tv* and source view *sv* (the source as of
-    *theirs_at* if given), limited to frame ids *ids* if given."""
-    base_view = tv if lin.held_by == "target" else sv
-    smeta = sv.meta()
-    theirs_version = smeta.version if theirs_at is None else theirs_at
-
-    def theirs(fid: str) -> Frame | None:
-        return sv.frame(fid) if theirs_at is None else sv.frame_at(fid, theirs_at)
-
-    if ids is not None:
-        candidates = set(ids)
-    else:
-        candidates = _changed_since(sv, lin.theirs_since) | _changed_since(tv, lin.ours_since)
-        if theirs_at is not None:
-            candidates = {
-                fid
-                for fid in candidates
-                if sv.frame_at(fid, theirs_at) is not None or tv.frame(fid)
-            }
-    frames: list[FrameDiff] = []
-    for fid in sorted(candidates):
-        d = classify(fid, base_view.frame_at(fid, lin.base), tv.frame(fid), theirs(fid))
-        if d is not None:
-            frames.append(d)
-    base_edges = relations_at(base_view, lin.base)
-    theirs_edges = set(sv.iter_relations()) if theirs_at is None else relations_at(sv, theirs_at)
-    rel = relation_changes(base_edges, set(tv.iter_relations()), theirs_edges)
-    if ids is not None:
-        rel = (
-            [e for e in rel[0] if e[0] in ids or e[2] in ids],
-            [e for e in rel[1] if e[0] in ids or e[2] in ids],
-            rel[2],
-            rel[3],
-        )
-    events = []
-    for e in sv.iter_events():
-        if theirs_at is not None and e.seq >= smeta.next_seq:
-            break
-        if tv.event_seq(e.id) is None:
-            events.append(e)
-    return _Diff(lin, tv.meta().version, theirs_version, frames, events, rel)
-
-
-def _reply(target: str, source: str, d: _Diff, **extra: Any) -> BranchReply:
-    counts = {status: 0 for status in ("added", "changed", "retired", "conflict", "behind")}
-    for f in d.frames:
-        counts[f.status] += 1
-    counts["events"] = len(d.events)
-    added, removed, ours_added, ours_removed = d.rel
-    counts["relations"] = len(added) + len(removed)
-    return BranchReply.of(
-        {
-            "target": target,
-            "source": source,
-            "base": d.lineage.as_dict(),
-            "ours_version": d.ours_version,
-            "theirs_version": d.theirs_version,
-            "frames": [f.as_dict() for f in d.frames],
-            "events": [
-                {"ref": e.ref, "id": e.id, "kind": e.kind, "preview": e.preview} for e in d.events
-            ],
-            "relations": {
-                "added": [list(e) for e in added],
-                "removed": [list(e) for e in removed],
-                "ours_added": [list(e) for e in ours_added],
-                "ours_removed": [list(e) for e in ours_removed],
-            },
-            "counts": counts,
-            **extra,
-        }
-    )
-
-
-def _pair(
-    target: Context | Source, source: Context | Source
-) -> Callable[[Callable[[ReadView, ReadView], T]], T]:
-    """Run ``fn(target_view, source_view)`` on one snapshot of each."""
-
-    def run(fn: Callable[[ReadView, ReadView], T]) -> T:
-        return target.backend.read(lambda tv: source.backend.read(lambda sv: fn(tv, sv)))
-
-    return run
-
-
-def _lineage(tv: ReadView, sv: ReadView, target: str, source: str) -> Lineage:
-    return lineage(target, tv.meta(), source, sv.meta())
-
-
-def diff_contexts(target: Context | Source, source: Context | Source) -> BranchReply:
-    """What merging *source* into *target* would find (see :class:`BranchReply`)."""
-
-    def read(tv: ReadView, sv: ReadView) -> _Diff:
-        return compute(tv, sv, _lineage(tv, sv, target.name, source.name))
-
-    return _reply(target.name, source.name, _pair(target, source)(read))
-
-
-def diff(ctx: Context, source: ContextName) -> BranchReply:
-    """The three-way diff of this context (ours) and *source* (theirs) since their merge
-    base: per frame added, changed, retired, conflict or behind; observations added;
-    relations added and removed."""
-    with _opened(ctx, source) as other:
-        return diff_contexts(ctx, other)
-
-
-def changes(
-    ctx: Context, from_version: VersionRef, to_version: VersionRef | None = None
-) -> BranchReply:
-    """What changed in this context between two versions (numbers or tags; *to_version*
-    defaults to now): per frame added, changed or retired; the observations recorded in
-    between; relations added and removed. ``diff`` of a context with its own past."""
-
-    def read(v: ReadView) -> _Diff:
-        lo = resolve(v, from_version)
-        hi = v.meta().version if to_version is None else resolve(v, to_version)
-        if lo > hi:
-            raise OutOfRange(f"from version {lo} is after to version {hi}")
-        frames: list[FrameDiff] = []
-        for f in v.iter_frames():
-            if max(f.updated_version, f.retired_version or 0) <= lo:
-                continue
-            if not any(lo < n <= hi for n in v.frame_history(f.id)):
-                continue
-            before = v.frame_at(f.id, lo)
-            found = classify(f.id, before, before, v.frame_at(f.id, hi))
-            if found is not None:
-                frames.append(found)
-        then = relations_at(v, lo)
-        rel = relation_changes(then, then, relations_at(v, hi))
-        times = [(v.txlog(n) or {}).get("time") if n else None for n in (lo, hi)]
-        events = [
-            e
-            for e in v.iter_events()
-            if (times[0] is None or e.time > times[0]) and (times[1] is None or e.time <= times[1])
-        ]
-        return _Diff(Lineage("target", lo, lo, hi, "versions"), lo, hi, frames, events, rel)
-
-    return _reply(ctx.name, ctx.name, ctx.backend.read(read))
 
 
 class _Abort(Exception):
@@ -356,7 +158,7 @@ def _with_contents(sv: ReadView, events: list[Event]) -> list[tuple[Event, str]]
 
 def apply_diff(
     w: WriteView,
-    d: _Diff,
+    d: Diff,
     *,
     target: str,
     source: str,
@@ -381,7 +183,9 @@ def apply_diff(
         )
     unresolved = [f.id for f in d.frames if f.status == "conflict" and f.id not in resolutions]
     if unresolved and strategy == "fail":
-        raise _Abort(_reply(target, source, d, status="refused", applied=[], unresolved=unresolved))
+        raise _Abort(
+            reply_of(target, source, d, status="refused", applied=[], unresolved=unresolved)
+        )
     pairs: list[tuple[Frame | None, Frame]] = []
     creation: dict[str, int] = {}
     for f in d.frames:
@@ -419,7 +223,7 @@ def apply_diff(
         if outcome.changes is None:
             receipt: Receipt = outcome.receipt
             raise _Abort(
-                _reply(
+                reply_of(
                     target,
                     source,
                     d,
@@ -454,7 +258,7 @@ def apply_diff(
         w.apply(changes)
         versions.append(outcome.receipt.version)
     status = "merged" if versions or copied else "nothing"
-    reply = _reply(
+    reply = reply_of(
         target,
         source,
         d,
@@ -500,7 +304,7 @@ def merge_contexts(
 
     def run(w: WriteView) -> BranchReply:
         def inner(sv: ReadView) -> BranchReply:
-            lin = _lineage(w, sv, target.name, source.name)
+            lin = lineage_of(w, sv, target.name, source.name)
             if theirs_at is not None and not lin.theirs_since <= theirs_at <= sv.meta().version:
                 raise OutOfRange(
                     f"version {theirs_at} of {source.name} is not between the merge base"
@@ -550,7 +354,7 @@ def merge(
     made is applied, observations and relations are united, conflicts are refused
     (``fail``), kept (``ours``) or taken (``theirs``), or resolved per frame.
     ``status``: ``merged``, ``nothing``, ``refused`` (nothing written) or ``dry_run``."""
-    with _opened(ctx, source) as other:
+    with opened(ctx, source) as other:
         return merge_contexts(
             ctx, other, dry_run=dry_run, strategy=strategy, resolutions=resolutions, caller=caller
         )
@@ -573,7 +377,7 @@ def pick(
     the observations they cite and their relations; the rules of ``merge``."""
     if frames is None and from_version is None and to_version is None:
         raise RequestError("pick needs frames, or a version range", code="bad_argument")
-    with _opened(ctx, source) as other:
+    with opened(ctx, source) as other:
         ids: set[str] | None = None if frames is None else set(frames)
         theirs_at = None
         if from_version is not None or to_version is not None:
@@ -645,7 +449,7 @@ def revert(
         rel = relation_changes(
             relations_at(w, to_version), set(w.iter_relations()), relations_at(w, from_version - 1)
         )
-        d = _Diff(lin, current, from_version - 1, frames, [], rel)
+        d = Diff(lin, current, from_version - 1, frames, [], rel)
         record = {
             "method": "revert",
             "source": ctx.name,

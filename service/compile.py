@@ -84,7 +84,6 @@ class CompilerCache:
         self._compilers.clear()
 
 
-
 def compile_input(
     ctx: Context,
     session: Session,

@@ -9,12 +9,14 @@ an agent loop's embedded port) calls these methods. Its only state beyond the
 store handle is caches (compilers per session, the search index): every answer
 comes from durable records.
 
-The work is split over :mod:`service.reads` (read shapes), :mod:`service.observations`,
-:mod:`service.compile`, :mod:`service.search`, :mod:`service.sharing`,
-:mod:`service.traces` and, for governance, :mod:`service.context_governance`
-(a base class of :class:`Context`); this module holds the rest of the API. It is
-long (over 600 lines) because it is the API's one surface: each method is a short
-call into those parts, with the docstring its callers read.
+Every operation declared in :mod:`service.operations` is a method of :class:`Context`
+through its base :class:`~service.operations.Operations`; the work is split over
+:mod:`service.reads` (read shapes), :mod:`service.transactions`,
+:mod:`service.observations`, :mod:`service.compile`, :mod:`service.search`,
+:mod:`service.sharing`, :mod:`service.traces` and, for governance,
+:mod:`service.context_governance` (a base class of :class:`Context`); this module
+holds what is no operation: opening, counters, commits under their embedded
+names, the search index's upkeep, settings, forking and closing.
 """
 
 from __future__ import annotations
@@ -26,26 +28,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 import service.reads as reads
-import service.sharing as sharing
 import service.traces as traces
-from protocol.engine import (
-    evaluate,
-    observe,
-)
-from protocol.errors import OutOfRange, RequestError
-from protocol.governance import EMBEDDED, rejection_entry
-from protocol.ids import MAX_CLIENT_ID
-from protocol.recall import RecallPage, RecallRequest, as_recall_observation
+import service.transactions as transactions
+from protocol.engine import observe
+from protocol.errors import OutOfRange
 from protocol.receipts import Receipt
-from protocol.replies import (
-    Counter,
-    FrameReply,
-    ObserveReply,
-)
+from protocol.replies import Counter, ObserveReply
 from protocol.state import Event, Frame, Meta
 from protocol.tx import ContextTx
-from protocol.view import BatchView, Changeset, WriteView
-from protocol.wire import SubmittedTx
+from protocol.txwire import SubmittedTx
+from protocol.view import Changeset, WriteView
 from service.compile import CompilerCache
 from service.context_governance import GovernanceAPI
 from service.observations import new_event_id, observed
@@ -110,8 +102,6 @@ class Context(Operations, GovernanceAPI):
                 if history_keep is not None:
                     meta.history_keep = history_keep
                 meta.tenant, meta.project = tenant, project
-                from protocol.view import Changeset
-
                 w.apply(Changeset(meta=meta))
             return meta
 
@@ -134,12 +124,23 @@ class Context(Operations, GovernanceAPI):
         return self.invoke(op, args)
 
     def acting(
-        self, *, holder: str | None = "embedded", policy: AdmissionPolicy | None = None
+        self,
+        *,
+        holder: str | None = "embedded",
+        policy: AdmissionPolicy | None = None,
+        key: bytes | None = None,
+        tenant: str | None = None,
+        project: str | None = None,
     ) -> Acting:
         """This context's operations called by *holder* (the audit entries name it instead
-        of ``embedded``) under admission *policy* (``admit``, ``pending``): what a remote
-        port sets from the capability and its own policy. ``ctx.acting(holder="ops").admit()``."""
-        return Acting(self, Caller(holder=holder, policy=policy))
+        of ``embedded``) under admission *policy* (``admit``, ``pending``), sealing and
+        opening shared frames with *key* (``export_frame``, ``import_frame``) on behalf of
+        *tenant* and *project* (default: the context's own): what a remote port sets from
+        the capability, its own policy, grant key and scope.
+        ``ctx.acting(holder="ops").admit()``, ``ctx.acting(key=k).export_frame("f")``."""
+        sealing = None if key is None else (lambda: key)
+        caller = Caller(holder=holder, policy=policy, key=sealing, tenant=tenant, project=project)
+        return Acting(self, caller)
 
     # -- counters -----------------------------------------------------------
 
@@ -192,21 +193,13 @@ class Context(Operations, GovernanceAPI):
         return self.backend.transact(run)
 
     def commit(self, tx: ContextTx | str, *, client_id: str | None = None) -> Receipt:
-        """Validate and commit one transaction durably; return its receipt.
+        """Validate and commit one transaction durably; return its receipt (``submit``
+        with the client id as a keyword).
 
         *tx* is a model or S-expression text (a :class:`~protocol.errors.ParseError`
         is raised for bad text: that is not a transaction, so there is no receipt).
         """
-        item, text, agent = _prepare((tx, client_id))
-        now = time.time()
-
-        # One transaction per write: no batch view, the changeset (meta included)
-        # goes straight to the store, as commit_many's batch of one would write it.
-        return self.backend.transact(lambda w: _decide(w, item, text, agent, now))
-
-    def submit(self, tx: ContextTx | str, client_id: str | None = None) -> Receipt:
-        """:meth:`commit` under the name a Ray handle gives it, so a script runs on both."""
-        return self.commit(tx, client_id=client_id)
+        return transactions.commit(self, tx, client_id)
 
     def commit_many(
         self,
@@ -217,31 +210,11 @@ class Context(Operations, GovernanceAPI):
         """Group commit: evaluate each transaction in order and write all in one durable write.
 
         Each is decided against the state the previous ones left; a rejected one
-        writes nothing and does not affect the others.
+        writes nothing and does not affect the others. Items may be ``(tx, client_id)``
+        pairs and a port's :class:`~protocol.txwire.SubmittedTx` (``submit_many`` takes
+        the transactions themselves).
         """
-        prepared = [_prepare(item) for item in txs]
-        now = time.time()
-
-        def run(inner: WriteView) -> list[Receipt]:
-            w = BatchView(inner)
-            receipts = []
-            for tx, text, agent in prepared:
-                receipts.append(_decide(w, tx, text, agent, now))
-            w.flush()
-            return receipts
-
-        return self.backend.transact(run)
-
-    def check(self, tx: ContextTx | str | SubmittedTx, *, client_id: str | None = None) -> Receipt:
-        """Dry run: the receipt *tx* would get if committed now, writing nothing.
-
-        The engine decides it against a read view of the current state, exactly
-        as :meth:`commit` would, so it works on a read-only open too. A later
-        commit may still differ if another writer commits in between.
-        """
-        item, text, _ = _prepare((tx, client_id))
-        now = time.time()
-        return self.backend.read(lambda v: evaluate(v, item, now=now, text=text).receipt)
+        return transactions.commit_many(self, txs)
 
     def frame_record(self, frame_id: str) -> Frame:
         """The stored :class:`Frame`; raises NotFound for an unknown id."""
@@ -249,54 +222,6 @@ class Context(Operations, GovernanceAPI):
         if f is None:
             raise self.backend.read(lambda v: reads.no_frame(v, frame_id))
         return f
-
-    def recall_recorded(
-        self,
-        request: RecallRequest | dict[str, Any] | str,
-        cursor: str | None = None,
-        view_version: int | None = None,
-        *,
-        session: str = "main",
-    ) -> tuple[RecallPage, Event]:
-        """Recall one page for the model and record it as a ``recall_result`` observation (R30);
-        the page and the recorded event.
-
-        The result enters the context as tool output; no frame's lifecycle
-        changes. Model-facing: without a ``trust`` filter the request gets
-        candidate and accepted only, and naming rejected or quarantined is
-        refused (``not_permitted``), see :func:`protocol.recall.for_model`; the
-        cursor binds the request as run. The page is read and recorded in one
-        write, and the event's ``extra["recalled"]`` lists the ids of the
-        frames the page returned, in page order.
-        """
-        from protocol.recall import for_model, recall
-
-        if not isinstance(request, RecallRequest):
-            request = RecallRequest.parse(request)
-        req = for_model(request)
-        now = time.time()
-        eid = new_event_id()
-
-        def run(w: WriteView) -> tuple[RecallPage, Event]:
-            page = recall(w, req, cursor, view_version)
-            recalled = [
-                str(n["id"])
-                for n in page.nodes
-                if n["type"] == "frame" and n["lifecycle"] != "missing"
-            ]
-            e, cs = observe(
-                w,
-                kind="recall_result",
-                text=as_recall_observation(page, req),
-                session=session,
-                now=now,
-                event_id=eid,
-                extra={"recalled": recalled},
-            )
-            w.apply(cs)
-            return page, e
-
-        return self.backend.transact(run)
 
     @property
     def searcher(self) -> Searcher:
@@ -359,62 +284,6 @@ class Context(Operations, GovernanceAPI):
         """
         return traces.influence(self, version=version, call=call)
 
-    # -- sharing one frame (docs/permissions.md) --------------------------------
-
-    def export_frame(
-        self,
-        frame_id: str,
-        key: bytes,
-        *,
-        holder: str | None = None,
-        tenant: str | None = None,
-        project: str | None = None,
-    ) -> bytes:
-        """A package of one frame, its sources' summaries and provenance, sealed with *key*.
-
-        Its audit entry (method ``export_frame``, holder *holder*, default
-        ``embedded``) is durable before the package is returned. *tenant* and
-        *project* default to the context's own. See :mod:`service.sharing`.
-        """
-        return sharing.export_frame(
-            self, frame_id, key, holder=holder, tenant=tenant, project=project
-        )
-
-    def import_frame(
-        self,
-        package: bytes,
-        key: bytes,
-        as_id: str | None = None,
-        *,
-        holder: str | None = None,
-        tenant: str | None = None,
-    ) -> dict[str, Any]:
-        """Derive a frame from a package sealed with *key*; ``{"id", "receipt"}``.
-
-        The new frame (*as_id*, default ``imported/<context>/<frame>``) starts
-        with a provenance form; importing a package again answers the first
-        receipt as a duplicate. A package that does not verify is refused
-        (PermissionDenied) and the refusal audited; the import's audit entry
-        (holder *holder*, default ``embedded``) is durable before the answer.
-        """
-        return sharing.import_frame(self, package, key, as_id, holder=holder, tenant=tenant)
-
-    def frames_valid_at(self, t: float | str, *, include_retired: bool = False) -> list[FrameReply]:
-        """Frames whose valid time covers *t* (ISO date or epoch seconds), by id.
-
-        Valid time is the envelope's ``[valid_from, valid_to)``, independent of
-        the version a frame committed at (system time). Rejected frames never
-        count; retired ones only with *include_retired*.
-        """
-        from protocol.tx import valid_time
-
-        try:
-            when = valid_time(t)
-        except ValueError as e:
-            raise RequestError(str(e), code="bad_time") from e
-        found = self.backend.read(lambda v: reads.frames_valid_at(v, when, include_retired))
-        return [FrameReply.of(f) for f in found]
-
     def fork(self, target: Backend, *, at_version: int | None = None) -> Context:
         """A new context in *target* (an empty store) holding this one as of *at_version*.
 
@@ -437,46 +306,3 @@ class Context(Operations, GovernanceAPI):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _decide(
-    w: WriteView, tx: ContextTx, text: str | None, agent: str | None, now: float
-) -> Receipt:
-    """Decide *tx* inside the write *w*: a commit writes its changes (the log record
-    names *agent*), a rejection writes only its audit entry (the codes by which the
-    inspector and ``morphz audit`` show what writers are refused)."""
-    outcome = evaluate(w, tx, now=now, text=text)
-    receipt = outcome.receipt
-    if outcome.changes is not None:
-        if agent is not None and outcome.changes.txlog is not None:
-            outcome.changes.txlog["agent"] = agent
-        w.apply(outcome.changes)
-    elif not receipt.committed:
-        entry = rejection_entry(receipt, client_id=tx.client_id, agent=agent or EMBEDDED, at=now)
-        w.apply(Changeset(audit=[entry]))
-    return receipt
-
-
-def _prepare(
-    item: ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None],
-) -> tuple[ContextTx, str | None, str | None]:
-    client_id: str | None = None
-    if isinstance(item, tuple) and not isinstance(item, SubmittedTx):
-        item, client_id = item
-    text: str | None = None
-    agent: str | None = None
-    if isinstance(item, SubmittedTx):  # parsed once by the port that took it; log its text
-        text, agent = item.text, item.agent
-        item = item.tx
-    elif isinstance(item, str):
-        from protocol.txlang import parse_tx
-
-        text = item
-        item = parse_tx(item)
-    if client_id is not None and client_id != item.client_id:
-        if not 1 <= len(client_id) <= MAX_CLIENT_ID:
-            raise RequestError(
-                f"a client id is 1 to {MAX_CLIENT_ID} characters", code="bad_client_id"
-            )
-        item = item.model_copy(update={"client_id": client_id})
-    return item, text, agent

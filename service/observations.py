@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from protocol.engine import claim as claim_inputs
@@ -21,11 +21,11 @@ from protocol.engine import deliver as deliver_request
 from protocol.engine import observe as observe_event
 from protocol.errors import RequestError
 from protocol.ids import is_event_id
-from protocol.recall import RecallRequest
+from protocol.recall import RecallPage, RecallRequest, as_recall_observation, for_model, recall
 from protocol.replies import ClaimReply, DeliverReply, ObserveReply, RecallReply
 from protocol.state import Event
 from protocol.view import WriteView
-from service.registry import MAX_REF_CHARS, Count, EventRef, Session, Text
+from service.registry import Count, Cursor, EventRef, Session, Text
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -200,21 +200,70 @@ def deliver(ctx: Context, ref: EventRef) -> DeliverReply:
     return DeliverReply(ref=e.ref, id=e.id, delivered=True)
 
 
-def recall_observation(
+RecallArg = RecallRequest | dict[str, Any] | str
+"""A recall request: the model, its map or its JSON text."""
+
+
+def recall_recorded(
     ctx: Context,
-    request: RecallRequest | dict[str, Any] | str,
+    request: RecallArg,
+    cursor: Cursor | None = None,
+    view_version: Count | None = None,
     *,
     session: Session = "main",
-    cursor: Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)] | None = None,
+) -> tuple[RecallPage, Event]:
+    """Recall one page for the model and record it as a ``recall_result`` observation (R30);
+    the page and the recorded event.
+
+    The result enters the context as tool output; no frame's lifecycle
+    changes. Model-facing: without a ``trust`` filter the request gets
+    candidate and accepted only, and naming rejected or quarantined is
+    refused (``not_permitted``), see :func:`protocol.recall.for_model`; the
+    cursor binds the request as run. The page is read and recorded in one
+    write, and the event's ``extra["recalled"]`` lists the ids of the
+    frames the page returned, in page order.
+    """
+    if not isinstance(request, RecallRequest):
+        request = RecallRequest.parse(request)
+    req = for_model(request)
+    now = time.time()
+    eid = new_event_id()
+
+    def run(w: WriteView) -> tuple[RecallPage, Event]:
+        page = recall(w, req, cursor, view_version)
+        recalled = [
+            str(n["id"]) for n in page.nodes if n["type"] == "frame" and n["lifecycle"] != "missing"
+        ]
+        e, cs = observe_event(
+            w,
+            kind="recall_result",
+            text=as_recall_observation(page, req),
+            session=session,
+            now=now,
+            event_id=eid,
+            extra={"recalled": recalled},
+        )
+        w.apply(cs)
+        return page, e
+
+    return ctx.backend.transact(run)
+
+
+def recall_observation(
+    ctx: Context,
+    request: RecallArg,
+    *,
+    session: Session = "main",
+    cursor: Cursor | None = None,
     view_version: Count | None = None,
 ) -> RecallReply:
     """Recall one page for the model, recorded as a ``recall_result`` observation (R26, R30).
 
     Answers the observation's ref, the page's node and edge counts, the frame
-    ids it returned (``recalled``) and the next cursor; see
-    :meth:`service.context.Context.recall_recorded` for the page itself.
+    ids it returned (``recalled``) and the next cursor; ``recall_recorded`` answers
+    the page itself.
     """
-    page, e = ctx.recall_recorded(request, cursor, view_version, session=session)
+    page, e = recall_recorded(ctx, request, cursor, view_version, session=session)
     return RecallReply(
         ref=e.ref,
         nodes=len(page.nodes),

@@ -10,9 +10,12 @@ so a call has one signature and one reply type on every port; the context
 actor, the MCP server, the HTTP API and the call table of ``docs/api.md``
 (``python -m service.apidoc``) are made from this table.
 
-Adding a read-only operation: write its service function (``fn(ctx, …) ->
-reply``, bounds in the annotations) and declare it here with one example call
-(the shape tests run it on every port), then regenerate ``docs/api.md``.
+The reads of :mod:`service.queries` are declared there, beside their functions, in
+:class:`~service.queries.Reads` (a base of :class:`Operations`). Adding a read-only
+operation: write its service function in :mod:`service.queries` (``fn(ctx, …) ->
+reply``, bounds in the annotations), declare it in ``Reads`` with one example call
+(the shape tests run it on every port), write its test, and regenerate
+``docs/api.md`` (``python -m service.apidoc``): three files.
 """
 
 from __future__ import annotations
@@ -22,25 +25,53 @@ from typing import Any
 import service.admin as admin
 import service.asof as asof
 import service.branches as branches
+import service.diffs as diffs
 import service.inspection as inspection
 import service.inspection_audit as inspection_audit
 import service.observations as observations
-import service.queries as queries
 import service.search as searching
+import service.sharing as sharing
 import service.traces as tracing
+import service.transactions as transactions
 from service.compile import compile_input
-from service.registry import OPERATIONS, Example, Operation, Route, Tool
+from service.queries import Reads
+from service.registry import OPERATIONS, Ask, Carry, Example, Operation, Route, Tool
 
 __all__ = ["Operations", "operations"]
 
 
-class Operations:
+class Operations(Reads):
     """The registered operations, as methods of whatever port derives from this class.
 
     A port supplies ``invoke(op, args)``: the embedded context runs the service
     function, a handle sends the checked arguments to the context actor.
     """
 
+    submit = Operation(
+        transactions.submit,
+        permission="commit",
+        writes=True,
+        carry=Carry(transactions.wire_payload),
+        example=Example("(context-tx (base-version 1) (append release (notes shipped)))"),
+    )
+    submit_many = Operation(
+        transactions.submit_many,
+        permission="commit",
+        writes=True,
+        carry=Carry(transactions.wire_payloads),
+        example=Example(
+            [
+                "(context-tx (base-version 2) (append release (notes again)))",
+                "(context-tx (base-version 0) (derive note (x 1)))",
+            ]
+        ),
+    )
+    check = Operation(
+        transactions.check,
+        permission="read",
+        writes=False,
+        example=Example("(context-tx (base-version 0) (revise release (stage done)))"),
+    )
     observe = Operation(
         observations.observe,
         permission="commit",
@@ -73,106 +104,11 @@ class Operations:
         writes=True,
         example=Example({"frame_id": "release"}, session="s"),
     )
-    frame = Operation(
-        queries.frame,
-        permission="read",
-        writes=False,
-        example=Example("release"),
-    )
-    frame_at = Operation(
-        queries.frame_at,
-        permission="read",
-        writes=False,
-        example=Example("test-result", 1),
-    )
-    event = Operation(
-        queries.event,
-        permission="read",
-        writes=False,
-        example=Example("@e1"),
-    )
-    read_event = Operation(
-        queries.read_event,
-        permission="read",
-        writes=False,
-        example=Example("@e1", 2, 9),
-    )
-    state = Operation(
-        queries.state,
-        permission="read",
-        writes=False,
-        http=Route("GET", "/state"),
-        example=Example(),
-    )
-    history = Operation(
-        queries.history,
-        permission="read",
-        writes=False,
-        example=Example("release"),
-    )
-    frame_history = Operation(
-        queries.frame_history,
-        permission="read",
-        writes=False,
-        http=Route("GET", "/frames/{frame_id}/revisions", key="revisions"),
-        mcp=Tool(),
-        example=Example("test-result"),
-    )
-    snapshot = Operation(
-        queries.snapshot,
-        permission="read",
-        writes=False,
-        example=Example(["release", "nope"]),
-    )
-    read_for_update = Operation(
-        queries.read_for_update,
-        permission="read",
-        writes=False,
-        example=Example(["release"]),
-    )
-    meta = Operation(
-        queries.meta,
-        permission="read",
-        writes=False,
-        example=Example(),
-    )
-    txlog = Operation(
-        queries.txlog,
-        permission="read",
-        writes=False,
-        example=Example(1),
-    )
-    traces = Operation(
-        queries.traces,
-        permission="read",
-        writes=False,
-        example=Example(after=0, limit=10),
-    )
-    audit = Operation(
-        queries.audit,
-        permission="admin",
-        writes=False,
-        http=Route("GET", "/audit", key="entries"),
-        example=Example(0, 10),
-    )
-
-    version = Operation(
-        queries.version,
-        permission="read",
-        writes=False,
-        example=Example(),
-    )
-    tick = Operation(
-        queries.tick,
-        permission="read",
-        writes=False,
-        example=Example(),
-    )
-    recall = Operation(
-        queries.recall,
+    recall_recorded = Operation(
+        observations.recall_recorded,
         permission="recall",
-        writes=False,
-        example=Example({"frame_id": "release", "depth": 1}),
+        writes=True,
+        example=Example({"frame_id": "release"}, session="s"),
     )
     search = Operation(
         searching.search,
@@ -257,6 +193,20 @@ class Operations:
         example=Example("@e3", "pasted by mistake"),
     )
 
+    # -- sharing one frame between contexts (docs/permissions.md) ------------------------
+    export_frame = Operation(
+        sharing.export_frame,
+        permission="read",
+        writes=True,
+        example=Example("release"),
+    )
+    import_frame = Operation(
+        sharing.import_frame,
+        permission="admin",
+        writes=True,
+        example=Example(Ask("export_frame", "release"), "copied"),
+    )
+
     # -- branches of memory: tags, as-of reads, diff, merge (docs/branches.md) ----------
     state_at = Operation(
         asof.state_at,
@@ -297,7 +247,7 @@ class Operations:
         example=Example("alt"),
     )
     diff = Operation(
-        branches.diff,
+        diffs.diff,
         permission="read",
         writes=False,
         http=Route("GET", "/diff/{source}"),
@@ -305,7 +255,7 @@ class Operations:
         example=Example("alt"),
     )
     changes = Operation(
-        branches.changes,
+        diffs.changes,
         permission="read",
         writes=False,
         http=Route("GET", "/changes"),

@@ -1,4 +1,8 @@
-"""The read operations of a context: the service functions :mod:`service.operations` declares.
+"""The read operations of a context: their service functions and their declarations.
+
+Each read is declared in :class:`Reads`, below the functions, beside them: adding a
+read-only operation touches this module (its function and its declaration), its test,
+and the generated call table of ``docs/api.md``.
 
 Each function takes the :class:`~service.context.Context` first and the call's
 arguments after it, already checked against the argument model its signature
@@ -18,7 +22,7 @@ from pydantic import Field, Strict
 import service.reads as reads
 import service.traces as traces_of
 from protocol.engine import resolve_event
-from protocol.errors import NotFound
+from protocol.errors import NotFound, RequestError
 from protocol.governance import MAX_AUDIT_PAGE
 from protocol.recall import RecallPage, RecallRequest, read_recall
 from protocol.replies import (
@@ -32,9 +36,10 @@ from protocol.replies import (
     StateReply,
     UpdateReadReply,
 )
+from protocol.tx import valid_time
 from service.asof import VersionRef, resolve
 from service.reads import MAX_READ_CHARS, MAX_SNAPSHOT_FRAMES, event_dict, logged_tx
-from service.registry import MAX_REF_CHARS, Count, EventRef, FrameId
+from service.registry import Count, Cursor, EventRef, Example, FrameId, Operation, Route, Tool
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -47,8 +52,8 @@ AuditLimit = Annotated[int, Strict(), Field(ge=1, le=MAX_AUDIT_PAGE)]
 """How many audit entries one page holds."""
 TraceLimit = Annotated[int, Strict(), Field(ge=1, le=traces_of.MAX_TRACE_PAGE)]
 """How many traces one read returns."""
-Cursor = Annotated[str, Strict(), Field(max_length=MAX_REF_CHARS)]
-"""The cursor of a recall's next page."""
+ValidTime = float | Annotated[str, Strict(), Field(max_length=64)]
+"""A moment of valid time: epoch seconds or an ISO date (``2026-01-01``)."""
 
 
 def frame(ctx: Context, frame_id: FrameId) -> FrameReply:
@@ -245,3 +250,170 @@ def recall(
     the page, the version read and the next page's cursor; see :func:`protocol.recall.recall`.
     ``recall_observation`` records a page for the model instead."""
     return read_recall(ctx.backend, request, cursor, view_version)
+
+
+def frames_valid_at(
+    ctx: Context, t: ValidTime, include_retired: Annotated[bool, Strict()] = False
+) -> list[FrameReply]:
+    """Frames whose valid time covers *t* (ISO date or epoch seconds), by id.
+
+    Valid time is the envelope's ``[valid_from, valid_to)``, independent of the
+    version a frame committed at (system time). Rejected frames never count;
+    retired ones only with *include_retired*. RequestError ``bad_time`` for a
+    moment that is neither.
+    """
+    try:
+        when = valid_time(t)
+    except ValueError as e:
+        raise RequestError(str(e), code="bad_time") from e
+    found = ctx.backend.read(lambda v: reads.frames_valid_at(v, when, include_retired))
+    return [FrameReply.of(f) for f in found]
+
+
+class Derivation(Reply):
+    """A frame derived from a source: its id, revision and lifecycle."""
+
+    id: str
+    revision: int
+    lifecycle: str
+
+
+def derived_from(ctx: Context, source: EventRef) -> list[Derivation]:
+    """The frames citing *source* (a frame id, an event reference ``@eN`` or an event id)
+    among their sources, by id, retired ones too: what a change to it may invalidate.
+    NotFound for an unknown source."""
+
+    def read(v: Any) -> list[Derivation]:
+        if v.frame(source) is not None:
+            key = source
+        else:
+            try:
+                key = resolve_event(v, source).id
+            except NotFound:
+                raise reads.no_frame(v, source) from None
+        found = (v.frame(fid) for fid in v.cited_by(key))
+        return [Derivation(id=f.id, revision=f.revision, lifecycle=f.lifecycle) for f in found if f]
+
+    return ctx.backend.read(read)
+
+
+class Reads:
+    """The registered reads of this module, each declared beside its service function
+    (:class:`~service.operations.Operations` derives from this class, so they are
+    methods of every port like the operations declared there)."""
+
+    frame = Operation(
+        frame,
+        permission="read",
+        writes=False,
+        example=Example("release"),
+    )
+    frame_at = Operation(
+        frame_at,
+        permission="read",
+        writes=False,
+        example=Example("test-result", 1),
+    )
+    event = Operation(
+        event,
+        permission="read",
+        writes=False,
+        example=Example("@e1"),
+    )
+    read_event = Operation(
+        read_event,
+        permission="read",
+        writes=False,
+        example=Example("@e1", 2, 9),
+    )
+    state = Operation(
+        state,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/state"),
+        example=Example(),
+    )
+    frames_valid_at = Operation(
+        frames_valid_at,
+        permission="read",
+        writes=False,
+        example=Example(0.0, include_retired=True),
+    )
+    history = Operation(
+        history,
+        permission="read",
+        writes=False,
+        example=Example("release"),
+    )
+    frame_history = Operation(
+        frame_history,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/frames/{frame_id}/revisions", key="revisions"),
+        mcp=Tool(),
+        example=Example("test-result"),
+    )
+    snapshot = Operation(
+        snapshot,
+        permission="read",
+        writes=False,
+        example=Example(["release", "nope"]),
+    )
+    read_for_update = Operation(
+        read_for_update,
+        permission="read",
+        writes=False,
+        example=Example(["release"]),
+    )
+    meta = Operation(
+        meta,
+        permission="read",
+        writes=False,
+        example=Example(),
+    )
+    txlog = Operation(
+        txlog,
+        permission="read",
+        writes=False,
+        example=Example(1),
+    )
+    traces = Operation(
+        traces,
+        permission="read",
+        writes=False,
+        example=Example(after=0, limit=10),
+    )
+    audit = Operation(
+        audit,
+        permission="admin",
+        writes=False,
+        http=Route("GET", "/audit", key="entries"),
+        example=Example(0, 10),
+    )
+
+    version = Operation(
+        version,
+        permission="read",
+        writes=False,
+        example=Example(),
+    )
+    tick = Operation(
+        tick,
+        permission="read",
+        writes=False,
+        example=Example(),
+    )
+    recall = Operation(
+        recall,
+        permission="recall",
+        writes=False,
+        example=Example({"frame_id": "release", "depth": 1}),
+    )
+    derived_from = Operation(
+        derived_from,
+        permission="read",
+        writes=False,
+        http=Route("GET", "/derived/{source}", key="frames"),
+        mcp=Tool(),
+        example=Example("@e1"),
+    )

@@ -40,7 +40,7 @@ def logged_tx(record: dict[str, Any]) -> ContextTx:
         from protocol.txlang import parse_tx
 
         return parse_tx(record["text"], legacy=True)
-    from protocol.wire import tx_from_dict
+    from protocol.txwire import tx_from_dict
 
     return tx_from_dict(record["tx"])
 

@@ -87,6 +87,10 @@ Count = Annotated[int, Strict(), Field(ge=0, le=1 << 62)]
 """A non-negative integer argument: a version, an offset, a sequence number."""
 Text = Annotated[str, Strict()]
 """A string argument."""
+Cursor = Annotated[
+    str, Strict(), Field(max_length=MAX_REF_CHARS, description="The next_cursor of a page.")
+]
+"""A page cursor argument (the ``next_cursor`` an earlier page answered)."""
 Session = Annotated[
     str,
     Strict(),
@@ -98,10 +102,13 @@ __all__ = [
     "MAX_FRAME_ID",
     "MAX_REF_CHARS",
     "OPERATIONS",
+    "Ask",
     "Bound",
     "Caller",
+    "Carry",
     "EMBEDDED",
     "Count",
+    "Cursor",
     "Example",
     "EventRef",
     "FrameId",
@@ -154,8 +161,11 @@ class Example:
         self.kwargs = kwargs
 
     def run(self, port: Any, name: str) -> Any:
-        """The reply of this call of operation *name* on *port*."""
-        return getattr(port, name)(*self.args, **self.kwargs)
+        """The reply of this call of operation *name* on *port* (an :class:`Ask` among the
+        arguments is first asked of the same port)."""
+        args = [a.run(port) if isinstance(a, Ask) else a for a in self.args]
+        kwargs = {k: v.run(port) if isinstance(v, Ask) else v for k, v in self.kwargs.items()}
+        return getattr(port, name)(*args, **kwargs)
 
     def call(self, name: str) -> str:
         """The call as Python text: ``frame('release')``."""
@@ -167,15 +177,69 @@ class Example:
         return self.call("Example")
 
 
+class Ask(Example):
+    """An argument of an :class:`Example` that is the reply of another call on the same
+    port: ``Example(Ask("export_frame", "release"))`` imports what that port exported."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = name
+
+    def run(self, port: Any, name: str | None = None) -> Any:
+        """The reply of this call on *port*."""
+        return super().run(port, self.name)
+
+    def __repr__(self) -> str:
+        return self.call(self.name)
+
+
+@dataclass(frozen=True)
+class Carry:
+    """How a remote port carries an operation when not as its checked arguments.
+
+    *encode* turns the checked arguments into the values the call sends (a
+    submission's wire bytes, its client id settled once, so every retry carries the
+    same). The context actor serves such a call in a method of the operation's name
+    that takes those values (a submission goes into its group-commit inbox, where
+    concurrent ones share one durable write) and answers the reply packed as it is
+    (no envelope: a list of them for a list) or an error map; the handle decodes it
+    into the declared reply type."""
+
+    encode: Callable[[Any], tuple[Any, ...]]
+
+
 @dataclass(frozen=True)
 class Caller:
-    """Who makes a call, for the operations that audit or decide: the *holder* of the
-    capability (``embedded`` for the embedded API; None for a remote call that carried
-    no capability, where none is enforced) and the admission *policy* of the port that
-    serves it (None: the default policy)."""
+    """Who makes a call and what the port serving it holds, for the operations that
+    audit, decide or seal: the *holder* of the capability (``embedded`` for the
+    embedded API; None for a remote call that carried no capability, where none is
+    enforced), the admission *policy* of the port (None: the default policy), the
+    *key* that seals and opens exported packages (a function answering it: the
+    context actor's grant key, read on first use; None: this port has none, and
+    sharing a frame is refused), and the *tenant* and *project* the port serves
+    (None: the context's own, from its meta).
+
+    The caller is the one dependency a port injects into a service function (its
+    keyword parameter ``caller``); no argument carries any of it, so no caller can
+    name another holder or key."""
 
     holder: str | None = "embedded"
     policy: AdmissionPolicy | None = None
+    key: Callable[[], bytes] | None = None
+    tenant: str | None = None
+    project: str | None = None
+
+    def sealing_key(self) -> bytes:
+        """The key that seals and opens packages; RequestError ``no_key`` when the port
+        has none (embedded: ``ctx.acting(key=...)``)."""
+        if self.key is None:
+            raise RequestError(
+                "sharing a frame needs the key that seals packages: ctx.acting(key=...)",
+                code="no_key",
+            )
+        return self.key()
 
 
 class Port(Protocol):
@@ -318,9 +382,10 @@ class Operation(Generic[P, R]):
     runs it off its store thread first; its value reaches *fn* as the keyword
     ``prepared`` (no argument either). *indexed*: the call reads the search index, which
     a long-lived port keeps current from worker threads once the first such call came.
-    *remote*: the context actor and the handle serve it from this declaration
-    (False: they hand-write the forms that carry it, as ``submit`` sends wire
-    bytes; the signature and the reply stay this one's). *keyed* gives checked
+    *carry* (:class:`Carry`): a remote port sends what it encodes instead of the
+    checked arguments, and the context actor serves the call in a method of its own
+    (``submit`` sends wire bytes into the group-commit inbox); the signature, the
+    argument check and the reply stay this declaration's. *keyed* gives checked
     arguments the idempotency key a remote port sends with every attempt of
     one call (an event id), so a retry never writes twice.
     """
@@ -337,7 +402,7 @@ class Operation(Generic[P, R]):
         example: Example | None = None,
         prepare: Callable[[Any, Any], Any] | None = None,
         indexed: bool = False,
-        remote: bool = True,
+        carry: Carry | None = None,
         keyed: Callable[[Any], Any] | None = None,
     ) -> None:
         self.fn = fn
@@ -350,7 +415,7 @@ class Operation(Generic[P, R]):
         self.example = example
         self.prepare = prepare
         self.indexed = indexed
-        self.remote = remote
+        self.carry = carry
         self.keyed = keyed
         self.__doc__ = inspect.getdoc(fn)
 

@@ -9,10 +9,11 @@ id is a digest of the package and the new id: importing the same package again
 answers the first receipt, marked ``duplicate``.
 
 Each step's audit entry (:func:`export_entry`, :func:`import_entry`) is durable
-before the step answers. :func:`export_frame` and :func:`import_frame` write it
-themselves (the embedded API: holder ``embedded`` unless named); the context
-actor runs the same steps and hands the entries to its audit buffer, which
-shares one write among concurrent callers.
+before the step answers: :func:`export_frame` and :func:`import_frame` (the
+service functions of the two operations) write it themselves, naming the caller's
+holder. The key that seals packages is the port's, injected with the
+:class:`~service.registry.Caller` (the context actor's grant key; embedded,
+``ctx.acting(key=...)``): no argument carries it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+
+from pydantic import Field, Strict
 
 from protocol import capabilities
 from protocol.capabilities import PermissionDenied
@@ -28,6 +31,9 @@ from protocol.errors import MorphzError, RequestError
 from protocol.forms import Symbol, from_plain
 from protocol.governance import audit_entry
 from protocol.tx import ContextTx, Derive
+from protocol.wire import MAX_PAYLOAD_BYTES
+from service.registry import EMBEDDED as EMBEDDED_CALLER
+from service.registry import Caller, FrameId
 
 if TYPE_CHECKING:
     from service.context import Context
@@ -201,27 +207,30 @@ def import_entry(
     )
 
 
-def export_frame(
-    ctx: Context,
-    frame_id: str,
-    key: bytes,
-    *,
-    holder: str | None = None,
-    tenant: str | None = None,
-    project: str | None = None,
-) -> bytes:
-    """The sealed package of *frame_id*, after its audit entry is durable."""
+Package = Annotated[bytes, Strict(), Field(max_length=MAX_PAYLOAD_BYTES)]
+"""An exported package: bytes, as :func:`export_frame` answered them."""
+
+
+def export_frame(ctx: Context, frame_id: FrameId, *, caller: Caller = EMBEDDED_CALLER) -> bytes:
+    """A package of one frame, its sources' summaries and provenance, sealed with the key
+    of the port serving the call (the context actor's grant key; embedded,
+    ``ctx.acting(key=...)``), for ``import_frame`` into another context.
+
+    Its audit entry (method ``export_frame``, the caller's holder) is durable before the
+    package is returned. It names the port's tenant and project (else the context's).
+    """
+    key = caller.sealing_key()
     meta = ctx.meta()
-    scope_tenant = tenant or meta.tenant or "default"
+    tenant = caller.tenant or meta.tenant or "default"
     doc = package_document(
         ctx,
         frame_id,
-        tenant=scope_tenant,
-        project=project or meta.project or "default",
+        tenant=tenant,
+        project=caller.project or meta.project or "default",
         now=time.time(),
     )
     entry = export_entry(
-        doc, holder=_holder(holder), context=ctx.name, tenant=scope_tenant, now=time.time()
+        doc, holder=caller.holder, context=ctx.name, tenant=tenant, now=time.time()
     )
     _record(ctx, entry)
     return seal(doc, key)
@@ -229,22 +238,23 @@ def export_frame(
 
 def import_frame(
     ctx: Context,
-    package: bytes,
-    key: bytes,
-    as_id: str | None = None,
+    package: Package,
+    as_id: FrameId | None = None,
     *,
-    holder: str | None = None,
-    tenant: str | None = None,
+    caller: Caller = EMBEDDED_CALLER,
 ) -> dict[str, Any]:
-    """Import *package* (see :func:`open_package`, :func:`commit_import`); ``{"id", "receipt"}``.
+    """Derive a frame from a package sealed with the port's key (see ``export_frame``);
+    ``{"id", "receipt"}``.
 
-    A refused package raises after its refusal is audited (a store that cannot
-    write that entry is logged, not answered); an import's entry is durable
-    before the answer.
+    The new frame (*as_id*, default ``imported/<context>/<frame>``) starts with a
+    provenance form; importing a package again answers the first receipt as a
+    duplicate. A package that does not verify is refused (PermissionDenied) after
+    its refusal is audited (a store that cannot write that entry is logged, not
+    answered); an import's audit entry is durable before the answer.
     """
-    who, scope = _holder(holder), tenant or ctx.meta().tenant or "default"
+    who, scope = caller.holder, caller.tenant or ctx.meta().tenant or "default"
     try:
-        plan = open_package(package, key, as_id)
+        plan = open_package(package, caller.sealing_key(), as_id)
     except MorphzError as e:
         refusal = import_entry(
             None, None, holder=who, context=ctx.name, tenant=scope, now=time.time(), refused=e
@@ -260,12 +270,6 @@ def import_frame(
         import_entry(plan, receipt, holder=who, context=ctx.name, tenant=scope, now=time.time()),
     )
     return {"id": plan.frame_id, "receipt": receipt}
-
-
-def _holder(holder: str | None) -> str:
-    from protocol.governance import EMBEDDED
-
-    return EMBEDDED if holder is None else holder
 
 
 def _record(ctx: Context, entry: dict[str, Any]) -> None:

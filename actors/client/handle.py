@@ -20,7 +20,7 @@ reason. ``claim`` is at-least-once: a repeated claim claims whatever waits at
 that moment (often nothing, which does not advance the tick).
 
 A transaction given as text is parsed here, once: the payload carries the
-parsed form and the text (:func:`protocol.wire.tx_to_msgpack`), so the actor
+parsed form and the text (:func:`protocol.txwire.tx_to_msgpack`), so the actor
 logs the text as an embedded commit would, without parsing it again.
 
 Every registered operation (:mod:`service.operations`) is a method of the handle
@@ -34,38 +34,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Generator, Iterable
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from actors.client.names import DEFAULT_NAMESPACE, MAX_SUBMIT_MANY, actor_name
+from actors.client.names import DEFAULT_NAMESPACE, actor_name
 from actors.client.replies import open_reply, raise_error
 from actors.client.transport import Call, Remote, RetryPolicy, Transport, check_text
 from actors.client.updates import UpdateFn, Updater, UpdateResult
-from protocol.errors import MorphzError, RequestError, WireError
-from protocol.ids import MAX_CLIENT_ID
+from protocol.errors import MorphzError, RequestError
 from protocol.receipts import Receipt
-from protocol.replies import (
-    HistoryEntry,
-    ObserveReply,
-    Reply,
-)
 from protocol.tx import ContextTx
-from protocol.wire import tx_to_msgpack, unpack
-from service.observations import new_event_id
+from protocol.txwire import submitted_from_msgpack
+from protocol.wire import unpack
 from service.operations import Operations, operations
 from service.registry import Bound, Operation
-
-if TYPE_CHECKING:
-    from protocol.turns import CompiledInput
+from service.transactions import new_client_id, wire_payload
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ContextHandle",
     "RetryPolicy",
+    "carried",
+    "decode_receipt",
     "new_client_id",
 ]
 
@@ -89,64 +82,35 @@ def _retry_delay(policy: RetryPolicy, rejections: int) -> float:
     return policy.delay(min(rejections - 2, policy.attempts - 1)) or 0.0
 
 
-def new_client_id() -> str:
-    """A fresh client id: ``c-`` and a uuid4 in hex."""
-    return "c-" + uuid.uuid4().hex
+# -- reply decoders -------------------------------------------------------------------
 
 
-# -- argument checks (before any remote call) and reply decoders ----------------
-
-
-def _receipt(raw: Any) -> Receipt:
-    """The receipt a ``submit`` reply holds; the typed error of a refused request."""
+def _bare(raw: Any) -> Any:
+    """The value of an unenveloped answer (a packed receipt); the typed error of an
+    error map (a request refused as a whole)."""
     doc = unpack(raw)
     if isinstance(doc, dict) and "error" in doc and "status" not in doc:
         raise_error(doc["error"])
-    try:
-        return Receipt.from_dict(doc)
-    except Exception as e:  # pydantic's ValidationError, or a non-dict
-        raise WireError(f"malformed receipt from the context actor: {e}") from e
-
-
-def _receipts(raw: Any) -> list[Receipt]:
-    """The receipts a ``submit_many`` reply holds, in order; a refused call's typed error."""
-    if not isinstance(raw, list):
-        return [_receipt(raw)]  # an error envelope: raises
-    return [_receipt(item) for item in raw]
-
-
-def _value(raw: Any) -> Any:
-    return open_reply(raw)
-
-
-def _map(raw: Any) -> dict[str, Any]:
-    value = open_reply(raw)
-    if not isinstance(value, dict):
-        raise WireError(f"malformed reply: expected a map, got {type(value).__name__}")
-    return value
-
-
-def _list(raw: Any) -> list[Any]:
-    value = open_reply(raw)
-    if not isinstance(value, list):
-        raise WireError(f"malformed reply: expected an array, got {type(value).__name__}")
-    return value
-
-
-def _integer(value: object, what: str) -> int:
-    """*value* if it is an integer (not a bool); its range is the service's to check, so a
-    bad one gets the same error (OutOfRange) through the handle as embedded."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RequestError(
-            f"{what} must be an integer, not {type(value).__name__}", code="bad_argument"
-        )
-    return value
+    return doc
 
 
 @cache
-def _typed(model: type[Reply]) -> Any:
-    """The decoder of an enveloped reply of *model*'s shape (one per model)."""
-    return lambda raw: model.decode(open_reply(raw))
+def carried(op: Operation[Any, T]) -> Callable[[Any], T]:
+    """The decoder of an operation the actor serves in its own method (``carry=``): the
+    packed reply as it is, or a list of them, each item packed on its own."""
+
+    def decode(raw: Any) -> T:
+        value = [_bare(item) for item in raw] if isinstance(raw, list) else _bare(raw)
+        return op.decode(value)
+
+    return decode
+
+
+def decode_receipt(raw: Any) -> Receipt:
+    """The receipt a ``submit`` answer of the context actor holds (raw bytes); the typed
+    error of a request refused as a whole."""
+    receipt: Receipt = carried(Operations.submit)(raw)
+    return receipt
 
 
 @cache
@@ -155,34 +119,17 @@ def _decoder(op: Operation[Any, T]) -> Callable[[Any], T]:
     return lambda raw: op.decode(open_reply(raw))
 
 
-def _observed(raw: Any) -> list[ObserveReply]:
-    return [ObserveReply.decode(item) for item in _list(raw)]
-
-
-def _observed_one(raw: Any) -> ObserveReply:
-    items = _observed(raw)
-    if len(items) != 1:
-        raise WireError(f"malformed reply: expected one observation, got {len(items)}")
-    return items[0]
-
-
-def _history(raw: Any) -> list[HistoryEntry]:
-    return [HistoryEntry.decode(item) for item in _list(raw)]
-
-
-def _compiled(raw: Any) -> CompiledInput:
-    from protocol.turns import CompiledInput
-
-    return CompiledInput.model_validate(open_reply(raw))
-
-
-def _nothing(raw: Any) -> None:
-    open_reply(raw)
-
-
 def _plain(kind: type) -> Any:
     """A decoder of a raw (unenveloped) answer, converted to *kind*."""
     return lambda raw: kind(raw)
+
+
+def _listed(txs: Iterable[ContextTx | str]) -> Any:
+    """*txs* as the list ``submit_many`` takes; one transaction (or bytes) stays itself, so
+    the argument check refuses it (a string is iterable too)."""
+    if isinstance(txs, (str, bytes, ContextTx)):
+        return txs
+    return list(txs) if isinstance(txs, Iterable) else txs
 
 
 class ContextHandle(Operations):
@@ -250,10 +197,14 @@ class ContextHandle(Operations):
         """The underlying Ray actor handle (its methods answer msgpack; see the docs)."""
         return self.transport.actor
 
-    def _call(self, op: Operation[Any, T], args: BaseModel) -> Call[T]:
+    def _call(
+        self, op: Operation[Any, T], args: BaseModel, timeout: float | None = None
+    ) -> Call[T]:
+        if op.carry is not None:
+            return Call(op.name, op.carry.encode(args), carried(op), timeout=timeout)
         if op.keyed is not None:
             args = op.keyed(args)
-        return Call(op.name, op.wire(args), _decoder(op))
+        return Call(op.name, op.wire(args), _decoder(op), timeout=timeout)
 
     def invoke(self, op: Operation[Any, T], args: BaseModel) -> T:
         """Send a registered operation (:mod:`service.operations`) with its checked *args*
@@ -266,14 +217,6 @@ class ContextHandle(Operations):
         """:meth:`invoke` for event loops."""
         return await self.transport.call_async(self._call(op, args))
 
-    @staticmethod
-    def _observation(kind: str, text: str, session: str, event_id: str | None = None) -> list[Any]:
-        """The wire item of one observation, its arguments checked; a fresh event id if none."""
-        check_text(kind, "kind")
-        check_text(text, "text")
-        check_text(session, "session")
-        return [kind, text, session, event_id if event_id is not None else new_event_id()]
-
     # -- transactions ---------------------------------------------------------
 
     @staticmethod
@@ -285,67 +228,55 @@ class ContextHandle(Operations):
         form. The client id is *client_id*, else the one inside *tx*, else a
         fresh one.
         """
-        text: str | None = None
-        if isinstance(tx, str):
-            from protocol.txlang import parse_tx
+        args = Operations.submit.bind(tx, client_id)
+        (payload,) = wire_payload(args)
+        return submitted_from_msgpack(payload).tx, payload
 
-            text, tx = tx, parse_tx(tx)
-        if not isinstance(tx, ContextTx):
-            raise RequestError(
-                f"a transaction is a ContextTx or its text, not {type(tx).__name__}",
-                code="bad_argument",
-            )
-        cid = client_id if client_id is not None else tx.client_id
-        if cid is None:
-            cid = new_client_id()
-        if not isinstance(cid, str) or not 1 <= len(cid) <= MAX_CLIENT_ID:
-            raise RequestError(
-                f"a client id is 1 to {MAX_CLIENT_ID} characters", code="bad_client_id"
-            )
-        if cid != tx.client_id:
-            tx = tx.model_copy(update={"client_id": cid})
-        return tx, tx_to_msgpack(tx, text)
+    # ``submit`` and ``submit_many`` are registered operations (their argument check,
+    # wire bytes and reply decoding are the declaration's); these forms add the
+    # handle's own per-call *timeout*.
 
-    @Remote
-    def submit(
+    def submit(  # type: ignore[override]
         self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
-    ) -> Call[Receipt]:
+    ) -> Receipt:
         """Submit one transaction and wait for its durable receipt (committed or rejected).
 
         Retries (lost replies, a restarting actor, *timeout* per attempt) reuse
         the client id, so the transaction is applied at most once.
         """
-        _, payload = self.prepare(tx, client_id)
-        return Call("submit", (payload,), _receipt, timeout=timeout)
+        op = Operations.submit
+        return self.transport.call(self._call(op, op.bind(tx, client_id), timeout))
 
-    submit_async = submit.aio
+    async def submit_async(
+        self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
+    ) -> Receipt:
+        """:meth:`submit` for event loops."""
+        op = Operations.submit
+        return await self.transport.call_async(self._call(op, op.bind(tx, client_id), timeout))
 
-    @Remote
-    def submit_many(
+    def submit_many(  # type: ignore[override]
         self, txs: Iterable[ContextTx | str], *, timeout: float | None = None
-    ) -> Call[list[Receipt]]:
+    ) -> list[Receipt]:
         """Submit several transactions in one call; their durable receipts, in order.
 
         Each is decided on its own, in order (a rejected one changes nothing for
         the others), and each has its own client id, so a retried call applies
         none twice. A writer pipelines its submissions this way.
         """
-        if isinstance(txs, (str, bytes, ContextTx)):
-            raise RequestError("submit_many takes a list of transactions", code="bad_argument")
-        payloads = [self.prepare(tx)[1] for tx in txs]
-        if not 1 <= len(payloads) <= MAX_SUBMIT_MANY:
-            raise RequestError(
-                f"submit_many takes 1 to {MAX_SUBMIT_MANY} transactions, not {len(payloads)}",
-                code="bad_argument",
-            )
-        return Call("submit_many", (payloads,), _receipts, timeout=timeout)
+        op = Operations.submit_many
+        return self.transport.call(self._call(op, op.bind(_listed(txs)), timeout))
 
-    submit_many_async = submit_many.aio
+    async def submit_many_async(
+        self, txs: Iterable[ContextTx | str], *, timeout: float | None = None
+    ) -> list[Receipt]:
+        """:meth:`submit_many` for event loops."""
+        op = Operations.submit_many
+        return await self.transport.call_async(self._call(op, op.bind(_listed(txs)), timeout))
 
     @Remote
     def submit_payload(self, payload: bytes, *, timeout: float | None = None) -> Call[Receipt]:
         """Send raw wire bytes as they are (for tests of hostile input and for other clients)."""
-        return Call("submit", (payload,), _receipt, timeout=timeout)
+        return Call("submit", (payload,), carried(Operations.submit), timeout=timeout)
 
     submit_payload_async = submit_payload.aio
 
@@ -452,22 +383,6 @@ class ContextHandle(Operations):
 
     # -- the agent loop -----------------------------------------------------------
 
-    @Remote
-    def export_frame(self, frame_id: str) -> Call[bytes]:
-        """A sealed package of one frame (see :func:`actors.server.guard.export_frame`)."""
-        return Call("export_frame", (frame_id,), lambda raw: bytes(_value(raw)))
-
-    export_frame_async = export_frame.aio
-
-    @Remote
-    def import_frame(self, package: bytes, as_id: str | None = None) -> Call[dict[str, Any]]:
-        """Derive a frame from a package (see :func:`actors.server.guard.import_frame`)."""
-        if not isinstance(package, bytes):  # a package is never sent as anything else
-            raise RequestError("a package is bytes", code="bad_argument")
-        return Call("import_frame", (package, as_id), _map)
-
-    import_frame_async = import_frame.aio
-
     # -- introspection (answers are not enveloped; no capability) ---------------
 
     @Remote
@@ -532,4 +447,5 @@ class _AsyncForm:
 
 
 for _op in operations():
-    setattr(ContextHandle, _op.name + "_async", _AsyncForm(_op))
+    if _op.name + "_async" not in vars(ContextHandle):  # submit_async: with its timeout
+        setattr(ContextHandle, _op.name + "_async", _AsyncForm(_op))

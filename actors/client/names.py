@@ -16,6 +16,7 @@ import os
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from service.transactions import MAX_SUBMIT_MANY
 from storage import context_path
 
 DEFAULT_NAMESPACE = "morphz"
@@ -26,8 +27,6 @@ HOST_PREFIX = "host:"
 """Context hosts (one process serving many contexts) are named ``host:<host name>``."""
 DIRECTORY_NAME = "morphz:directory"
 """The Ray actor name of a namespace's context directory."""
-MAX_SUBMIT_MANY = 1024
-"""Most transactions one ``submit_many`` call carries."""
 MAX_CALL_BYTES = 16 << 20
 """Most payload bytes one ``submit`` / ``submit_many`` call may carry: the context actor
 refuses more with ``overloaded`` (:mod:`actors.server.intake`)."""
@@ -88,6 +87,8 @@ class ContextEntry(BaseModel):
     ``acks``: followers that must hold a commit before it is acknowledged
     (default ``follower_count``). ``epoch`` grows by one at each promotion. An entry
     recorded as ``replicas`` (the count's earlier name) reads the same.
+    ``epoch_mac``: the directory's signature of ``epoch`` for this context (hex; see
+    :func:`storage.replication.codec.epoch_mac`): members accept an epoch only with it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -99,6 +100,7 @@ class ContextEntry(BaseModel):
     primary: Member
     followers: tuple[Member, ...]
     policy: str
+    epoch_mac: str = ""
 
     @property
     def replicated(self) -> bool:

@@ -3,12 +3,9 @@
 :class:`Transport` calls the methods of one named actor and owns everything a
 remote call needs beyond its arguments:
 
-* the lazy Ray import (:func:`ray_module`): importing this module does not
-  import Ray, so the store commands never pay its import time;
-* joining or starting Ray (:func:`init_ray`), the one place every command and
-  client that needs Ray connects this process: an explicit address, else
-  ``RAY_ADDRESS``, else a new local cluster; an unreachable cluster is a
-  :class:`~protocol.errors.TransportError` ``ray_unreachable``;
+* Ray itself, through :mod:`actors.client.joining` (the lazy import,
+  :func:`~actors.client.joining.init_ray`; re-exported here for the callers that
+  take them from the transport): importing this module does not import Ray;
 * the timeout of each attempt and the retry policy for calls that could not
   reach the actor or whose reply was lost (:class:`RetryPolicy`: exponential
   backoff with jitter);
@@ -19,8 +16,6 @@ remote call needs beyond its arguments:
   follows a failover without its user doing anything; a call to a replicated
   context's primary that waits more than :data:`WATCH_EVERY` for its reply asks the
   directory too (a paused or partitioned primary answers nothing);
-* (kept in one module, hence long: every path of a remote call — timeouts, retries,
-  promotions — is the same seam, and splitting it would split one retry loop)
 * the translation of Ray's errors into the library's own, with
   ``raise … from e``: an error the actor raised on purpose is re-raised as its
   own class, an actor method that failed otherwise is a
@@ -34,30 +29,31 @@ returns a :class:`Call` (actor method, arguments, reply decoder) — into both a
 blocking method and, through :attr:`Remote.aio`, its ``async`` form, so a
 handle writes each method once.
 
-Kept as one module (over 600 lines) because joining Ray, the retry policy and the
-translation of Ray's errors are one seam: a handle of a context in its own actor,
-of a context on a host (calls routed by the context's name) and of the directory
-all go through the same :class:`Transport`.
+Every path of a remote call (timeouts, retries, promotions, the translation of Ray's
+errors) is this one seam: a handle of a context in its own actor, of a context on a
+host (calls routed by the context's name) and of the directory all go through the
+same :class:`Transport`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 import random
-import re
-import socket
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import update_wrapper
-from types import ModuleType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from actors.client.joining import TOKEN_HINT, check_authenticated
+from actors.client.joining import (
+    RAY_UNREACHABLE,
+    REACH_TIMEOUT,
+    check_int,
+    check_text,
+    init_ray,
+    ray_module,
+    remote_class,
+)
 from actors.client.names import (
     CONTEXT_PREFIX,
     DEFAULT_NAMESPACE,
@@ -77,8 +73,6 @@ from protocol.errors import (
     TransportError,
 )
 
-RAY_UNREACHABLE = "ray_unreachable"
-"""The error code of a Ray cluster that cannot be joined."""
 FAILOVER_WAIT = 60.0
 """Seconds a call to a replicated context's lost primary keeps retrying for its successor."""
 DIRECTORY_WAIT = 10.0
@@ -96,170 +90,8 @@ class PrimaryReplaced(TimeoutError):
     """The primary a call waits for was replaced meanwhile: retried like a lost reply."""
 
 
-REACH_TIMEOUT = 5.0
-"""Seconds :func:`init_ray` waits for a ``host:port`` to accept a connection, and for its
-answer to the authentication probe."""
-
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-def ray_module() -> ModuleType:
-    """The ``ray`` module, imported on first use (never at this module's import)."""
-    import ray
-
-    return ray
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0].strip()
-
-
-def _check_reachable(address: str) -> None:
-    """Fail fast on a ``host:port`` nobody listens on (``ray.init`` would wait for minutes),
-    and on a cluster that refuses this process's credentials
-    (:func:`~actors.client.joining.check_authenticated`)."""
-    m = re.fullmatch(r"(?:ray://)?\[?([^\]\s]+?)\]?:(\d+)", address)
-    if m is None:  # "auto" and the like: left to Ray
-        return
-    try:
-        socket.create_connection((m.group(1), int(m.group(2))), timeout=REACH_TIMEOUT).close()
-    except (OSError, OverflowError, ValueError) as e:
-        raise TransportError(
-            f"cannot reach the Ray cluster at {address}: {_first_line(e)}", code=RAY_UNREACHABLE
-        ) from e
-    if not address.startswith("ray://"):  # a Ray client server is no GCS
-        host = m.group(1)
-        check_authenticated(f"[{host}]:{m.group(2)}" if ":" in host else address, address)
-
-
-def init_ray(
-    address: str | None = None,
-    *,
-    namespace: str | None = None,
-    num_cpus: int | None = None,
-) -> bool:
-    """Connect this process to Ray unless it is connected; True if this call connected it.
-
-    Where: *address* if given, else the ``RAY_ADDRESS`` environment variable,
-    else a **new local cluster** (``address="local"``, no dashboard, *num_cpus*
-    CPUs if given) — never a cluster Ray would find on its own, so a command
-    run without an address does not attach to whatever happens to run on the
-    machine. ``"auto"`` asks Ray to find the cluster started on this machine
-    by ``ray start``; ``"local"`` always starts a new one. *num_cpus* applies
-    only to a cluster started here (Ray refuses it when joining one).
-
-    A process already connected (a test, a driver that called ``ray.init``)
-    keeps its connection and this returns False; whoever gets True calls
-    ``ray.shutdown()`` when done. A cluster that cannot be joined raises
-    :class:`~protocol.errors.TransportError` with code ``ray_unreachable`` and
-    a one-line message (a ``host:port`` nobody listens on fails within
-    :data:`REACH_TIMEOUT` seconds instead of Ray's minutes of retries).
-    """
-    if address is not None and (not isinstance(address, str) or not address.strip()):
-        raise RequestError("a Ray address is a non-empty string", code="bad_argument")
-    if num_cpus is not None:
-        check_int(num_cpus, "num_cpus", 1)
-    target = (address or os.environ.get("RAY_ADDRESS") or "local").strip()
-    ray = ray_module()
-    if ray.is_initialized():
-        return False
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    kwargs: dict[str, Any] = {
-        "address": target,
-        "log_to_driver": False,
-        "logging_level": logging.WARNING,
-    }
-    if namespace is not None:
-        kwargs["namespace"] = check_text(namespace, "namespace")
-    if target == "local":
-        kwargs["include_dashboard"] = False
-        if num_cpus is not None:
-            kwargs["num_cpus"] = num_cpus
-    else:
-        _check_reachable(target)
-    where = "a new local Ray cluster" if target == "local" else f"the Ray cluster at {target}"
-    try:
-        if target == "local":
-            ray.init(**kwargs)
-        else:
-            _join_quietly(ray, kwargs)
-    except _JoinFailed as e:
-        why = _first_line(e.cause)
-        if "Unauthenticated" in e.logged or "InvalidAuthToken" in e.logged:
-            why += f" (the cluster uses token authentication: {TOKEN_HINT})"
-        raise TransportError(f"cannot join {where}: {why}", code=RAY_UNREACHABLE) from e.cause
-    except Exception as e:  # Ray raises ConnectionError, ValueError, RuntimeError, …
-        raise TransportError(f"cannot join {where}: {_first_line(e)}", code=RAY_UNREACHABLE) from e
-    return True
-
-
-class _JoinFailed(Exception):
-    """``ray.init`` failed to join: its error and what Ray's core logged meanwhile."""
-
-    def __init__(self, cause: Exception, logged: str) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-        self.logged = logged
-
-
-def _join_quietly(ray: ModuleType, kwargs: dict[str, Any]) -> None:
-    """``ray.init(**kwargs)`` joining a cluster, Ray's native stderr held back meanwhile.
-
-    The driver's core worker logs every failed attempt to reach the cluster (a
-    line a second) on the process's stderr; a join that fails must be one error
-    line. What it logged is written out after a successful join, and handed to
-    the caller (:class:`_JoinFailed`) after a failed one. Joining starts no
-    process, so none inherits the held-back stderr.
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            ray.init(**kwargs)
-        except Exception as e:
-            os.dup2(saved, 2)
-            held.seek(0)
-            raise _JoinFailed(e, held.read().decode("utf-8", "replace")) from e
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        held.seek(0)
-        logged = held.read()
-    if logged:
-        os.write(2, logged)
-
-
-def check_text(value: object, what: str) -> str:
-    """*value* if it is a string; RequestError ``bad_argument`` otherwise."""
-    if not isinstance(value, str):
-        raise RequestError(
-            f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
-        )
-    return value
-
-
-def check_int(value: object, what: str, low: int = 0) -> int:
-    """*value* if it is an integer (not a bool) >= *low*; RequestError ``bad_argument``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise RequestError(
-            f"{what} must be an integer >= {low}, not {value!r}", code="bad_argument"
-        )
-    return value
-
-
-_REMOTE_CLASSES: dict[type, Any] = {}
-
-
-def remote_class(cls: type) -> Any:
-    """``ray.remote(cls)``, made once per class."""
-    made = _REMOTE_CLASSES.get(cls)
-    if made is None:
-        made = _REMOTE_CLASSES[cls] = ray_module().remote(cls)
-    return made
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 import os
 from typing import Any
 
@@ -65,9 +66,11 @@ from actors.client.transport import (
     ray_module,
     remote_class,
 )
+from actors.cluster.directory_admin import ADMIN_KEYS, ALL, SUPERVISING, check_admin, parse_keys
 from actors.cluster.failover import watch
 from actors.cluster.host_table import HostTable
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_nodes
+from actors.cluster.replication import sign_epoch
 from protocol.errors import STALE_EPOCH, MorphzError, NotFound, RequestError, StoreError
 from storage import check_context_name
 
@@ -89,6 +92,7 @@ __all__ = [
     "DirectoryHandle",
     "directory",
     "existing_directory",
+    "signed",
 ]
 
 
@@ -124,6 +128,9 @@ class DirectoryActor(HostTable):
         self.namespace = namespace
         self.roots: dict[str, str] = {}
         self.entries: dict[str, ContextEntry] = {}
+        self.admin_keys: dict[str, bytes] = {}
+        """The keys an admin capability must be signed with to change the directory (none:
+        anyone may; :mod:`actors.cluster.directory_admin`)."""
         self._lock: asyncio.Lock | None = None
         self._watch: asyncio.Task[Any] | None = None
         self._load()
@@ -145,7 +152,9 @@ class DirectoryActor(HostTable):
             if kind == "node":
                 self.roots[name] = raw.decode()
             elif kind == "ctx":
-                self.entries[name] = ContextEntry.model_validate_json(raw)
+                self.entries[name] = signed(ContextEntry.model_validate_json(raw))
+            elif key.decode() == ADMIN_KEYS:
+                self.admin_keys = parse_keys(raw.decode().split(","))
 
     def _put(self, key: str, value: str) -> None:
         try:
@@ -160,6 +169,7 @@ class DirectoryActor(HostTable):
             raise StoreError(f"directory: cannot write its state: {e}", code="directory_io") from e
 
     def _save_entry(self, entry: ContextEntry) -> ContextEntry:
+        entry = signed(entry)
         self._put("ctx/" + entry.name, entry.model_dump_json())
         self.entries[entry.name] = entry
         return entry
@@ -180,7 +190,15 @@ class DirectoryActor(HostTable):
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not on an event loop (the plain class in a test)
             return
-        self._watch = loop.create_task(watch(self))
+        # The supervisor's writes need no capability: it runs where SUPERVISING is set.
+        context = contextvars.copy_context()
+        context.run(SUPERVISING.set, True)
+        self._watch = loop.create_task(watch(self), context=context)
+
+    def _admin(self, capability: Any, context: str, method: str) -> None:
+        """Refuse *method* on *context* without an admin capability (once the directory has
+        admin keys; :func:`~actors.cluster.directory_admin.check_admin`)."""
+        check_admin(self.admin_keys, capability, context, method)
 
     def _entry(self, name: object) -> ContextEntry:
         name = check_context_name(name)
@@ -214,10 +232,27 @@ class DirectoryActor(HostTable):
             {"namespace": self.namespace, "nodes": len(self.roots), "contexts": len(self.entries)}
         )
 
-    async def register_node(self, node_id: str, store_root: str) -> bytes:
+    async def require_admin(self, keys: Any, capability: Any = None) -> bytes:
+        """From now on, every write needs an admin capability signed by one of *keys* (hex
+        Ed25519 public keys). Setting the first keys needs nothing (it only closes the
+        directory); changing them needs an admin capability under the current ones."""
+        try:
+            async with self._guard():
+                self._admin(capability, ALL, "require_admin")
+                parsed = parse_keys(keys)
+                if not parsed:
+                    raise RequestError("at least one admin key", code="bad_argument")
+                self._put(ADMIN_KEYS, ",".join(k.hex() for k in parsed.values()))
+                self.admin_keys = parsed
+                return ok(sorted(parsed))
+        except MorphzError as e:
+            return failed(e)
+
+    async def register_node(self, node_id: str, store_root: str, capability: Any = None) -> bytes:
         """Record *node_id*'s store root (an absolute path on that node)."""
         try:
             async with self._guard():
+                self._admin(capability, ALL, "register_node")
                 check_text(node_id, "node id")
                 check_text(store_root, "store root")
                 if not node_id:
@@ -249,6 +284,7 @@ class DirectoryActor(HostTable):
         policy: str = POLICY_SPREAD,
         acks: int | None = None,
         store_dir: str | None = None,
+        capability: Any = None,
     ) -> bytes:
         """The entry of *name*: the existing one, else a new one placed by *policy*."""
         try:
@@ -256,6 +292,7 @@ class DirectoryActor(HostTable):
                 name = check_context_name(name)
                 if name in self.entries:
                     return ok(self.entries[name].model_dump())
+                self._admin(capability, name, "place")
                 check_int(followers, "followers")
                 policy = check_policy(policy)
                 acks = followers if acks is None else check_int(acks, "acks")
@@ -306,23 +343,27 @@ class DirectoryActor(HostTable):
         self._ensure_watch()
         return ok([self.entries[n].model_dump() for n in sorted(self.entries)])
 
-    async def remove(self, name: str) -> bytes:
+    async def remove(self, name: str, capability: Any = None) -> bytes:
         """Forget *name*'s entry (its actors and stores are left alone); NotFound if none."""
         try:
             async with self._guard():
                 entry = self._entry(name)
+                self._admin(capability, entry.name, "remove")
                 self._delete("ctx/" + entry.name)
                 del self.entries[entry.name]
                 return ok(None)
         except MorphzError as e:
             return failed(e)
 
-    async def promote(self, name: str, expected_epoch: int, primary: Any, followers: Any) -> bytes:
+    async def promote(
+        self, name: str, expected_epoch: int, primary: Any, followers: Any, capability: Any = None
+    ) -> bytes:
         """Compare-and-set: if *name* is at *expected_epoch*, store the new members at
         ``expected_epoch + 1``; else RequestError ``stale_epoch``."""
         try:
             async with self._guard():
                 entry = self._entry(name)
+                self._admin(capability, entry.name, "promote")
                 check_int(expected_epoch, "expected_epoch")
                 new_primary = _member(primary, "primary")
                 new_followers = _members(followers, "followers")
@@ -338,13 +379,16 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
-    async def set_primary(self, name: str, epoch: int, primary: Any) -> bytes:
+    async def set_primary(
+        self, name: str, epoch: int, primary: Any, capability: Any = None
+    ) -> bytes:
         """Compare-and-set the primary of the unreplicated context *name* at *epoch* (kept):
         its actor re-created on a node that came back with its store root. A replicated
         context's primary changes only by :meth:`promote` (``bad_argument``)."""
         try:
             async with self._guard():
                 entry = self._entry(name)
+                self._admin(capability, entry.name, "set_primary")
                 check_int(epoch, "epoch")
                 new_primary = _member(primary, "primary")
                 if entry.replicated:
@@ -358,11 +402,14 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
-    async def set_followers(self, name: str, epoch: int, followers: Any) -> bytes:
+    async def set_followers(
+        self, name: str, epoch: int, followers: Any, capability: Any = None
+    ) -> bytes:
         """Compare-and-set the followers of *name* at *epoch* (the epoch is kept)."""
         try:
             async with self._guard():
                 entry = self._entry(name)
+                self._admin(capability, entry.name, "set_followers")
                 check_int(epoch, "epoch")
                 new_followers = _members(followers, "followers")
                 _check_epoch(entry, epoch)
@@ -370,6 +417,12 @@ class DirectoryActor(HostTable):
                 return ok(self._save_entry(updated).model_dump())
         except MorphzError as e:
             return failed(e)
+
+
+def signed(entry: ContextEntry) -> ContextEntry:
+    """*entry* carrying the directory's signature of its epoch (signed now if it does not)."""
+    mac = sign_epoch(entry.name, entry.epoch).hex()
+    return entry if entry.epoch_mac == mac else entry.model_copy(update={"epoch_mac": mac})
 
 
 def _check_epoch(entry: ContextEntry, epoch: int) -> None:
@@ -401,11 +454,20 @@ class DirectoryHandle:
     """
 
     def __init__(
-        self, actor: Any, namespace: str = DEFAULT_NAMESPACE, retry: RetryPolicy | None = None
+        self,
+        actor: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        retry: RetryPolicy | None = None,
+        capability: bytes | None = None,
     ) -> None:
         self.namespace = namespace
         self.transport = Transport(
-            actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace, retry=retry
+            actor,
+            DIRECTORY_NAME,
+            label=DIRECTORY_NAME,
+            namespace=namespace,
+            retry=retry,
+            capability=capability,
         )
 
     def __repr__(self) -> str:
@@ -415,6 +477,14 @@ class DirectoryHandle:
     def actor(self) -> Any:
         """The Ray actor handle."""
         return self.transport.actor
+
+    def require_admin(self, public_keys: builtins.list[str]) -> builtins.list[str]:
+        """From now on every write to the directory needs an admin capability signed by one
+        of *public_keys* (hex Ed25519 public keys, as ``morphz grant public-key`` prints);
+        the key ids. Changing keys already set needs this handle's capability to be one."""
+        parse_keys(public_keys)
+        keys = list(public_keys)
+        return list(self.transport.call(Call("require_admin", (keys,), open_reply)))
 
     def ping(self) -> dict[str, Any]:
         """The directory's namespace and how many nodes and contexts it knows."""
@@ -427,7 +497,7 @@ class DirectoryHandle:
             raise RequestError(
                 f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
             )
-        self.transport.call(Call("register_node", (node_id, store_root), _nothing, guarded=False))
+        self.transport.call(Call("register_node", (node_id, store_root), _nothing))
 
     def node_roots(self) -> dict[str, str]:
         """Each node's store root: every live node (probed if not registered) and known ones."""
@@ -454,7 +524,7 @@ class DirectoryHandle:
         if store_dir is not None and not (isinstance(store_dir, str) and os.path.isabs(store_dir)):
             raise RequestError("store_dir must be an absolute path", code="bad_argument")
         return self.transport.call(
-            Call("place", (name, followers, policy, acks, store_dir), read_entry, guarded=False)
+            Call("place", (name, followers, policy, acks, store_dir), read_entry)
         )
 
     def place_hosted(self, name: str, *, policy: str = POLICY_SPREAD) -> ContextEntry:
@@ -463,7 +533,7 @@ class DirectoryHandle:
         ``no_host`` when no live host has room."""
         check_context_name(name)
         check_policy(policy)
-        return self.transport.call(Call("place_hosted", (name, policy), read_entry, guarded=False))
+        return self.transport.call(Call("place_hosted", (name, policy), read_entry))
 
     def move_hosted(self, name: str, *, to: str | None = None) -> ContextEntry:
         """Move the hosted context *name* to the context host *to* (``host:<name>``; default:
@@ -472,13 +542,13 @@ class DirectoryHandle:
         check_context_name(name)
         if to is not None:
             check_text(to, "host actor")
-        return self.transport.call(Call("move_hosted", (name, to), read_entry, guarded=False))
+        return self.transport.call(Call("move_hosted", (name, to), read_entry))
 
     def rebalance(self, *, limit: int = 100) -> dict[str, builtins.list[str]]:
         """Move up to *limit* idle contexts off full hosts (see
         :meth:`~actors.cluster.host_table.HostTable.rebalance`): the names moved by host."""
         check_int(limit, "limit")
-        return dict(self.transport.call(Call("rebalance", (limit,), open_reply, guarded=False)))
+        return dict(self.transport.call(Call("rebalance", (limit,), open_reply)))
 
     def hosts(self) -> builtins.list[dict[str, Any]]:
         """The context hosts that reported their load recently, with ``placed`` counts."""
@@ -496,7 +566,7 @@ class DirectoryHandle:
     def remove(self, name: str) -> None:
         """Forget *name*'s entry (actors and stores are left alone); NotFound if none."""
         check_context_name(name)
-        self.transport.call(Call("remove", (name,), _nothing, guarded=False))
+        self.transport.call(Call("remove", (name,), _nothing))
 
     def promote(
         self, name: str, *, expected_epoch: int, primary: Member, followers: builtins.list[Member]
@@ -511,7 +581,7 @@ class DirectoryHandle:
             _member(primary, "primary").model_dump(),
             [m.model_dump() for m in _members(followers, "followers")],
         )
-        return self.transport.call(Call("promote", args, read_entry, guarded=False))
+        return self.transport.call(Call("promote", args, read_entry))
 
     def set_primary(self, name: str, *, epoch: int, primary: Member) -> ContextEntry:
         """Record *primary* for the unreplicated context *name* if it is at *epoch* (kept);
@@ -519,7 +589,7 @@ class DirectoryHandle:
         check_context_name(name)
         check_int(epoch, "epoch")
         args = (name, epoch, _member(primary, "primary").model_dump())
-        return self.transport.call(Call("set_primary", args, read_entry, guarded=False))
+        return self.transport.call(Call("set_primary", args, read_entry))
 
     def set_followers(
         self, name: str, *, epoch: int, followers: builtins.list[Member]
@@ -528,13 +598,19 @@ class DirectoryHandle:
         check_context_name(name)
         check_int(epoch, "epoch")
         args = (name, epoch, [m.model_dump() for m in _members(followers, "followers")])
-        return self.transport.call(Call("set_followers", args, read_entry, guarded=False))
+        return self.transport.call(Call("set_followers", args, read_entry))
 
 
 def directory(
-    namespace: str = DEFAULT_NAMESPACE, *, retry: RetryPolicy | None = None
+    namespace: str = DEFAULT_NAMESPACE,
+    *,
+    retry: RetryPolicy | None = None,
+    capability: bytes | None = None,
 ) -> DirectoryHandle:
     """Get or create the directory of *namespace* (connecting to Ray if needed).
+
+    *capability* is the admin token the handle's writes carry (needed once the directory
+    has admin keys: :meth:`DirectoryHandle.require_admin`).
 
     A new directory is detached, restarted by Ray without limit, and started on this
     process's node; it is not pinned there: when that node is lost, Ray restarts it
@@ -562,7 +638,7 @@ def directory(
         )
         .remote(namespace)
     )
-    return DirectoryHandle(actor, namespace, retry)
+    return DirectoryHandle(actor, namespace, retry, capability)
 
 
 def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:

@@ -58,7 +58,7 @@ from actors.client.nodes import pinned
 from actors.client.replies import open_reply
 from actors.client.transport import ray_module
 from actors.cluster.follower import start_follower
-from actors.cluster.replication import REPLICATION
+from actors.cluster.replication import REPLICATION, sign_epoch
 from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
@@ -265,6 +265,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     None when no follower answers: the context waits for its primary's node.
     """
     ns, epoch = directory.namespace, entry.epoch + 1
+    cert = sign_epoch(entry.name, epoch)  # followers take no epoch the directory did not sign
     started = time.monotonic()
     held: list[tuple[int, str, Member, Any]] = []
     for m in entry.followers:
@@ -276,7 +277,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
             log.warning("context %r: follower %s is not running", entry.name, m.actor)
             continue
         try:
-            status = await _call(actor, "fence", epoch)
+            status = await _call(actor, "fence", epoch, cert)
         except Exception as e:
             log.warning("context %r: follower %s not fenced: %s", entry.name, m.actor, e)
             continue
@@ -292,7 +293,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     # Their processes start now, while the chosen follower seals and the entry moves.
     started_new = [start_follower(m, entry.name, ns) for m in fresh]
     try:
-        await _call(actor, "seal", epoch)
+        await _call(actor, "seal", epoch, cert)
         promoted = ContextEntry.model_validate(
             open_reply(
                 await directory.promote(
@@ -307,7 +308,7 @@ async def promote(directory: Any, entry: ContextEntry, live: set[str]) -> Contex
     sealed = time.monotonic() - started
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
-    info = await asyncio.wait_for(actor.become_primary.remote(epoch), START_TIMEOUT)
+    info = await asyncio.wait_for(actor.become_primary.remote(epoch, cert), START_TIMEOUT)
     log.warning(
         "context %r: promoted %s on node %s at epoch %d in %.2f s (sealed and recorded in"
         " %.2f s; open error: %s)",

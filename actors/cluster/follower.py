@@ -3,7 +3,7 @@
 :class:`FollowerActor` is the Ray actor every follower runs as. While a follower
 it answers the follower's calls (``receive``, ``confirm``, ``status``,
 ``fence``, ``install``, ``seal``, ``read``) through a
-:class:`~actors.cluster.replication.FollowerRole`; :meth:`FollowerActor.become_primary`
+:class:`~actors.cluster.follower_role.FollowerRole`; :meth:`FollowerActor.become_primary`
 turns it into the context's primary in the same process, over the store it
 already holds: the supervisor (:mod:`actors.cluster.failover`) calls it once the
 directory names this actor the primary under the new epoch. Promotion thus
@@ -33,10 +33,12 @@ from actors.client.names import ContextEntry, Member
 from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
 from actors.client.transport import Call, remote_class
-from actors.cluster.replication import REPLICATION, FollowerRole, replicated_entry
+from actors.cluster.follower_role import FollowerRole
+from actors.cluster.replication import REPLICATION, replicated_entry
 from actors.server.connect import MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
 from protocol.errors import STALE_EPOCH, RequestError
+from storage.replication.codec import check_epoch, replication_key
 
 __all__ = ["FollowerActor", "start_follower", "start_followers"]
 
@@ -84,42 +86,48 @@ class FollowerActor(ContextActor):
         """Hold batch *data* durably (:meth:`FollowerRole.receive`)."""
         return self._as_follower("receive", data)
 
-    def confirm(self, acked: int) -> bytes:
+    def catch_up(self, epoch: int, acked: int, batches: list[bytes], mac: bytes) -> bytes:
+        """Hold the primary's retained batches at once (:meth:`FollowerRole.catch_up`)."""
+        return self._as_follower("catch_up", epoch, acked, batches, mac)
+
+    def confirm(self, epoch: int, acked: int, mac: bytes) -> bytes:
         """Apply what the primary acknowledged (:meth:`FollowerRole.confirm`)."""
-        return self._as_follower("confirm", acked)
+        return self._as_follower("confirm", epoch, acked, mac)
 
     def status(self) -> bytes:
         """Epoch, applied and held batches (:meth:`FollowerRole.status`)."""
         return self._as_follower("status")
 
-    def fence(self, epoch: int) -> bytes:
+    def fence(self, epoch: int, cert: bytes) -> bytes:
         """Refuse batches of older epochs (:meth:`FollowerRole.fence`)."""
-        return self._as_follower("fence", epoch)
+        return self._as_follower("fence", epoch, cert)
 
-    def install(self, data: bytes, epoch: int) -> bytes:
+    def install(self, data: bytes, epoch: int, cert: bytes, mac: bytes) -> bytes:
         """Replace this copy by a snapshot (:meth:`FollowerRole.install`)."""
-        return self._as_follower("install", data, epoch)
+        return self._as_follower("install", data, epoch, cert, mac)
 
-    def seal(self, epoch: int) -> bytes:
+    def seal(self, epoch: int, cert: bytes) -> bytes:
         """Apply every held batch and release the store (:meth:`FollowerRole.seal`)."""
-        return self._as_follower("seal", epoch)
+        return self._as_follower("seal", epoch, cert)
 
-    def read(self, method: str, args: list[Any]) -> bytes:
-        """A read at the applied state (:meth:`FollowerRole.read`)."""
-        return self._as_follower("read", method, args)
+    def read(self, method: str, args: list[Any], capability: Any = None) -> bytes:
+        """A read at the applied state, checked as on the primary (:meth:`FollowerRole.read`)."""
+        return self._as_follower("read", method, args, capability)
 
-    async def become_primary(self, epoch: int) -> dict[str, Any]:
+    async def become_primary(self, epoch: int, cert: bytes) -> dict[str, Any]:
         """Serve as the primary at *epoch*, over the store this follower holds.
 
         Call once the directory names this actor the primary at *epoch*; the
         follower is sealed first if it was not (everything held applied, its
         store released), then the context opens here as it does in a new
         primary (replication set up from the directory, every other follower
-        snapshotted). Idempotent; answers what ``handshake`` answers.
+        snapshotted). Idempotent; answers what ``handshake`` answers. *cert* is the
+        directory's signature of *epoch*: without it nothing happens (``bad_mac``).
         """
+        check_epoch(replication_key(self._context_name), epoch, cert)
         if not self._promoted:
             if self._role is not None:
-                self._role.seal(int(epoch))  # a no-op reply if already sealed
+                self._role.seal(epoch, cert)  # a no-op reply if already sealed
                 self._role = None
             self._host()
         info: dict[str, Any] = await self.handshake()

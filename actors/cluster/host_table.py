@@ -88,13 +88,16 @@ class HostTable:
             ]
         )
 
-    async def place_hosted(self, name: str, policy: str = POLICY_SPREAD) -> bytes:
+    async def place_hosted(
+        self, name: str, policy: str = POLICY_SPREAD, capability: Any = None
+    ) -> bytes:
         """The entry of *name*: the existing one, else a new one on a context host."""
         try:
             async with self._guard():  # type: ignore[attr-defined]
                 name = check_context_name(name)
                 if name in self.entries:
                     return ok(self.entries[name].model_dump())
+                self._admin(capability, name, "place_hosted")  # type: ignore[attr-defined]
                 policy = check_policy(policy)
                 live = {n["node_id"]: n["resources"] for n in alive_nodes()}
                 host = choose_host(policy, self._fresh_hosts(), self._assigned(), live)
@@ -181,13 +184,16 @@ class HostTable:
         except MorphzError as e:
             return failed(e)
 
-    async def move_hosted(self, name: str, to: str | None = None) -> bytes:
+    async def move_hosted(
+        self, name: str, to: str | None = None, capability: Any = None
+    ) -> bytes:
         """Move the hosted context *name* to host *to* (an actor name; default: the host
         with the least weight among the others of its node and store root), active or
         not: its host finishes the calls in flight and closes it first."""
         try:
             async with self._guard():  # type: ignore[attr-defined]
                 entry = self._entry(name)  # type: ignore[attr-defined]
+                self._admin(capability, entry.name, "move_hosted")  # type: ignore[attr-defined]
                 if not is_host(entry.primary.actor):
                     raise RequestError(f"context {name!r} is not hosted", code="bad_argument")
                 if to is not None and (not isinstance(to, str) or not is_host(to)):
@@ -198,12 +204,13 @@ class HostTable:
         except MorphzError as e:
             return failed(e)
 
-    async def rebalance(self, limit: int = 100) -> bytes:
+    async def rebalance(self, limit: int = 100, capability: Any = None) -> bytes:
         """Move up to *limit* idle contexts off the hosts that report themselves full, each
         to the host with the least weight and room on the same node and store root: the
         names moved, by host they left."""
         try:
             async with self._guard():  # type: ignore[attr-defined]
+                self._admin(capability, "*", "rebalance")  # type: ignore[attr-defined]
                 if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                     raise RequestError("limit must be an integer >= 0", code="bad_argument")
                 moved: dict[str, list[str]] = {}

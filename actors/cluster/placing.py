@@ -67,7 +67,9 @@ def place(
     current primary), whatever the arguments. The actor is detached by default
     (the directory's entry outlives this process; stop it with
     ``handle.shutdown()`` and forget it with ``directory().remove(name)``).
-    Other *options* are :func:`connect`'s (window, tenant, enforce …). Errors
+    Other *options* are :func:`connect`'s (window, tenant, enforce …); ``capability``
+    also goes with the placement to the directory (a directory with admin keys places a
+    new context only for an admin capability on it). Errors
     are typed and change nothing: ``bad_placement``, ``not_found`` (unknown
     node or resource), ``not_enough_nodes``, ``bad_context_name`` …
     """
@@ -102,7 +104,7 @@ def place(
         raise RequestError(
             "a hosted context lives under its host's store root", code="bad_argument"
         )
-    where = directory(namespace)
+    where = directory(namespace, capability=options.get("capability"))
     if hosted:
         entry = where.place_hosted(name, policy=placement)
     else:

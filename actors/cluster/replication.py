@@ -1,4 +1,4 @@
-"""Replicated contexts over Ray: the follower's role, and the primary's side of shipping.
+"""Replicated contexts over Ray: the primary's side of shipping.
 
 A replicated context (``follower_count >= 1`` in its directory entry,
 :mod:`actors.cluster.directory`) has one primary — the usual
@@ -9,19 +9,22 @@ are :mod:`storage.replication`'s; this module only moves bytes:
 
 * :class:`Replicator` is the primary's ``ship``: each batch goes to every
   follower at once and the write returns when ``acks`` of them answered that
-  they hold it durably. A follower that reports a gap, or is new, is sent a
-  snapshot of the primary's store instead (:func:`storage.replication.snapshot`).
+  they hold it durably. A follower that reports a gap is caught up from the
+  primary's retained log when the log reaches back to the last batch it holds and
+  its history is the primary's (:meth:`storage.replication.ReplicatedStore.tail`;
+  one message per 8 MiB, every batch's chained MAC checked), else — and a new
+  follower always — is sent a snapshot of the primary's store
+  (:func:`storage.replication.snapshot`); :attr:`Replicator.caught_up` counts both.
+  Every message carries a MAC under the context's replication key
+  (:mod:`storage.replication.codec`), snapshots the directory's signature of the
+  epoch.
   When too few answer, it re-reads the directory (the supervisor,
   :mod:`actors.cluster.failover`, may have replaced a lost follower) and tries again
   for :data:`SHIP_TIMEOUT` seconds before failing the write (``TransportError``
   ``replicas_unavailable``: durable on the primary, not acknowledged). A
   follower answering ``stale_epoch`` means a newer primary exists: the
   primary is fenced.
-* :class:`FollowerRole` applies batches in order and serves reads at its
-  *applied* state — only commits the primary has acknowledged — every reply
-  saying so (:class:`FollowerRead`). It is what the Ray actor
-  :class:`actors.cluster.follower.FollowerActor` does while a follower (a
-  promotion turns that actor into the primary in place); the followers are
+* the followers' side is :mod:`actors.cluster.follower_role`; the followers are
   started by whoever records them (:func:`actors.cluster.follower.start_follower`),
   never by the primary.
 
@@ -39,31 +42,32 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from actors.client.lookup import directory_entry
-from actors.client.names import DEFAULT_NAMESPACE, ContextEntry, Member
-from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import Call, Transport, ray_module
+from actors.client.names import ContextEntry, Member
+from actors.client.replies import open_reply
+from actors.client.transport import ray_module
 from protocol.errors import (
     FENCED,
     REPLICA_GAP,
     STALE_EPOCH,
     MorphzError,
     RequestError,
-    StoreLocked,
     TransportError,
 )
 from service.context import Context
-from storage import LmdbStore, context_path
-from storage.replication import (
-    Follower,
-    ReplicatedStore,
-    install,
-    snapshot,
+from storage import LmdbStore
+from storage.replication import ReplicatedStore, snapshot
+from storage.replication.codec import (
+    control_mac,
+    epoch_mac,
+    install_mac,
+    opened,
+    replication_key,
 )
+from storage.replication.recording import retain_of
 
 log = logging.getLogger("morphz.replication")
 
@@ -71,240 +75,41 @@ SHIP_TIMEOUT = 30.0
 """Seconds a write waits for enough followers (re-reading the directory meanwhile)."""
 INSTALL_TIMEOUT = 120.0
 """Seconds a follower may take to install a snapshot."""
-LOCK_WAIT = 10.0
-"""Seconds a starting follower waits for its store's writer lock."""
 NAME_WAIT = 2.0
 """Seconds the primary waits for a follower's actor name to be registered."""
-READS = frozenset(
-    "frame state version snapshot read_event event history txlog meta frame_at"
-    " read_for_update".split()
-)
-"""The reads a follower serves."""
+CATCH_UP_BYTES = 8 << 20
+"""Most bytes of batches one catch-up message carries (more go in several, in order)."""
+
+
+def chunk_batches(batches: list[bytes]) -> list[list[bytes]]:
+    """*batches* cut, in order, into messages of at most :data:`CATCH_UP_BYTES` (each at
+    least one batch)."""
+    out: list[list[bytes]] = [[]]
+    size = 0
+    for data in batches:
+        if out[-1] and size + len(data) > CATCH_UP_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(data)
+        size += len(data)
+    return out if out[0] else []
+
 
 __all__ = [
+    "CATCH_UP_BYTES",
+    "catch_up_member",
+    "chunk_batches",
     "INSTALL_TIMEOUT",
-    "LOCK_WAIT",
     "NAME_WAIT",
-    "READS",
     "SHIP_TIMEOUT",
-    "FollowerHandle",
-    "FollowerRead",
     "REPLICATION",
     "DirectoryReplication",
-    "FollowerRole",
     "Replicator",
     "check_not_replaced",
     "enable",
-    "follower_handle",
     "replicated_entry",
+    "sign_epoch",
 ]
-
-
-class FollowerRead(BaseModel):
-    """A read served by a follower: the reply, and the state it was read at.
-
-    ``served_by`` is always ``"follower"``; ``applied_version`` the context
-    version of the follower's state (every commit up to it is acknowledged by
-    the primary, none after it is shown); ``applied_seq`` the last batch
-    applied; ``held_seq`` the last batch held durably (may be ahead: commits
-    not yet acknowledged); ``epoch`` the follower's fence.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    served_by: str
-    node_id: str
-    epoch: int
-    applied_seq: int
-    applied_version: int
-    held_seq: int
-    reply: Any
-
-
-def _node_id() -> str:
-    ray = ray_module()
-    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
-
-
-def _open_store(path: str) -> LmdbStore:
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        try:
-            return LmdbStore.open(path, create=True)
-        except StoreLocked:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-class FollowerRole:
-    """What one follower of context *name* does: its copy under ``<store_dir>/<name>``
-    on this node.
-
-    A plain class (not a Ray actor): the follower actor
-    (:class:`~actors.cluster.follower.FollowerActor`) answers its calls through it,
-    one at a time (batches apply in the order the primary sent them). Every method
-    answers a reply envelope.
-    """
-
-    def __init__(self, store_dir: str, name: str) -> None:
-        self._name = name
-        self._path = str(context_path(store_dir, name))
-        self._error: MorphzError | None = None
-        self._store: LmdbStore | None = None
-        self._reader: Context | None = None
-        self._follower: Follower | None = None
-        try:
-            self._open()
-        except MorphzError as e:
-            self._error = e
-
-    def _open(self) -> None:
-        self._store = _open_store(self._path)
-        self._follower = Follower(self._store)
-
-    def _close(self) -> None:
-        if self._reader is not None:
-            self._reader.backend.close()
-            self._reader = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        self._follower = None
-
-    def _live(self) -> Follower:
-        if self._follower is None:
-            if self._error is not None:
-                raise self._error
-            self._open()
-        assert self._follower is not None
-        return self._follower
-
-    def _status(self) -> dict[str, Any]:
-        f = self._live()
-        return {
-            "name": self._name,
-            "path": self._path,
-            "node_id": _node_id(),
-            "epoch": f.state.epoch,
-            "applied_seq": f.state.seq,
-            "applied_version": f.state.version,
-            "held_seq": f.held_seq,
-        }
-
-    def receive(self, data: bytes) -> bytes:
-        """Hold batch *data* durably (apply what is acknowledged); the held sequence number."""
-        try:
-            return ok(self._live().receive(data))
-        except MorphzError as e:
-            return failed(e)
-
-    def confirm(self, acked: int) -> bytes:
-        """The primary acknowledged batches up to *acked*: apply them."""
-        try:
-            self._live().confirm(int(acked))
-            return ok(None)
-        except MorphzError as e:
-            return failed(e)
-
-    def status(self) -> bytes:
-        """Epoch, applied and held batches, applied version, node."""
-        try:
-            return ok(self._status())
-        except MorphzError as e:
-            return failed(e)
-
-    def fence(self, epoch: int) -> bytes:
-        """Refuse batches of epochs before *epoch* from now on; the status after."""
-        try:
-            self._live().fence(int(epoch))
-            return ok(self._status())
-        except MorphzError as e:
-            return failed(e)
-
-    def install(self, data: bytes, epoch: int) -> bytes:
-        """Replace this copy by the primary's snapshot *data*, fenced at *epoch*."""
-        try:
-            if self._follower is not None and self._follower.state.epoch > int(epoch):
-                # a replaced primary (restarted before it learnt so) may not overwrite us
-                raise RequestError(
-                    f"a snapshot from epoch {epoch} is older than this follower's "
-                    f"{self._follower.state.epoch}",
-                    code=STALE_EPOCH,
-                )
-            self._close()
-            install(self._path, data)
-            self._open()
-            self._live().fence(int(epoch))
-            return ok(self._status())
-        except MorphzError as e:
-            return failed(e)
-
-    def seal(self, epoch: int) -> bytes:
-        """Before promotion: apply every held batch, fence at *epoch*, release the store."""
-        try:
-            f = self._live()
-            f.drain()
-            f.fence(int(epoch))
-            status = self._status()
-            self._close()
-            self._error = RequestError(
-                f"follower of {self._name!r} was sealed for promotion", code=FENCED
-            )
-            return ok(status)
-        except MorphzError as e:
-            return failed(e)
-
-    def read(self, method: str, args: list[Any]) -> bytes:
-        """Serve a read (:data:`READS`) at the applied state, saying so."""
-        try:
-            if method not in READS:
-                raise RequestError(f"a follower serves {sorted(READS)}, not {method!r}")
-            f = self._live()
-            if self._reader is None:
-                self._reader = Context(LmdbStore.open(self._path, readonly=True), name=self._name)
-            reply = getattr(self._reader, method)(*args)
-            dump = getattr(reply, "model_dump", None)
-            value = dump() if callable(dump) else reply
-            read = FollowerRead(
-                served_by="follower",
-                node_id=_node_id(),
-                epoch=f.state.epoch,
-                applied_seq=f.state.seq,
-                applied_version=f.state.version,
-                held_seq=f.held_seq,
-                reply=value,
-            )
-            return ok(read.model_dump())
-        except MorphzError as e:
-            return failed(e)
-        except TypeError as e:
-            return failed(RequestError(f"bad arguments for {method}: {e}", code="bad_argument"))
-
-
-class FollowerHandle:
-    """A blocking handle of one follower: its status and the reads it serves."""
-
-    def __init__(self, actor: Any, member: Member, namespace: str = DEFAULT_NAMESPACE) -> None:
-        self.member = member
-        self.transport = Transport(actor, member.actor, label=member.actor, namespace=namespace)
-
-    def status(self) -> dict[str, Any]:
-        """Epoch, applied and held batches, applied version, node."""
-        return dict(self.transport.call(Call("status", (), open_reply, guarded=False)))
-
-    def read(self, method: str, *args: Any) -> FollowerRead:
-        """Run the read *method* (:data:`READS`) on the follower's applied state."""
-        if method not in READS:
-            raise RequestError(f"a follower serves {sorted(READS)}, not {method!r}")
-        raw = self.transport.call(Call("read", (method, list(args)), open_reply, guarded=False))
-        return FollowerRead.model_validate(raw)
-
-
-def follower_handle(member: Member, namespace: str = DEFAULT_NAMESPACE) -> FollowerHandle:
-    """The handle of the running follower *member* (NotFound-free: Ray resolves it by name)."""
-    actor = ray_module().get_actor(member.actor, namespace=namespace)
-    return FollowerHandle(actor, member, namespace)
 
 
 def _member_actor(member: Member, namespace: str) -> Any | None:
@@ -321,6 +126,27 @@ def _member_actor(member: Member, namespace: str) -> Any | None:
             time.sleep(0.1)
 
 
+def catch_up_member(
+    store: ReplicatedStore, key: bytes, epoch: int, call: Callable[..., Any]
+) -> bool:
+    r"""Bring one follower up to *store* (the primary's, at *epoch*) from its retained log;
+    False, having sent nothing, when the log cannot (the follower needs a snapshot).
+
+    *call(method, \*args)* calls the follower and answers its opened reply: its
+    ``status`` (the last batch it holds and that batch's MAC) decides
+    (:meth:`~storage.replication.ReplicatedStore.tail`); the missing batches then go in
+    ``catch_up`` messages of at most :data:`CATCH_UP_BYTES`, each MACed under *key*."""
+    status = call("status")
+    batches = store.tail(int(status["held_seq"]), bytes.fromhex(str(status["head"])))
+    if batches is None:
+        return False
+    for chunk in chunk_batches(batches):
+        acked = store.acked
+        call("catch_up", epoch, acked, chunk, control_mac(
+            key, "catch_up", epoch, acked, opened(chunk[-1])[0]))  # fmt: skip
+    return True
+
+
 class Replicator:
     """The primary's ``ship`` for context *name* under *entry*'s epoch (see the module doc)."""
 
@@ -331,6 +157,10 @@ class Replicator:
         self.me = me
         self.store: ReplicatedStore | None = None
         self._actors: dict[Member, Any] = {}
+        self._key = replication_key(name)
+        self.caught_up = {"log": 0, "snapshot": 0}
+        """How many times a follower was brought up to date from the retained log, and by
+        a snapshot (a new follower, one beyond the log, or one whose history diverged)."""
 
     def _inner(self) -> LmdbStore:
         assert self.store is not None
@@ -347,6 +177,8 @@ class Replicator:
     def _install(self, members: list[Member]) -> list[Member]:
         ray = ray_module()
         data, _ = snapshot(self._inner())
+        mac = install_mac(self._key, self.entry.epoch, data)
+        cert = bytes.fromhex(self.entry.epoch_mac)
         refs = {}
         for m in members:
             actor = self._actors.get(m) or _member_actor(m, self.namespace)
@@ -354,12 +186,13 @@ class Replicator:
                 log.warning("context %r: follower %s not running", self.name, m.actor)
                 continue
             self._actors[m] = actor
-            refs[m] = actor.install.remote(data, self.entry.epoch)
+            refs[m] = actor.install.remote(data, self.entry.epoch, cert, mac)
         done = []
         for m, ref in refs.items():
             try:
                 open_reply(ray.get(ref, timeout=INSTALL_TIMEOUT))
                 done.append(m)
+                self.caught_up["snapshot"] += 1
             except Exception as e:  # a lost node, a dead actor: left to the supervisor
                 log.warning("context %r: follower %s not synced: %s", self.name, m.actor, e)
                 self._actors.pop(m, None)
@@ -431,7 +264,7 @@ class Replicator:
                 except RayError as e:
                     log.warning("context %r: follower %s lost: %s", self.name, m.actor, e)
             if got < need and behind:
-                got += len(self._sync(behind))
+                got += len(self._catch_up(behind))
             if got >= need:
                 return
             try:
@@ -447,10 +280,49 @@ class Replicator:
                 )
             time.sleep(0.2)
 
+    def _catch_up(self, members: list[Member]) -> list[Member]:
+        """Bring *members* (behind: they answered ``replica_gap``) up to this store: from
+        the retained log when :func:`catch_up_member` can, else by snapshot; those brought
+        up to date."""
+        ray = ray_module()
+        assert self.store is not None
+        done, rest = [], []
+        for m in members:
+            actor = self._actors[m]
+
+            def call(method: str, *args: Any, actor: Any = actor) -> Any:
+                ref = getattr(actor, method).remote(*args)
+                return open_reply(ray.get(ref, timeout=INSTALL_TIMEOUT))
+
+            try:
+                if catch_up_member(self.store, self._key, self.entry.epoch, call):
+                    self.caught_up["log"] += 1
+                    done.append(m)
+                    continue
+            except MorphzError as e:
+                if e.code == STALE_EPOCH:
+                    raise
+                log.warning("context %r: follower %s not caught up from the log: %s",
+                            self.name, m.actor, e)  # fmt: skip
+            except Exception as e:  # a lost node, a dead actor: a snapshot, else the supervisor
+                log.warning("context %r: follower %s not caught up: %s", self.name, m.actor, e)
+            rest.append(m)
+        return done + self._sync(rest)
+
     def confirm(self, acked: int) -> None:
         """Tell the followers the primary acknowledged up to *acked* (not awaited)."""
+        epoch = self.entry.epoch
+        mac = control_mac(self._key, "confirm", epoch, acked)
         for actor in self._actors.values():
-            actor.confirm.remote(acked)
+            actor.confirm.remote(epoch, acked, mac)
+
+
+def sign_epoch(name: str, epoch: int) -> bytes:
+    """The directory's signature of *epoch* for context *name*, under the context's
+    replication key (:func:`storage.replication.codec.epoch_mac`): what a follower's
+    fence, seal, install and promotion accept an epoch with. Made by the directory (and
+    its supervisor) only."""
+    return epoch_mac(replication_key(name), epoch)
 
 
 def replicated_entry(name: str, namespace: str | None) -> tuple[ContextEntry, str] | None:
@@ -506,7 +378,10 @@ def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
     if not isinstance(inner, LmdbStore):
         raise RequestError("only an LMDB store can be replicated", code="bad_argument")
     replicator = Replicator(name, namespace, entry, me)
-    store = ReplicatedStore(inner, epoch=entry.epoch, ship=replicator.ship)
+    settings = ctx.settings() or {}
+    store = ReplicatedStore(
+        inner, epoch=entry.epoch, ship=replicator.ship, retain=retain_of(settings)
+    )
     store.confirm = replicator.confirm
     replicator.store = store
     replicator.sync_all()

@@ -38,6 +38,7 @@ from protocol.errors import HOSTED_UNREPLICATED, NotFound, RequestError, Transpo
 from protocol.governance import AdmissionPolicy, check_every, check_scan
 from service.context import MAX_WINDOW
 from storage import check_context_name
+from storage.replication.recording import check_retain
 
 MAX_CONCURRENCY = 1000
 """Calls one context actor's event loop accepts at once."""
@@ -67,6 +68,7 @@ def connect(
     embedder: EmbedderConfig | None = None,
     replication: Replication | None = None,
     host: str | None = None,
+    replication_log: int | None = None,
 ) -> ContextHandle:
     """Get or create the actor of context *name* and return its handle.
 
@@ -99,7 +101,9 @@ def connect(
     followers through (:class:`~actors.server.host.Replication`): the cluster
     side (:func:`actors.cluster.placing.place`) gives it for the contexts it
     places; without it the actor serves its store alone, as on one node. It
-    too applies when the actor is created.
+    too applies when the actor is created. *replication_log* is how many of its last
+    replicated batches the context keeps so a follower that fell behind catches up from
+    them instead of a snapshot (recorded in the context's settings; default 4096).
 
     *host* serves the context from the context host of that name
     (:func:`~actors.server.hosting.start_host`: started on *node_id* for *store_dir*
@@ -128,6 +132,8 @@ def connect(
     if governance_every is not None:
         check_every(governance_every)
     check_scan(governance_unused_ticks, 3)
+    if replication_log is not None:
+        check_retain(replication_log)
     if embedder is not None and not isinstance(embedder, EmbedderConfig):
         raise RequestError("embedder must be an EmbedderConfig", code="bad_argument")
     if host is not None:
@@ -174,6 +180,7 @@ def connect(
         namespace=namespace,
         embedder=None if embedder is None else embedder.to_dict(),
         replication=replication,
+        replication_log=replication_log,
     )
     handle = ContextHandle(
         actor, name, namespace=namespace, retry=retry, timeout=timeout, capability=capability

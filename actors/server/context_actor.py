@@ -21,7 +21,7 @@ submission is answered only after that write returned: an acknowledged commit
 is durable (R44).
 
 Payloads: ``submit`` takes the msgpack wire form of one transaction
-(:func:`protocol.wire.tx_to_msgpack`, client id inside the transaction) and
+(:func:`protocol.txwire.tx_to_msgpack`, client id inside the transaction) and
 answers ``pack(receipt.to_dict())``. A payload that does not decode gets a
 rejected receipt with the error code ``wire_error`` and writes nothing (R45).
 Other store methods answer with the envelope of :mod:`actors.client.replies`.
@@ -36,29 +36,29 @@ unattended.
 The hosting (opening, the store thread, the guard, the inbox, the audit buffer,
 the background governance task, introspection, close) is :class:`~actors.server.host.ContextHost`'s.
 Ray is not imported here. Every registered operation (:mod:`service.operations`) is a
-method made by :func:`serve` from its declaration; written here by hand are only the
-calls that travel differently: submissions (wire bytes into the group-commit inbox) and
-sharing a frame (sealed with the guard's key, audited through the audit buffer).
+method made by :func:`serve` from its declaration, given this actor's grant key, scope
+and admission policy through its :class:`~service.registry.Caller`; written here by hand
+are only the methods serving the operations declared with ``carry=``: submissions, wire
+bytes into the group-commit inbox.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from typing import Any
 
-from actors.client.names import MAX_SUBMIT_MANY
-from actors.client.replies import failed, ok
+from actors.client.replies import failed
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
 from protocol.errors import MorphzError, Overloaded, RequestError, WireError
 from protocol.receipts import OpError, Receipt, without_reads
-from protocol.wire import SubmittedTx, pack
-from service import sharing
+from protocol.txwire import SubmittedTx
+from protocol.wire import pack
 from service.context import Context
 from service.operations import operations
 from service.registry import Caller, Operation
+from service.transactions import MAX_SUBMIT_MANY
 
 
 def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
@@ -73,14 +73,6 @@ def wire_rejection(message: str, *, version: int, tick: int) -> Receipt:
         tick=tick,
         errors=(OpError(op=None, code="wire_error", message=message),),
     )
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise RequestError(
-            f"{what} must be a string, not {type(value).__name__}", code="bad_argument"
-        )
-    return value
 
 
 class ContextActor(ContextHost):
@@ -160,9 +152,7 @@ class ContextActor(ContextHost):
             reads, agent = self.guard.permits("read", capability), self._agent(capability)
             if single:
                 return await self._submit(payloads[0], reads, agent)
-            return list(
-                await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads))
-            )
+            return list(await asyncio.gather(*(self._submit(p, reads, agent) for p in payloads)))
         finally:
             self.intake.release(caller, size)
 
@@ -192,71 +182,6 @@ class ContextActor(ContextHost):
             return failed(result)
         return pack(result if reads else without_reads(result))
 
-    # -- other writes -------------------------------------------------------
-
-    # -- reads (the registered ones are made by :func:`serve`) ---------------------
-
-    # -- explicit export and import (service.sharing) -----------------------------
-
-    @guarded("read")
-    async def export_frame(self, frame_id: str, capability: Any = None) -> bytes:
-        """A sealed package of one frame, its sources' summaries and provenance; audited."""
-        try:
-            _text(frame_id, "frame id")
-            key = self.guard.key()
-        except MorphzError as e:
-            return failed(e)
-        tenant, project = self._tenant, self._project
-        try:
-            doc = await self._run(
-                lambda ctx: sharing.package_document(
-                    ctx, frame_id, tenant=tenant, project=project, now=time.time()
-                )
-            )
-            # No package leaves without its durable audit entry.
-            holder = holder_of(capability)
-            entry = sharing.export_entry(
-                doc, holder=holder, context=self._name, tenant=tenant, now=time.time()
-            )
-            await self._audit_now([entry])
-        except MorphzError as e:
-            return failed(e)
-        return ok(sharing.seal(doc, key))
-
-    @guarded("admin")
-    async def import_frame(
-        self, package: bytes, as_id: str | None = None, capability: Any = None
-    ) -> bytes:
-        """Derive a frame from an exported package, with a provenance envelope; audited.
-
-        Answers ``{"id", "receipt"}``. The package must carry a valid seal.
-        """
-        holder, tenant = holder_of(capability), self._tenant
-
-        def entry(plan: sharing.ImportPlan | None, receipt: Any, refused: Any = None) -> Any:
-            return sharing.import_entry(
-                plan,
-                receipt,
-                holder=holder,
-                context=self._name,
-                tenant=tenant,
-                now=time.time(),
-                refused=refused,
-            )
-
-        try:
-            plan = sharing.open_package(package, self.guard.key(), as_id)
-        except MorphzError as e:
-            await self.audit_buffer.append_quietly(entry(None, None, e))
-            return failed(e)
-        try:
-            receipt = await self._run(sharing.commit_import, plan)
-            # Durable before the answer; a retry after a failure here is a duplicate import.
-            await self._audit_now([entry(plan, receipt)])
-        except MorphzError as e:
-            return failed(e)
-        return ok({"id": plan.frame_id, "receipt": receipt})
-
 
 def serve(op: Operation[Any, Any]) -> Any:
     """The context actor's method of a registered operation (:mod:`service.operations`).
@@ -278,7 +203,13 @@ def serve(op: Operation[Any, Any]) -> Any:
             bound = op.bind(*args, **kwargs)
         except MorphzError as e:
             return failed(e)
-        caller = Caller(holder=holder_of(capability), policy=self._policy)
+        caller = Caller(
+            holder=holder_of(capability),
+            policy=self._policy,
+            key=self.guard.key,
+            tenant=self._tenant,
+            project=self._project,
+        )
         if op.prepare is None:
             return await self._reply(lambda ctx: op.run(ctx, bound, caller))
         try:  # the part that reads without the writer, off the store thread
@@ -305,5 +236,5 @@ def serve(op: Operation[Any, Any]) -> Any:
 
 
 for _op in operations():
-    if _op.remote:
+    if _op.carry is None:  # a carried one (submit) is served by the method above
         setattr(ContextActor, _op.name, serve(_op))

@@ -66,6 +66,7 @@ from protocol.governance import (
 from service.context import Context
 from service.governance import SCAN_BUDGET_SECONDS, apply_pass, record_audit, scan_deadline
 from service.store import open_context
+from storage.replication.recording import check_retain
 
 T = TypeVar("T")
 log = logging.getLogger("morphz.context_actor")
@@ -136,6 +137,7 @@ class ContextHost:
         namespace: str | None = None,
         embedder: dict[str, Any] | None = None,
         replication: Replication | None = None,
+        replication_log: int | None = None,
     ) -> None:
         self._store_dir = store_dir
         self._replication = replication
@@ -180,6 +182,8 @@ class ContextHost:
             if governance_every is not None:
                 check_every(governance_every)
             check_scan(governance_unused_ticks, 3)
+            if replication_log is not None:
+                check_retain(replication_log)
             if admission is not None and (
                 not isinstance(getattr(admission, "name", None), str)
                 or not callable(getattr(admission, "review", None))
@@ -199,6 +203,7 @@ class ContextHost:
                 "admission": admission,
                 "embedder": embedder,
                 "enforce": bool(enforce),
+                "replication_log": replication_log,
             }
             self._open(window, history_keep, create, lock_wait, tenant, project, given)
         if self._ctx is not None:

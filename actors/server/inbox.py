@@ -33,7 +33,7 @@ from actors.server.metrics import ContextMetrics
 from protocol.errors import MorphzError
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
-from protocol.wire import SubmittedTx
+from protocol.txwire import SubmittedTx
 
 log = logging.getLogger("morphz.context_actor")
 

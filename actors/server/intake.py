@@ -32,7 +32,7 @@ from typing import Any
 
 from actors.client.names import MAX_CALL_BYTES
 from protocol.errors import Overloaded
-from protocol.wire import SubmittedTx, submitted_from_msgpack
+from protocol.txwire import SubmittedTx, submitted_from_msgpack
 
 __all__ = [
     "DECODE_INLINE_BYTES",
@@ -111,7 +111,7 @@ class Intake:
         self.held = max(0, self.held - size)
 
     async def decode(self, payload: bytes) -> SubmittedTx:
-        """*payload* decoded (``protocol.wire.submitted_from_msgpack``): on the event loop
+        """*payload* decoded (``protocol.txwire.submitted_from_msgpack``): on the event loop
         when small, on the intake's thread when larger than ``inline_bytes``."""
         if not isinstance(payload, bytes) or len(payload) <= self.inline_bytes:
             return submitted_from_msgpack(payload)

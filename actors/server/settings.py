@@ -2,7 +2,11 @@
 
 A context actor's behaviour depends on more than its store: the governance cadence
 (``governance_every``, ``governance_unused_ticks``), the admission policy, the embedder
-that makes search hybrid and capability enforcement. Those used to live only in the
+that makes search hybrid, capability enforcement and, for a replicated context, how many
+of its last batches it keeps for followers to catch up from (``replication_log``, read by
+the primary and by every follower from the context's meta:
+:func:`storage.replication.recording.retain_of`; default
+:data:`~storage.replication.recording.DEFAULT_RETAIN`). Those used to live only in the
 actor's constructor arguments, so a context served again without them (a promoted
 follower, an unreplicated context served on its returned node, a copied or restored
 store) silently served differently. They are now part of the context:
@@ -32,6 +36,7 @@ from protocol.governance import AdmissionPolicy, DefaultPolicy
 from protocol.governance.policy import Decision
 from protocol.state import Frame
 from protocol.view import ReadView
+from storage.replication.recording import RETAIN_SETTING
 
 SETTINGS_FORMAT = 1
 """The version of the recorded settings' layout."""
@@ -78,6 +83,7 @@ def settle(
     admission: AdmissionPolicy | None,
     embedder: dict[str, Any] | None,
     enforce: bool,
+    replication_log: int | None = None,
 ) -> dict[str, Any]:
     """The settings to serve with and record: each given value (not None) replaces the
     recorded one, a missing one keeps it; ``enforce`` is sticky. Plain JSON values."""
@@ -97,4 +103,5 @@ def settle(
         ),
         "embedder": pick(embedder, "embedder"),
         "enforce": bool(enforce) or bool(old.get("enforce")),
+        RETAIN_SETTING: pick(replication_log, RETAIN_SETTING),
     }

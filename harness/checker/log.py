@@ -11,7 +11,7 @@ from harness.checker.verdicts import LOG_GAP, REPLAY_DIVERGED, Violation
 from protocol.errors import MorphzError
 from protocol.tx import ContextTx
 from protocol.txlang import parse_tx
-from protocol.wire import tx_from_dict
+from protocol.txwire import tx_from_dict
 
 
 def checked_keys(tx: ContextTx) -> frozenset[str]:

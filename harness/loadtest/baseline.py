@@ -26,7 +26,8 @@ from harness.loadtest.report import percentile
 from harness.workload import Step, build_tx
 from protocol.errors import MorphzError
 from protocol.receipts import Receipt
-from protocol.wire import pack, tx_to_msgpack
+from protocol.txwire import tx_to_msgpack
+from protocol.wire import pack
 
 __all__ = [
     "BaselineClient",

@@ -248,7 +248,7 @@ def tx(
     it would get, writing nothing (exit 1 if it would be rejected).
     """
     from protocol.txlang import parse_tx
-    from protocol.wire import SubmittedTx
+    from protocol.txwire import SubmittedTx
 
     text = decode(source.read(), "the transaction")
     # Parsed once, here: a parse error exits 2 before the store is touched, and the

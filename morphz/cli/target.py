@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from actors.client.handle import ContextHandle
     from morphz.cli.console import Env
     from protocol.receipts import Receipt
-    from protocol.wire import SubmittedTx
+    from protocol.txwire import SubmittedTx
     from service.context import Context
 
 __all__ = ["ActorWriter", "StoreWriter", "Writer", "address_option", "writer_for"]

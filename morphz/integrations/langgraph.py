@@ -18,8 +18,9 @@ The memory of what was read is kept per execution context (thread or asyncio
 task, :mod:`contextvars`), so threads sharing one store never base a write on
 each other's reads. docs/langgraph.md describes the mapping and the semantics.
 
-The module is long (over 600 lines) and kept as one module because the adapter is
-one class with the id mapping, body encoding and filters it alone uses.
+Where an item lives (its frame id) and which items a filter selects are
+:mod:`morphz.integrations.langgraph_keys`; how an item is laid out in a body is
+:mod:`morphz.integrations.langgraph_items`.
 
 LangGraph is imported here only: ``import morphz`` does not need it (the
 ``morphz[langgraph]`` extra installs it).
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import json
 import math
 import threading
@@ -41,10 +41,8 @@ from typing import Any
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -59,9 +57,18 @@ from morphz.integrations.langgraph_items import (
     item_body,
     put_edits,
 )
+from morphz.integrations.langgraph_keys import (
+    DEFAULT_ROOT,
+    check_namespace,
+    compare,
+    frame_id_for,
+    label_of,
+    matches,
+    namespace_part,
+)
 from protocol.errors import NotFound, OutOfRange, RequestError
 from protocol.forms import MAX_STRING_CHARS, Symbol
-from protocol.ids import MAX_FRAME_ID, is_frame_id
+from protocol.ids import is_frame_id
 from protocol.receipts import Receipt
 from protocol.replies import FrameReply
 from protocol.tx import ContextTx, Derive, Restore, Retire, Revise
@@ -73,13 +80,8 @@ Merge = Callable[[dict[str, Any] | None, dict[str, Any]], dict[str, Any]]
 """``merge(current, mine)``: the value to write when *mine* lost a race to *current*
 (``None`` when the key is absent or deleted now)."""
 
-DEFAULT_ROOT = "lg"
 SEARCH_LIMIT = 50
 """Most hits one query search takes from the context's index (its model-search limit)."""
-_HASH_HEX = 16
-_PLAIN_LABEL = 40  # longer escaped labels are hashed, so deep namespaces still fit
-_HASHED = 2 + _HASH_HEX  # ".h" and the digest
-_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _CONFLICTS = frozenset({"conflict", "frame_exists"})
 _SEARCH_LOCK = threading.Lock()  # an embedded context's index is caught up by one thread at a time
 
@@ -136,87 +138,6 @@ class _Seen:
     created_at: str = ""
     item: Decoded | None = None
     """The item as this store last read or wrote it (what a ``put`` edits from)."""
-
-
-# -- frame ids ------------------------------------------------------------------------
-
-
-def _escape(text: str, what: str) -> str:
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise RequestError(f"{what} {text!r} is not valid Unicode", code="bad_key") from e
-    if not data:
-        return "."
-    return "".join(chr(b) if b in _PLAIN else f".{b:02x}" for b in data)
-
-
-def _unescape(segment: str) -> str | None:
-    """The label a plain segment encodes; None for a hashed one."""
-    if segment == ".":
-        return ""
-    if segment.startswith(".h"):
-        return None
-    out = bytearray()
-    i = 0
-    while i < len(segment):
-        if segment[i] == ".":
-            out.append(int(segment[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.append(ord(segment[i]))
-            i += 1
-    return out.decode("utf-8")
-
-
-def _label(segment: str) -> str | None:
-    """:func:`_unescape`, None for a segment this store did not write."""
-    try:
-        return _unescape(segment)
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
-def _hashed(text: str) -> str:
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_HASH_HEX // 2)
-    return ".h" + digest.hexdigest()
-
-
-def _namespace_part(root: str, namespace: tuple[str, ...]) -> str:
-    """The frame-id prefix of *namespace*: each label escaped, or hashed when the escaped
-    label is over 40 characters or would not leave room for a hashed key. Each label's
-    form depends only on the labels before it, so a namespace prefix maps to an id
-    prefix."""
-    out = root
-    for label in namespace:
-        segment = _escape(label, "namespace label")
-        if len(segment) > _PLAIN_LABEL or len(out) + len(segment) + 2 + _HASHED > MAX_FRAME_ID:
-            segment = _hashed(label)
-            if len(out) + 2 * (_HASHED + 1) > MAX_FRAME_ID:
-                raise OutOfRange(
-                    f"namespace {namespace!r} is too deep for a frame id of at most "
-                    f"{MAX_FRAME_ID} characters; use fewer or shorter labels"
-                )
-        out += "/" + segment
-    return out
-
-
-def frame_id_for(namespace: tuple[str, ...], key: str, root: str = DEFAULT_ROOT) -> str:
-    """The frame id of item (*namespace*, *key*) under *root*: ``root/label…/key``.
-
-    Letters, digits, ``-`` and ``_`` stay as they are; every other byte of the UTF-8
-    text is written ``.xx`` (hex), the empty string ``.``; so the id reads back to
-    the namespace and key. A label or key too long for the 128-character limit is
-    replaced by ``.h`` and a 16-hex-digit BLAKE2b digest (the original is kept in
-    the frame's body).
-    """
-    if not isinstance(key, str):
-        raise RequestError(f"a key is a string, not {type(key).__name__}", code="bad_key")
-    prefix = _namespace_part(root, namespace)
-    segment = _escape(key, "key")
-    if len(prefix) + 1 + len(segment) > MAX_FRAME_ID:
-        segment = _hashed(key)
-    return f"{prefix}/{segment}"
 
 
 # -- bodies ---------------------------------------------------------------------------
@@ -292,74 +213,6 @@ def _decode(frame: FrameReply) -> Decoded | None:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
-
-
-# -- filters (LangGraph's documented semantics) -------------------------------------
-
-
-def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    if condition.match_type == "prefix":
-        pairs = zip(namespace, path, strict=False)
-    elif condition.match_type == "suffix":
-        pairs = zip(reversed(namespace), reversed(path), strict=False)
-    else:
-        raise RequestError(f"unknown match type {condition.match_type!r}", code="bad_argument")
-    return all(p == "*" or n == p for n, p in pairs)
-
-
-def _compare(value: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        if any(str(k).startswith("$") for k in wanted):
-            return all(_operator(value, op, arg) for op, arg in wanted.items())
-        return isinstance(value, dict) and all(_compare(value.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, list | tuple):
-        return (
-            isinstance(value, list | tuple)
-            and len(value) == len(wanted)
-            and all(_compare(a, b) for a, b in zip(value, wanted, strict=True))
-        )
-    return bool(value == wanted)
-
-
-def _operator(value: Any, op: str, arg: Any) -> bool:
-    if op == "$eq":
-        return bool(value == arg)
-    if op == "$ne":
-        return bool(value != arg)
-    if op in ("$gt", "$gte", "$lt", "$lte"):
-        try:
-            a, b = float(value), float(arg)
-        except (TypeError, ValueError):
-            return False
-        return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
-    raise RequestError(f"unsupported filter operator {op!r}", code="bad_argument")
-
-
-def _check_namespace(op: Op) -> None:
-    """LangGraph's namespace rules, for ops given to ``batch`` directly (its methods check
-    them first): labels are non-empty strings without ``.`` or NUL; a put's namespace is
-    not empty and not rooted at ``langgraph``."""
-    if isinstance(op, GetOp | PutOp):
-        labels: tuple[Any, ...] = tuple(op.namespace)
-    elif isinstance(op, SearchOp):
-        labels = tuple(op.namespace_prefix)
-    elif isinstance(op, ListNamespacesOp):
-        labels = tuple(p for c in op.match_conditions or () for p in c.path)
-    else:
-        return
-    for label in labels:
-        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
-            raise InvalidNamespaceError(
-                f"invalid namespace label {label!r}: labels are non-empty strings"
-                " without '.' or NUL"
-            )
-    if isinstance(op, PutOp) and (not op.namespace or op.namespace[0] == "langgraph"):
-        raise InvalidNamespaceError(
-            f"a namespace is not empty and not rooted at 'langgraph': {tuple(op.namespace)}"
-        )
 
 
 # -- the store ------------------------------------------------------------------------
@@ -444,7 +297,7 @@ class MorphzStore(BaseStore):
 
     def _run(self, ops: list[Op], seen: dict[str, _Seen]) -> list[Result]:
         for op in ops:
-            _check_namespace(op)
+            check_namespace(op)
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
@@ -604,7 +457,7 @@ class MorphzStore(BaseStore):
 
     def _prefix(self, namespace: tuple[str, ...]) -> str | None:
         try:
-            return _namespace_part(self.root, namespace) + "/"
+            return namespace_part(self.root, namespace) + "/"
         except OutOfRange:
             return None  # deeper than any item can be
 
@@ -648,7 +501,7 @@ class MorphzStore(BaseStore):
             if decoded is None or decoded.namespace[: len(namespace)] != namespace:
                 continue
             if op.filter and not all(
-                _compare(decoded.value.get(k), v) for k, v in op.filter.items()
+                compare(decoded.value.get(k), v) for k, v in op.filter.items()
             ):
                 continue
             matched += 1
@@ -677,7 +530,7 @@ class MorphzStore(BaseStore):
         namespaces: set[tuple[str, ...]] = set()
         for fid in self._active_ids(self.root + "/"):
             segments = fid.split("/")[self._root_depth : -1]
-            labels = [_label(s) for s in segments]
+            labels = [label_of(s) for s in segments]
             if all(label is not None for label in labels):
                 namespace = tuple(str(label) for label in labels)
             else:  # a hashed label: the body holds the original
@@ -687,6 +540,6 @@ class MorphzStore(BaseStore):
                 namespace = decoded.namespace
             if not namespace:
                 continue
-            if all(_matches(c, namespace) for c in op.match_conditions or ()):
+            if all(matches(c, namespace) for c in op.match_conditions or ()):
                 namespaces.add(namespace[: op.max_depth] if op.max_depth else namespace)
         return sorted(namespaces)[op.offset : op.offset + op.limit]

@@ -32,8 +32,8 @@ from protocol.receipts import (
 )
 from protocol.state import RETIRED, RETIRING, Event, Frame, Meta
 from protocol.tx import ContextTx, Retire, edge_key, key_display
+from protocol.txwire import tx_to_dict
 from protocol.view import Changeset, ReadView
-from protocol.wire import tx_to_dict
 
 
 @dataclass(slots=True)

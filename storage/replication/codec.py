@@ -308,25 +308,28 @@ def decode_batch(data: bytes) -> Batch:
 SEALED = 2
 """The format byte of a sealed batch: ``SEALED``, a 32-byte MAC, then a format-1 batch."""
 MAC_BYTES = 32
-MAC_LABEL = b"morphz-replication/1\0"
+MAC_LABEL = b"morphz-replication/2\0"
+CONTROL_LABEL = b"morphz-replication-control/1\0"
+CHAIN_START = bytes(MAC_BYTES)
+"""The digest a chain of batches starts from (a store that never replicated)."""
 
 
-def batch_mac(key: bytes, data: bytes) -> bytes:
-    """The HMAC-SHA256 of an encoded (format-1) batch under the context's replication key:
-    it covers every byte of the batch, so its epoch, sequence number, watermark and
-    operations."""
-    return hmac.new(key, MAC_LABEL + data, hashlib.sha256).digest()
+def batch_mac(key: bytes, data: bytes, prev: bytes = CHAIN_START) -> bytes:
+    """The HMAC-SHA256 of an encoded (format-1) batch under the context's replication key,
+    chained to *prev*, the MAC of the batch before it: it covers every byte of the batch
+    (its epoch, sequence number, watermark and operations) and the whole history before
+    it, so a batch only checks out right after the batch it was written after."""
+    return hmac.new(key, MAC_LABEL + bytes(prev) + data, hashlib.sha256).digest()
 
 
-def seal(data: bytes, key: bytes) -> bytes:
-    """*data* (a format-1 batch) sealed with its MAC under *key*."""
-    return bytes([SEALED]) + batch_mac(key, data) + data
+def seal(data: bytes, key: bytes, prev: bytes = CHAIN_START) -> bytes:
+    """*data* (a format-1 batch) sealed with its MAC under *key*, chained to *prev*."""
+    return bytes([SEALED]) + batch_mac(key, data, prev) + data
 
 
-def unseal(data: Any, key: bytes) -> bytes:
-    """The format-1 batch inside sealed *data*, once its MAC checks out under *key*;
-    :class:`WireError` (code ``bad_mac``) for an unsealed batch, a wrong MAC, or anything
-    else: a batch that did not come from a holder of the key changes nothing."""
+def opened(data: Any) -> tuple[bytes, bytes]:
+    """``(mac, batch)`` of sealed *data*, unchecked (a held batch, or to read the header
+    first); :class:`WireError` ``bad_mac`` if *data* is not a sealed batch at all."""
     if not isinstance(data, (bytes, bytearray)) or len(data) <= 1 + MAC_BYTES:
         raise WireError("a replicated batch must be sealed (a MAC and a batch)", code="bad_mac")
     if data[0] != SEALED:
@@ -334,10 +337,72 @@ def unseal(data: Any, key: bytes) -> bytes:
             f"a replicated batch must be sealed (format {SEALED}), not format {data[0]}",
             code="bad_mac",
         )
-    mac, inner = bytes(data[1 : 1 + MAC_BYTES]), bytes(data[1 + MAC_BYTES :])
-    if not hmac.compare_digest(mac, batch_mac(key, inner)):
-        raise WireError("the replicated batch's MAC does not check out", code="bad_mac")
+    return bytes(data[1 : 1 + MAC_BYTES]), bytes(data[1 + MAC_BYTES :])
+
+
+def unseal(data: Any, key: bytes, prev: bytes = CHAIN_START) -> bytes:
+    """The format-1 batch inside sealed *data*, once its MAC checks out under *key* right
+    after the batch whose MAC is *prev*; :class:`WireError` (code ``bad_mac``) for an
+    unsealed batch, a wrong MAC, a batch of another history, or anything else: a batch
+    that did not come from a holder of the key, or not in this order, changes nothing."""
+    mac, inner = opened(data)
+    if not hmac.compare_digest(mac, batch_mac(key, inner, prev)):
+        raise WireError(
+            "the replicated batch's MAC does not check out (forged, or not the batch"
+            " that follows the last one held)",
+            code="bad_mac",
+        )
     return inner
+
+
+def _field(value: int | str | bytes) -> bytes:
+    if isinstance(value, bool) or not isinstance(value, (int, str, bytes)):
+        raise WireError(f"a control message field is an int, str or bytes, not {value!r}")
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def control_mac(key: bytes, op: str, *fields: int | str | bytes) -> bytes:
+    """The MAC of the replication control message *op* (``fence``, ``seal``, ``confirm``,
+    ``install``, ``promote``, ``epoch``) with its *fields*, under the replication key."""
+    mac = hmac.new(key, CONTROL_LABEL + _field(op), hashlib.sha256)
+    for value in fields:
+        mac.update(_field(value))
+    return mac.digest()
+
+
+def check_control(key: bytes, mac: Any, op: str, *fields: int | str | bytes) -> None:
+    """Refuse (:class:`WireError` ``bad_mac``) control message *op* unless *mac* is its MAC:
+    a call from a process without the replication key changes nothing."""
+    for value in fields:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise WireError(f"a {op} message's numbers are >= 0", code="bad_argument")
+    if not isinstance(mac, (bytes, bytearray)) or not hmac.compare_digest(
+        bytes(mac), control_mac(key, op, *fields)
+    ):
+        raise WireError(
+            f"the {op} message carries no valid MAC under the context's replication key",
+            code="bad_mac",
+        )
+
+
+def epoch_mac(key: bytes, epoch: int) -> bytes:
+    """The directory's signature of *epoch* for one context: fence, seal, install and
+    promotion accept an epoch only with it (:func:`check_epoch`)."""
+    return control_mac(key, "epoch", epoch)
+
+
+def check_epoch(key: bytes, epoch: Any, cert: Any) -> int:
+    """*epoch* if *cert* is the directory's signature of it; else WireError ``bad_mac``
+    (``bad_argument`` for an epoch that is not an integer >= 0)."""
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise WireError("an epoch is an integer >= 0", code="bad_argument")
+    check_control(key, cert, "epoch", epoch)
+    return epoch
+
+
+def install_mac(key: bytes, epoch: int, data: bytes) -> bytes:
+    """The MAC of a snapshot *data* sent at *epoch*."""
+    return control_mac(key, "install", epoch, hashlib.sha256(data).digest())
 
 
 def replication_key(name: str) -> bytes:

@@ -9,10 +9,15 @@ store whose data and replication record disagree.
   served or accepted (the fence: a batch or a write under an older epoch is
   refused), *seq* the last replicated write applied to the data, *version*
   the context version after it.
-* ``repl:held:<seq>`` — on a follower, a batch received and made durable
-  but not applied yet, because the primary had not acknowledged it when it
-  arrived. Readers of a follower see only applied batches, so they never see
-  a commit the primary has not acknowledged.
+  *digest* the MAC of that batch, which the next batch's MAC is chained to
+  (:func:`~storage.replication.codec.batch_mac`).
+* ``repl:held:<seq>`` — the sealed batches this store keeps, ``seq`` ascending:
+  those after ``seq`` of the record are *held* (on a follower: received and
+  made durable but not applied yet, because the primary had not acknowledged
+  them when they arrived; readers of a follower see only applied batches, so
+  they never see a commit the primary has not acknowledged); those up to it
+  are the *retained log*, the last batches applied or written, kept so a
+  follower that fell behind catches up from them (:func:`kept`, :func:`prune`).
 
 A store that was never replicated reads as ``ReplicationState(0, 0, 0)``.
 
@@ -27,13 +32,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import lmdb
 import msgpack
 
 from protocol.view import ReadView, WriteView
 from storage.lmdb import LmdbStore, in_transaction
+from storage.replication.codec import CHAIN_START
 
 STATE_KEY = b"repl:state"
 HELD_PREFIX = b"repl:held:"
@@ -47,6 +53,11 @@ class ReplicationState:
     epoch: int = 0
     seq: int = 0
     version: int = 0
+    digest: bytes = CHAIN_START
+
+    def at(self, **changes: int | bytes) -> ReplicationState:
+        """This state with *changes* (the other fields kept)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
 
 
 def read_state(view: ReadView) -> ReplicationState:
@@ -54,13 +65,14 @@ def read_state(view: ReadView) -> ReplicationState:
     data = in_transaction(view, lambda txn, db: txn.get(STATE_KEY, db=db["meta"]))
     if data is None:
         return ReplicationState()
-    epoch, seq, version = msgpack.unpackb(data)
-    return ReplicationState(int(epoch), int(seq), int(version))
+    fields = msgpack.unpackb(data)
+    digest = bytes(fields[3]) if len(fields) > 3 else CHAIN_START
+    return ReplicationState(int(fields[0]), int(fields[1]), int(fields[2]), digest)
 
 
 def write_state(view: WriteView, state: ReplicationState) -> None:
     """Write *state* inside the current write."""
-    record = msgpack.packb([state.epoch, state.seq, state.version])
+    record = msgpack.packb([state.epoch, state.seq, state.version, state.digest])
     in_transaction(view, lambda txn, db: txn.put(STATE_KEY, record, db=db["meta"]))
 
 
@@ -76,22 +88,74 @@ def hold(view: WriteView, seq: int, data: bytes) -> None:
 
 
 def held(view: ReadView) -> list[tuple[int, bytes]]:
-    """The batches held and not applied yet, ``(seq, encoded)``, oldest first."""
+    """The batches held and not applied yet, ``(seq, sealed)``, oldest first."""
+    return kept(view, read_state(view).seq + 1)
+
+
+def kept(view: ReadView, first: int, last: int | None = None) -> list[tuple[int, bytes]]:
+    """The batches kept numbered *first* to *last* (default: every later one),
+    ``(seq, sealed)``, oldest first."""
 
     def scan(
         txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]
     ) -> list[tuple[int, bytes]]:
         cursor = txn.cursor(db=db["meta"])
         out: list[tuple[int, bytes]] = []
-        if not cursor.set_range(HELD_PREFIX):
+        if not cursor.set_range(HELD_PREFIX + _SEQ.pack(max(0, first))):
             return out
         for key, value in cursor.iternext():
             if not key.startswith(HELD_PREFIX):
                 break
-            out.append((_SEQ.unpack(key[len(HELD_PREFIX) :])[0], bytes(value)))
+            seq = _SEQ.unpack(key[len(HELD_PREFIX) :])[0]
+            if last is not None and seq > last:
+                break
+            out.append((seq, bytes(value)))
         return out
 
     return in_transaction(view, scan)
+
+
+def oldest_kept(view: ReadView) -> int | None:
+    """The number of the oldest batch kept, None if none is."""
+    first = kept_range(view)
+    return None if first is None else first[0]
+
+
+def kept_range(view: ReadView) -> tuple[int, int] | None:
+    """``(oldest, newest)`` numbers of the batches kept, None if none is."""
+
+    def scan(
+        txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]
+    ) -> tuple[int, int] | None:
+        cursor = txn.cursor(db=db["meta"])
+        if not cursor.set_range(HELD_PREFIX) or not cursor.key().startswith(HELD_PREFIX):
+            return None
+        oldest = _SEQ.unpack(cursor.key()[len(HELD_PREFIX) :])[0]
+        end = HELD_PREFIX[:-1] + bytes([HELD_PREFIX[-1] + 1])
+        if cursor.set_range(end):
+            cursor.prev()
+        else:
+            cursor.last()
+        newest = _SEQ.unpack(cursor.key()[len(HELD_PREFIX) :])[0]
+        return oldest, newest
+
+    return in_transaction(view, scan)
+
+
+def prune(view: WriteView, below: int) -> None:
+    """Forget the batches kept numbered below *below* (past the retained length)."""
+
+    def run(txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]) -> None:
+        cursor = txn.cursor(db=db["meta"])
+        if not cursor.set_range(HELD_PREFIX):
+            return
+        while (key := cursor.key()).startswith(HELD_PREFIX):
+            if _SEQ.unpack(key[len(HELD_PREFIX) :])[0] >= below:
+                break
+            if not cursor.delete():
+                break
+
+    in_transaction(view, run)
 
 
 def release(view: WriteView, seq: int) -> None:

@@ -23,6 +23,7 @@ exists: this store is then *fenced* and refuses every later write with
 
 from __future__ import annotations
 
+import hmac
 import os
 import threading
 from collections.abc import Callable
@@ -32,10 +33,53 @@ from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, ReadView, WriteView
 from storage.lmdb import LmdbStore
-from storage.replication.codec import OutboxAck, encode_op, encode_parts, replication_key, seal
-from storage.replication.fence import ReplicationState, ack_outbox, store_state, write_state
+from storage.replication.codec import (
+    CHAIN_START,
+    SEALED,
+    OutboxAck,
+    batch_mac,
+    encode_op,
+    encode_parts,
+    opened,
+    replication_key,
+)
+from storage.replication.fence import (
+    ReplicationState,
+    ack_outbox,
+    hold,
+    kept,
+    kept_range,
+    prune,
+    store_state,
+    write_state,
+)
 
 T = TypeVar("T")
+
+DEFAULT_RETAIN = 4096
+"""Batches a replicated store keeps by default for followers to catch up from."""
+MAX_RETAIN = 1 << 20
+RETAIN_SETTING = "replication_log"
+"""The key of the retained log's length in the context's settings (its meta)."""
+
+
+def retain_of(settings: object) -> int:
+    """The retained log's length a context's settings record (``replication_log``), else
+    :data:`DEFAULT_RETAIN`."""
+    value = settings.get(RETAIN_SETTING) if isinstance(settings, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RETAIN:
+        return value
+    return DEFAULT_RETAIN
+
+
+def check_retain(value: object) -> int:
+    """*value* as a retained-log length (0 to :data:`MAX_RETAIN`), else ``bad_argument``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RETAIN:
+        raise RequestError(
+            f"the retained log is 0 to {MAX_RETAIN} batches, not {value!r}", code="bad_argument"
+        )
+    return value
+
 
 Ship = Callable[[int, bytes], None]
 """``ship(seq, encoded batch)``: return once enough followers hold the batch durably."""
@@ -69,10 +113,23 @@ class ReplicatedStore:
     ``stale_epoch``) and raises an older one's fence to *epoch* durably.
     Writes are serialized here (a write and its shipping hold one lock), so
     batches reach *ship* in sequence order with no gap.
+
+    Opening a store that holds data also starts a new chain: the store may have
+    been written outside any batch meanwhile (a restart records its settings
+    before it replicates), so the retained log is dropped and the chain's digest
+    is replaced by a fresh one. No follower can then be caught up from batches
+    that skip such a write: each one gets a snapshot first (what the primary does
+    on open), and the log serves the gaps that open after it.
     """
 
     def __init__(
-        self, inner: LmdbStore, *, epoch: int, ship: Ship, key: bytes | None = None
+        self,
+        inner: LmdbStore,
+        *,
+        epoch: int,
+        ship: Ship,
+        key: bytes | None = None,
+        retain: int = DEFAULT_RETAIN,
     ) -> None:
         state = store_state(inner)
         if state.epoch > epoch:
@@ -80,18 +137,25 @@ class ReplicatedStore:
                 f"context store {inner.path} has seen epoch {state.epoch}, newer than {epoch}",
                 code=STALE_EPOCH,
             )
-        if state.epoch < epoch:
-            state = ReplicationState(epoch, state.seq, state.version)
-            raised = state
-            inner.transact(lambda v: write_state(v, raised))
+        self._key = key if key is not None else replication_key(os.path.basename(inner.path))
+        if inner.has_meta() or state.epoch < epoch:
+            seed = b"morphz-replication-open\0" + state.digest + os.urandom(16)
+            fresh = hmac.new(self._key, seed, "sha256").digest()
+            state = state.at(epoch=epoch, digest=fresh if inner.has_meta() else state.digest)
+            opened_at = state
+
+            def reopen(view: WriteView) -> None:
+                write_state(view, opened_at)
+                prune(view, opened_at.seq + 1)
+
+            inner.transact(reopen)
         self._inner = inner
         self._ship = ship
-        # Batches are sealed under the context's replication key (named by the store's
-        # directory, the context's name) unless one is given.
-        self._key = key if key is not None else replication_key(os.path.basename(inner.path))
         self._state = state
         self._acked = state.seq
-        self._pending: list[tuple[int, list[bytes], int]] = []
+        self.retain = check_retain(retain)
+        """How many of the last batches the store keeps for followers to catch up from."""
+        self._pending: list[tuple[int, bytes]] = []
         self._lock: Any = threading.RLock()
         self._fenced: RequestError | None = None
         self.confirm: Callable[[int], None] | None = None
@@ -139,8 +203,7 @@ class ReplicatedStore:
 
     def _flush(self) -> None:
         while self._pending:
-            seq, ops, version = self._pending[0]
-            data = seal(encode_parts(self._state.epoch, seq, version, self._acked, ops), self._key)
+            seq, data = self._pending[0]
             try:
                 self._ship(seq, data)
             except MorphzError as e:
@@ -162,26 +225,62 @@ class ReplicatedStore:
                 raise self._fenced
             self._flush()
             ops: list[bytes] = []
-            after: list[ReplicationState] = []
+            after: list[tuple[ReplicationState, bytes]] = []
 
             def run(view: WriteView) -> T:
                 ops.clear()
                 after.clear()
                 result = fn(view, ops)
                 if ops:
-                    state = ReplicationState(
-                        self._state.epoch, self._state.seq + 1, view.meta().version
-                    )
+                    # The batch is sealed here, chained to the one before (no batch is
+                    # pending: the flush above shipped them all, so ``acked`` is the last).
+                    seq, version = self._state.seq + 1, view.meta().version
+                    data = encode_parts(self._state.epoch, seq, version, self._acked, ops)
+                    mac = batch_mac(self._key, data, self._state.digest)
+                    sealed = bytes([SEALED]) + mac + data
+                    state = ReplicationState(self._state.epoch, seq, version, mac)
                     write_state(view, state)
-                    after.append(state)
+                    hold(view, seq, sealed)  # the retained log
+                    if seq > self.retain:
+                        prune(view, seq - self.retain + 1)
+                    after.append((state, sealed))
                 return result
 
             result = self._inner.transact(run)
             if after:
-                self._state = after[0]
-                self._pending.append((after[0].seq, list(ops), after[0].version))
+                self._state, sealed = after[0]
+                self._pending.append((self._state.seq, sealed))
                 self._flush()
             return result
+
+    def tail(self, after: int, head: bytes) -> list[bytes] | None:
+        """The sealed batches after batch *after* up to the last one written, from the
+        retained log, for a follower that holds batch *after* with MAC *head*. None when
+        the log no longer reaches back there, or the follower's history is not a prefix of
+        this store's (its *head* is not this store's batch *after*): it needs a snapshot."""
+        state = self._state
+        if not 0 < after <= state.seq:  # holding nothing: what came before batch 1 is not
+            return None  # in any batch (the context's creation): a snapshot
+        batches = self._inner.read(lambda v: kept(v, max(after, 1), state.seq))
+        by_seq = dict(batches)
+        if after == 0:
+            mine = CHAIN_START
+        elif after == state.seq:
+            mine = state.digest
+        elif after in by_seq:
+            mine = opened(by_seq[after])[0]
+        else:
+            return None
+        if not hmac.compare_digest(mine, bytes(head)):
+            return None
+        out = [data for seq, data in batches if seq > after]
+        if len(out) != state.seq - after:
+            return None
+        return out
+
+    def retained(self) -> tuple[int, int] | None:
+        """``(oldest, newest)`` batch numbers of the retained log, None if it is empty."""
+        return self._inner.read(kept_range)
 
     # -- the Backend protocol ----------------------------------------------------
 

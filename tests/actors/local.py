@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from actors.client.handle import ContextHandle, _receipt
+from actors.client.handle import carried
 from actors.client.replies import open_reply
 from actors.server.context_actor import ContextActor
 from protocol.receipts import Receipt
@@ -30,17 +30,21 @@ class LocalHandle(Operations):
         raise NotImplementedError("a LocalHandle runs in the test's event loop: use .aio")
 
     async def invoke_async(self, op: Operation[Any, Any], args: BaseModel) -> Any:
-        return op.decode(open_reply(await getattr(self.actor, op.name)(*op.wire(args))))
+        method = getattr(self.actor, op.name)
+        if op.carry is not None:  # a submission: wire bytes, as the handle sends them
+            return carried(op)(await method(*op.carry.encode(args)))
+        if op.keyed is not None:
+            args = op.keyed(args)
+        return op.decode(open_reply(await method(*op.wire(args))))
 
     async def submit_async(
         self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
     ) -> Receipt:
-        _, payload = ContextHandle.prepare(tx, client_id)
-        return _receipt(await self.actor.submit(payload))
+        receipt: Receipt = await self.submit.aio(tx, client_id)
+        return receipt
 
     async def observe_async(self, kind: str, text: str, *, session: str = "main") -> dict[str, Any]:
-        item = ContextHandle._observation(kind, text, session)
-        return dict(open_reply(await self.actor.observe_many([item]))[0])
+        return dict(await self.observe.aio(kind, text, session=session))
 
     async def claim_async(self) -> dict[str, Any]:
-        return dict(open_reply(await self.actor.claim()))
+        return dict(await self.claim.aio())

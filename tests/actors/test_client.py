@@ -17,13 +17,8 @@ from actors.server.connect import connect
 from protocol.errors import ParseError, RequestError, StoreError, TransportError, WireError
 from protocol.replies import ClaimReply, FrameReply, ObserveReply
 from protocol.txlang import parse_tx, print_tx
-from protocol.wire import (
-    SubmittedTx,
-    pack,
-    submitted_from_msgpack,
-    tx_from_dict,
-    tx_from_msgpack,
-)
+from protocol.txwire import SubmittedTx, submitted_from_msgpack, tx_from_dict, tx_from_msgpack
+from protocol.wire import pack
 
 
 def test_retry_delays_grow_are_capped_and_end() -> None:
@@ -183,7 +178,7 @@ def _same_record(a: dict[str, Any], b: dict[str, Any]) -> None:
 def test_text_through_the_handle_is_logged_as_applied(tmp_path: Path) -> None:
     """The handle parses once and ships the text beside the operations; the actor logs the
     operations applied (the log reads back printed from them), never the client's text."""
-    from actors.client.handle import _receipt
+    from actors.client.handle import decode_receipt
     from actors.server.context_actor import ContextActor
     from service.store import open_context
 
@@ -194,7 +189,7 @@ def test_text_through_the_handle_is_logged_as_applied(tmp_path: Path) -> None:
             cid = f"c-{i}"
             assert embedded.commit(text, client_id=cid).committed
             _, payload = ContextHandle.prepare(text, cid)
-            assert _receipt(asyncio.run(actor.submit(payload))).committed
+            assert decode_receipt(asyncio.run(actor.submit(payload))).committed
             via_actor = open_reply(asyncio.run(actor.txlog(i + 1)))
             # the actor logs the operations applied, read back printed from them
             assert via_actor["text"] == print_tx(tx_from_dict(via_actor["tx"]))
@@ -202,7 +197,7 @@ def test_text_through_the_handle_is_logged_as_applied(tmp_path: Path) -> None:
         # a model (no text) is logged by its dict form, the same way on both ports
         model = parse_tx("(context-tx (base-version 2) (derive extra (x 1)))")
         assert embedded.commit(model, client_id="c-m").committed
-        assert _receipt(asyncio.run(actor.submit(ContextHandle.prepare(model, "c-m")[1])))
+        assert decode_receipt(asyncio.run(actor.submit(ContextHandle.prepare(model, "c-m")[1])))
         via_actor = open_reply(asyncio.run(actor.txlog(3)))
         assert via_actor["tx"] is not None
         _same_record(via_actor, embedded.txlog(3))
@@ -214,15 +209,15 @@ def test_text_through_the_handle_is_logged_as_applied(tmp_path: Path) -> None:
 def test_a_payload_whose_text_lies_is_logged_as_its_operations(tmp_path: Path) -> None:
     """A client may send a text that says other than the operations it carries: the log
     holds what was applied (on main before this change it kept the lie)."""
-    from actors.client.handle import _receipt
+    from actors.client.handle import decode_receipt
     from actors.server.context_actor import ContextActor
-    from protocol.wire import tx_to_msgpack
+    from protocol.txwire import tx_to_msgpack
 
     actor = ContextActor(str(tmp_path), "ctx")
     try:
         applied = parse_tx("(context-tx (base-version 0) (derive wipe-prod (run rm-rf)))")
         lie = "(context-tx (base-version 0) (derive harmless (note hello)))"
-        assert _receipt(asyncio.run(actor.submit(tx_to_msgpack(applied, lie)))).committed
+        assert decode_receipt(asyncio.run(actor.submit(tx_to_msgpack(applied, lie)))).committed
         logged = open_reply(asyncio.run(actor.txlog(1)))
         assert "wipe-prod" in logged["text"] and "harmless" not in str(logged)
     finally:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import msgpack
 import pytest
 
-from actors.client.handle import ContextHandle, _receipt
+from actors.client.handle import ContextHandle, decode_receipt
 from actors.client.replies import open_reply, rebuild_error
 from actors.server.context_actor import ContextActor
 from protocol.errors import (
@@ -24,7 +24,8 @@ from protocol.errors import (
 )
 from protocol.receipts import Receipt
 from protocol.txlang import parse_tx
-from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, tx_to_msgpack
+from protocol.txwire import tx_to_msgpack
+from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack
 from storage import check_context_name
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def submit(actor: ContextActor, text: str, client_id: str | None = None) -> Receipt:
     _, payload = ContextHandle.prepare(text, client_id)
-    return _receipt(run(actor.submit(payload)))
+    return decode_receipt(run(actor.submit(payload)))
 
 
 def test_concurrent_submissions_share_durable_writes(actor: ContextActor) -> None:
@@ -54,7 +55,7 @@ def test_concurrent_submissions_share_durable_writes(actor: ContextActor) -> Non
         ]
         return await asyncio.gather(*(actor.submit(p) for p in payloads))
 
-    receipts = [_receipt(raw) for raw in run(main())]
+    receipts = [decode_receipt(raw) for raw in run(main())]
     assert all(r.committed for r in receipts)
     assert sorted(r.version for r in receipts) == list(range(1, 61))
     assert sum(r.rebased for r in receipts) == 59
@@ -76,7 +77,7 @@ def test_batch_cap_splits_a_burst(tmp_path: Path) -> None:
             ]
             return await asyncio.gather(*(a.submit(p) for p in payloads))
 
-        assert all(_receipt(raw).committed for raw in run(main()))
+        assert all(decode_receipt(raw).committed for raw in run(main()))
         stats = run(a.stats())
         assert stats["largest_batch"] <= 4 and stats["batches"] >= 5
     finally:
@@ -101,7 +102,7 @@ def test_conflicting_transactions_in_one_batch(actor: ContextActor) -> None:
         ]
         return await asyncio.gather(*(actor.submit(p) for p in payloads))
 
-    first, second = (_receipt(raw) for raw in run(main()))
+    first, second = (decode_receipt(raw) for raw in run(main()))
     assert first.committed and first.version == 2
     assert second.status == "rejected" and second.errors[0].code == "conflict"
     assert [(c.id, c.version) for c in second.conflicts] == [("a", 2)]
@@ -123,7 +124,7 @@ HOSTILE = {
 @pytest.mark.parametrize("payload", HOSTILE.values(), ids=HOSTILE.keys())
 def test_hostile_payloads_get_a_typed_rejection(actor: ContextActor, payload: object) -> None:
     before = open_reply(run(actor.version()))
-    receipt = _receipt(run(actor.submit(payload)))  # type: ignore[arg-type]
+    receipt = decode_receipt(run(actor.submit(payload)))  # type: ignore[arg-type]
     assert receipt.status == "rejected"
     assert [e.code for e in receipt.errors] == ["wire_error"]
     assert receipt.errors[0].op is None and receipt.errors[0].message

@@ -36,7 +36,7 @@ def test_a_restarted_actor_serves_with_what_it_was_started_with(
         actor = ContextActor(
             str(tmp_path), "cfg", window=7, governance_every=3600,
             governance_unused_ticks=9, admission=DefaultPolicy("house-v2"),
-            embedder=embedder.to_dict(),
+            embedder=embedder.to_dict(), replication_log=77,
         )  # fmt: skip
         try:
             assert actor._open_error is None
@@ -51,6 +51,7 @@ def test_a_restarted_actor_serves_with_what_it_was_started_with(
             assert described["governance_every"] == 3600
             assert described["admission"] == "house-v2"
             assert actor._unused_ticks == 9
+            assert actor.settings["replication_log"] == 77  # what a follower keeps, too
             reply = open_reply(await actor.search({"query": "refund tablet", "limit": 2}))
             assert reply["semantic_lag"] is not None  # hybrid: the embedder came back
             assert open_reply(await actor.meta())["window"] == 7
@@ -108,7 +109,9 @@ def test_a_restored_copy_keeps_its_enforcement_scope_and_custom_admission(tmp_pa
 
 def test_a_promoted_follower_serves_with_the_primarys_settings(tmp_path: Path) -> None:
     from actors.cluster.follower import FollowerActor
+    from actors.cluster.replication import sign_epoch
     from storage.replication import ReplicatedStore
+    from storage.replication.codec import control_mac, replication_key
 
     member = FollowerActor(str(tmp_path / "follower"), "c")
 
@@ -123,11 +126,12 @@ def test_a_promoted_follower_serves_with_the_primarys_settings(tmp_path: Path) -
     )  # fmt: skip
     assert ctx.record_settings(settings) and not ctx.record_settings(settings)
     ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
-    open_reply(member.confirm(ctx.backend.acked))  # type: ignore[attr-defined]
+    acked = ctx.backend.acked  # type: ignore[attr-defined]
+    open_reply(member.confirm(0, acked, control_mac(replication_key("c"), "confirm", 0, acked)))
     ctx.close()
 
     async def promoted() -> None:
-        info = await member.become_primary(1)
+        info = await member.become_primary(1, sign_epoch("c", 1))
         assert info["open_error"] is None, info
         described = await member.describe()
         assert described["governance_every"] == 120 and described["admission"] == "house-v3"
@@ -139,7 +143,13 @@ def test_a_promoted_follower_serves_with_the_primarys_settings(tmp_path: Path) -
 
 
 def test_bad_settings_are_refused_before_the_store_is_touched(tmp_path: Path) -> None:
-    for bad in ({"governance_every": -1}, {"governance_unused_ticks": "x"}, {"admission": 3}):
+    for bad in (
+        {"governance_every": -1},
+        {"governance_unused_ticks": "x"},
+        {"admission": 3},
+        {"replication_log": -1},
+        {"replication_log": True},
+    ):
         actor = ContextActor(str(tmp_path), "bad", **bad)  # type: ignore[arg-type]
         assert actor._open_error is not None and actor._ctx is None
         assert not (tmp_path / "bad").exists()  # nothing created

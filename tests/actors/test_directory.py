@@ -183,6 +183,56 @@ def test_bad_placements_change_nothing(
     assert placed.get("kept") == entry
 
 
+def test_a_directory_with_admin_keys_takes_writes_only_from_an_admin(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str, tmp_path: Path
+) -> None:
+    """The cluster-inside finding: the directory's promote/set_primary/remove were open to
+    any Ray caller. Once it has admin keys, a write without an admin capability (none, a
+    read grant, a token signed by another key) is refused and changes nothing; an admin's
+    write goes through; every entry carries the directory's signature of its epoch."""
+    from functools import partial
+
+    from actors.cluster.replication import sign_epoch
+    from actors.server.guard import grant_key, issue_capability
+    from protocol import capabilities
+
+    place("kept", namespace=namespace)
+    entry, before = placed.get("kept"), placed.list()
+    assert entry.epoch_mac == sign_epoch("kept", 0).hex()
+    public = capabilities.public_key(grant_key(tmp_path / "issuer")).hex()
+    admin = issue_capability(tmp_path / "issuer", holder="ops", tenant="acme",
+                             grants=[("*", ["admin"])])  # fmt: skip
+    reader = issue_capability(tmp_path / "issuer", holder="r", tenant="acme",
+                              grants=[("*", ["read"])])  # fmt: skip
+    stranger = capabilities.issue(b"s" * 32, holder="x", tenant="acme", issued_by="x",
+                                  grants=[("*", ["admin"])], now=0, ttl=None)  # fmt: skip
+    assert placed.require_admin([public])  # the first keys close it; nothing needed
+    for token in (None, reader, stranger):
+        d = directory(namespace, capability=token)
+        for write in (
+            partial(d.promote, "kept", expected_epoch=0, primary=entry.primary, followers=[]),
+            partial(d.set_primary, "kept", epoch=0, primary=entry.primary),
+            partial(d.set_followers, "kept", epoch=0, followers=[]),
+            partial(d.remove, "kept"),
+            partial(d.register_node, ray_cluster.node2_id, str(tmp_path / "elsewhere")),
+            partial(d.require_admin, [public]),
+            partial(place, "fresh", namespace=namespace, capability=token),
+        ):
+            with pytest.raises(RequestError) as denied:
+                write()
+            assert denied.value.code == "permission_denied", token
+        assert d.get("kept") == entry  # reads stay open; an existing context is found
+    assert placed.list() == before and placed.node_roots()[ray_cluster.node2_id] == str(
+        tmp_path / "node2"
+    )
+    ops = directory(namespace, capability=admin)
+    promoted = ops.promote("kept", expected_epoch=0, primary=entry.primary, followers=[])
+    assert promoted.epoch == 1 and promoted.epoch_mac == sign_epoch("kept", 1).hex()
+    lookup("kept", namespace).shutdown()
+    ops.remove("kept")
+    assert [e.name for e in placed.list()] == []
+
+
 def test_connect_alone_creates_no_directory(
     ray_cluster: RayCluster, namespace: str, context_name: str, tmp_path: Path
 ) -> None:

@@ -8,11 +8,22 @@ from pathlib import Path
 import pytest
 
 from actors.client.replies import open_reply
-from actors.cluster.replication import READS, FollowerRead, FollowerRole
+from actors.cluster.follower_role import READS, FollowerRead, FollowerRole
+from actors.cluster.replication import sign_epoch
 from protocol.errors import MorphzError, RequestError, WireError
 from service.context import Context
 from storage import LmdbStore
 from storage.replication import ReplicatedStore, snapshot
+from storage.replication.codec import control_mac, install_mac, replication_key
+
+
+def KEY() -> bytes:  # noqa: N802 - reads as the constant it is
+    """The replication key of context ``c`` (the test session's key directory)."""
+    return replication_key("c")
+
+
+def _confirm(epoch: int, acked: int) -> bytes:
+    return control_mac(KEY(), "confirm", epoch, acked)
 
 
 def _primary(tmp_path: Path, ship: object) -> tuple[LmdbStore, Context]:
@@ -30,7 +41,8 @@ def test_follower_actor_serves_acknowledged_reads_and_refuses_bad_input(tmp_path
     try:
         ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
         ctx.submit("(context-tx (base-version 0) (derive b (x 2)))", client_id="b")
-        open_reply(follower.confirm(ctx.backend.acked))  # type: ignore[attr-defined]
+        acked = ctx.backend.acked  # type: ignore[attr-defined]
+        open_reply(follower.confirm(0, acked, _confirm(0, acked)))
         read = FollowerRead.model_validate(open_reply(follower.read("frame", ["b"])))
         assert read.served_by == "follower" and read.applied_version == 2
         assert read.reply["id"] == "b"
@@ -45,13 +57,13 @@ def test_follower_actor_serves_acknowledged_reads_and_refuses_bad_input(tmp_path
             open_reply(follower.receive(b"\x01garbage"))
         assert "frame" in READS and open_reply(follower.status()) == status
         # a snapshot from an older epoch than the follower's fence is refused
-        open_reply(follower.fence(2))
+        open_reply(follower.fence(2, sign_epoch("c", 2)))
         data, _ = snapshot(store)
         with pytest.raises(RequestError) as old:
-            open_reply(follower.install(data, 1))
+            open_reply(follower.install(data, 1, sign_epoch("c", 1), install_mac(KEY(), 1, data)))
         assert old.value.code == "stale_epoch"
         # sealed for promotion: everything applied, the store released, no more calls
-        sealed = open_reply(follower.seal(3))
+        sealed = open_reply(follower.seal(3, sign_epoch("c", 3)))
         assert sealed["epoch"] == 3 and sealed["applied_seq"] == sealed["held_seq"]
         with pytest.raises(MorphzError) as after:
             open_reply(follower.status())
@@ -73,7 +85,7 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
     primary is refused (``stale_epoch``)."""
     import asyncio
 
-    from actors.client.handle import ContextHandle, _receipt
+    from actors.client.handle import ContextHandle, decode_receipt
     from actors.cluster.follower import FollowerActor
 
     member = FollowerActor(str(tmp_path / "follower"), "c")
@@ -85,22 +97,176 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
 
     store, ctx = _primary(tmp_path, ship)
     ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
-    open_reply(member.confirm(ctx.backend.acked))  # type: ignore[attr-defined]
+    acked = ctx.backend.acked  # type: ignore[attr-defined]
+    open_reply(member.confirm(0, acked, _confirm(0, acked)))
     ctx.close()
 
     async def promoted() -> None:
-        info = await member.become_primary(1)
+        info = await member.become_primary(1, sign_epoch("c", 1))
         assert info["open_error"] is None, info
         assert open_reply(await member.frame("a"))["id"] == "a"
         _, payload = ContextHandle.prepare("(context-tx (base-version 1) (derive b))", "b")
-        receipt = _receipt(await member.submit(payload))
+        receipt = decode_receipt(await member.submit(payload))
         assert receipt.committed and receipt.version == 2, receipt
         _, again = ContextHandle.prepare("(context-tx (base-version 0) (derive a (x 1)))", "a")
-        assert _receipt(await member.submit(again)).duplicate  # acknowledged before
-        assert await member.become_primary(1) == await member.handshake()  # idempotent
+        assert decode_receipt(await member.submit(again)).duplicate  # acknowledged before
+        twice = await member.become_primary(1, sign_epoch("c", 1))
+        assert twice == await member.handshake()  # idempotent
         with pytest.raises(RequestError) as old:
             open_reply(member.receive(shipped[-1]))
         assert old.value.code == "stale_epoch"
         member.close()
 
     asyncio.run(promoted())
+
+
+def test_control_messages_without_the_directorys_or_primarys_mac_change_nothing(
+    tmp_path: Path,
+) -> None:
+    """The cluster-inside findings: ``fence(2**62)`` from any caller fenced a follower for
+    good; ``seal``, ``install``, ``confirm`` and ``become_primary`` took any epoch and any
+    snapshot. Unsigned, signed for another epoch or by another key: refused ``bad_mac``,
+    nothing changed; the real messages still work."""
+    import asyncio
+
+    from actors.cluster.follower import FollowerActor
+
+    member = FollowerActor(str(tmp_path / "follower"), "c")
+    follower = member._role
+    assert follower is not None
+
+    def ship(seq: int, data: bytes) -> None:
+        open_reply(member.receive(data))
+
+    store, ctx = _primary(tmp_path, ship)
+    try:
+        ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
+        before = open_reply(follower.status())
+        other = control_mac(b"k" * 32, "epoch", 2**62)
+        for bad in (b"", other, sign_epoch("c", 2**62 - 1), b"\x00" * 32, None):
+            with pytest.raises(WireError) as e:
+                open_reply(member.fence(2**62, bad))  # type: ignore[arg-type]
+            assert e.value.code == "bad_mac"
+            with pytest.raises(WireError):
+                open_reply(member.seal(2**62, bad))  # type: ignore[arg-type]
+        with pytest.raises(WireError):  # a negative or non-integer epoch
+            open_reply(member.fence(-1, sign_epoch("c", 0)))
+        data, _ = snapshot(store)
+        with pytest.raises(WireError) as inst:  # signed epoch, snapshot not MACed
+            open_reply(member.install(data, 5, sign_epoch("c", 5), b"\x00" * 32))
+        assert inst.value.code == "bad_mac"
+        with pytest.raises(WireError):  # the MAC of another snapshot
+            open_reply(
+                member.install(data + b"x", 5, sign_epoch("c", 5), install_mac(KEY(), 5, data))
+            )
+        with pytest.raises(WireError):  # a forged watermark: nothing applied
+            open_reply(member.confirm(0, 1, control_mac(b"k" * 32, "confirm", 0, 1)))
+        with pytest.raises(WireError) as promo:
+            asyncio.run(member.become_primary(9, b"x" * 32))
+        assert promo.value.code == "bad_mac" and member._role is follower
+        assert open_reply(follower.status()) == before  # epoch 0, nothing applied
+        # the real ones: the primary's watermark, the directory's fence
+        acked = ctx.backend.acked  # type: ignore[attr-defined]
+        open_reply(member.confirm(0, acked, _confirm(0, acked)))
+        assert open_reply(follower.status())["applied_seq"] == acked
+        assert open_reply(member.fence(4, sign_epoch("c", 4)))["epoch"] == 4
+        with pytest.raises(RequestError) as stale:  # a watermark of the replaced epoch
+            open_reply(member.confirm(0, acked, _confirm(0, acked)))
+        assert stale.value.code == "stale_epoch"
+    finally:
+        ctx.close()
+        follower._close()
+
+
+def test_a_follower_of_an_enforcing_context_serves_reads_only_with_a_read_grant(
+    tmp_path: Path,
+) -> None:
+    """The cluster-inside finding: a follower served an enforced context's frames and log
+    to any caller. Now it checks the caller's token as the primary does (the tenant and the
+    enforcement come from the context's meta, replicated with it)."""
+    from actors.server.guard import issue_capability
+    from actors.server.settings import settle
+    from protocol.governance import DefaultPolicy
+
+    root = tmp_path / "follower"
+    follower = FollowerRole(str(root), "c")
+
+    def ship(seq: int, data: bytes) -> None:
+        open_reply(follower.receive(data))
+
+    store = LmdbStore.open(tmp_path / "primary" / "c", sync=False)
+    ctx = Context(ReplicatedStore(store, epoch=0, ship=ship), name="c", tenant="acme")
+    try:
+        ctx.record_settings(
+            settle(None, governance_every=None, governance_unused_ticks=None,
+                   admission=DefaultPolicy(), embedder=None, enforce=True)
+        )  # fmt: skip
+        ctx.submit("(context-tx (base-version 0) (derive secret (x 1)))", client_id="s")
+        acked = ctx.backend.acked  # type: ignore[attr-defined]
+        open_reply(follower.confirm(0, acked, _confirm(0, acked)))
+        reader = issue_capability(root, holder="r", tenant="acme", grants=[("c", ["read"])])
+        writer = issue_capability(root, holder="w", tenant="acme", grants=[("c", ["commit"])])
+        other = issue_capability(root, holder="o", tenant="beta", grants=[("*", ["read"])])
+        for method, args in (("frame", ["secret"]), ("txlog", []), ("state", [])):
+            for token in (None, writer, other, b"forged"):
+                with pytest.raises(MorphzError) as denied:
+                    open_reply(follower.read(method, args, token))
+                assert denied.value.code == "permission_denied", (method, token)
+        read = FollowerRead.model_validate(open_reply(follower.read("frame", ["secret"], reader)))
+        assert read.reply["id"] == "secret"
+    finally:
+        ctx.close()
+        follower._close()
+
+
+def test_a_follower_behind_is_caught_up_from_the_log_within_its_length_else_by_snapshot(
+    tmp_path: Path,
+) -> None:
+    """The primary's catch-up of a follower that answered ``replica_gap``, through the
+    follower's own calls: 20 commits behind a log of 30, from the log (nothing sent as a
+    snapshot); 40 behind, the log does not reach: nothing sent, a snapshot needed; every
+    acknowledged commit is on the follower after each."""
+    from actors.cluster.replication import catch_up_member
+
+    follower = FollowerRole(str(tmp_path / "follower"), "c")
+    cut = [False]
+    calls: list[str] = []
+
+    def ship(seq: int, data: bytes) -> None:
+        if not cut[0]:
+            open_reply(follower.receive(data))
+
+    def call(method: str, *args: object) -> object:
+        calls.append(method)
+        return open_reply(getattr(follower, method)(*args))
+
+    store = LmdbStore.open(tmp_path / "primary" / "c", sync=False)
+    replicated = ReplicatedStore(store, epoch=0, ship=ship, retain=30)
+    data, _ = snapshot(store)  # a follower starts from the primary's snapshot, as placed
+    open_reply(follower.install(data, 0, sign_epoch("c", 0), install_mac(KEY(), 0, data)))
+    ctx = Context(replicated, name="c")
+    try:
+        for i in range(5):
+            ctx.submit(f"(context-tx (base-version 0) (derive a{i} (x {i})))", client_id=f"a{i}")
+        cut[0] = True
+        for i in range(20):
+            ctx.observe("tool_result", f"missed {i}")
+        assert open_reply(follower.status())["held_seq"] == replicated.state.seq - 20
+        assert catch_up_member(replicated, KEY(), 0, call)
+        assert calls == ["status", "catch_up"]
+        acked = replicated.acked
+        open_reply(follower.confirm(0, acked, _confirm(0, acked)))
+        read = FollowerRead.model_validate(open_reply(follower.read("version", [])))
+        assert read.applied_version == ctx.version() and read.applied_seq == acked
+        for i in range(40):
+            ctx.observe("tool_result", f"missed longer {i}")
+        calls.clear()
+        assert not catch_up_member(replicated, KEY(), 0, call)
+        assert calls == ["status"]  # nothing sent: the snapshot path takes it
+        data, _ = snapshot(store)
+        open_reply(follower.install(data, 0, sign_epoch("c", 0), install_mac(KEY(), 0, data)))
+        read = FollowerRead.model_validate(open_reply(follower.read("version", [])))
+        assert read.applied_version == ctx.version()
+    finally:
+        ctx.close()
+        follower._close()

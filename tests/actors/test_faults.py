@@ -87,7 +87,7 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     import ray
     from ray.exceptions import RayActorError
 
-    from actors.client.handle import ContextHandle, _receipt
+    from actors.client.handle import ContextHandle, decode_receipt
     from actors.cluster.directory import directory
     from actors.cluster.placing import place
     from protocol.errors import MorphzError
@@ -118,7 +118,7 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     zombie: dict[str, str] = {}
     for i, ref in enumerate(during + after):
         try:
-            receipt = _receipt(ray.get(ref, timeout=WAIT))
+            receipt = decode_receipt(ray.get(ref, timeout=WAIT))
         except MorphzError as e:
             zombie[f"z-{i}"] = e.code
         except RayActorError:  # stopped by the supervisor once it knew it was replaced

@@ -15,7 +15,7 @@ from actors.server.inbox import Inbox
 from protocol.forms import Symbol
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx, Derive, Revise
-from protocol.wire import SubmittedTx
+from protocol.txwire import SubmittedTx
 from service.context import Context
 from storage.memory import MemoryBackend
 

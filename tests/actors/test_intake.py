@@ -12,7 +12,7 @@ from actors.server.intake import Intake
 from protocol.errors import Overloaded, WireError
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive
-from protocol.wire import SubmittedTx, tx_to_msgpack
+from protocol.txwire import SubmittedTx, tx_to_msgpack
 
 
 def test_each_budget_refuses_a_call_whole_and_takes_nothing() -> None:

@@ -22,7 +22,8 @@ from protocol.errors import (
 from protocol.receipts import Conflict, Receipt
 from protocol.replies import ClaimReply, EventPage, FrameReply, ObserveReply, StateReply
 from protocol.txlang import parse_tx, print_tx
-from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, tx_from_dict, tx_to_msgpack, unpack
+from protocol.txwire import tx_from_dict, tx_to_msgpack
+from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, unpack
 from tests.actors.cluster import RayCluster
 
 pytestmark = pytest.mark.ray

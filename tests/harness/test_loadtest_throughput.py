@@ -17,7 +17,8 @@ from harness.loadtest.baseline import process_cpu, sample_payloads, spent
 from harness.loadtest.report import cost_figures
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
-from protocol.wire import tx_from_msgpack, unpack
+from protocol.txwire import tx_from_msgpack
+from protocol.wire import unpack
 from tests.actors.cluster import RayCluster
 from tests.actors.local import LocalHandle
 

@@ -19,7 +19,7 @@ from protocol.errors import WireError
 from protocol.forms import Symbol, check_form, is_atom_text
 from protocol.sexpr import print_form, read_forms
 from protocol.tx import ContextTx, Revise
-from protocol.wire import tx_from_msgpack, tx_to_msgpack
+from protocol.txwire import tx_from_msgpack, tx_to_msgpack
 from tests.protocol.strategies import forms, transactions
 
 

@@ -24,7 +24,7 @@ from protocol.receipts import Receipt
 from protocol.sexpr import print_form
 from protocol.tx import AppendField, ContextTx, Derive, IncrField, SetField
 from protocol.txlang import parse_tx, print_tx
-from protocol.wire import tx_from_dict, tx_from_json, tx_from_msgpack, tx_to_json, tx_to_msgpack
+from protocol.txwire import tx_from_dict, tx_from_json, tx_from_msgpack, tx_to_json, tx_to_msgpack
 from service.context import Context
 from storage.memory import MemoryBackend
 from tests.protocol.strategies import field_edits, labels, texts

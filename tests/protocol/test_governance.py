@@ -16,8 +16,8 @@ from protocol.governance import Decision, DefaultPolicy, find_low_quality, sensi
 from protocol.state import Frame
 from protocol.tx import ContextTx, Envelope
 from protocol.txlang import parse_tx, print_tx
+from protocol.txwire import tx_from_json, tx_from_msgpack, tx_to_dict, tx_to_json, tx_to_msgpack
 from protocol.view import ReadView
-from protocol.wire import tx_from_json, tx_from_msgpack, tx_to_dict, tx_to_json, tx_to_msgpack
 from service.context import Context
 from tests.protocol.strategies import transactions
 

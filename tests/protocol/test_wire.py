@@ -14,13 +14,8 @@ from protocol.errors import WireError
 from protocol.forms import Symbol
 from protocol.tx import ContextTx, Derive, Protect, Relate, Restore, Retire, Revise, Unprotect
 from protocol.txlang import parse_tx
-from protocol.wire import (
-    EXT_BIGINT,
-    MAX_NESTING,
-    MAX_PAYLOAD_BYTES,
-    WIRE_VERSION,
+from protocol.txwire import (
     SubmittedTx,
-    pack,
     submitted_from_dict,
     submitted_from_json,
     submitted_from_msgpack,
@@ -30,8 +25,8 @@ from protocol.wire import (
     tx_to_dict,
     tx_to_json,
     tx_to_msgpack,
-    unpack,
 )
+from protocol.wire import EXT_BIGINT, MAX_NESTING, MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, unpack
 from tests.protocol.strategies import strict_key, transactions, typed
 
 S = Symbol

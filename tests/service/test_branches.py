@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from protocol.branches import same_frame
 from protocol.errors import NotFound, OutOfRange, RequestError
-from service.branches import diff_contexts, merge_contexts
+from service.branches import merge_contexts
 from service.context import Context
+from service.diffs import diff_contexts
 from service.store import Store
 from storage.memory import MemoryBackend
 

@@ -112,26 +112,39 @@ def test_export_pages_the_log_and_ends_with_the_state(ctx: Context) -> None:
 
 def test_a_frame_exported_from_one_context_imports_into_another(ctx: Context) -> None:
     release(ctx)
-    package = ctx.export_frame("deploy-region", KEY)
+    with pytest.raises(RequestError) as no_key:  # the key is the port's, never an argument
+        ctx.export_frame("deploy-region")
+    assert no_key.value.code == "no_key" and ctx.audit() == []
+    with pytest.raises(RequestError) as extra:
+        ctx.export_frame("deploy-region", KEY)  # type: ignore[call-arg]
+    assert extra.value.code == "bad_argument"
+    package = ctx.acting(key=KEY).export_frame("deploy-region")
     other = Context(MemoryBackend(), name="other")
-    done = other.import_frame(package, KEY)
+    sealed = other.acting(key=KEY)
+    done = sealed.import_frame(package)
     assert done["id"] == "imported/default/deploy-region"
     assert done["receipt"]["status"] == "committed"
     body = other.frame(done["id"])["body"]
     assert body.startswith("(provenance (from-tenant ") and '(region "eu-west")' in body
     assert '(frame "deploy-region")' in body
-    again = other.import_frame(package, KEY)
+    again = sealed.import_frame(package)
     assert again["receipt"]["duplicate"] and again["receipt"]["version"] == 1
-    named = other.import_frame(package, KEY, "copy")
+    named = sealed.import_frame(package, "copy")
     assert named["id"] == "copy" and other.frame("copy")["body"] == body
     with pytest.raises(PermissionDenied):
-        other.import_frame(package, b"x" * 32)
+        other.acting(key=b"x" * 32).import_frame(package)
     with pytest.raises(PermissionDenied):
-        other.import_frame(b"not a package", KEY)
+        sealed.import_frame(b"not a package")
+    with pytest.raises(RequestError) as text:  # a package is bytes: refused before any audit
+        sealed.import_frame("not bytes")  # type: ignore[arg-type]
+    assert text.value.code == "bad_argument"
     methods = [(a["method"], a["outcome"]) for a in other.audit()]
     assert methods == [("import_frame", "allowed")] * 3 + [("import_frame", "refused")] * 2
     assert [a["method"] for a in ctx.audit()] == ["export_frame"]
     assert ctx.audit()[0]["holder"] == "embedded"
+    # Another holder and scope, as a remote port names them.
+    ctx.acting(key=KEY, holder="curator", tenant="acme").export_frame("deploy-region")
+    assert ctx.audit()[-1]["holder"] == "curator" and ctx.audit()[-1]["tenant"] == "acme"
 
 
 def test_observe_batch_is_idempotent_per_event_id(ctx: Context) -> None:

@@ -57,7 +57,7 @@ def leaks(ctx: Context, needle: str) -> list[str]:
             ctx.recall({"frame_id": fid, "depth": 3, "direction": "both", "include_events": True}),
         )
         check(f"frames_valid_at {fid}", ctx.frames_valid_at(0.0, include_retired=True))
-        package = ctx.export_frame(fid, b"k" * 32)
+        package = ctx.acting(key=b"k" * 32).export_frame(fid)
         if needle.encode() in package:
             found.append(f"export_frame {fid}")
     for e in state["events"]:

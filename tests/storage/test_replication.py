@@ -30,8 +30,8 @@ from storage.replication import (
     snapshot,
     store_state,
 )
-from storage.replication.codec import FORMAT, OutboxAck, encode_op, seal, unseal
-from storage.replication.fence import HELD_PREFIX, STATE_KEY
+from storage.replication.codec import FORMAT, OutboxAck, control_mac, encode_op, opened, seal
+from storage.replication.fence import HELD_PREFIX, STATE_KEY, kept_range
 
 TABLES_COMPARED = (
     "frames events event_ids contents rel_fwd rel_rev cites lastmod clients txlog history"
@@ -59,20 +59,28 @@ KEY = bytes(range(32))
 
 class Pair:
     """A primary store wrapped for replication and one follower, shipping in-process.
-    ``batches`` keeps what was shipped, unsealed (the format-1 batches)."""
+    ``sealed`` keeps what was shipped, ``batches`` the format-1 batches inside."""
 
-    def __init__(self, root: Path, *, epoch: int = 0) -> None:
+    def __init__(self, root: Path, *, epoch: int = 0, retain: int = 4096) -> None:
         self.primary = LmdbStore.open(root / "primary", sync=False)
         self.replica = LmdbStore.open(root / "follower", sync=False)
         self.follower = Follower(self.replica, key=KEY)
         self.batches: list[bytes] = []
+        self.sealed: list[bytes] = []
         self.fail: Callable[[int, bytes], None] | None = None
-        self.store = ReplicatedStore(self.primary, epoch=epoch, ship=self.ship, key=KEY)
+        self.cut = False
+        """True: batches are dropped on the way (the follower falls behind unnoticed)."""
+        self.store = ReplicatedStore(
+            self.primary, epoch=epoch, ship=self.ship, key=KEY, retain=retain
+        )
 
     def ship(self, seq: int, data: bytes) -> None:
         if self.fail is not None:
             self.fail(seq, data)
-        self.batches.append(unseal(data, KEY))
+        if self.cut:
+            return
+        self.sealed.append(data)
+        self.batches.append(opened(data)[1])
         self.follower.receive(data)
 
     def close(self) -> None:
@@ -280,7 +288,7 @@ def test_follower_refuses_gaps_and_older_epochs_and_acks_duplicates(pair: Pair) 
     first, second = pair.batches[-2], pair.batches[-1]
     held = pair.follower.held_seq
     # a retried ship of a batch it holds: acknowledged again, nothing changes
-    assert pair.follower.receive(seal(second, KEY)) == held
+    assert pair.follower.receive(pair.sealed[-1]) == held
     # a gap: refused, the follower asks for catching up
     later = decode_batch(second)
     later.seq += 2
@@ -389,7 +397,7 @@ def test_a_snapshot_installed_replaces_a_diverged_store(tmp_path: Path) -> None:
             rejoined = Follower(back, key=KEY)
             assert rejoined.state == state
             ctx.submit(_tx(10), client_id="after")
-            rejoined.receive(seal(p.batches[-1], KEY))
+            rejoined.receive(p.sealed[-1])
             rejoined.drain()
             assert dump(back) == dump(p.primary)
         finally:
@@ -419,22 +427,158 @@ def test_a_batch_from_a_newer_epoch_needs_a_snapshot_first(pair: Pair) -> None:
 def test_a_batch_without_the_key_is_refused_and_the_real_one_still_lands(pair: Pair) -> None:
     """The attack: a process that can call the follower sends an empty batch with the next
     sequence number, so the primary's real batch would be taken for a duplicate and an
-    acknowledged commit lost at the next failover. Unsealed, sealed with another key, or
-    with a byte changed under a good seal: refused, nothing held; the real batch lands."""
+    acknowledged commit lost at the next failover. Unsealed, sealed with another key, with
+    a byte changed under a good seal, sealed with the key but not chained to the batch the
+    follower holds, an earlier real batch replayed, or a "duplicate" that is not the batch
+    held: refused ``bad_mac``, nothing held; the real batch lands."""
     ctx = Context(pair.store, name="c")
     ctx.submit(_tx(1), client_id="a")
+    ctx.submit(_tx(2), client_id="a2")
     held, before = pair.follower.held_seq, dump(pair.replica)
     head = decode_batch(pair.batches[-1])
     forged = encode_batch(type(head)(epoch=head.epoch, seq=held + 1, version=head.version, acked=0))
-    sealed = seal(pair.batches[-1], KEY)
+    sealed = pair.sealed[-1]
     tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
-    for bad in (forged, seal(forged, b"x" * 32), tampered, b"\x02" + b"\x00" * 40):
+    unchained = seal(forged, KEY)  # the right key, the chain's start: not after batch `held`
+    first = decode_batch(pair.batches[0])
+    first.seq = held + 1
+    replayed = seal(encode_batch(first), KEY, opened(pair.sealed[0])[0])  # chained elsewhere
+    not_held = seal(pair.batches[-1], KEY, opened(pair.sealed[0])[0])  # seq held, other bytes
+    for bad in (forged, seal(forged, b"x" * 32), tampered, b"\x02" + b"\x00" * 40, unchained,
+                replayed, not_held):  # fmt: skip
         with pytest.raises(WireError) as e:
             pair.follower.receive(bad)
         assert e.value.code == "bad_mac"
     assert pair.follower.held_seq == held and dump(pair.replica) == before
     pair.fail = None
-    ctx.submit(_tx(2), client_id="b")  # the primary's next batch: held, not a duplicate
+    ctx.submit(_tx(3), client_id="b")  # the primary's next batch: held, not a duplicate
     assert pair.follower.held_seq == held + 1
     pair.follower.drain()
     assert dump(pair.replica) == dump(pair.primary)
+
+
+def _catch_up(p: Pair, epoch: int | None = None) -> bool:
+    """What the primary does for a follower that answered ``replica_gap``: the retained
+    log's tail after the batch the follower holds, if it reaches and the histories agree
+    (True), sent in one MACed message; else False (a snapshot is needed)."""
+    batches = p.store.tail(p.follower.held_seq, p.follower.head)
+    if batches is None:
+        return False
+    if batches:
+        epoch = p.store.state.epoch if epoch is None else epoch
+        mac = control_mac(KEY, "catch_up", epoch, p.store.acked, opened(batches[-1])[0])
+        p.follower.catch_up(epoch, p.store.acked, batches, mac)
+    return True
+
+
+def test_a_follower_behind_within_the_retained_log_catches_up_from_it(tmp_path: Path) -> None:
+    """A follower 30 batches behind a primary keeping 50: caught up from the log in one
+    message, every acknowledged commit there; 60 behind: the log does not reach, a snapshot
+    is needed; the primary keeps exactly its retained length."""
+    p = Pair(tmp_path, retain=50)
+    try:
+        ctx = Context(p.store, name="c")
+        for i in range(10):
+            ctx.submit(_tx(i), client_id=f"a{i}")
+        p.cut = True
+        for i in range(30):
+            ctx.observe("tool_result", f"while cut off {i}")
+        n = p.store.state.seq
+        assert p.follower.held_seq == n - 30
+        assert _catch_up(p) and p.follower.held_seq == n
+        p.follower.drain()
+        assert dump(p.replica) == dump(p.primary)
+        assert p.store.retained() == (1, n)
+        for i in range(60):
+            ctx.observe("tool_result", f"cut off longer {i}")
+        assert p.store.retained() == (n + 11, n + 60)  # the last 50 batches
+        assert not _catch_up(p) and p.follower.held_seq == n  # beyond the log: snapshot
+        data, _ = snapshot(p.primary)
+        p.follower.store.close()
+        install(p.replica.path, data)
+        p.replica = LmdbStore.open(tmp_path / "follower", sync=False)
+        p.follower = Follower(p.replica, key=KEY)
+        assert p.follower.held_seq == n + 60 and p.follower.head == p.store.state.digest
+        p.cut = False
+        ctx.submit(_tx(99), client_id="after")  # the chain goes on from the snapshot
+        p.follower.drain()
+        assert dump(p.replica) == dump(p.primary)
+    finally:
+        p.close()
+
+
+def test_a_catch_up_takes_only_the_continuation_of_the_followers_own_history(
+    tmp_path: Path,
+) -> None:
+    """Forged, reordered, truncated or foreign catch-up messages hold nothing; one from an
+    older epoch than the follower's fence is stale; a follower whose held batch the primary
+    never wrote (a deposed primary's unacknowledged tail), one holding nothing, and any
+    follower of a primary opened again are not caught up from the log: a snapshot."""
+    p = Pair(tmp_path, retain=100)
+    try:
+        ctx = Context(p.store, name="c")
+        ctx.submit(_tx(0), client_id="a0")
+        p.cut = True
+        for i in range(5):
+            ctx.submit(_tx(i + 1), client_id=f"b{i}")
+        batches = p.store.tail(p.follower.held_seq, p.follower.head)
+        assert batches is not None and len(batches) == 5
+        before = dump(p.replica), p.follower.held_seq
+        acked = p.store.acked
+        good = control_mac(KEY, "catch_up", 0, acked, opened(batches[-1])[0])
+        for bad_batches, mac in (
+            (batches, b"\x00" * 32),  # no MAC
+            (batches, control_mac(KEY, "catch_up", 0, acked + 9, opened(batches[-1])[0])),
+            (batches[1:], control_mac(KEY, "catch_up", 0, acked, opened(batches[-1])[0])),
+            (batches[::-1], control_mac(KEY, "catch_up", 0, acked, opened(batches[0])[0])),
+            ([*batches[:2], p.sealed[0], *batches[2:]], good),
+        ):
+            with pytest.raises(WireError) as e:
+                p.follower.catch_up(0, acked, bad_batches, mac)
+            assert e.value.code == "bad_mac"
+        with pytest.raises(WireError):
+            p.follower.catch_up(0, acked, [], good)
+        assert (dump(p.replica), p.follower.held_seq) == before
+        assert _catch_up(p) and p.follower.held_seq == p.store.state.seq  # the real one
+        p.follower.drain()
+        assert dump(p.replica) == dump(p.primary)
+        # a newer primary exists (the follower is fenced at 1): the old one's catch-up is stale
+        ctx.submit(_tx(50), client_id="later")
+        p.follower.fence(1)
+        late = p.store.tail(p.follower.held_seq, p.follower.head)
+        assert late is not None and len(late) == 1
+        with pytest.raises(RequestError) as stale:
+            p.follower.catch_up(0, p.store.acked, late, control_mac(
+                KEY, "catch_up", 0, p.store.acked, opened(late[-1])[0]))  # fmt: skip
+        assert stale.value.code == STALE_EPOCH
+        # a primary opened again starts a new chain (it may have written outside batches):
+        # the follower is not caught up from the log, it gets a snapshot
+        p.store = ReplicatedStore(p.primary, epoch=1, ship=p.ship, key=KEY, retain=100)
+        assert p.store.retained() is None
+        assert p.store.tail(p.follower.held_seq, p.follower.head) is None
+        assert p.store.tail(0, b"\x00" * 32) is None  # holding nothing: always a snapshot
+        # a follower that holds a batch this primary never wrote: a snapshot, never the log
+        lone = Pair(tmp_path / "lone", retain=100)
+        Context(lone.store, name="c").submit(_tx(7), client_id="elsewhere")
+        assert lone.store.tail(lone.follower.held_seq, lone.follower.head) == []
+        assert p.store.tail(lone.follower.held_seq, lone.follower.head) is None
+        lone.close()
+    finally:
+        p.close()
+
+
+def test_the_retained_length_recorded_in_the_settings_bounds_the_followers_log(
+    tmp_path: Path,
+) -> None:
+    p = Pair(tmp_path, retain=8)
+    try:
+        ctx = Context(p.store, name="c")
+        ctx.record_settings({"replication_log": 8})
+        for i in range(20):
+            ctx.observe("tool_result", f"o{i}")
+        p.follower.drain()
+        kept = p.replica.read(kept_range)
+        n = p.store.state.seq
+        assert kept == p.store.retained() == (n - 7, n), kept
+    finally:
+        p.close()

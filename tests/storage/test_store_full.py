@@ -90,12 +90,12 @@ def test_a_context_actor_answers_store_full_and_keeps_serving_reads(
 
 
 async def actor_commit(actor: ContextActor, version: int, i: int) -> None:
-    from actors.client.handle import ContextHandle, _receipt
+    from actors.client.handle import ContextHandle, decode_receipt
 
     _, payload = ContextHandle.prepare(
         f'(context-tx (base-version {version}) (derive f{i} (t "{BODY}")))', f"c{i}"
     )
-    receipt = _receipt(await actor.submit(payload))  # raises the refusal it answers
+    receipt = decode_receipt(await actor.submit(payload))  # raises the refusal it answers
     assert receipt.committed, receipt
 
 

@@ -1,0 +1,321 @@
+"""A replicated context's follower copy: the rules it serves by, over Ray calls.
+
+:class:`FollowerRole` is what one follower of a context does with the calls it
+gets: batches and catch-ups from the primary, the watermark, the supervisor's
+fence and seal, snapshots, and reads at its applied state — only commits the
+primary has acknowledged — each reply saying so (:class:`FollowerRead`) and each
+checked as on the primary when the context enforces capabilities. Every control
+message carries a MAC under the context's replication key, and every epoch the
+directory's signature (:mod:`storage.replication.codec`): a caller without the key
+changes nothing. :class:`FollowerHandle` is the blocking client of a follower's
+status and reads. The Ray actor is :class:`actors.cluster.follower.FollowerActor`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from actors.client.names import DEFAULT_NAMESPACE, Member
+from actors.client.replies import failed, ok, open_reply
+from actors.client.transport import Call, Transport, ray_module
+from actors.server.guard import DEFAULT_PROJECT, DEFAULT_TENANT, OPERATION_OF, Guard
+from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, StoreLocked, WireError
+from service.context import Context
+from storage import LmdbStore, context_path
+from storage.replication import Follower, install
+from storage.replication.codec import check_control, check_epoch, replication_key
+
+log = logging.getLogger("morphz.replication")
+
+LOCK_WAIT = 10.0
+"""Seconds a starting follower waits for its store's writer lock."""
+READS = frozenset(
+    "frame state version snapshot read_event event history txlog meta frame_at"
+    " read_for_update".split()
+)
+"""The reads a follower serves."""
+
+
+class FollowerRead(BaseModel):
+    """A read served by a follower: the reply, and the state it was read at.
+
+    ``served_by`` is always ``"follower"``; ``applied_version`` the context
+    version of the follower's state (every commit up to it is acknowledged by
+    the primary, none after it is shown); ``applied_seq`` the last batch
+    applied; ``held_seq`` the last batch held durably (may be ahead: commits
+    not yet acknowledged); ``epoch`` the follower's fence.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    served_by: str
+    node_id: str
+    epoch: int
+    applied_seq: int
+    applied_version: int
+    held_seq: int
+    reply: Any
+
+
+def _node_id() -> str:
+    ray = ray_module()
+    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+
+
+def _open_store(path: str) -> LmdbStore:
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            return LmdbStore.open(path, create=True)
+        except StoreLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+class FollowerRole:
+    """What one follower of context *name* does: its copy under ``<store_dir>/<name>``
+    on this node.
+
+    A plain class (not a Ray actor): the follower actor
+    (:class:`~actors.cluster.follower.FollowerActor`) answers its calls through it,
+    one at a time (batches apply in the order the primary sent them). Every method
+    answers a reply envelope.
+    """
+
+    def __init__(self, store_dir: str, name: str) -> None:
+        self._name = name
+        self._store_dir = store_dir
+        self._checks: tuple[tuple[str | None, str | None, bool], Guard] | None = None
+        self._path = str(context_path(store_dir, name))
+        self._error: MorphzError | None = None
+        self._store: LmdbStore | None = None
+        self._reader: Context | None = None
+        self._follower: Follower | None = None
+        try:
+            self._open()
+        except MorphzError as e:
+            self._error = e
+
+    def _open(self) -> None:
+        self._store = _open_store(self._path)
+        self._follower = Follower(self._store)
+
+    def _close(self) -> None:
+        if self._reader is not None:
+            self._reader.backend.close()
+            self._reader = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._follower = None
+
+    def _live(self) -> Follower:
+        if self._follower is None:
+            if self._error is not None:
+                raise self._error
+            self._open()
+        assert self._follower is not None
+        return self._follower
+
+    def _status(self) -> dict[str, Any]:
+        f = self._live()
+        return {
+            "name": self._name,
+            "path": self._path,
+            "node_id": _node_id(),
+            "epoch": f.state.epoch,
+            "applied_seq": f.state.seq,
+            "applied_version": f.state.version,
+            "held_seq": f.held_seq,
+            "head": f.head.hex(),
+        }
+
+    def receive(self, data: bytes) -> bytes:
+        """Hold batch *data* durably (apply what is acknowledged); the held sequence number."""
+        try:
+            return ok(self._live().receive(data))
+        except MorphzError as e:
+            return failed(e)
+
+    def catch_up(self, epoch: int, acked: int, batches: list[bytes], mac: bytes) -> bytes:
+        """Hold the primary's retained batches after this follower's last one, at once
+        (:meth:`storage.replication.Follower.catch_up`); the held sequence number."""
+        try:
+            return ok(self._live().catch_up(epoch, acked, batches, mac))
+        except MorphzError as e:
+            return failed(e)
+
+    def confirm(self, epoch: int, acked: int, mac: bytes) -> bytes:
+        """The primary of *epoch* acknowledged batches up to *acked*: apply them (the
+        message's MAC must check out)."""
+        try:
+            self._live().confirm_signed(epoch, acked, mac)
+            return ok(None)
+        except MorphzError as e:
+            return failed(e)
+
+    def status(self) -> bytes:
+        """Epoch, applied and held batches, applied version, node."""
+        try:
+            return ok(self._status())
+        except MorphzError as e:
+            return failed(e)
+
+    def _signed(self, epoch: Any, cert: Any) -> int:
+        """*epoch*, once *cert* shows the directory signed it (WireError ``bad_mac``)."""
+        key = self._follower.key if self._follower is not None else replication_key(self._name)
+        return check_epoch(key, epoch, cert)
+
+    def fence(self, epoch: int, cert: bytes) -> bytes:
+        """Refuse batches of epochs before *epoch* (signed by the directory: *cert*) from
+        now on; the status after."""
+        try:
+            self._live().fence(self._signed(epoch, cert))
+            return ok(self._status())
+        except MorphzError as e:
+            return failed(e)
+
+    def install(self, data: bytes, epoch: int, cert: bytes, mac: bytes) -> bytes:
+        """Replace this copy by the primary's snapshot *data*, fenced at *epoch* (signed by
+        the directory: *cert*; *mac*, the primary's MAC of the snapshot at that epoch)."""
+        try:
+            epoch = self._signed(epoch, cert)
+            key = self._live().key
+            if not isinstance(data, bytes):
+                raise WireError("a snapshot is bytes", code="bad_argument")
+            check_control(key, mac, "install", epoch, hashlib.sha256(data).digest())
+            if self._follower is not None and self._follower.state.epoch > epoch:
+                # a replaced primary (restarted before it learnt so) may not overwrite us
+                raise RequestError(
+                    f"a snapshot from epoch {epoch} is older than this follower's "
+                    f"{self._follower.state.epoch}",
+                    code=STALE_EPOCH,
+                )
+            self._close()
+            install(self._path, data)
+            self._open()
+            self._live().fence(epoch)
+            return ok(self._status())
+        except MorphzError as e:
+            return failed(e)
+
+    def seal(self, epoch: int, cert: bytes) -> bytes:
+        """Before promotion to *epoch* (signed by the directory: *cert*): apply every held
+        batch, fence at *epoch*, release the store."""
+        try:
+            f = self._live()
+            epoch = self._signed(epoch, cert)
+            f.drain()
+            f.fence(epoch)
+            status = self._status()
+            self._close()
+            self._error = RequestError(
+                f"follower of {self._name!r} was sealed for promotion", code=FENCED
+            )
+            return ok(status)
+        except MorphzError as e:
+            return failed(e)
+
+    def _guard(self) -> Guard:
+        """The capability check of this copy: the tenant, project and enforcement the
+        context's meta records (its settings travel with every batch and snapshot)."""
+        assert self._store is not None
+        meta = self._store.read(lambda v: v.meta())
+        settings = meta.settings if isinstance(meta.settings, dict) else {}
+        key = (meta.tenant, meta.project, bool(settings.get("enforce")))
+        if self._checks is None or self._checks[0] != key:
+            guard = Guard(
+                self._store_dir,
+                self._name,
+                tenant=meta.tenant or DEFAULT_TENANT,
+                project=meta.project or DEFAULT_PROJECT,
+                enforce=key[2],
+            )
+            self._checks = (key, guard)
+        return self._checks[1]
+
+    def read(self, method: str, args: list[Any], capability: Any = None) -> bytes:
+        """Serve a read (:data:`READS`) at the applied state, saying so. A context that
+        enforces capabilities is read here only with a token granting the read, as on its
+        primary (a denial is logged and counted: a follower writes nothing of its own to
+        the context's audit log, which only its primary's batches change)."""
+        try:
+            if method not in READS:
+                raise RequestError(f"a follower serves {sorted(READS)}, not {method!r}")
+            f = self._live()
+            refused = self._guard().check(OPERATION_OF.get(method, "read"), method, capability)
+            if refused is not None:
+                log.warning("context %r: follower read %s denied: %s",
+                            self._name, method, refused[0].message)  # fmt: skip
+                raise refused[0]
+            if self._reader is None:
+                self._reader = Context(LmdbStore.open(self._path, readonly=True), name=self._name)
+            reply = getattr(self._reader, method)(*args)
+            dump = getattr(reply, "model_dump", None)
+            value = dump() if callable(dump) else reply
+            read = FollowerRead(
+                served_by="follower",
+                node_id=_node_id(),
+                epoch=f.state.epoch,
+                applied_seq=f.state.seq,
+                applied_version=f.state.version,
+                held_seq=f.held_seq,
+                reply=value,
+            )
+            return ok(read.model_dump())
+        except MorphzError as e:
+            return failed(e)
+        except TypeError as e:
+            return failed(RequestError(f"bad arguments for {method}: {e}", code="bad_argument"))
+
+
+class FollowerHandle:
+    """A blocking handle of one follower: its status and the reads it serves (with
+    *capability*, the token its reads carry when the context enforces them)."""
+
+    def __init__(
+        self,
+        actor: Any,
+        member: Member,
+        namespace: str = DEFAULT_NAMESPACE,
+        capability: bytes | None = None,
+    ) -> None:
+        self.member = member
+        self.transport = Transport(
+            actor, member.actor, label=member.actor, namespace=namespace, capability=capability
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Epoch, applied and held batches, applied version, node."""
+        return dict(self.transport.call(Call("status", (), open_reply, guarded=False)))
+
+    def read(self, method: str, *args: Any) -> FollowerRead:
+        """Run the read *method* (:data:`READS`) on the follower's applied state."""
+        if method not in READS:
+            raise RequestError(f"a follower serves {sorted(READS)}, not {method!r}")
+        raw = self.transport.call(Call("read", (method, list(args)), open_reply))
+        return FollowerRead.model_validate(raw)
+
+
+def follower_handle(
+    member: Member, namespace: str = DEFAULT_NAMESPACE, capability: bytes | None = None
+) -> FollowerHandle:
+    """The handle of the running follower *member* (NotFound-free: Ray resolves it by name)."""
+    actor = ray_module().get_actor(member.actor, namespace=namespace)
+    return FollowerHandle(actor, member, namespace, capability)
+
+
+__all__ = [
+    "LOCK_WAIT",
+    "READS",
+    "FollowerHandle",
+    "FollowerRead",
+    "FollowerRole",
+    "follower_handle",
+]

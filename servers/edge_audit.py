@@ -1,0 +1,123 @@
+"""The audit of the HTTP edge's refusals: every 421, 403, 401 and 413 accounted for, cheaply.
+
+A refusal at the edge (:mod:`servers.edge`) never reaches a context, so it cannot go
+to a context's audit log; it goes to the edge's own: :class:`EdgeAudit` makes one
+entry per refusal — when, the status and code, the client's address, the method,
+the path and the ``Host`` (each cut to 200 characters, control characters escaped,
+so a hostile header cannot forge a line) — and hands the entries to its *sink* in
+batches, at most every :data:`FLUSH_EVERY` seconds, never on the request's path.
+
+Rate-limited: one client (its address) and one code get :data:`PER_WINDOW`
+entries of their own per :data:`WINDOW` seconds; past that, refusals are counted
+and written as one ``coalesced`` entry (``count``, first and last time) at the next
+flush, so a flood of refused requests costs a counter increment each, not a line
+each. The default sink writes each entry as one JSON line to the ``morphz.edge``
+logger (the server's log); a deployment that keeps an audit trail elsewhere passes
+its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from protocol.governance import printable
+
+log = logging.getLogger("morphz.edge")
+
+WINDOW = 10.0
+"""Seconds over which one client and one code get :data:`PER_WINDOW` entries of their own."""
+PER_WINDOW = 8
+FLUSH_EVERY = 0.5
+"""Most seconds an entry waits before its batch is handed to the sink."""
+MAX_FIELD = 200
+MAX_KEYS = 10_000
+"""Most (client, code) pairs tracked at once (the oldest window is forgotten past it)."""
+
+Sink = Callable[[list[dict[str, Any]]], None]
+
+
+def log_sink(entries: list[dict[str, Any]]) -> None:
+    """Write each entry as one JSON line to the ``morphz.edge`` logger."""
+    for entry in entries:
+        log.warning("edge refusal %s", json.dumps(entry, sort_keys=True))
+
+
+def _field(value: Any) -> str:
+    return printable(str(value)[:MAX_FIELD])
+
+
+class EdgeAudit:
+    """Rate-limited, batched entries of the edge's refusals (see the module doc)."""
+
+    def __init__(self, sink: Sink = log_sink, *, clock: Callable[[], float] = time.time) -> None:
+        self.sink = sink
+        self._clock = clock
+        self._windows: dict[tuple[str, str], tuple[float, int]] = {}
+        self._coalesced: dict[tuple[str, str], dict[str, Any]] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._flush_at: asyncio.TimerHandle | None = None
+
+    def refused(self, status: int, code: str, scope: Any, host: str) -> None:
+        """Account for one refusal of the request *scope* (an ASGI scope)."""
+        now = self._clock()
+        client = scope.get("client") or ("", 0)
+        who = _field(client[0] if client else "")
+        key = (who, code)
+        started, seen = self._windows.get(key, (now, 0))
+        if now - started >= WINDOW:
+            started, seen = now, 0
+        if len(self._windows) >= MAX_KEYS and key not in self._windows:
+            self._windows.pop(next(iter(self._windows)))
+        self._windows[key] = (started, seen + 1)
+        if seen < PER_WINDOW:
+            self._pending.append(
+                {
+                    "at": now,
+                    "status": status,
+                    "code": code,
+                    "client": who,
+                    "method": _field(scope.get("method", "")),
+                    "path": _field(scope.get("path", "")),
+                    "host": _field(host),
+                }
+            )
+        else:
+            entry = self._coalesced.setdefault(
+                key,
+                {"coalesced": True, "code": code, "status": status, "client": who,
+                 "count": 0, "first": now},
+            )  # fmt: skip
+            entry["count"] += 1
+            entry["last"] = now
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._flush_at is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop: hand them over now
+            self.flush()
+            return
+        self._flush_at = loop.call_later(FLUSH_EVERY, self.flush)
+
+    def flush(self) -> None:
+        """Hand every entry made since the last flush to the sink, in one batch."""
+        self._flush_at = None
+        batch, self._pending = self._pending, []
+        batch += list(self._coalesced.values())
+        self._coalesced.clear()
+        if not batch:
+            return
+        try:
+            self.sink(batch)
+        except Exception:  # the audit never fails a request; the loss itself is logged
+            log.exception("edge audit: %d entries not written", len(batch))
+
+
+__all__ = ["FLUSH_EVERY", "PER_WINDOW", "WINDOW", "EdgeAudit", "log_sink"]
