@@ -405,7 +405,7 @@ def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]
     It wraps the store view's private LMDB transaction and times ``evaluate`` and
     ``apply`` by patching them in this process; this is measurement only.
     """
-    import service.context as service_context
+    import service.transactions as service_transactions
     from storage.lmdb.views import _LmdbWriteView
 
     store = LmdbStore.open(os.path.join(where, "context"), sync=True)
@@ -424,7 +424,7 @@ def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]
             spent["put"] += clock() - t
             return out
 
-    real_evaluate = service_context.evaluate
+    real_evaluate = service_transactions.evaluate
     real_apply = _LmdbWriteView.apply
 
     def evaluate(*args: Any, **kwargs: Any) -> Any:
@@ -474,7 +474,7 @@ def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]
             "total_us": us["transact"],
         }
 
-    service_context.evaluate = evaluate  # type: ignore[assignment]
+    service_transactions.evaluate = evaluate  # type: ignore[assignment]
     _LmdbWriteView.apply = apply  # type: ignore[method-assign]
     try:
         ctx = Context(Timed())
@@ -508,7 +508,7 @@ def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]
             "file_bytes_per_write": group_bytes // groups,
         }
     finally:
-        service_context.evaluate = real_evaluate  # type: ignore[assignment]
+        service_transactions.evaluate = real_evaluate  # type: ignore[assignment]
         _LmdbWriteView.apply = real_apply  # type: ignore[method-assign]
         store.close()
     return {

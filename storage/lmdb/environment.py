@@ -26,12 +26,13 @@ from storage.layout import DIR_MODE, FILE_MODE
 from storage.lmdb.records import (
     _DB_NAMES,
     _FORMAT,
+    _MAIN,
     _MAX_DBS,
     _OPTIONAL_DBS,
+    MIGRATIONS,
     READABLE_FORMATS,
     STORE_FORMAT,
     _Decoded,
-    _migrate_1_to_2,
 )
 
 
@@ -68,9 +69,8 @@ class _Env(Environment):
         if self.format == STORE_FORMAT:
             return STORE_FORMAT
         fmt = txn.get(_FORMAT, db=self.dbs["meta"])
-        if fmt == bytes([STORE_FORMAT]):
-            self.format = STORE_FORMAT  # formats only move forward
-            return STORE_FORMAT
+        if fmt and fmt[0] in READABLE_FORMATS and fmt[0] > self.format:
+            self.format = fmt[0]  # formats only move forward
         return self.format
 
     def migrate(self) -> None:
@@ -79,8 +79,11 @@ class _Env(Environment):
             return
 
         def run(txn: lmdb.Transaction[bytes]) -> None:
-            if txn.get(_FORMAT, db=self.dbs["meta"]) == bytes([1]):
-                _migrate_1_to_2(txn, self.dbs)
+            fmt = txn.get(_FORMAT, db=self.dbs["meta"])
+            step = fmt[0] if fmt else STORE_FORMAT
+            while step < STORE_FORMAT:
+                MIGRATIONS[step](txn, self.dbs)
+                step += 1
 
         self.write(run)
         self.format = STORE_FORMAT
@@ -134,6 +137,7 @@ def _open_env(
         if readonly:
             # A handle opened inside a read transaction dies with it; let lmdb open each.
             dbs = {name: env.open_db(name.encode(), create=False) for name in _DB_NAMES}
+            dbs[_MAIN] = env.open_db(None)
             for name in _OPTIONAL_DBS:
                 try:
                     dbs[name] = env.open_db(name.encode(), create=False)
@@ -145,6 +149,7 @@ def _open_env(
             with env.begin(write=True) as txn:
                 names = _DB_NAMES + _OPTIONAL_DBS
                 dbs = {name: env.open_db(name.encode(), txn=txn) for name in names}
+                dbs[_MAIN] = env.open_db(None, txn=txn)
                 fmt = txn.get(_FORMAT, db=dbs["meta"])
                 if fmt is None:
                     fmt = bytes([STORE_FORMAT])

@@ -19,7 +19,7 @@ from storage.environment import DEFAULT_MAP_SIZE, OPEN, OPEN_LOCK, MapFull
 from storage.layout import DIR_MODE
 from storage.lmdb.audit import _audit_newest, _audit_page
 from storage.lmdb.environment import _Env, _open_env, _store_error, _take_writer_lock
-from storage.lmdb.records import _META, _OUTBOX_SEQ, _U64, _U64_MAX, _u64, _unpack
+from storage.lmdb.records import _U64, _U64_MAX, _meta_place, _u64, _unpack
 from storage.lmdb.views import _LmdbReadView, _LmdbWriteView
 
 T = TypeVar("T")
@@ -149,7 +149,8 @@ class LmdbStore:
 
         def run(view: ReadView) -> bool:
             assert isinstance(view, _LmdbReadView)
-            return view._txn.get(_META, db=view._db["meta"]) is not None
+            key, _, db = _meta_place(view._format)
+            return view._txn.get(key, db=view._db[db]) is not None
 
         return self.read(run)
 
@@ -250,7 +251,8 @@ class LmdbStore:
 
         def run(view: ReadView) -> int:
             assert isinstance(view, _LmdbReadView)
-            data = view._txn.get(_OUTBOX_SEQ, db=view._db["meta"])
+            _, key, db = _meta_place(view._format)
+            data = view._txn.get(key, db=view._db[db])
             return 0 if data is None else int(_U64.unpack(data)[0])
 
         return self.read(run)

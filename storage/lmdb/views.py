@@ -30,19 +30,22 @@ from storage.lmdb.audit import _AuditRows
 from storage.lmdb.environment import _store_error
 from storage.lmdb.records import (
     _CHUNK_KEY,
-    _META,
-    _OUTBOX_SEQ,
+    _MAIN,
+    _MAIN_META,
+    _MAIN_OUTBOX_SEQ,
     _U32_MAX,
     _U64,
     _U64_MAX,
     CHUNK_CHARS,
     STORE_FORMAT,
     _cite_prefix,
+    _cluster,
     _Decoded,
     _enc,
     _fwd_key,
     _history_prefix,
-    _is_history_key,
+    _lastmod_place,
+    _meta_place,
     _rev_key,
     _sorted_runs,
     _txlog_version,
@@ -131,7 +134,8 @@ class _LmdbReadView:
 
     @_guard
     def meta(self) -> Meta:
-        data = self._txn.get(_META, db=self._db["meta"])
+        key, _, db = _meta_place(self._format)
+        data = self._txn.get(key, db=self._db[db])
         if data is None:
             return Meta()
         known = self._decoded.meta
@@ -233,7 +237,14 @@ class _LmdbReadView:
 
     @_guard
     def lastmod(self, key: str) -> int:
-        data = self._txn.get(_enc(key, 400), db=self._db["lastmod"])
+        place = _lastmod_place(key) if self._format >= 3 else None
+        if place is None:
+            data = self._txn.get(_enc(key, 400), db=self._db["lastmod"])
+        else:
+            data = self._txn.get(place[1], db=self._db[place[0]])
+            if data is None and len(key) > 100 and len(key.encode()) > 400:
+                # A key hashed before format 3 could not be moved by the migration.
+                data = self._txn.get(_enc(key, 400), db=self._db["lastmod"])
         return 0 if data is None else int(_U64.unpack(data)[0])
 
     @_guard
@@ -306,24 +317,25 @@ class _LmdbReadView:
         return self._iterate(_sorted_runs(rows, lambda f: f.id))
 
     def _current_frames(self) -> Iterator[tuple[bytes, bytes]]:
-        """The current frame records of ``frames`` (format 2), skipping the history
-        rows that follow each one (a cursor jump per frame, not a read per row)."""
+        """The current frame records of ``frames`` (format 2 on), skipping the history
+        and lastmod rows that follow each one (a cursor jump per frame, not a read per
+        row)."""
         cursor = self._txn.cursor(db=self._db["frames"])
         found = cursor.first()
         while found:
             key = cursor.key()
-            if _is_history_key(key):  # history of a frame whose current record is gone
-                found = cursor.set_range(key[:-9] + b"\x01")
-                continue
-            yield key, cursor.value()
-            found = cursor.set_range(key + b"\x01")
+            cluster = _cluster(key)
+            if len(cluster) == len(key):
+                yield key, cursor.value()
+            found = cursor.set_range(cluster + b"\x03")
 
     @_guard
     def iter_events(self, start_seq: int = 1) -> Iterator[Event]:
         if start_seq > _U64_MAX:
             return iter(())
         rows = self._scan("events", _u64(max(start_seq, 0)))
-        return self._iterate(Event.from_record(_unpack(v)) for _, v in rows)
+        # Format 3 keeps an observation's lastmod row after it, under 9 bytes.
+        return self._iterate(Event.from_record(_unpack(v)) for k, v in rows if len(k) == 8)
 
     @_guard
     def iter_relations(self) -> Iterator[tuple[str, str, str]]:
@@ -374,7 +386,7 @@ class _LmdbWriteView(_LmdbReadView):
         txn, db, pack = self._txn, self._db, self._pk.pack
         if changes.meta is not None:
             record = pack(changes.meta.to_record())
-            txn.put(_META, record, db=db["meta"])
+            txn.put(_MAIN_META, record, db=db[_MAIN])  # a page every commit writes
             # Every write reads the meta record first: remember it as written (its
             # fields are plain numbers and strings, so decoding gives it back as is).
             self._decoded.meta = (record, changes.meta.copy())
@@ -411,7 +423,13 @@ class _LmdbWriteView(_LmdbReadView):
             for key, version in changes.lastmod.items():
                 if version != last_version or last_version is None:
                     last_version, value = version, _u64(version)
-                txn.put(_enc(key, 400), value, db=lastmod_db)
+                # Beside the frame, edge or observation it names (format 3), so it
+                # dirties a page the commit writes anyway.
+                place = _lastmod_place(key)
+                if place is None:
+                    txn.put(_enc(key, 400), value, db=lastmod_db)
+                else:
+                    txn.put(place[1], value, db=db[place[0]])
         for tick, frame_id in changes.due_del:
             txn.delete(_u64(tick) + _enc(frame_id, 400), db=db["due"])
         for tick, frame_id, gen, revision in changes.due_add:
@@ -442,7 +460,7 @@ class _LmdbWriteView(_LmdbReadView):
         if changes.outbox is not None:
             number = self._outbox_seq
             if number is None:
-                data = txn.get(_OUTBOX_SEQ, db=db["meta"])
+                data = txn.get(_MAIN_OUTBOX_SEQ, db=db[_MAIN])
                 number = 0 if data is None else _U64.unpack(data)[0]
             number += 1
             self._outbox_seq = number
@@ -488,7 +506,7 @@ class _LmdbWriteView(_LmdbReadView):
     def _finish(self) -> None:
         """Write what is kept per write rather than per changeset (the outbox counter)."""
         if self._outbox_seq is not None:
-            self._txn.put(_OUTBOX_SEQ, _u64(self._outbox_seq), db=self._db["meta"])
+            self._txn.put(_MAIN_OUTBOX_SEQ, _u64(self._outbox_seq), db=self._db[_MAIN])
 
     def _put_content(self, seq: int, text: str) -> None:
         contents = self._db["contents"]

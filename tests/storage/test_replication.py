@@ -48,6 +48,9 @@ def dump(store: LmdbStore) -> dict[str, list[tuple[bytes, bytes]]]:
             out[name] = list(view._txn.cursor(db=view._db[name]))  # type: ignore[attr-defined]
         meta = view._txn.cursor(db=view._db["meta"])  # type: ignore[attr-defined]
         out["meta"] = [(k, v) for k, v in meta if k != STATE_KEY and not k.startswith(HELD_PREFIX)]
+        # The Meta record and the outbox counter (in LMDB's main database since format 4).
+        main = view._txn.cursor(db=view._db["main"])  # type: ignore[attr-defined]
+        out["main"] = [(k, v) for k, v in main if k.startswith(b"\x00")]
         return out
 
     return store.read(run)

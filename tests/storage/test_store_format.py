@@ -18,11 +18,10 @@ from typing import Any
 import lmdb
 import pytest
 
-import storage.lmdb.environment as lmdb_environment
 from protocol.errors import StoreError
 from service.context import Context
 from storage import LmdbStore
-from storage.lmdb.records import STORE_FORMAT
+from storage.lmdb.records import _DB_NAMES, MIGRATIONS, STORE_FORMAT, _enc
 from tests.storage.fixtures.store_format1 import answers
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -47,16 +46,21 @@ def expected() -> dict[str, Any]:
 
 
 def raw_rows(path: Path) -> tuple[int, dict[str, int]]:
-    """The format byte and the row count of history, cites, frames and rel_rev (read-only)."""
+    """The format byte, the row count of the tables the migrations move rows between, and
+    where the Meta record is (1: in ``meta``, 2: in the main database)."""
     env = lmdb.open(str(path), readonly=True, max_dbs=32, lock=False)
     try:
         with env.begin() as txn:
-            fmt = txn.get(b"format", db=env.open_db(b"meta", txn=txn))
+            meta = env.open_db(b"meta", txn=txn)
+            fmt = txn.get(b"format", db=meta)
             assert fmt is not None
             counts = {
                 name: txn.stat(env.open_db(name.encode(), txn=txn))["entries"]
-                for name in ("history", "cites", "frames", "rel_rev")
+                for name in ("history", "cites", "lastmod", "frames", "rel_rev", "events")
             }
+            in_meta, in_main = txn.get(b"meta", db=meta), txn.get(b"\x00meta")
+            assert (in_meta is None) != (in_main is None)
+            counts["meta_record"] = 1 if in_main is None else 2
     finally:
         env.close()
     return fmt[0], counts
@@ -69,6 +73,7 @@ def test_an_old_store_is_read_migrated_once_and_answers_the_same(tmp_path: Path)
     assert fmt == 1
     assert before["history"] == sum(len(h) for h in want["frame_history"].values()) > 0
     assert before["cites"] == sum(len(c) for c in want["cited_by"].values()) > 0
+    assert before["lastmod"] > 0
 
     with LmdbStore.open(path, readonly=True) as ro:  # the old format, read as it is
         assert answers(ro) == want
@@ -77,18 +82,17 @@ def test_an_old_store_is_read_migrated_once_and_answers_the_same(tmp_path: Path)
     with LmdbStore.open(path) as rw:  # the first writer migrates
         assert answers(rw) == want
     fmt, after = raw_rows(path)
-    assert fmt == STORE_FORMAT == 2
-    assert after == {
-        "history": 0,
-        "cites": 0,
-        "frames": before["frames"] + before["history"],
-        "rel_rev": before["rel_rev"] + before["cites"],
-    }
+    assert fmt == STORE_FORMAT == 4
+    assert after["history"] == after["cites"] == after["lastmod"] == 0  # every row moved
+    assert (before["meta_record"], after["meta_record"]) == (1, 2)
+    assert after["rel_rev"] == before["rel_rev"] + before["cites"]
+    moved = (after["frames"] - before["frames"]) + (after["events"] - before["events"])
+    assert moved == before["history"] + before["lastmod"]
     with LmdbStore.open(path, readonly=True) as ro:
         assert answers(ro) == want
     with LmdbStore.open(path) as rw:  # a second writing open has nothing to migrate
         assert answers(rw) == want
-    assert raw_rows(path) == (2, after)
+    assert raw_rows(path) == (4, after)
 
 
 def test_writes_after_the_migration_read_back_in_the_new_layout(tmp_path: Path) -> None:
@@ -147,7 +151,7 @@ def test_a_reader_opened_before_the_migration_follows_it(tmp_path: Path) -> None
         # The migration emptied history and cites: only a reader that follows it to the
         # new layout still finds every frame's history and every citation.
         assert answers(ro) == want
-    assert raw_rows(path)[0] == 2
+    assert raw_rows(path)[0] == 4
 
 
 def test_a_failed_migration_leaves_the_old_store(
@@ -156,12 +160,12 @@ def test_a_failed_migration_leaves_the_old_store(
     path = old_store(tmp_path)
     before = raw_rows(path)
 
-    def half(txn: Any, dbs: dict[str, Any]) -> None:
-        for key, value in txn.cursor(db=dbs["history"]):
-            txn.put(key, value, db=dbs["frames"])
+    def half(txn: Any, dbs: dict[str, Any]) -> None:  # after the first step has run
+        for key, _ in txn.cursor(db=dbs["lastmod"]):
+            txn.put(key + b"\x02f", b"\x00" * 8, db=dbs["frames"])
         raise OSError("disk went away halfway")
 
-    monkeypatch.setattr(lmdb_environment, "_migrate_1_to_2", half)
+    monkeypatch.setitem(MIGRATIONS, 2, half)
     with pytest.raises(OSError, match="halfway"):
         LmdbStore.open(path)
     assert raw_rows(path) == before  # nothing of it was written
@@ -174,9 +178,33 @@ def test_a_format_from_the_future_is_refused_and_left_alone(tmp_path: Path) -> N
     path = old_store(tmp_path)
     env = lmdb.open(str(path), max_dbs=32)
     with env.begin(write=True) as txn:
-        txn.put(b"format", bytes([3]), db=env.open_db(b"meta", txn=txn))
+        txn.put(b"format", bytes([5]), db=env.open_db(b"meta", txn=txn))
     env.close()
     for readonly in (True, False):
-        with pytest.raises(StoreError, match="format b'\\\\x03', not 1 or 2"):
+        with pytest.raises(StoreError, match="format b'\\\\x05', not 1 or 2 or 3 or 4"):
             LmdbStore.open(path, readonly=readonly)
-    assert raw_rows(path)[0] == 3
+    assert raw_rows(path)[0] == 5
+
+
+def test_a_format_2_store_moves_its_lastmod_rows_and_keeps_a_long_key(tmp_path: Path) -> None:
+    """Format 2 (history and citations moved, lastmod not yet): the writing open moves
+    the lastmod rows; a row whose key was hashed stays where it was and is still read."""
+    path = old_store(tmp_path)
+    long_key = "f:" + "é" * 300  # 602 bytes: stored hashed, its text is not in the store
+    env = lmdb.open(str(path), max_dbs=32)
+    with env.begin(write=True) as txn:
+        dbs = {name: env.open_db(name.encode(), txn=txn) for name in _DB_NAMES}
+        MIGRATIONS[1](txn, dbs)
+        txn.put(_enc(long_key, 400), (41).to_bytes(8, "big"), db=dbs["lastmod"])
+    env.close()
+    assert raw_rows(path)[0] == 2
+    want = expected()
+    with LmdbStore.open(path, readonly=True) as ro:
+        assert answers(ro) == want
+        assert ro.read(lambda v: v.lastmod(long_key)) == 41
+    with LmdbStore.open(path) as rw:
+        assert answers(rw) == want
+        assert rw.read(lambda v: v.lastmod(long_key)) == 41
+        assert rw.read(lambda v: v.lastmod("f:" + "é" * 299)) == 0
+    fmt, after = raw_rows(path)
+    assert fmt == 4 and after["lastmod"] == 1

@@ -46,8 +46,10 @@ def test_a_store_at_its_map_ceiling_refuses_with_store_full_and_resumes(tmp_path
     assert full.code == "store_full" and isinstance(full, StoreError) and acked > 10
     version = ctx.version()
     assert version == acked  # nothing of the refused commit applied
-    with pytest.raises(StoreFull):  # a retry is refused the same way, still nothing applied
-        ctx.commit(f"(context-tx (base-version {version}) (derive late (y)))", client_id="late")
+    # The refused commit again, under its client id: refused the same way, nothing applied.
+    retry = f'(context-tx (base-version {version}) (derive late (text "{BODY}late")))'
+    with pytest.raises(StoreFull):
+        ctx.commit(retry, client_id=f"c{acked}")
     assert ctx.version() == version
     with pytest.raises(NotFound):
         ctx.frame("late")
@@ -56,9 +58,7 @@ def test_a_store_at_its_map_ceiling_refuses_with_store_full_and_resumes(tmp_path
     # room made (a higher ceiling): the same retry commits, every acknowledged commit is there
     store = LmdbStore.open(path, sync=False, max_map_size=8 << 20)
     with Context(store, name="c") as ctx:
-        receipt = ctx.commit(
-            f"(context-tx (base-version {version}) (derive late (y)))", client_id="late"
-        )
+        receipt = ctx.commit(retry, client_id=f"c{acked}")
         assert receipt.committed and receipt.version == version + 1
         assert all(ctx.frame(f"f{i}") is not None for i in range(acked))
 
