@@ -229,11 +229,11 @@ class Morphz:
         bulk = len(docs) - incremental
         started = time.perf_counter()
         base = time.time() - len(docs)
-        for lo in range(0, bulk, 10_000):
+        for lo in range(0, bulk, OBSERVE_BATCH):
             self.ctx.observe_many(
                 [
-                    {"kind": k, "text": t, "session": "main", "time": base + lo + j}
-                    for j, (k, t) in enumerate(docs[lo : min(bulk, lo + 10_000)])
+                    {"kind": k, "text": t, "session": _session(lo + j), "time": base + lo + j}
+                    for j, (k, t) in enumerate(docs[lo : min(bulk, lo + OBSERVE_BATCH)])
                 ]
             )
         self.figures["context_write_s"] = round(time.perf_counter() - started, 2)
@@ -244,12 +244,13 @@ class Morphz:
         self.figures["rebuild_docs_per_s"] = round(bulk / max(stats["seconds"], 1e-9))
         log(f"  rebuild: {bulk} docs in {stats['seconds']} s")
         if incremental:
-            self.ctx.observe_many(
-                [
-                    {"kind": k, "text": t, "session": "main", "time": base + bulk + j}
-                    for j, (k, t) in enumerate(docs[bulk:])
-                ]
-            )
+            for lo in range(bulk, len(docs), OBSERVE_BATCH):
+                self.ctx.observe_many(
+                    [
+                        {"kind": k, "text": t, "session": _session(lo + j), "time": base + lo + j}
+                        for j, (k, t) in enumerate(docs[lo : lo + OBSERVE_BATCH])
+                    ]
+                )
             started = time.perf_counter()
             self.index.catch_up(batch=1000)
             took = time.perf_counter() - started
@@ -283,6 +284,16 @@ class MorphzPlain:
 
     def close(self) -> None:
         pass
+
+
+OBSERVE_BATCH = 1000
+"""Events recorded per call (a call takes at most 1,024)."""
+SESSION_TURNS = 40
+"""Synthetic events per session (so the search's session rule does its work)."""
+
+
+def _session(i: int) -> str:
+    return f"s{i // SESSION_TURNS}"
 
 
 class Fts5:
