@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.lookup import read_entry
 from actors.client.names import DEFAULT_NAMESPACE, DIRECTORY_NAME, host_actor
 from actors.client.nodes import start_pinned
 from actors.client.replies import error_doc, raise_error
@@ -232,6 +233,12 @@ class HostActor:
         )
         timings.append((time.perf_counter() - started) * 1000)
         ctx._ensure_worker()  # its governance task, if any, on this loop
+        if ctx._open_error is not None and ctx._open_error.code == "store_locked":
+            if await self._placed_elsewhere(slot.name):  # moved while this host was down
+                ctx._stop_tasks()
+                self._slots.pop(slot.name, None)
+                self._moved.add(slot.name)
+                self._check_here(slot.name)
         if ctx._open_error is None:
             slot.ctx = ctx
             slot.activations += 1
@@ -444,6 +451,19 @@ class HostActor:
                 ):
                     await self._deactivate(slot, forget=False)
         await self._report()
+
+    async def _placed_elsewhere(self, name: str) -> bool:
+        """True if the namespace's directory places *name* on another host: a host that
+        restarted after giving it away no longer remembers that (:meth:`release`)."""
+        ray = ray_module()
+        if not ray.is_initialized():
+            return False
+        try:
+            directory = await asyncio.to_thread(ray.get_actor, DIRECTORY_NAME, self._namespace)
+            entry = read_entry(await directory.get.remote(name))
+        except (MorphzError, ValueError):  # no directory, or it does not know the context
+            return False
+        return bool(entry.primary.actor != host_actor(self._name))
 
     async def _report(self) -> None:
         """Send this host's load to the namespace's directory, if it has one (fire and forget)."""

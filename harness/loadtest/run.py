@@ -2,9 +2,9 @@
 
 :func:`run_loadtest` is what ``morphz loadtest`` runs (see the package's
 docstring and docs/loadtest.md). Ray is imported inside the functions that
-use it, never at module import. Kept as one module because every phase of a
-run (placing, spreading the threads, the load, the report) works on the one
-:class:`_Run`'s actors and options.
+use it, never at module import. Every phase of a run (placing, spreading the
+threads, the load) works on the one :class:`_Run`'s actors and options; the
+report of a finished run (its checks and document) is :mod:`harness.loadtest.outcome`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +24,6 @@ from actors.client.nodes import alive_nodes, pinned
 from actors.client.replies import open_reply
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
 from harness.loadtest.baseline import load_costs, measure_baseline, spent
-from harness.loadtest.checks import check_after_run, submissions_of
 from harness.loadtest.cluster import (
     Killer,
     connect_ray,
@@ -35,13 +34,7 @@ from harness.loadtest.cluster import (
 from harness.loadtest.nemeses import Nemesis
 from harness.loadtest.nodes import NodeKiller, TestCluster
 from harness.loadtest.options import LoadtestOptions, Progress, Tamper, check_options
-from harness.loadtest.report import (
-    MAX_VIOLATIONS,
-    REPORT_KEYS,
-    conflict_counts,
-    cost_figures,
-    figures,
-)
+from harness.loadtest.outcome import run_report
 from harness.loadtest.trajectories import Conversation, load_conversations, trajectories_dir
 from harness.workload import WorkloadSpec
 from protocol.errors import MorphzError, StoreError
@@ -188,7 +181,7 @@ class _Run:
             before = self._costs()
             records, elapsed, killer = self._load(work)
             costs = spent(before, self._costs())
-            return self._report(records, elapsed, killer, n_agents, costs, baseline)
+            return run_report(self, records, elapsed, killer, n_agents, costs, baseline)
         finally:
             for agent in self.agents:
                 ray.kill(agent)
@@ -429,134 +422,6 @@ class _Run:
         for i, h in enumerate(self.handles):
             if i not in polls:
                 polls[i] = h.actor.version.remote()
-
-    def _report(
-        self,
-        by_context: dict[int, list[dict[str, Any]]],
-        elapsed: float,
-        killer: Killer | NodeKiller | Nemesis | None,
-        n_agents: int,
-        costs: dict[str, float | None],
-        baseline: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        opts = self.opts
-        violations: list[dict[str, str]] = []
-        per_context = []
-        collisions: Counter[str] = Counter()
-        checked = {"submissions": 0, "log_records": 0, "replayed": 0, "acknowledged_on_disk": 0}
-        local = set(local_nodes())
-        all_records: list[dict[str, Any]] = []
-        kills_by = Counter(k["context"] for k in (killer.kills if killer else []))
-        for c, handle in enumerate(self.handles):
-            records = by_context.get(c, [])
-            all_records.extend(records)
-            if self.tamper is not None:
-                records = self.tamper(handle.name, list(records))
-            path = os.path.join(self.store, handle.name)
-            on_disk = self.nodes[c] in local and os.path.isdir(path)
-            result = check_after_run(handle, records, path if on_disk else None)
-            found = result.violations
-            checked["log_records"] += result.log_records
-            checked["acknowledged_on_disk"] += result.on_disk
-            checked["submissions"] += len(submissions_of(records))
-            checked["replayed"] += result.replayed
-            violations.extend(
-                {"context": handle.name, "kind": v.kind, "detail": v.detail} for v in found
-            )
-            fig = figures(by_context.get(c, []), elapsed)
-            conflicted = conflict_counts(by_context.get(c, []))
-            for key, value in conflicted.items():
-                collisions[key] += value
-            per_context.append(
-                {
-                    "name": handle.name,
-                    "node_id": self.nodes[c],
-                    "version": result.version,
-                    "committed": fig["committed"],
-                    "rebased": fig["rebased"],
-                    "rejected": fig["rejected"],
-                    "retried": fig["retried"],
-                    "unknown": fig["unknown"],
-                    "throughput_tx_s": fig["throughput_tx_s"],
-                    "latency_ms": fig["latency_ms"],
-                    "kills": kills_by[handle.name],
-                    "batches": result.stats.get("batches"),
-                    "largest_batch": result.stats.get("largest_batch"),
-                    "history_ok": not found,
-                    "violations": len(found),
-                    "replayed": result.replayed,
-                    **conflicted,
-                }
-            )
-        total = figures(all_records, elapsed)
-        commits = max(1, total["committed"])
-        contention = {
-            "shared_mode": opts.shared_mode,
-            "conflicts": collisions["conflicts"],
-            "false_conflicts": collisions["false_conflicts"],
-            "rejections_per_1000_commits": round(total["rejected"] * 1000 / commits, 2),
-            "false_conflicts_per_1000_commits": round(
-                collisions["false_conflicts"] * 1000 / commits, 2
-            ),
-        }
-        requested: dict[str, Any] = (
-            {"duration_s": opts.duration_s}
-            if opts.duration_s is not None
-            else {"transactions": opts.transactions}
-        )
-        if opts.kill_every_s is not None:
-            requested["kill_every_s"] = opts.kill_every_s
-        if opts.followers:
-            requested["followers"] = opts.followers
-        if opts.kill_node_every_s is not None:
-            requested["kill_node_every_s"] = opts.kill_node_every_s
-            requested["nodes"] = opts.nodes
-        if opts.nemesis is not None:
-            requested["nemesis"] = dict(
-                zip(("kind", "every_s", "for_s"), opts.nemesis, strict=True)
-            )
-            requested["nodes"] = opts.nodes
-        if opts.workload == "trajectories":
-            requested["conversations"] = opts.conversations
-        doc: dict[str, Any] = {
-            "run_id": self.run_id,
-            "workload": opts.workload,
-            "threads": opts.threads,
-            "contexts": opts.contexts,
-            "agents": n_agents,
-            "pipeline": opts.pipeline,
-            "conflict_rate": opts.conflict_rate,
-            "shared_frames": opts.shared_frames,
-            "seed": opts.seed,
-            "requested": requested,
-            "duration_s": round(elapsed, 3),
-            **total,
-            **cost_figures(costs, total["committed"]),
-            "baseline": baseline,
-            "ratio_to_baseline": (
-                None
-                if baseline is None or not baseline["calls_s"]
-                else round(total["throughput_tx_s"] / baseline["calls_s"], 3)
-            ),
-            "kills": 0 if killer is None else len(killer.kills),
-            "kill_log": [] if killer is None else killer.kills,
-            "kill_misses": {
-                "skipped": 0 if killer is None else killer.skipped,
-                "errors": 0 if killer is None else killer.errors,
-            },
-            "contention": contention,
-            "history_ok": not violations,
-            "violations": violations[:MAX_VIOLATIONS],
-            "violation_count": len(violations),
-            "checked": checked,
-            "per_context": per_context,
-            "store": self.store,
-            "store_kept": True,
-            "namespace": opts.namespace,
-            "interrupted": self.interrupted,
-        }
-        assert tuple(doc) == REPORT_KEYS
-        return doc
 
 
 def _stop_followers(names: list[str], namespace: str) -> None:

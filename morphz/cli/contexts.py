@@ -77,6 +77,15 @@ def _ago(when: float | None) -> str:
 
 
 def _human_cluster(d: dict[str, Any]) -> str:
+    moved = d.get("moved")
+    if moved is not None:
+        lines = [f"{host}: moved {', '.join(names)}" for host, names in sorted(moved.items())]
+        head = "\n".join(lines) or "rebalance: no idle context on a full host"
+        return head + "\n" + _human_table(d)
+    return _human_table(d)
+
+
+def _human_table(d: dict[str, Any]) -> str:
     if not d["contexts"]:
         running = d.get("unplaced") or []
         if running:
@@ -128,19 +137,26 @@ def _human_cluster(d: dict[str, Any]) -> str:
     )
 
 
-def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
-    """The placement table of *namespace*'s directory (joining the cluster for the call)."""
+def _cluster_doc(address: str | None, namespace: str, rebalance: bool = False) -> dict[str, Any]:
+    """The placement table of *namespace*'s directory (joining the cluster for the call);
+    with *rebalance*, after the directory moved idle contexts off full hosts (``moved``)."""
     import os
 
     from actors.client.transport import check_text, init_ray, ray_module
     from actors.cluster.directory import existing_directory
     from actors.cluster.status import placement_table
+    from protocol.errors import NotFound
 
     check_text(namespace, "namespace")
     connected = init_ray(address or os.environ.get("RAY_ADDRESS") or "auto")
     unplaced: list[dict[str, Any]] = []
+    moved: dict[str, list[str]] | None = None
     try:
         handle = existing_directory(namespace)
+        if rebalance:
+            if handle is None:
+                raise NotFound(f"no context directory in namespace {namespace!r}")
+            moved = handle.rebalance()
         rows = [] if handle is None else placement_table(handle)
         if not rows:  # actors started by connect() (mcp, serve) are not in any directory
             from morphz.cli.actors import list_actors
@@ -151,12 +167,13 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
     finally:
         if connected:
             ray_module().shutdown()
-    return {
+    doc = {
         "namespace": namespace,
         "directory": handle is not None,
         "contexts": rows,
         "unplaced": unplaced,
     }
+    return doc if moved is None else {**doc, "moved": moved}
 
 
 @click.command("contexts")
@@ -177,18 +194,29 @@ def _cluster_doc(address: str | None, namespace: str) -> dict[str, Any]:
     show_default=True,
     help="With --cluster: the Ray namespace.",
 )
+@click.option(
+    "--rebalance",
+    is_flag=True,
+    help="With --cluster: first move idle contexts off context hosts that report themselves"
+    " full (at most 100), each to the least loaded host with room on its node.",
+)
 @click.pass_obj
 @run_command
-def contexts_cmd(env: Env, cluster: bool, address: str | None, namespace: str) -> None:
+def contexts_cmd(
+    env: Env, cluster: bool, address: str | None, namespace: str, rebalance: bool
+) -> None:
     """List the store's contexts: version, tick, frames, events and size on disk.
 
     With --cluster: every placed context of the cluster — epoch, primary node,
     its context host, state (active / idle) and last use when it is hosted,
     followers, each member's version ("?" when it does not answer) and each
-    follower's lag behind the primary.
+    follower's lag behind the primary. With --rebalance too, the directory first
+    moves idle contexts off full context hosts (``moved``: the names, by host left).
     """
+    if rebalance and not cluster:
+        raise click.UsageError("--rebalance goes with --cluster")
     if cluster:
-        emit(env, _cluster_doc(address, namespace), _human_cluster)
+        emit(env, _cluster_doc(address, namespace, rebalance), _human_cluster)
         return
     from service.store import Store
 

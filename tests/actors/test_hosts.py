@@ -333,12 +333,49 @@ def test_idle_contexts_leave_a_full_host_and_their_handles_follow(
                 bad()
             assert e.value.code == code
         assert d.get("b").primary.actor == "host:f1"  # the refusals moved nothing
-        assert a.version() == 0  # a stayed where it was, on f0
+        assert a.version() == 0 and a.transport.actor_name == "host:f0"  # a stayed
+        # the operator's command: a, idle on the full f0 now, is moved off it
+        f0.deactivate("a")
+        f0.context("z3")
+        _wait_reports(d, {"host:f0"}, full="host:f0")
+        args = ["contexts", "--cluster", "--rebalance", "--namespace", namespace, "--json"]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["moved"] == {"host:f0": ["a"]}
+        assert a.version() == 0 and a.transport.actor_name == "host:f1"
+        r = CliRunner().invoke(cli, ["contexts", "--rebalance"])
+        assert r.exit_code == 2 and "--cluster" in r.output
     finally:
         f0.shutdown()
         f1.shutdown()
         for n in names:
             d.remove(n)
+
+
+@pytest.mark.ray
+def test_a_host_restarted_after_giving_a_context_away_sends_its_callers_on(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> None:
+    root = tmp_path / "root"
+    d = directory(namespace)
+    r0 = start_host("r0", store_dir=root, namespace=namespace)
+    r1 = start_host("r1", store_dir=root, namespace=namespace)
+    try:
+        _wait_reports(d, {"host:r0", "host:r1"})
+        place("m", hosted=True, namespace=namespace)
+        assert d.get("m").primary.actor == "host:r0"
+        d.move_hosted("m", to="host:r1")
+        moved = lookup("m", namespace)  # active on r1: it holds the store
+        assert moved.submit(_tx(0, "x", "one")).committed
+        os.kill(int(r0.load()["pid"]), signal.SIGKILL)  # r0 restarts, its releases forgotten
+        with pytest.raises(ray.exceptions.RayTaskError) as e:  # a caller that still asks r0
+            ray.get(r0.actor.call.remote("m", "version", [], {}))
+        assert isinstance(e.value.cause, RequestError) and e.value.cause.code == "context_moved"
+        assert r0.contexts() == [] and moved.version() == 1
+    finally:
+        r0.shutdown()
+        r1.shutdown()
+        d.remove("m")
 
 
 # -- the load test at scale, small ---------------------------------------------------
