@@ -96,7 +96,27 @@ def test_punctuation_and_space_are_not_terms() -> None:
     assert terms("") == []
     assert terms("   \n\t ") == []
     assert terms("!!! ... ---") == []
-    assert terms("Hello, world! it's 3.14") == ["hello", "world", "it's", "3.14"]
+    assert terms("Hello, world! it's 3.14") == ["hello", "world", "it", "3.14"]
+
+
+def test_a_possessive_is_the_word_it_belongs_to() -> None:
+    # As FTS5 and Lucene's English analyzer: "Caroline's" is found by "Caroline".
+    assert terms("What is Caroline's job? Melanie’s dog") == [
+        "what",
+        "is",
+        "caroline",
+        "job",
+        "melanie",
+        "dog",
+    ]
+    text = "Ask Caroline's sister"
+    assert [(t.term, text[t.start : t.end]) for t in analyze(text)][1] == ("caroline", "Caroline")
+    mixed = "李的 Caroline’s 东京"
+    assert "caroline" in terms(mixed) and sorted(t.term for t in analyze(mixed)) == sorted(
+        terms(mixed)
+    )
+    # Only a trailing 's after a letter goes: other apostrophes stay.
+    assert terms("didn't o'neil 3's x") == ["didn't", "o'neil", "3", "s", "x"]  # ICU cuts 3's
 
 
 def test_long_words_are_cut() -> None:
