@@ -32,7 +32,7 @@ from typing import Any
 from actors.server.metrics import ContextMetrics
 from protocol.errors import MorphzError
 from protocol.receipts import Receipt
-from protocol.tx import ContextTx
+from protocol.tx import ContextTx, FieldOp
 from protocol.txwire import SubmittedTx
 
 log = logging.getLogger("morphz.context_actor")
@@ -99,6 +99,8 @@ class Inbox:
         self._held: dict[str, deque[_Item]] = {}  # frame -> writers waiting for the turn
         self._released: set[asyncio.Future[Any]] = set()  # held, now being decided again
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.lapsed = 0
+        """Turns that ended by lapsing (their writer never retried) rather than by a commit."""
 
     @property
     def pending(self) -> int:
@@ -155,9 +157,9 @@ class Inbox:
         self._released.discard(future)
         if result.get("status") == "committed":
             if self._turn:
-                for key in tx.tx.footprint()[1]:
-                    if key.startswith("f:") and key[2:] in self._turn:
-                        self._pass_turn(key[2:])
+                for written in _frames_written(tx.tx):
+                    if written in self._turn:
+                        self._pass_turn(written)
             return False
         frame = _hot_frame(result)
         if frame is None or future.done():
@@ -191,6 +193,7 @@ class Inbox:
         if future in self._released:  # still being decided again: give it its time
             self._start_turn(frame, future)
         else:
+            self.lapsed += 1
             self._pass_turn(frame)
 
     def _pass_turn(self, frame: str) -> None:
@@ -238,6 +241,14 @@ class Inbox:
                 out.append(e)
             self._metrics.group(out[-1:], time.perf_counter() - started)
         return out
+
+
+def _frames_written(tx: ContextTx) -> set[str]:
+    """The frames a committed *tx* changed: the targets of its frame operations, field
+    edits included (they write no whole-frame footprint key, yet commit the frame)."""
+    frames = {key[2:] for key in tx.footprint()[1] if key.startswith("f:")}
+    frames.update(op.id for op in tx.ops if isinstance(op, FieldOp))
+    return frames
 
 
 def _hot_frame(result: dict[str, Any]) -> str | None:
