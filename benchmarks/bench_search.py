@@ -24,7 +24,8 @@ Engines: Morphz's :class:`storage.search.index.LexicalIndex` (search includes th
 snippet and the context read that feeds it), as a user gets it and as
 ``morphz-plain`` (the same index, BM25 over the words alone: no question rules,
 no neighbour evidence, the ranking before them); SQLite FTS5 with the
-``unicode61`` tokenizer and with the ``trigram`` tokenizer, queried with the
+``unicode61`` tokenizer, with ``porter unicode61`` (Porter stems) and with the
+``trigram`` tokenizer, queried with the
 query's words OR-ed (``"w1" OR "w2"``), ranked by ``bm25`` with
 ``snippet()``. Index throughput: Morphz ``rebuild`` (bulk) and incremental
 ``apply_intents`` in batches of 1,000; FTS5 ``INSERT`` of all rows in one
@@ -228,11 +229,11 @@ class Morphz:
         bulk = len(docs) - incremental
         started = time.perf_counter()
         base = time.time() - len(docs)
-        for lo in range(0, bulk, 10_000):
+        for lo in range(0, bulk, OBSERVE_BATCH):
             self.ctx.observe_many(
                 [
-                    {"kind": k, "text": t, "session": "main", "time": base + lo + j}
-                    for j, (k, t) in enumerate(docs[lo : min(bulk, lo + 10_000)])
+                    {"kind": k, "text": t, "session": _session(lo + j), "time": base + lo + j}
+                    for j, (k, t) in enumerate(docs[lo : min(bulk, lo + OBSERVE_BATCH)])
                 ]
             )
         self.figures["context_write_s"] = round(time.perf_counter() - started, 2)
@@ -243,12 +244,13 @@ class Morphz:
         self.figures["rebuild_docs_per_s"] = round(bulk / max(stats["seconds"], 1e-9))
         log(f"  rebuild: {bulk} docs in {stats['seconds']} s")
         if incremental:
-            self.ctx.observe_many(
-                [
-                    {"kind": k, "text": t, "session": "main", "time": base + bulk + j}
-                    for j, (k, t) in enumerate(docs[bulk:])
-                ]
-            )
+            for lo in range(bulk, len(docs), OBSERVE_BATCH):
+                self.ctx.observe_many(
+                    [
+                        {"kind": k, "text": t, "session": _session(lo + j), "time": base + lo + j}
+                        for j, (k, t) in enumerate(docs[lo : lo + OBSERVE_BATCH])
+                    ]
+                )
             started = time.perf_counter()
             self.index.catch_up(batch=1000)
             took = time.perf_counter() - started
@@ -284,9 +286,19 @@ class MorphzPlain:
         pass
 
 
+OBSERVE_BATCH = 1000
+"""Events recorded per call (a call takes at most 1,024)."""
+SESSION_TURNS = 40
+"""Synthetic events per session (so the search's session rule does its work)."""
+
+
+def _session(i: int) -> str:
+    return f"s{i // SESSION_TURNS}"
+
+
 class Fts5:
     def __init__(self, root: Path, tokenizer: str, docs: Sequence[tuple[str, str]]) -> None:
-        self.name = f"fts5-{tokenizer}"
+        self.name = f"fts5-{tokenizer.split()[0]}"
         path = root / f"{self.name}.db"
         self.db = sqlite3.connect(path)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -502,7 +514,7 @@ def run_corpus(
     morphz = Morphz(root, docs, incremental, log)
     engines: list[Any] = [morphz, MorphzPlain(morphz)]
     try:
-        for tokenizer in ("unicode61", "trigram"):
+        for tokenizer in ("unicode61", "porter unicode61", "trigram"):
             engines.append(Fts5(root, tokenizer, docs))
             log(f"  {engines[-1].name}: {engines[-1].figures}")
         if vectors:
@@ -552,7 +564,7 @@ def print_report(name: str, doc: dict[str, Any]) -> None:
         )
         + f", {m['index_mib']} MiB"
     )
-    for engine in ("fts5-unicode61", "fts5-trigram"):
+    for engine in ("fts5-unicode61", "fts5-porter", "fts5-trigram"):
         f = doc[engine]["index"]
         line += f"; {engine} {f['docs_per_s']:,} docs/s, {f['db_mib']} MiB"
     print(line)
@@ -569,6 +581,7 @@ ENGINES = (
     "morphz",
     "morphz-plain",
     "fts5-unicode61",
+    "fts5-porter",
     "fts5-trigram",
     "morphz-dense",
     "morphz-hybrid",

@@ -14,8 +14,9 @@ Two scopes:
 * ``conversation`` (the headline): each conversation is one context and a
   question searches its own conversation;
 * ``pool``: a question searches a context holding every conversation of its
-  English domain (100 conversations, thousands of turns) or, for Chinese and
-  mixed, every translated conversation of its language. Harder, and closer to
+  English domain (100 conversations, thousands of turns, each conversation a
+  session of its own) or, for Chinese and mixed, every translated conversation
+  of its language. Harder, and closer to
   one long-running agent's memory; the relevant turns are still only the
   judged ones.
 
@@ -63,6 +64,8 @@ TOP = 10
 DEPTH = 50
 """How many hits of each ranking a fusion takes."""
 MODEL = "all-MiniLM-L6-v2"
+OBSERVE_BATCH = 1000
+"""Observations recorded per call (a call takes at most 1,024)."""
 KINDS = {"user": "user_message", "assistant": "external", "tool": "tool_result"}
 
 
@@ -202,9 +205,7 @@ def scopes(
         if pool not in docs:
             if q.lang == "en":
                 files = sorted((trajectories / q.domain).glob("*.json"))
-                docs[pool] = [
-                    d for f in files for d in trajectory_docs(trajectories, f"{q.domain}/{f.stem}")
-                ]
+                docs[pool] = long_docs(trajectories, [f"{q.domain}/{f.stem}" for f in files])
             else:
                 docs[pool] = [d for c in sorted(translated[q.lang]) for d in translated[q.lang][c]]
         of["pool"][q.id] = pool
@@ -349,12 +350,15 @@ class MorphzContexts:
         self.ids: dict[str, dict[str, str]] = {}
         for n, (scope, ds) in enumerate(sorted(docs.items())):
             ctx = self.store.open(f"s{n}", sync=False)
-            replies = ctx.observe_many(
-                [
-                    {"kind": d.kind, "text": d.text, "session": d.session, "time": 1.0e9 + i}
-                    for i, d in enumerate(ds)
-                ]
-            )
+            items = [
+                {"kind": d.kind, "text": d.text, "session": d.session, "time": 1.0e9 + i}
+                for i, d in enumerate(ds)
+            ]
+            replies = [
+                r
+                for i in range(0, len(items), OBSERVE_BATCH)
+                for r in ctx.observe_many(items[i : i + OBSERVE_BATCH])
+            ]
             self.ctx[scope] = ctx
             self.ids[scope] = {r.ref: d.id for r, d in zip(replies, ds, strict=True)}
 

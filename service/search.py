@@ -32,6 +32,7 @@ observation naming the frames it found, like a recall (:meth:`Searcher.search`).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,14 @@ FUSE_K = 5
 FUSE_WEIGHTS = {"lexical": 1.0, "semantic": 0.5}
 """Each ranking's weight in the fusion: ``weight / (FUSE_K + rank)`` (chosen on the dev split:
 docs/search.md, "Fusion by evidence")."""
+ENGLISH_ONLY_MODELS = ("all-minilm", "all-mpnet", "all-distilroberta", "msmarco", "-en-", "-en")
+"""Parts of a model id that name an embedding model trained on English only (the packaged
+all-MiniLM-L6-v2 among them): matched case-insensitively, ``-en`` only at the end."""
+FOREIGN_SEMANTIC_WEIGHT = 0.0
+"""The semantic ranking's weight for a query in Chinese, Japanese or Korean when the model
+is English-only (:data:`ENGLISH_ONLY_MODELS`): its ranking of such a query is close to
+chance and fusing it lowers the lexical ranking's (docs/search.md, "Fusion by evidence")."""
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 EMBEDDER_PAUSE = 30.0
 """Seconds after an embedder failure during which searches do not call it again (they
 answer lexical hits with the failure as ``degraded`` at once, instead of each waiting
@@ -276,7 +285,7 @@ class Searcher:
                 self._down = (time.monotonic(), why)
             info = self._degraded(why)
             semantic = []
-        return _fused(lexical, semantic, limit, info)
+        return _fused(lexical, semantic, limit, info, fuse_weights(query, info.model))
 
     def _degraded(self, why: str) -> SemanticInfo:
         model = getattr(self._embedder, "model_id", "") or _spec_model(self._spec)
@@ -380,8 +389,33 @@ def _spec_model(spec: Any) -> str:
     return model if isinstance(model, str) else ""
 
 
+def english_only(model_id: str) -> bool:
+    """True if *model_id* names an embedding model trained on English only."""
+    name = model_id.casefold()
+    return any(
+        name.endswith(part) if part == "-en" else part in name for part in ENGLISH_ONLY_MODELS
+    )
+
+
+def fuse_weights(query: str, model_id: str) -> dict[str, float]:
+    """The fusion's weights for *query*: :data:`FUSE_WEIGHTS`, with the semantic side at
+    :data:`FOREIGN_SEMANTIC_WEIGHT` for a query holding Chinese, Japanese or Korean when
+    the model is English-only."""
+    if english_only(model_id) and _CJK.search(query[:MAX_QUERY_SCAN]):
+        return {**FUSE_WEIGHTS, "semantic": FOREIGN_SEMANTIC_WEIGHT}
+    return dict(FUSE_WEIGHTS)
+
+
+MAX_QUERY_SCAN = 4096
+"""Characters of a query looked at for its script (a query is at most that long)."""
+
+
 def _fused(
-    lexical: SearchResult, semantic: list[Any], limit: int, info: SemanticInfo
+    lexical: SearchResult,
+    semantic: list[Any],
+    limit: int,
+    info: SemanticInfo,
+    weights: dict[str, float] | None = None,
 ) -> SearchResult:
     """The lexical and semantic hits fused by weighted reciprocal rank, the best *limit*."""
     from storage.vectors import fuse
@@ -394,7 +428,7 @@ def _fused(
             ("semantic", [(h.id, h.score) for h in semantic]),
         ],
         FUSE_K,
-        FUSE_WEIGHTS,
+        FUSE_WEIGHTS if weights is None else weights,
     )
     own = {h.id: h.signals for h in lexical.hits if h.signals}
     hits = []

@@ -57,7 +57,7 @@ from storage.environment import DEFAULT_MAP_SIZE
 
 INDEX_DIR = "index"
 """Subdirectory of a context directory that holds its lexical index."""
-INDEX_FORMAT = 5
+INDEX_FORMAT = 6
 """Bumped when the stored layout changes (2: frames carry trust and valid time; 3: stem terms;
 4: identifier-part terms; 5: events carry their session's code, documents that state a time
 the temporal term).

@@ -48,7 +48,13 @@ from storage.search.format import (
 from storage.search.highlighting import _doc_text, _Highlighter
 from storage.search.morphology import Morphology, languages_from, morphology
 from storage.search.postings import _Postings
-from storage.search.ranking import NEIGHBOUR_WEIGHT, _make_filter, _rank, _Ranked
+from storage.search.ranking import (
+    NEIGHBOUR_WEIGHT,
+    SESSION_WEIGHT,
+    _make_filter,
+    _rank,
+    _Ranked,
+)
 from storage.search.results import Hit, SearchResult, Signal
 from storage.search.text import query_intent, query_plan
 
@@ -291,8 +297,11 @@ class LexicalIndex(DerivedIndex[Environment]):
         a strong match is a hit even without a word of the query (the other
         speaker's answer); for keywords, only turns holding a query word are
         hits. Both are on by default; turning both off ranks by BM25 over the
-        words alone. *explain* gives each hit that neighbours lent evidence its
-        ``signals`` (``lexical``: its own BM25, ``neighbours``: the share lent);
+        words alone. In a context of several sessions, a turn also gets
+        :data:`~storage.search.ranking.SESSION_WEIGHT` of the summed scores of
+        the other best matches of its session (with *neighbours*). *explain* gives each hit
+        that its conversation lent evidence its ``signals`` (``lexical``: its
+        own BM25, ``neighbours``: the share lent, ``session``: its session's);
         without it, hits carry no signals (the lexical reply's shape).
         """
         if not isinstance(query, str):
@@ -328,6 +337,7 @@ class LexicalIndex(DerivedIndex[Environment]):
                 when=when,
                 neighbours=NEIGHBOUR_WEIGHT if neighbours else 0.0,
                 borrow=bool(weights),
+                session=SESSION_WEIGHT if neighbours else 0.0,
             )
             return state, ranked, morph, qterms
 
@@ -358,12 +368,16 @@ class LexicalIndex(DerivedIndex[Environment]):
                 hit_id, hit_type = f"@e{doc}", "event"
             text = texts[i] if i < len(texts) else ""
             signals: tuple[Signal, ...] = ()
-            share = ranked.lent.get(doc)
-            if share and explain:
-                # Evidence from the neighbouring turns: said apart from the turn's own match.
-                own = score - share
+            share = ranked.lent.get(doc, 0.0)
+            given = ranked.session.get(doc, 0.0)
+            if (share or given) and explain:
+                # Evidence from the conversation: said apart from the turn's own match.
+                own = score - share - given
                 signals = (Signal("lexical", i + 1, own),) if own > 1e-9 else ()
-                signals += (Signal("neighbours", i + 1, share),)
+                if share:
+                    signals += (Signal("neighbours", i + 1, share),)
+                if given:
+                    signals += (Signal("session", i + 1, given),)
             hits.append(
                 Hit(
                     id=hit_id,

@@ -78,6 +78,8 @@ CHAR_WEIGHT = 0.25
 _KIND_WEIGHT = {"stem": STEM_WEIGHT, "part": PART_WEIGHT, "char": CHAR_WEIGHT}
 NEIGHBOUR_WEIGHT = 0.1
 """Share of a turn's score lent to each adjacent turn of the same session (0: none)."""
+SESSION_WEIGHT = 0.1
+"""Share of the summed scores of the other best matches of its session a turn gets (0: none)."""
 NEIGHBOUR_POOL = 64
 """The best documents (at least 4 × the limit) whose neighbours get a share of their score."""
 
@@ -201,6 +203,8 @@ class _Ranked:
     approximate: bool = False
     lent: dict[int, float] = field(default_factory=dict)
     """The share of its score each document got from its neighbours (only those lent any)."""
+    session: dict[int, float] = field(default_factory=dict)
+    """What each document got from its session's other matches (only those given any)."""
 
 
 def _scan(
@@ -319,6 +323,7 @@ def _rank(
     when: bool = False,
     neighbours: float = 0.0,
     borrow: bool = False,
+    session: float = 0.0,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -398,14 +403,20 @@ def _rank(
     if when and acc:
         _when(txn, dbs, state, tn, acc, idf_of)
     lent: dict[int, float] = {}
-    if neighbours > 0 and acc:
-        lent = _lend(txn, dbs["docs"], acc, max(NEIGHBOUR_POOL, 4 * limit), neighbours, borrow)
+    given: dict[int, float] = {}
+    if (neighbours > 0 or session > 0) and acc:
+        lent, given = _lend(
+            txn, dbs["docs"], acc, max(NEIGHBOUR_POOL, 4 * limit), neighbours, borrow, session
+        )
         acc = dict(acc)
-        for doc, share in lent.items():
-            acc[doc] = acc.get(doc, 0.0) + share
+        for evidence in (lent, given):
+            for doc, share in evidence.items():
+                acc[doc] = acc.get(doc, 0.0) + share
     ranked.top = _top(txn, dbs, acc, limit, filt)
     if lent:
         ranked.lent = {doc: lent[doc] for _, doc, _ in ranked.top if doc in lent}
+    if given:
+        ranked.session = {doc: given[doc] for _, doc, _ in ranked.top if doc in given}
     return ranked
 
 
@@ -438,17 +449,27 @@ def _lend(
     pool: int,
     share: float,
     borrow: bool,
-) -> dict[int, float]:
-    """What each document is lent when each of the *pool* best events lends *share* of its
-    score to its neighbours.
+    session_share: float = 0.0,
+) -> tuple[dict[int, float], dict[int, float]]:
+    """The evidence of a turn's conversation: what each document is lent by its neighbours
+    and what it gets from its session, as two maps (only documents given any).
 
-    A turn's neighbours are the events just before and after it in the same
-    session (equal session codes in their records): the answer to a question
-    is often split over adjacent turns, or named by the other speaker. Scores
-    lent are the turns' own (not what they were lent), so lending is one pass
-    and order-independent. Frames neither lend nor borrow. Unless *borrow*,
-    only turns that matched the query themselves take a share (a keyword
-    search finds only turns holding its words).
+    *Neighbours*: each of the *pool* best events lends *share* of its score to
+    the events just before and after it in the same session (equal session
+    codes in their records): the answer to a question is often split over
+    adjacent turns, or named by the other speaker. Unless *borrow*, only turns
+    that matched the query themselves take a share (a keyword search finds only
+    turns holding its words).
+
+    *Session*: each event among the pool and its neighbours gets
+    *session_share* of the summed scores of the *other* pool events of its
+    session: turns of the session that talks most about the question's subject
+    rank above equally good matches in a session that mentions it once (which
+    get nothing). When the pool holds one session, nothing is given (the rule
+    would only reorder the best turn and the next).
+
+    Scores lent are the turns' own (not what they were lent), so both are one
+    pass and order-independent. Frames neither lend nor borrow.
     """
     sessions: dict[int, int | None] = {}
 
@@ -458,18 +479,30 @@ def _lend(
             sessions[doc] = None if rec is None else _event_session(rec)
         return sessions[doc]
 
-    out: dict[int, float] = {}
-    get = out.get
+    lent: dict[int, float] = {}
+    get = lent.get
+    totals: dict[int, float] = {}
+    pooled: dict[int, float] = {}
     for score, doc in _best(acc, pool):
         if doc >= FRAME_BASE or score <= 0:
             continue
         own = session(doc)
         if own is None:
             continue
-        for other in (doc - 1, doc + 1):
-            if (borrow or other in acc) and session(other) == own:
-                out[other] = get(other, 0.0) + share * score
-    return out
+        totals[own] = totals.get(own, 0.0) + score
+        pooled[doc] = score
+        if share > 0:
+            for other in (doc - 1, doc + 1):
+                if (borrow or other in acc) and session(other) == own:
+                    lent[other] = get(other, 0.0) + share * score
+    given: dict[int, float] = {}
+    if session_share > 0 and len(totals) > 1:
+        for doc, own in sessions.items():
+            if own is not None and own in totals and (doc in acc or doc in lent):
+                rest = totals[own] - pooled.get(doc, 0.0)  # the other turns' evidence
+                if rest > 1e-12:
+                    given[doc] = session_share * rest
+    return lent, given
 
 
 def _top(

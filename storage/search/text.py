@@ -195,6 +195,27 @@ def _utf16_to_index(text: str) -> array[int] | None:
     return table
 
 
+_POSSESSIVE = ("'s", "\u2019s")
+"""The English possessive and ``is`` clitic a word loses (``caroline's`` is ``caroline``)."""
+
+
+def _clitic(word: str) -> str:
+    """*word* without a trailing ``'s`` after a letter (``melanie’s`` → ``melanie``).
+
+    As SQLite FTS5 and Lucene's English analyzer do: a name asked about in the
+    possessive ("what is Caroline's job?") is the name the turns say.
+    """
+    if word[-2:] in _POSSESSIVE and len(word) > 2 and word[-3].isalpha():
+        return word[:-2]
+    return word
+
+
+def _words(found: list[str]) -> list[str]:
+    """The terms of ICU's segments *found*: word-like ones, clitic cut, at most 64 characters."""
+    wordlike = _WORDLIKE.search
+    return [_clitic(w)[:MAX_TERM_CHARS] for w in found if wordlike(w)]
+
+
 def _word_spans(norm: str, base: int, out: list[tuple[str, int, int]]) -> None:
     """Append ``(term, start, end)`` in normalized offsets (+ *base*) for one block."""
     first = len(out)
@@ -227,6 +248,8 @@ def _word_spans(norm: str, base: int, out: list[tuple[str, int, int]]) -> None:
         for s, e in segments:
             seg = joined[s:e]
             if wordlike(seg):
+                seg = _clitic(seg)
+                e = s + len(seg)
                 if e - s > MAX_TERM_CHARS:
                     seg = seg[:MAX_TERM_CHARS]
                     e = s + MAX_TERM_CHARS
@@ -242,6 +265,8 @@ def _word_spans(norm: str, base: int, out: list[tuple[str, int, int]]) -> None:
             seg = joined[s:e]
             if not wordlike(seg):
                 continue
+            seg = _clitic(seg)
+            e = s + len(seg)
             k = bisect_right(joined_starts, s) - 1
             if e - s > MAX_TERM_CHARS:
                 seg = seg[:MAX_TERM_CHARS]
@@ -312,9 +337,7 @@ def terms(text: str) -> list[str]:
         if norm.isascii() or not (_SPECIAL.search(norm) or _ASTRAL.search(norm)):
             # One script class and no surrogate pairs: ICU's words as they are.
             segments = WordBreaker(norm, LOCALE).segments() if norm else ()
-            wordlike = _WORDLIKE.search
-            found = [norm[s:e] for s, e in segments]
-            return [w[:MAX_TERM_CHARS] for w in found if wordlike(w)]
+            return _words([norm[s:e] for s, e in segments])
     return [t[0] for t in _normalized_tokens(text)[1]]
 
 
@@ -457,7 +480,6 @@ def _word_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     names = _has_names(text)
     norm = normalize(text) if len(text) <= BLOCK_CHARS else None
     spans: list[tuple[str, int, int]] | None = None
-    wordlike = _WORDLIKE.search
     if norm is not None and (
         norm.text.isascii() or not (_SPECIAL.search(norm.text) or _ASTRAL.search(norm.text))
     ):
@@ -465,8 +487,7 @@ def _word_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
         n = norm.text
         if not n:
             return [], []
-        words = [n[s:e] for s, e in WordBreaker(n, LOCALE).segments()]
-        out = [w[:MAX_TERM_CHARS] for w in words if wordlike(w)]
+        out = _words([n[s:e] for s, e in WordBreaker(n, LOCALE).segments()])
     else:
         norm, spans = _normalized_tokens(text)
         out = [t[0] for t in spans]

@@ -16,7 +16,7 @@ import morphz
 from adapters.embeddings import EmbedderConfig, make_embedder
 from protocol.errors import OutOfRange, RequestError
 from service.context import Context
-from service.search import FUSE_K, FUSE_WEIGHTS
+from service.search import FUSE_K, FUSE_WEIGHTS, english_only, fuse_weights
 from storage.search import LexicalIndex
 from tests.actors.cluster import RayCluster
 from tests.embedding_server import EmbeddingServer
@@ -86,6 +86,31 @@ def test_hits_say_which_signals_found_them(hybrid: Context) -> None:
         "score": round(first.signals[0].score, 6),
     }
     assert doc["semantic"]["model"] == "openai:hash-bow"
+
+
+def test_an_english_only_model_does_not_outvote_the_words_of_a_chinese_query(
+    tmp_path: Path, embedding_server: EmbeddingServer
+) -> None:
+    assert english_only("local:all-MiniLM-L6-v2") and english_only("openai:BAAI/bge-small-en")
+    assert not english_only("openai:multilingual-e5-small") and not english_only("hash-bow")
+    assert fuse_weights("退货 refund", "local:all-MiniLM-L6-v2")["semantic"] == 0.0
+    assert fuse_weights("refund", "local:all-MiniLM-L6-v2") == FUSE_WEIGHTS
+    assert fuse_weights("退货", "openai:multilingual-e5-small") == FUSE_WEIGHTS
+    # The loopback server answers any model name: here it plays an English-only model.
+    english = EmbedderConfig(provider="openai", model="all-MiniLM-L6-v2", url=embedding_server.url)
+    with morphz.open_context(tmp_path, "c", embedder=english) as ctx:
+        fill(ctx)
+        assert ctx.searcher.catch_up(30)
+        lexical = [h.id for h in ctx.searcher.index.search("部署到上海", limit=10).hits]
+        hits = ctx.searcher.find("部署到上海", limit=10).hits
+        assert lexical and [h.id for h in hits][: len(lexical)] == lexical
+        # The semantic side is still reported, but only the words' ranking scores.
+        assert any("semantic" in {s.name for s in h.signals} for h in hits)
+        for rank, h in enumerate(hits[: len(lexical)], start=1):
+            assert h.score == pytest.approx(FUSE_WEIGHTS["lexical"] / (FUSE_K + rank))
+        # An English query still fuses both sides.
+        both = ctx.searcher.find("refund tablet", limit=8).hits
+        assert any({s.name for s in h.signals} == {"semantic"} for h in both)
 
 
 def test_same_query_same_order_twice_and_across_reopen(

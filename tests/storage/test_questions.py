@@ -119,3 +119,34 @@ def test_a_question_finds_the_neighbouring_answer_in_the_same_session_only(
     assert c.ids("Lisbon conference") == [asked]
     assert all(not h.signals for h in c.index.search("Lisbon conference hotel").hits)
     assert c.ids("What hotel was booked for the Lisbon conference?", neighbours=False) == [asked]
+
+
+def test_a_turn_in_the_session_about_the_subject_ranks_above_a_passing_mention(
+    c: Conversation,
+) -> None:
+    # The same sentence in two sessions: one session is about the kayak trip, the other
+    # mentions it once among other things.
+    passing = c.say("june", "the kayak trip on the lake", "my sister visited")[0]
+    about = c.say(
+        "july", "the kayak trip on the lake", "bakery", "we rented the kayak for the trip"
+    )[0]
+    q = "What happened on the kayak trip?"
+    hits = c.index.search(q, explain=True).hits
+    ids = [h.id for h in hits]
+    assert ids.index(about) < ids.index(passing)
+    signals = {h.id: {s.name: s.score for s in h.signals} for h in hits}
+    # The passing mention is its session's only match: no evidence from it.
+    assert set(signals[about]) == {"lexical", "session"} and signals[passing] == {}
+    own = {h.id: h.score for h in c.index.search(q, neighbours=False).hits}
+    assert own[about] == own[passing]  # the same words: only the session tells them apart
+    by_id = {h.id: h for h in hits}
+    assert by_id[about].score == sum(s.score for s in by_id[about].signals)
+    # Keywords alone get the session's evidence too; with neighbours off, none.
+    assert c.ids("kayak trip lake")[0] == about
+    assert all(not h.signals for h in c.index.search(q, neighbours=False, explain=True).hits)
+
+
+def test_one_session_gets_no_session_evidence(c: Conversation) -> None:
+    c.say("only", "the kayak trip on the lake", "we rented the kayak for the trip")
+    hits = c.index.search("What happened on the kayak trip?", explain=True).hits
+    assert hits and all("session" not in {s.name for s in h.signals} for h in hits)

@@ -33,6 +33,7 @@ from storage.search.text import (
     query_plan,
     terms,
 )
+from tests.examples import examples
 from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.storage.test_search_index import answers, churn, dump
 
@@ -270,7 +271,7 @@ WORDS = st.text(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(WORDS)
 def test_index_and_query_agree(text: str) -> None:
     exact, stems = index_terms(text, ENGLISH)
@@ -322,7 +323,7 @@ def test_an_index_of_the_previous_format_is_rebuilt_with_stems(tmp_path: Path) -
         assert result.hits == () and result.indexed_version == 0
         old.index.apply_intents()
         after = old.index.state()
-        assert after.format == INDEX_FORMAT == 5 and after.languages == ("english",)
+        assert after.format == INDEX_FORMAT == 6 and after.languages == ("english",)
         assert [h.id for h in old.index.search("keybinding").hits] == ["@e1"]
     finally:
         old.close()
