@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from actors import ContextHandle, connect
 from service.context import Context
@@ -22,6 +23,11 @@ from storage import LmdbStore
 from storage.memory import MemoryBackend
 from tests.actors.cluster import NODE2, RayCluster
 from tests.embedding_server import embedding_server  # noqa: F401  (the fixture, for every test)
+from tests.examples import QUICK, QUICK_DEFAULT
+
+if QUICK:  # the fast loop (``./dev check``): fewer examples; CI draws them all
+    settings.register_profile("quick", max_examples=QUICK_DEFAULT)
+    settings.load_profile("quick")
 
 
 @pytest.fixture(params=["lmdb", "memory"])

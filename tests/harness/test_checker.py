@@ -37,6 +37,7 @@ from protocol.txlang import parse_tx
 from protocol.view import ReadView
 from service.context import Context
 from storage.memory import MemoryBackend
+from tests.examples import examples
 
 
 @dataclass
@@ -587,7 +588,7 @@ def run_interleaving(steps: list[tuple[int, str, str, str, int]]) -> History:
     return read_history(ctx, subs)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(step, min_size=5, max_size=60))
 def test_random_interleavings_check_ok(steps: list[tuple[int, str, str, str, int]]) -> None:
     h = run_interleaving(steps)

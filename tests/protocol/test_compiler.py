@@ -42,6 +42,7 @@ from protocol.turns import CompiledInput
 from service.context import Context
 from service.protocol_text import PROTOCOL_TEXT
 from storage.memory import MemoryBackend
+from tests.examples import examples
 
 SEED_TX = """(context-tx
   (base-version {v})
@@ -590,7 +591,7 @@ OPS = (
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 7)), min_size=1, max_size=30))
 def test_delta_and_full_present_the_same_facts(ops: list[tuple[str, int]]) -> None:
     ctx = Context(MemoryBackend(), window=2)

@@ -20,10 +20,11 @@ from protocol.forms import Symbol, check_form, is_atom_text
 from protocol.sexpr import print_form, read_forms
 from protocol.tx import ContextTx, Revise
 from protocol.txwire import tx_from_msgpack, tx_to_msgpack
+from tests.examples import examples
 from tests.protocol.strategies import forms, transactions
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(transactions)
 def test_the_digest_input_is_model_dump_value_for_value(tx: ContextTx) -> None:
     assert repr(_dump(tx)) == repr(tx.model_dump())
@@ -31,7 +32,7 @@ def test_the_digest_input_is_model_dump_value_for_value(tx: ContextTx) -> None:
     assert tx_digest(tx) == old
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(forms())
 def test_printing_and_checking_a_form_agree_with_reading_it_back(form: object) -> None:
     check_form(form)
@@ -86,7 +87,7 @@ def _typed(value: object) -> object:
     return (type(value).__name__, value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(forms())
 def test_a_frame_body_record_is_what_it_was_before_the_fast_path(form: object) -> None:
     from protocol.state import _plain

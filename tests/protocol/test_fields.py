@@ -27,10 +27,11 @@ from protocol.txlang import parse_tx, print_tx
 from protocol.txwire import tx_from_dict, tx_from_json, tx_from_msgpack, tx_to_json, tx_to_msgpack
 from service.context import Context
 from storage.memory import MemoryBackend
+from tests.examples import examples
 from tests.protocol.strategies import field_edits, labels, texts
 
 S = Symbol
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _ctx() -> Context:

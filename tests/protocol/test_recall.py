@@ -28,6 +28,7 @@ from protocol.recall import (
 )
 from service.context import Context
 from storage.memory import MemoryBackend
+from tests.examples import examples
 from tests.seed_texts import CONSOLIDATE_TX
 
 SEED_REQUEST = """{
@@ -623,7 +624,7 @@ def graphs(draw: st.DrawFn) -> tuple[list[tuple[int, list[int], int]], list[tupl
     return frames, relations
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     graph=graphs(),
     start=st.integers(0, 8),

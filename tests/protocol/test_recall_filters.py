@@ -31,6 +31,7 @@ from protocol.recall import (
 from protocol.state import Event
 from service.context import Context
 from storage.memory import MemoryBackend
+from tests.examples import examples
 
 Y2025 = 1735689600.0  # 2025-01-01T00:00:00Z
 Y2026 = 1767225600.0
@@ -409,7 +410,7 @@ def naive(
     return order, edges
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(
     data=st.data(),
     n=st.integers(1, 8),

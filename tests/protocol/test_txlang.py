@@ -27,6 +27,7 @@ from protocol.tx import (
     misplaced_form,
 )
 from protocol.txlang import parse_tx, print_tx
+from tests.examples import examples
 from tests.protocol.strategies import (
     event_refs,
     forms,
@@ -49,7 +50,7 @@ DEPLOY_TX = """(context-tx
   (retire deployment/target-v1)
   (retire @e42))"""
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _roundtrips(tx: ContextTx) -> None:
@@ -732,13 +733,13 @@ def _only_parse_errors(text: str) -> None:
             check_form(form)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.text(max_size=60), syntaxish))
 def test_random_text_only_raises_parse_error(text: str) -> None:
     _only_parse_errors(text)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(transactions, st.data())
 def test_mutated_transactions_only_raise_parse_error(tx: ContextTx, data: st.DataObject) -> None:
     text = print_tx(tx)

@@ -27,6 +27,7 @@ from protocol.txwire import (
     tx_to_msgpack,
 )
 from protocol.wire import EXT_BIGINT, MAX_NESTING, MAX_PAYLOAD_BYTES, WIRE_VERSION, pack, unpack
+from tests.examples import examples
 from tests.protocol.strategies import strict_key, transactions, typed
 
 S = Symbol
@@ -55,7 +56,7 @@ RELEASE_DICT = {
     ],
 }
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _same(a: ContextTx, b: ContextTx) -> None:
@@ -403,13 +404,13 @@ def _only_wire_errors(data: Any) -> None:
         assert pack(unpack(pack(value))) == pack(value)  # bytes, so that NaN compares
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.binary(max_size=64), st.binary(max_size=64).map(lambda b: b"\x01" + b)))
 def test_random_bytes_only_raise_wire_error(data: bytes) -> None:
     _only_wire_errors(data)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(transactions)
 def test_truncated_payloads_only_raise_wire_error(tx: ContextTx) -> None:
     data = tx_to_msgpack(tx)
@@ -457,7 +458,7 @@ def _replace_somewhere(value: Any, data: st.DataObject) -> Any:
     return data.draw(garbage)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(transactions, st.data())
 def test_garbage_structures_only_raise_wire_error(tx: ContextTx, data: st.DataObject) -> None:
     mutated = _replace_somewhere(tx_to_dict(tx), data)
@@ -472,13 +473,13 @@ def test_garbage_structures_only_raise_wire_error(tx: ContextTx, data: st.DataOb
         pass
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(garbage)
 def test_arbitrary_structures_only_raise_wire_error(value: Any) -> None:
     _only_wire_errors(b"\x01" + msgpack.packb(value, use_bin_type=True))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=80))
 def test_random_json_text_only_raises_wire_error(text: str) -> None:
     try:
@@ -572,7 +573,7 @@ def test_text_roundtrip(tx: ContextTx, text: str) -> None:
     assert back.text == text
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(transactions, garbage)
 def test_garbage_in_the_text_only_raises_wire_error(tx: ContextTx, value: Any) -> None:
     doc = {**tx_to_dict(tx), "text": value}

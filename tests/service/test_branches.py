@@ -21,6 +21,7 @@ from service.context import Context
 from service.diffs import diff_contexts
 from service.store import Store
 from storage.memory import MemoryBackend
+from tests.examples import examples
 
 FRAMES = ["a", "b", "c"]
 FIELDS = ["f", "g"]
@@ -81,7 +82,7 @@ def picture(ctx: Context) -> tuple[dict[str, Any], list[Any]]:
 
 
 side_edits = st.lists(edit, max_size=5)
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

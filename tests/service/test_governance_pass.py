@@ -18,6 +18,7 @@ from service.context import Context
 from service.governance import GovernanceWorker, apply_pass, run_pass
 from storage import LmdbStore
 from storage.memory import MemoryBackend
+from tests.examples import examples
 
 IDS = [f"f{i}" for i in range(6)]
 LABELS = st.sampled_from(["contradicts", "supersedes"])
@@ -186,7 +187,7 @@ class Governed(RuleBasedStateMachine):
 
 
 Governed.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(200), stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
 )
 test_a_chain_of_incremental_passes_decides_what_full_passes_decide = Governed.TestCase
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import morphz
 from protocol.errors import NotFound, OutOfRange, RequestError
 from service import inspection
+from tests.examples import examples
 
 IDS = ["a", "b", "c", "d"]
 
@@ -35,7 +36,7 @@ def _drawn(g: dict[str, Any]) -> tuple[set[str], set[tuple[str, str, str]]]:
     return {n["id"] for n in g["nodes"]}, {tuple(e) for e in g["edges"]}
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from protocol.errors import RequestError
 from service.context import Context
 from storage import LmdbStore
+from tests.examples import examples
 
 FRAME_IDS = ["a", "b", "c", "d/e", "发布"]
 LABELS = ["supports", "supersedes"]
@@ -320,6 +321,6 @@ def _copy(m: Model) -> Model:
 
 
 EngineMatchesModel.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None
+    max_examples=examples(150), stateful_step_count=50, deadline=None
 )
 TestEngineMatchesModel = EngineMatchesModel.TestCase

@@ -32,6 +32,7 @@ from storage.replication import (
 )
 from storage.replication.codec import FORMAT, OutboxAck, control_mac, encode_op, opened, seal
 from storage.replication.fence import HELD_PREFIX, STATE_KEY, kept_range
+from tests.examples import examples
 
 TABLES_COMPARED = (
     "frames events event_ids contents rel_fwd rel_rev cites lastmod clients txlog history"
@@ -132,7 +133,7 @@ STEPS = st.lists(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(steps=STEPS)
 def test_a_follower_applying_every_batch_holds_the_primarys_store(
@@ -181,7 +182,7 @@ def assert_refused_or_faithful(data: bytes) -> bool:
     return True
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.binary(max_size=200))
 def test_random_bytes_never_decode_into_a_batch_silently(data: bytes) -> None:
     assert_refused_or_faithful(data)

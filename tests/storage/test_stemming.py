@@ -33,6 +33,7 @@ from storage.search.text import (
     query_plan,
     terms,
 )
+from tests.examples import examples
 from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.storage.test_search_index import answers, churn, dump
 
@@ -270,7 +271,7 @@ WORDS = st.text(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(WORDS)
 def test_index_and_query_agree(text: str) -> None:
     exact, stems = index_terms(text, ENGLISH)

@@ -13,6 +13,7 @@ from storage.search.text import (
     query_terms,
     terms,
 )
+from tests.examples import examples
 
 
 def spans(text: str) -> list[tuple[str, str]]:
@@ -158,7 +159,7 @@ _ALPHABET = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_ALPHABET, max_size=60).map("".join))
 def test_every_token_is_its_span_normalized(text: str) -> None:
     for t in analyze(text):
