@@ -63,6 +63,12 @@ RAY_WARNINGS: tuple[str, ...] = ()
 # What a test reaches (its body, its fixtures and the tests' helpers they call) decides its
 # markers, so a new test is marked without anyone remembering to: see `_effects`.
 _CHILD_MODULES = frozenset({"subprocess", "multiprocessing"})
+_CHILD_STARTERS = ("mcp.client.stdio",)  # library modules whose calls start a child process
+
+
+def _starts_children(module: str) -> bool:
+    """Whether code of *module* can start a child process."""
+    return module.split(".")[0] in _CHILD_MODULES or module.startswith(_CHILD_STARTERS)
 
 
 def _functions_of(obj: object) -> list[types.FunctionType]:
@@ -104,9 +110,9 @@ def _effects(obj: object, seen: set[int]) -> set[str]:
                 value = func.__globals__.get(name)
                 module = getattr(value, "__module__", None) or ""
                 if isinstance(value, types.ModuleType):
-                    if value.__name__.split(".")[0] in _CHILD_MODULES:
+                    if _starts_children(value.__name__):
                         effects.add("subprocess")
-                elif module.split(".")[0] in _CHILD_MODULES:
+                elif _starts_children(module):
                     effects.add("subprocess")
                 elif module == "tests" or module.startswith("tests."):
                     effects |= _effects(value, seen)

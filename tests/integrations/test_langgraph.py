@@ -527,6 +527,7 @@ def expected_tokens(writers: int, rounds: int) -> list[str]:
     return sorted(f"w{w}-{i}" for w in range(writers) for i in range(rounds))
 
 
+@pytest.mark.slow
 def test_eight_writers_lose_no_update_sharing_one_store(ctx: Context) -> None:
     store = MorphzStore(ctx)
     tokens = run_workload(lambda _: store, 8, 60)
@@ -536,6 +537,7 @@ def test_eight_writers_lose_no_update_sharing_one_store(ctx: Context) -> None:
         assert mine == [f"w{w}-{i}" for i in range(60)]
 
 
+@pytest.mark.slow
 def test_eight_writers_lose_no_update_with_a_store_each(ctx: Context) -> None:
     stores = {w: MorphzStore(ctx) for w in range(-1, 8)}
     assert sorted(run_workload(stores.__getitem__, 8, 60)) == expected_tokens(8, 60)
