@@ -9,11 +9,12 @@ interrupted. With ``--json`` every error is one JSON object on stdout:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TextIO
 
 import click
 
@@ -60,10 +61,39 @@ class Env:
         return Store(self.store).open(self.context, readonly=True)
 
 
+_results: TextIO | None = None
+"""With ``--json``, the real stdout, kept for the command's JSON documents alone."""
+
+
+@contextlib.contextmanager
+def results_only_on_stdout(as_json: bool) -> Iterator[None]:
+    """With ``--json``, stdout carries the command's JSON documents and nothing else.
+
+    For the command's duration whatever else writes to ``sys.stdout`` goes to stderr:
+    Ray's driver prints its raylets' warnings (worker start-up, actor restarts of any
+    job) on ``sys.stdout`` from a thread of its own, whatever ``log_to_driver`` says.
+    """
+    global _results
+    if not as_json:
+        yield
+        return
+    saved, _results = _results, sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout, _results = _results, saved
+
+
+def print_json(doc: Any) -> None:
+    """Write *doc* as one line of JSON on the command's stdout."""
+    click.echo(json.dumps(doc, ensure_ascii=False), file=_results or sys.stdout)
+
+
 def emit(env: Env, doc: Any, human: Callable[[Any], str]) -> None:
     """Print *doc* as one JSON document with ``--json``, else its human rendering."""
     if env.as_json:
-        click.echo(json.dumps(plain(doc), ensure_ascii=False))
+        print_json(plain(doc))
     else:
         click.echo(human(doc))
 
@@ -90,7 +120,7 @@ def error_doc(code: str, message: str, **extra: Any) -> dict[str, Any]:
 def report_error(as_json: bool, code: str, message: str, **extra: Any) -> None:
     """Print an error: one JSON object on stdout with ``--json``, else one line on stderr."""
     if as_json:
-        click.echo(json.dumps(error_doc(code, message, **extra), ensure_ascii=False))
+        print_json(error_doc(code, message, **extra))
     else:
         click.echo(f"morphz: {code}: {message}", err=True)
 

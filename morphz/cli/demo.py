@@ -11,7 +11,6 @@ when the command runs.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -20,7 +19,7 @@ from typing import Any
 
 import click
 
-from morphz.cli.console import EXIT_REFUSED, Env, run_command
+from morphz.cli.console import EXIT_REFUSED, Env, print_json, run_command
 
 
 class _Live:
@@ -188,7 +187,7 @@ def demo_cmd(
             doc["svg"] = None
     doc.pop("board", None)
     if as_json:
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        print_json(doc)
     else:
         click.echo(_human(doc))
     if not doc["ok"]:

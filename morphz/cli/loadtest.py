@@ -16,7 +16,6 @@ Ray is imported only when the command runs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -24,7 +23,7 @@ from typing import Any
 
 import click
 
-from morphz.cli.console import EXIT_INTERRUPTED, EXIT_REFUSED, Env, run_command
+from morphz.cli.console import EXIT_INTERRUPTED, EXIT_REFUSED, Env, print_json, run_command
 from morphz.cli.nemeses import nemesis_from, nemesis_options
 
 
@@ -455,7 +454,7 @@ def loadtest_cmd(
 
                 ray.shutdown()
     if env.as_json:
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        print_json(doc)
     else:
         _human(doc)
     if doc.get("interrupted"):
@@ -517,7 +516,7 @@ def _hosted(
 
                 ray.shutdown()
     if env.as_json:
-        click.echo(json.dumps(doc, ensure_ascii=False))
+        print_json(doc)
     else:
         m, a = doc["memory_mb"], doc["activation_ms"]
         click.echo(

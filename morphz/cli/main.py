@@ -25,6 +25,7 @@ from morphz.cli.console import (
     decode,
     emit,
     report_error,
+    results_only_on_stdout,
     run_command,
 )
 from morphz.cli.target import address_option, writer_for
@@ -560,7 +561,8 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     as_json = _wants_json(args)
     try:
-        cli.main(args=args, standalone_mode=False, prog_name="morphz")
+        with results_only_on_stdout(as_json):
+            cli.main(args=args, standalone_mode=False, prog_name="morphz")
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:

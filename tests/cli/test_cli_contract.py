@@ -500,3 +500,24 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def test_with_json_stdout_holds_the_documents_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """Ray's driver prints its raylets' warnings on ``sys.stdout`` from its own thread; with
+    ``--json`` anything a library prints there goes to stderr, the documents to stdout."""
+    import threading
+
+    from morphz.cli.console import print_json, results_only_on_stdout
+
+    with results_only_on_stdout(True):
+        chatter = threading.Thread(target=print, args=("(raylet) WARNING: workers started",))
+        chatter.start()
+        chatter.join()
+        print_json({"ok": True})
+    print("after the command")  # stdout is the real one again
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ['{"ok": true}', "after the command"]
+    assert err == "(raylet) WARNING: workers started\n"
+    with results_only_on_stdout(False):  # human output: stdout as it was
+        print("plain")
+    assert capsys.readouterr().out == "plain\n"
