@@ -398,12 +398,12 @@ class _LmdbWriteView(_LmdbReadView):
         packed: dict[str, bytes] = {}
         for frame in changes.frames:
             fid = frame.id
-            key = fid.encode()
-            if len(key) > 400:
-                key = _enc(fid, 400)
-            written[fid] = key
+            frame_key = fid.encode()
+            if len(frame_key) > 400:
+                frame_key = _enc(fid, 400)
+            written[fid] = frame_key
             record = packed[fid] = pack(frame.record_for_encoding())
-            put(key, record, db=frames_db)
+            put(frame_key, record, db=frames_db)
         if changes.events:
             events_db = db["events"]
             indexed = self._indexed
@@ -456,10 +456,9 @@ class _LmdbWriteView(_LmdbReadView):
             put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
         for frame_id, version in changes.history:
             # Beside the frame's current record (format 2): its bytes as just written.
-            key = written.get(frame_id)
-            if key is None:
-                key = _enc(frame_id, 400)
-            put(key + b"\x00" + _u64(version), packed[frame_id], db=frames_db)
+            known = written.get(frame_id)
+            frame_key = _enc(frame_id, 400) if known is None else known
+            put(frame_key + b"\x00" + _u64(version), packed[frame_id], db=frames_db)
         if changes.trace is not None:
             cursor = txn.cursor(db=db["traces"])
             last = _U64.unpack(cursor.key())[0] if cursor.last() else 0
