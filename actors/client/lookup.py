@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import check_text, ray_module
 from actors.client.names import (
     ADVERT_FORMAT,
     DEFAULT_NAMESPACE,
@@ -28,7 +29,7 @@ from actors.client.names import (
 )
 from actors.client.nodes import ensure_ray
 from actors.client.replies import open_reply, raise_error
-from actors.client.transport import Call, RetryPolicy, Transport, check_text, ray_module
+from actors.client.transport import Call, RetryPolicy, Transport
 from protocol.errors import NotFound, RequestError, TransportError
 from storage import check_context_name
 

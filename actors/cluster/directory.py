@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from actors.client.joining import check_int, check_text, ray_module, remote_class
 from actors.client.lookup import directory_actor, read_entry
 from actors.client.names import (
     DEFAULT_NAMESPACE,
@@ -57,15 +58,7 @@ from actors.client.nodes import (
     preferring,
 )
 from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import (
-    Call,
-    RetryPolicy,
-    Transport,
-    check_int,
-    check_text,
-    ray_module,
-    remote_class,
-)
+from actors.client.transport import Call, RetryPolicy, Transport
 from actors.cluster.directory_admin import ADMIN_KEYS, ALL, SUPERVISING, check_admin, parse_keys
 from actors.cluster.failover import watch
 from actors.cluster.host_table import HostTable

@@ -53,10 +53,10 @@ import socket
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, follower_actor, is_host
 from actors.client.nodes import pinned
 from actors.client.replies import open_reply
-from actors.client.transport import ray_module
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch

@@ -30,10 +30,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from actors.client.joining import remote_class
 from actors.client.names import ContextEntry, Member
 from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
-from actors.client.transport import Call, remote_class
+from actors.client.transport import Call
 from actors.cluster.follower_role import FollowerRole
 from actors.cluster.liveness import LEASE, LEASE_MARGIN
 from actors.cluster.replication import REPLICATION, replicated_entry

@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from actors.client.joining import ray_module
 from actors.client.names import DEFAULT_NAMESPACE, Member
 from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import Call, Transport, ray_module
+from actors.client.transport import Call, Transport
 from actors.server.guard import DEFAULT_PROJECT, DEFAULT_TENANT, OPERATION_OF, Guard
 from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, StoreLocked, WireError
 from service.context import Context

@@ -26,10 +26,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, is_host
 from actors.client.nodes import alive_nodes
 from actors.client.replies import failed, ok
-from actors.client.transport import ray_module
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_host
 from protocol.errors import MorphzError, NotFound, RequestError
 from storage import check_context_name

@@ -45,10 +45,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.lookup import directory_entry
 from actors.client.names import ContextEntry, Member
 from actors.client.replies import open_reply
-from actors.client.transport import ray_module
 from actors.cluster.liveness import Lease
 from protocol.errors import (
     FENCED,
