@@ -53,10 +53,10 @@ import socket
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, follower_actor, is_host
 from actors.client.nodes import pinned
 from actors.client.replies import open_reply
-from actors.client.transport import ray_module
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch
@@ -342,7 +342,8 @@ async def promote(
     into the record of the promotion (the directory's ``failovers``).
     """
     ns, epoch = directory.namespace, entry.epoch + 1
-    cert = sign_epoch(entry.name, epoch)  # followers take no epoch the directory did not sign
+    # Followers take no epoch the directory did not sign (storage.replication.epochs).
+    cert = sign_epoch(entry.name, epoch, "fence")
     started, at = time.monotonic(), time.time()
     reachable: list[tuple[Member, Any]] = []
     for m in entry.followers:
@@ -376,7 +377,7 @@ async def promote(
     recruiting = asyncio.ensure_future(_recruit(entry, fresh, ns, epoch))
     started_new: list[Any] = []
     try:
-        await _call(actor, "seal", epoch, cert)
+        await _call(actor, "seal", epoch, sign_epoch(entry.name, epoch, "seal", chosen.actor))
         recruited, started_new = await recruiting
         keep = [m for m in keep if m in entry.followers] + recruited
         promoted = ContextEntry.model_validate(
@@ -398,7 +399,9 @@ async def promote(
     sealed = time.monotonic() - started
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
-    info = await asyncio.wait_for(actor.become_primary.remote(epoch, cert), START_TIMEOUT)
+    info = await asyncio.wait_for(
+        actor.become_primary.remote(epoch, bytes.fromhex(promoted.epoch_signature)), START_TIMEOUT
+    )
     served = time.monotonic() - started
     record = {
         "context": entry.name,

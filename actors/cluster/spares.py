@@ -30,8 +30,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import Member
-from actors.client.transport import ray_module
 
 log = logging.getLogger("morphz.failover")
 

@@ -56,7 +56,7 @@ from storage.search.ranking import (
     _Ranked,
 )
 from storage.search.results import Hit, SearchResult, Signal
-from storage.search.text import query_intent, query_plan
+from storage.search.text import QueryIntent, query_intent, query_plan
 
 MAX_LIMIT = 1000
 """Most hits one search returns."""
@@ -291,7 +291,8 @@ class LexicalIndex(DerivedIndex[Environment]):
 
         *questions* applies the question rules (:mod:`storage.search.questions`:
         function words down-weighted, a question asking when favours documents
-        that state a time); *neighbours* lets a turn's neighbours in its session
+        that state a time, a question about what the user said favours the user's
+        turns); *neighbours* lets a turn's neighbours in its session
         lend it evidence (:data:`~storage.search.ranking.NEIGHBOUR_WEIGHT`): for a
         question (a query with function words and content words) a turn next to
         a strong match is a hit even without a word of the query (the other
@@ -301,7 +302,8 @@ class LexicalIndex(DerivedIndex[Environment]):
         :data:`~storage.search.ranking.SESSION_WEIGHT` of the summed scores of
         the other best matches of its session (with *neighbours*). *explain* gives each hit
         that its conversation lent evidence its ``signals`` (``lexical``: its
-        own BM25, ``neighbours``: the share lent, ``session``: its session's);
+        own BM25, ``neighbours``: the share lent, ``session``: its session's,
+        ``speaker``: a user turn's share for a question about the user's words);
         without it, hits carry no signals (the lexical reply's shape).
         """
         if not isinstance(query, str):
@@ -324,7 +326,8 @@ class LexicalIndex(DerivedIndex[Environment]):
             # The query is analyzed with the languages the index was built for.
             morph = morphology(state.languages)
             qterms, stems = query_plan(query, morph, MAX_QUERY_TERMS)
-            weights, when = query_intent(query) if questions else ({}, False)
+            intent = query_intent(query) if questions else QueryIntent({}, False, False)
+            weights = intent.weights
             ranked = _rank(
                 txn,
                 dbs,
@@ -334,10 +337,11 @@ class LexicalIndex(DerivedIndex[Environment]):
                 filt,
                 stems,
                 weights=weights,
-                when=when,
+                when=intent.when,
                 neighbours=NEIGHBOUR_WEIGHT if neighbours else 0.0,
                 borrow=bool(weights),
                 session=SESSION_WEIGHT if neighbours else 0.0,
+                speaker=intent.speaker,
             )
             return state, ranked, morph, qterms
 
@@ -370,14 +374,14 @@ class LexicalIndex(DerivedIndex[Environment]):
             signals: tuple[Signal, ...] = ()
             share = ranked.lent.get(doc, 0.0)
             given = ranked.session.get(doc, 0.0)
-            if (share or given) and explain:
+            told = ranked.speaker.get(doc, 0.0)
+            if (share or given or told) and explain:
                 # Evidence from the conversation: said apart from the turn's own match.
-                own = score - share - given
+                own = score - share - given - told
                 signals = (Signal("lexical", i + 1, own),) if own > 1e-9 else ()
-                if share:
-                    signals += (Signal("neighbours", i + 1, share),)
-                if given:
-                    signals += (Signal("session", i + 1, given),)
+                for name, part in (("neighbours", share), ("session", given), ("speaker", told)):
+                    if part:
+                        signals += (Signal(name, i + 1, part),)
             hits.append(
                 Hit(
                     id=hit_id,

@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Two rules, both applied to the query only (the index
+for idf to silence them. Three rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -19,6 +19,12 @@ stores every word, so a query of function words alone still finds them):
   clock time, a date, ``昨天``, ``上周`` …; :func:`temporal_terms` adds it at indexing).
   It scores :data:`TEMPORAL_WEIGHT` times its idf, so among documents matching
   the question's content the ones that say when rank first.
+* **The speaker**: a question about what the user side said, asked or wanted
+  (a role word of :data:`USER_ROLES` and a verb of :data:`USER_VERBS`: "what
+  did the customer say about store credit?", "what did the shopper remember
+  the basket costing?") asks about the user's turns: events of kind
+  ``user_message`` among the best matches score :data:`SPEAKER_WEIGHT` times
+  their score (:func:`asks_speaker`).
 
 The weights were chosen on the dev split of the judged dev set only
 (``benchmarks/search_dev``; ``docs/search.md`` has the figures).
@@ -33,6 +39,8 @@ FUNCTION_WEIGHT = 0.2
 """Weight of a function word of a question relative to a content word (its idf times this)."""
 TEMPORAL_WEIGHT = 0.5
 """Weight of :data:`TEMPORAL_TERM` for a question asking when (times the term's idf)."""
+SPEAKER_WEIGHT = 2.0
+"""Factor of a user turn's score for a question about what the user side said."""
 TEMPORAL_TERM = "\x03when"
 """The term a document holding a temporal expression carries (never a word: ``\\x03``)."""
 
@@ -88,6 +96,36 @@ _TIME_SHAPE = re.compile(r"(?:1[89]|20)\d\d|\d{1,2}(?:am|pm|st|nd|rd|th)")
 """A year, ``5pm``, ``3rd`` (matched whole, on one term of at most 64 characters)."""
 _CLOCK = re.compile(r"\d:[0-5]\d")
 """A clock time in a text (``4:10``, ``18:00``), which the analyzer splits at the colon."""
+
+
+USER_ROLES = frozenset(
+    """
+    user customer buyer shopper traveller traveler passenger flyer client student caller
+    guest member requester
+    用户 客户 顾客 买家 乘客 旅客 客人 会员
+    """.split()
+)
+"""Words naming the user side of a conversation (lower case; the analyzer cuts possessives)."""
+USER_VERBS = frozenset(
+    """
+    say said says ask asked asks mention mentioned mentions tell told claim claimed claims
+    want wanted wants request requested requests remember remembered think thought
+    complain complained describe described explain explained reveal revealed insist insisted
+    prefer preferred choose chose pick picked decide decided need needed
+    说 说过 提到 问 问过 要求 想要 希望 表示 抱怨 提出 选择 决定 需要
+    """.split()
+)
+"""Verbs of saying, asking and wanting (lower case) that make a role word a question about
+the user's turns."""
+
+
+def asks_speaker(words: Sequence[str]) -> bool:
+    """True if the query's terms ask what the user side said, asked or wanted.
+
+    Two set tests over the terms; for Chinese, whose terms are bigrams, a role or
+    verb is found as a term of the query (``客户`` is one).
+    """
+    return not USER_ROLES.isdisjoint(words) and not USER_VERBS.isdisjoint(words)
 
 
 def temporal_terms(words: Sequence[str], text: str = "") -> list[str]:

@@ -57,7 +57,7 @@ from storage.search.format import (
 )
 from storage.search.morphology import QueryStem
 from storage.search.postings import _chunks_newest, _locate
-from storage.search.questions import TEMPORAL_TERM, TEMPORAL_WEIGHT
+from storage.search.questions import SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
 
 K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -205,6 +205,8 @@ class _Ranked:
     """The share of its score each document got from its neighbours (only those lent any)."""
     session: dict[int, float] = field(default_factory=dict)
     """What each document got from its session's other matches (only those given any)."""
+    speaker: dict[int, float] = field(default_factory=dict)
+    """What each user turn got for a question about the user's words (only those given any)."""
 
 
 def _scan(
@@ -324,6 +326,7 @@ def _rank(
     neighbours: float = 0.0,
     borrow: bool = False,
     session: float = 0.0,
+    speaker: bool = False,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -412,7 +415,17 @@ def _rank(
         for evidence in (lent, given):
             for doc, share in evidence.items():
                 acc[doc] = acc.get(doc, 0.0) + share
+    pool = max(NEIGHBOUR_POOL, 4 * limit)
+    told: dict[int, float] = {}
+    if speaker and acc:
+        told = _speaker(txn, dbs["docs"], acc, pool)
+        if not (lent or given):
+            acc = dict(acc)
+        for doc, share in told.items():
+            acc[doc] += share
     ranked.top = _top(txn, dbs, acc, limit, filt)
+    if told:
+        ranked.speaker = {doc: told[doc] for _, doc, _ in ranked.top if doc in told}
     if lent:
         ranked.lent = {doc: lent[doc] for _, doc, _ in ranked.top if doc in lent}
     if given:
@@ -440,6 +453,24 @@ def _when(
     docs = [d for _, d in _best(acc, PROBE_CAP)]
     docs.sort()
     _probe(txn, dbs["postings"], TEMPORAL_TERM.encode(), weight, tn, acc, docs)
+
+
+_USER = _KIND_CODE["user_message"]
+
+
+def _speaker(
+    txn: lmdb.Transaction[bytes], docs_db: Any, acc: dict[int, float], pool: int
+) -> dict[int, float]:
+    """What each user turn among the *pool* best gets for a question about the user's words:
+    ``(SPEAKER_WEIGHT - 1)`` times its score (one record read per pooled event)."""
+    out: dict[int, float] = {}
+    for score, doc in _best(acc, pool):
+        if doc >= FRAME_BASE or score <= 0:
+            continue
+        rec = txn.get(_U32.pack(doc), db=docs_db)
+        if rec is not None and rec[0] == _USER:
+            out[doc] = (SPEAKER_WEIGHT - 1.0) * score
+    return out
 
 
 def _lend(

@@ -48,7 +48,7 @@ from typing import NamedTuple
 from icu4py.breakers import WordBreaker
 
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
-from storage.search.questions import asks_when, temporal_terms, term_weights
+from storage.search.questions import asks_speaker, asks_when, temporal_terms, term_weights
 
 MAX_TERM_CHARS = 64
 """Longest term kept; longer words are cut to this many characters."""
@@ -415,15 +415,23 @@ def query_plan(
     return exact, stems + extra
 
 
-def query_intent(text: str) -> tuple[dict[str, float], bool]:
-    """What a query's words are worth and whether it asks *when* (:mod:`storage.search.questions`).
+class QueryIntent(NamedTuple):
+    """What a query's words are worth and what it asks (:mod:`storage.search.questions`)."""
 
-    Answers the weight of each function-word term (terms not listed weigh 1)
-    and True if the query asks when something happened.
-    """
+    weights: dict[str, float]
+    """The weight of each function-word term (terms not listed weigh 1)."""
+    when: bool
+    """The query asks when something happened."""
+    speaker: bool
+    """The query asks what the user side said, asked or wanted."""
+
+
+def query_intent(text: str) -> QueryIntent:
+    """What a query's words are worth and whether it asks *when* or about the user's words."""
     tokens = _query_tokens(text)
     weights = term_weights(text, [(t.term, t.start, t.end) for t in tokens])
-    return weights, asks_when([t.term for t in tokens])
+    words = [t.term for t in tokens]
+    return QueryIntent(weights, asks_when(words), asks_speaker(words))
 
 
 def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:

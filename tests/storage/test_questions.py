@@ -5,11 +5,13 @@ Real LMDB files: a context with conversations as events, its lexical index.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from storage.search.questions import (
     FUNCTION_WEIGHT,
     TEMPORAL_TERM,
+    asks_speaker,
     asks_when,
     temporal_terms,
     term_weights,
@@ -150,3 +152,27 @@ def test_one_session_gets_no_session_evidence(c: Conversation) -> None:
     c.say("only", "the kayak trip on the lake", "we rented the kayak for the trip")
     hits = c.index.search("What happened on the kayak trip?", explain=True).hits
     assert hits and all("session" not in {s.name for s in h.signals} for h in hits)
+
+
+def test_a_question_about_what_the_user_said_prefers_the_users_turns(c: Conversation) -> None:
+    said = c.ctx.observe("user_message", "could I get store credit instead?", session="s").ref
+    other = [
+        c.ctx.observe(kind, text, session="s").ref
+        for kind, text in (
+            ("external", "store credit is issued within a day"),
+            ("tool_result", '{"refund_method": "store credit", "store_credit": 59}'),
+        )
+    ]
+    c.index.catch_up()
+    assert asks_speaker([t[0] for t in tokens("what did the customer say about store credit")])
+    assert not asks_speaker([t[0] for t in tokens("what did the agent offer as store credit")])
+    assert not asks_speaker([t[0] for t in tokens("which customer got store credit")])
+    q = "What did the customer say about store credit?"
+    hits = c.index.search(q, explain=True).hits
+    assert hits[0].id == said and set(other) <= {h.id for h in hits}
+    told = {s.name: s.score for s in hits[0].signals}
+    assert told["speaker"] > 0 and math.isclose(hits[0].score, sum(told.values()))
+    assert all("speaker" not in {s.name for s in h.signals} for h in hits[1:])
+    # Without the rule (or asked as keywords) the user's turn has no such advantage.
+    assert c.ids(q, questions=False)[0] != said
+    assert c.ids("store credit")[0] != said
