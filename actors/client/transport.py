@@ -359,7 +359,8 @@ class Transport:
         try:
             directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
             raw = ray.get(
-                directory.rehost.remote(self.label, self.actor_name), timeout=DIRECTORY_WAIT
+                directory.rehost.remote(self.label, self.actor_name, self.capability),
+                timeout=DIRECTORY_WAIT,
             )
             entry = ContextEntry.model_validate(open_reply(raw))
         except (MorphzError, ValueError):  # no directory, no entry, no host with room

@@ -147,8 +147,10 @@ class HostActor:
         max_active: int | None = None,
         memory_budget: int | None = None,
         cpu_budget: float | None = None,
+        report_capability: bytes | None = None,
     ) -> None:
         self._store_dir = store_dir
+        self._report_capability = report_capability
         self._name = name
         self._namespace = namespace
         self._idle_after = idle_after
@@ -480,7 +482,7 @@ class HostActor:
             except ValueError:
                 return
         if self._directory is not None:
-            self._directory.report_host.remote(await self.load())
+            self._directory.report_host.remote(await self.load(), self._report_capability)
 
 
 class HostHandle:
@@ -603,11 +605,14 @@ def start_host(
     memory_budget: int | None = None,
     cpu_budget: float | None = None,
     lifetime: str | None = None,
+    capability: bytes | None = None,
 ) -> HostHandle:
     """Get or create the context host *name* (actor ``host:<name>`` in *namespace*)
     serving contexts of *store_dir* (a path on *node_id*, default this node).
 
-    ``lifetime="detached"`` lets it outlive this process. Ray restarts a host that
+    ``lifetime="detached"`` lets it outlive this process. *capability* is the operator's
+    admin token its load reports carry (a closed directory takes no report without one:
+    :mod:`actors.cluster.directory_admin`). Ray restarts a host that
     dies; its contexts are activated again by their next calls. A host that runs
     already is answered as it is.
     """
@@ -632,6 +637,6 @@ def start_host(
         node_id=node_id,
         lifetime=lifetime,
         max_concurrency=MAX_CONCURRENCY,
-    ).remote(where, name, namespace, idle_after, max_active, memory_budget, cpu_budget)
+    ).remote(where, name, namespace, idle_after, max_active, memory_budget, cpu_budget, capability)
     ray_module().get(actor.ping.remote())
     return HostHandle(actor, name, namespace)
