@@ -40,6 +40,10 @@ each write waits for the ``acks`` it needs, and a follower taking a snapshot is
 caught up from the log once it holds it. If the directory names another primary,
 the open fails with ``RequestError`` ``fenced``. Ray is imported only when a
 function runs.
+
+Kept together in one module (about 600 lines): shipping, the one wait for enough
+followers, catch-up, the read lease and the answers not waited for all work on the
+same :class:`Replicator` state (its follower handles and its unheard answers).
 """
 
 from __future__ import annotations
