@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from protocol.errors import StoreError
-
 from service.context import Context
 
 
