@@ -269,11 +269,14 @@ class DirectoryActor(HostTable):
         admin capability, once the directory has admin keys
         (:func:`~actors.cluster.directory_admin.check_admin`); the verified capability."""
         if ADMIN_KEYS in self.refused and not SUPERVISING.get():
-            raise PermissionDenied(
-                f"the directory's {method} is refused: its admin-key record does not carry the"
-                f" directory's signature ({self.refused[ADMIN_KEYS]}); it stays closed until"
-                " an admin of the keys in MORPHZ_DIRECTORY_ADMIN_KEYS sets them again"
-            )
+            if not self.env_keys:
+                raise PermissionDenied(
+                    f"the directory's {method} is refused: its admin keys were refused"
+                    f" ({self.refused[ADMIN_KEYS]}); it stays closed until an operator of the"
+                    " keys in MORPHZ_DIRECTORY_ADMIN_KEYS sets them again (require_admin)"
+                )
+            # the record in the GCS is not trusted: the environment's keys alone decide
+            return check_admin(self.env_keys, capability, context, method, tenant=tenant, ops=ops)
         return check_admin(self.admin_keys, capability, context, method, tenant=tenant, ops=ops)
 
     def _placer(self, capability: Any, name: str, method: str) -> str | None:

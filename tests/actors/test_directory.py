@@ -290,7 +290,7 @@ def test_a_directory_with_admin_keys_takes_writes_only_from_an_admin(
 
 
 def test_the_directory_refuses_state_it_did_not_sign(
-    ray_cluster: RayCluster, namespace: str, tmp_path: Path
+    ray_cluster: RayCluster, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Any Ray process can write the GCS key-value store the directory keeps its state in.
     A record written there by another process — an entry at a forged epoch, the retired
@@ -332,7 +332,29 @@ def test_the_directory_refuses_state_it_did_not_sign(
         assert e.value.code == "bad_signature" and "place it again" in e.value.message
     with pytest.raises(RequestError) as closed:  # the forger's admin keys opened nothing
         open_reply(asyncio.run(again.remove("evil")))
-    assert closed.value.code == "permission_denied" and "admin-key record" in closed.value.message
+    assert closed.value.code == "permission_denied" and "admin keys were refused" in (
+        closed.value.message
+    )
+    # the operator of the environment's keys (out of the GCS's reach) sets them again
+    import time
+
+    seed = b"p" * 32
+    monkeypatch.setenv("MORPHZ_DIRECTORY_ADMIN_KEYS", capabilities.public_key(seed).hex())
+    third = DirectoryActor(namespace)
+    for tenant in ("acme", "*"):
+        token = capabilities.issue(seed if tenant == "*" else b"a" * 32, holder="ops",
+                                   tenant=tenant, issued_by="ops", grants=[("*", ["admin"])],
+                                   now=time.time())  # fmt: skip
+        keys = [capabilities.public_key(seed).hex()]
+        if tenant == "acme":  # the forger's key, its own tenant: refused
+            with pytest.raises(RequestError) as denied:
+                open_reply(asyncio.run(third.require_admin(keys, token)))
+            assert denied.value.code == "permission_denied"
+        else:
+            open_reply(asyncio.run(third.require_admin(keys, token)))
+    assert "conf/admin_keys" not in third.refused and "conf/admin_keys" not in (
+        DirectoryActor(namespace).refused
+    )
     for key in ("ctx/kept", "ctx/evil", "ctx/other", "ctx/moved", "conf/admin_keys"):
         internal_kv._internal_kv_del(key, namespace=kv)
     internal_kv._internal_kv_del("node/" + node, namespace=kv)
