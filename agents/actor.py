@@ -8,14 +8,14 @@ a race through that board. A board is any named actor answering
 ``report(doc)``, ``signal(name)`` and ``wait(name, timeout) -> bool``; the
 demo's :class:`~harness.demo.DemoBoard` is one. This module never imports the
 harness; Ray is reached only through the actors layer
-(:func:`actors.client.transport.ray_module`, when an actor runs).
+(:func:`actors.client.joining.ray_module`, when an actor runs).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from actors.client.transport import ray_module
+from actors.client.joining import ray_module
 from agents.loop import AgentLoop, StepHooks, StepResult
 from agents.scripted import scripted_model
 from protocol.compiler import CompilerConfig

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import ray
     from ray import serve
 
-    from actors.client.transport import init_ray
+    from actors.client.joining import init_ray
     from servers.http_api import serve_app
 
     commits = 15 if args.quick else 60

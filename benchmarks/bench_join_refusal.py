@@ -3,7 +3,7 @@
 A head is started with ``RAY_AUTH_MODE=token`` (its token given in its environment, no
 token file written); a child process without the token then tries to join it:
 
-* measured: ``actors.client.transport.init_ray`` (the probe of the GCS before the join);
+* measured: ``actors.client.joining.init_ray`` (the probe of the GCS before the join);
 * baseline: Ray's own ``ray.init(address=…)``, the join without the probe.
 
 Each side is a fresh interpreter (import time included, as a user meets it), run
@@ -28,7 +28,7 @@ import time
 
 RAY = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.exit(main())"]
 MEASURED = (
-    "from actors.client.transport import init_ray\n"
+    "from actors.client.joining import init_ray\n"
     "from protocol.errors import TransportError\n"
     "try:\n    init_ray({addr!r})\nexcept TransportError as e:\n    print(e.code)\n"
 )

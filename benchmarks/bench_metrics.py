@@ -32,9 +32,9 @@ from typing import Any
 import testbed  # first: puts this checkout on sys.path
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import remote_class
 from actors.client.names import actor_name
 from actors.client.nodes import current_node_id, pinned
-from actors.client.transport import remote_class
 from actors.server.context_actor import ContextActor
 from actors.server.metrics import ENV
 from harness.loadtest import percentile

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from actors.client.transport import init_ray
+from actors.client.joining import init_ray
 from agents.actor import GATE_TIMEOUT, BoardGates
 from protocol.usage import influence
 
@@ -146,7 +146,7 @@ PAUSE_GATES = [
 
 
 def start_ray(address: str | None = None) -> bool:
-    """Connect to Ray for the demo (:func:`actors.client.transport.init_ray`): *address*, else
+    """Connect to Ray for the demo (:func:`actors.client.joining.init_ray`): *address*, else
     ``RAY_ADDRESS``, else a new local cluster of two CPUs; True if this call connected.
 
     Joining a running cluster passes no CPU count (Ray refuses one then); a

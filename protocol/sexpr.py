@@ -272,6 +272,9 @@ def describe(form: Form) -> str:
     return "a list"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _escape_char(m: re.Match[str]) -> str:
     ch = m.group()
     return _ESCAPES_OUT.get(ch) or f"\\u{ord(ch):04x}"
@@ -281,7 +284,11 @@ def quote(value: str) -> str:
     """*value* as a double-quoted string with its special characters escaped."""
     if _NEEDS_ESCAPE.search(value) is None:
         return f'"{value}"'
-    return '"' + _NEEDS_ESCAPE.sub(_escape_char, value) + '"'
+    # Backslashes and quotes by replace (a body of JSON text holds many), then the rest.
+    text = value.replace("\\", "\\\\").replace('"', '\\"')
+    if _CONTROL.search(text) is not None:
+        text = _CONTROL.sub(_escape_char, text)
+    return '"' + text + '"'
 
 
 def _is_bare_atom(value: str) -> bool:

@@ -220,9 +220,9 @@ def _actor_memory(
     *may_start*: start the actor (detached) when the cluster has none; only when
     the cluster was named, never on the strength of a possibly stale advert.
     """
+    from actors.client.joining import init_ray, ray_module
     from actors.client.lookup import advertised, lookup
     from actors.client.names import DEFAULT_NAMESPACE
-    from actors.client.transport import init_ray, ray_module
     from actors.server.connect import connect
 
     advert = advertised(store, context)

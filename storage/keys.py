@@ -18,6 +18,15 @@ text (:func:`protocol.forget.content_digest`): ``<key dir>/erasure/<id>.key``,
 where ``<id>`` is derived from the context's tenant, project and creation time
 (:func:`context_key_id`), so a copy of the store does not carry it, and
 :func:`destroy_erasure_key` makes every digest of that context unverifiable for good.
+
+The **directory's signing key** (Ed25519) signs every epoch of every replicated context
+and the directory's own state (:mod:`storage.replication.epochs`). It is kept *beside*
+the key directory, never in it: ``$MORPHZ_DIRECTORY_KEY_FILE``, else
+``<parent of the key dir>/morphz-directory/epoch-signing.key`` (made on first use by the
+directory, with its public key in ``epoch-signing.pub`` next to it), so handing a node
+the key directory (the replication and audit keys) does not hand it this key. Members
+read only public keys: ``$MORPHZ_DIRECTORY_PUBLIC_KEYS`` (the trust anchor on a
+cluster), else that ``.pub`` file (one machine).
 """
 
 from __future__ import annotations
@@ -34,11 +43,16 @@ from storage.layout import DIR_MODE, FILE_MODE
 
 AUDIT_KEY_ENV = "MORPHZ_AUDIT_KEY_FILE"
 """Environment variable naming the audit key file."""
+DIRECTORY_KEY_ENV = "MORPHZ_DIRECTORY_KEY_FILE"
+"""Environment variable naming the directory's epoch signing key file."""
+DIRECTORY_PUBLIC_KEYS_ENV = "MORPHZ_DIRECTORY_PUBLIC_KEYS"
+"""Environment variable holding the directory's public keys (hex, separated by commas)."""
 KEY_DIR_ENV = "MORPHZ_KEY_DIR"
 """Environment variable naming the key directory."""
 
 _LOCK = threading.Lock()
 _CACHE: dict[str, bytes] = {}
+_PUBLISHED: set[str] = set()
 
 
 def key_dir() -> Path:
@@ -127,3 +141,83 @@ def key_at(path: Path) -> bytes:
                 os.fsync(f.fileno())
         key = _CACHE[str(path)] = read_key_file(path)
         return key
+
+
+def directory_key_path() -> Path:
+    """Where the directory's epoch signing key is read (and made on first use)."""
+    named = os.environ.get(DIRECTORY_KEY_ENV)
+    return Path(named) if named else key_dir().parent / "morphz-directory" / "epoch-signing.key"
+
+
+def directory_signing_key(*, create: bool | None = None) -> bytes:
+    """The directory's Ed25519 signing key (its 32-byte seed; made once, with its public key
+    written beside it as ``<name>.pub``). Only the directory process calls this.
+
+    *create* (default: only when ``$MORPHZ_DIRECTORY_PUBLIC_KEYS`` is unset) says whether a
+    missing key may be made: on a cluster whose nodes trust named public keys, a directory
+    restarted where its key is not must stop (``no_directory_key``), not sign with a new
+    key nobody trusts."""
+    from protocol.capabilities import public_key
+
+    path = directory_key_path()
+    if create is None:
+        create = not os.environ.get(DIRECTORY_PUBLIC_KEYS_ENV, "").strip()
+    if not create and str(path) not in _CACHE and not path.exists():
+        raise RequestError(
+            f"the directory's signing key {path} is not on this node, and"
+            f" {DIRECTORY_PUBLIC_KEYS_ENV} names the keys members trust: copy the key here"
+            " (or run the directory where it is); no new key is made",
+            code="no_directory_key",
+        )
+    seed = key_at(path)
+    if str(path) in _PUBLISHED:
+        return seed
+    pub = path.with_suffix(".pub")
+    text = public_key(seed).hex()
+    try:
+        current = pub.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        current = ""
+    if current != text:
+        tmp = pub.with_suffix(".pub.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, pub)
+    _PUBLISHED.add(str(path))
+    return seed
+
+
+def directory_public_keys() -> dict[str, bytes]:
+    """The directory's public keys a member checks epochs with, by key id:
+    ``$MORPHZ_DIRECTORY_PUBLIC_KEYS`` when set, else the ``.pub`` file beside the
+    default signing key path; ``no_directory_key`` when neither names a valid key."""
+    from protocol.capabilities import SEED_BYTES, key_id
+
+    named = os.environ.get(DIRECTORY_PUBLIC_KEYS_ENV, "")
+    where = f"${DIRECTORY_PUBLIC_KEYS_ENV}"
+    if named.strip():
+        texts = named.replace(",", " ").split()
+    else:
+        path = directory_key_path().with_suffix(".pub")
+        where = str(path)
+        try:
+            texts = path.read_text(encoding="ascii").split()
+        except (OSError, UnicodeDecodeError):
+            texts = []
+    out: dict[str, bytes] = {}
+    for text in texts[:16]:
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            continue
+        if len(raw) == SEED_BYTES:
+            out[key_id(raw)] = raw
+    if not out:
+        raise RequestError(
+            f"no public key of the context directory on this node ({where}): set"
+            f" {DIRECTORY_PUBLIC_KEYS_ENV} to what `morphz grant directory-key` prints"
+            " (docs/cluster.md, 'Epoch signatures')",
+            code="no_directory_key",
+        )
+    return out

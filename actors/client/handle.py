@@ -40,9 +40,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from actors.client.joining import check_text
 from actors.client.names import DEFAULT_NAMESPACE, actor_name
 from actors.client.replies import open_reply, raise_error
-from actors.client.transport import Call, Remote, RetryPolicy, Transport, check_text
+from actors.client.transport import Call, Remote, RetryPolicy, Transport
 from actors.client.updates import UpdateFn, Updater, UpdateResult
 from protocol.errors import MorphzError, RequestError
 from protocol.receipts import Receipt

@@ -23,6 +23,7 @@ Ray's own dependency; both are imported only when a probe is made.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import socket
@@ -41,6 +42,7 @@ __all__ = [
     "TOKEN_HINT",
     "check_authenticated",
     "check_int",
+    "check_positive",
     "check_text",
     "init_ray",
     "ray_module",
@@ -253,6 +255,18 @@ def check_int(value: object, what: str, low: int = 0) -> int:
             f"{what} must be an integer >= {low}, not {value!r}", code="bad_argument"
         )
     return value
+
+
+def check_positive(value: object, what: str) -> float:
+    """*value* if it is a finite number (not a bool) > 0; RequestError ``bad_argument``."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise RequestError(f"{what} must be a number > 0, not {value!r}", code="bad_argument")
+    return float(value)
 
 
 _REMOTE_CLASSES: dict[tuple[type, tuple[tuple[str, int], ...]], Any] = {}

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import check_text, ray_module
 from actors.client.names import (
     ADVERT_FORMAT,
     DEFAULT_NAMESPACE,
@@ -28,7 +29,7 @@ from actors.client.names import (
 )
 from actors.client.nodes import ensure_ray
 from actors.client.replies import open_reply, raise_error
-from actors.client.transport import Call, RetryPolicy, Transport, check_text, ray_module
+from actors.client.transport import Call, RetryPolicy, Transport
 from protocol.errors import NotFound, RequestError, TransportError
 from storage import check_context_name
 
@@ -110,7 +111,7 @@ def lookup(
     actor = _running(ray_name, namespace)
     if actor is None and entry is not None and is_host(ray_name):
         # its host was stopped for good: the directory moves it to another of its node
-        entry = _rehosted(name, namespace, ray_name)
+        entry = _rehosted(name, namespace, ray_name, capability)
         ray_name = entry.primary.actor
         actor = _running(ray_name, namespace)
     if actor is None and entry is None and store_dir is not None:
@@ -151,14 +152,19 @@ def _running(ray_name: str, namespace: str) -> Any | None:
         return None
 
 
-def _rehosted(name: str, namespace: str, host: str) -> ContextEntry:
+def _rehosted(
+    name: str, namespace: str, host: str, capability: bytes | None = None
+) -> ContextEntry:
     """The entry of the hosted context *name* after the directory moved it off *host*
-    (which no longer runs): ``no_host`` when no other host of its node can take it."""
+    (which no longer runs): ``no_host`` when no other host of its node can take it. The
+    call carries *capability* (a closed directory wants a grant on *name*)."""
     actor = directory_actor(namespace)
     if actor is None:
         raise NotFound(f"no context directory in namespace {namespace!r}")
-    transport = Transport(actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace)
-    return transport.call(Call("rehost", (name, host), read_entry, guarded=False))
+    transport = Transport(
+        actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace, capability=capability
+    )
+    return transport.call(Call("rehost", (name, host), read_entry))
 
 
 def advertised(store_dir: str | os.PathLike[str], name: str) -> dict[str, Any] | None:

@@ -87,8 +87,10 @@ class ContextEntry(BaseModel):
     ``acks``: followers that must hold a commit before it is acknowledged
     (default ``follower_count``). ``epoch`` grows by one at each promotion. An entry
     recorded as ``replicas`` (the count's earlier name) reads the same.
-    ``epoch_mac``: the directory's signature of ``epoch`` for this context (hex; see
-    :func:`storage.replication.codec.epoch_mac`): members accept an epoch only with it.
+    ``epoch_signature``: the directory's Ed25519 certificate that ``primary`` serves this
+    context at ``epoch`` (hex; :mod:`storage.replication.epochs`): members accept the
+    epoch only with it. ``tenant``: the tenant whose admin placed it (its admins may change
+    it; None: placed while the directory was open, the operator's).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -100,7 +102,8 @@ class ContextEntry(BaseModel):
     primary: Member
     followers: tuple[Member, ...]
     policy: str
-    epoch_mac: str = ""
+    epoch_signature: str = ""
+    tenant: str | None = None
 
     @property
     def replicated(self) -> bool:

@@ -3,7 +3,7 @@
 
 A context's store is a local LMDB directory, so its actor is pinned, with a
 hard node affinity, to the node that holds the directory. Everything here
-imports Ray when called (through :func:`actors.client.transport.ray_module`),
+imports Ray when called (through :func:`actors.client.joining.ray_module`),
 never at module import.
 """
 
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.client.transport import init_ray, ray_module, remote_class
+from actors.client.joining import init_ray, ray_module, remote_class
 from protocol.errors import NotFound, RequestError
 
 
 def ensure_ray() -> None:
     """Connect to Ray if this process is not connected yet
-    (:func:`~actors.client.transport.init_ray`: ``RAY_ADDRESS`` if set, else a new local
+    (:func:`~actors.client.joining.init_ray`: ``RAY_ADDRESS`` if set, else a new local
     cluster)."""
     init_ray()
 

@@ -3,9 +3,8 @@
 :class:`Transport` calls the methods of one named actor and owns everything a
 remote call needs beyond its arguments:
 
-* Ray itself, through :mod:`actors.client.joining` (the lazy import,
-  :func:`~actors.client.joining.init_ray`; re-exported here for the callers that
-  take them from the transport): importing this module does not import Ray;
+* Ray itself, through :mod:`actors.client.joining` (the lazy import and the join,
+  :func:`~actors.client.joining.init_ray`): importing this module does not import Ray;
 * the timeout of each attempt and the retry policy for calls that could not
   reach the actor or whose reply was lost (:class:`RetryPolicy`: exponential
   backoff with jitter);
@@ -45,15 +44,7 @@ from dataclasses import dataclass, field
 from functools import update_wrapper
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from actors.client.joining import (
-    RAY_UNREACHABLE,
-    REACH_TIMEOUT,
-    check_int,
-    check_text,
-    init_ray,
-    ray_module,
-    remote_class,
-)
+from actors.client.joining import ray_module, remote_class
 from actors.client.names import (
     CONTEXT_PREFIX,
     DEFAULT_NAMESPACE,
@@ -368,7 +359,8 @@ class Transport:
         try:
             directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
             raw = ray.get(
-                directory.rehost.remote(self.label, self.actor_name), timeout=DIRECTORY_WAIT
+                directory.rehost.remote(self.label, self.actor_name, self.capability),
+                timeout=DIRECTORY_WAIT,
             )
             entry = ContextEntry.model_validate(open_reply(raw))
         except (MorphzError, ValueError):  # no directory, no entry, no host with room
@@ -559,8 +551,6 @@ __all__ = [
     "DIRECTORY_WAIT",
     "FAILOVER_POLL",
     "FAILOVER_WAIT",
-    "RAY_UNREACHABLE",
-    "REACH_TIMEOUT",
     "WATCH_EVERY",
     "Call",
     "HasTransport",
@@ -569,9 +559,5 @@ __all__ = [
     "RemoteAsync",
     "RetryPolicy",
     "Transport",
-    "check_int",
-    "check_text",
-    "init_ray",
-    "ray_module",
     "remote_class",
 ]

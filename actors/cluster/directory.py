@@ -15,10 +15,15 @@ tables:
 Its state lives in Ray's GCS internal key-value store
 (``ray.experimental.internal_kv``, namespace ``morphz-directory/<namespace>``),
 written before the in-memory table changes, so a restarted directory reloads
-it in its constructor. Losing the directory loses nothing a context holds:
-the stores are on the nodes, and a context actor already running keeps
-serving; only placing, looking up by directory and promotions wait until Ray
-has restarted it. Losing the GCS (the head node) loses the Ray cluster itself.
+it in its constructor. Any process of the cluster can write that store, so every
+value is kept with the directory's Ed25519 signature of it (its key, its namespace
+and its value: :func:`protocol.epochs.sign_record`), and a record that does not verify on load — one
+written before records were signed, or by another process — is refused: logged,
+left out, and named in the error a call on it answers (``bad_signature``). Losing the
+directory loses nothing a context holds: the stores are on the nodes, and a context
+actor already running keeps serving; only placing, looking up by directory and
+promotions wait until Ray has restarted it. Losing the GCS (the head node) loses the
+Ray cluster itself.
 
 The directory only records: it does not start context actors. ``actors.cluster.placing.place``
 asks it where a context goes, then starts the primary there. Errors travel as
@@ -34,11 +39,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextvars
+import logging
 import os
 from typing import Any
 
 from pydantic import ValidationError
 
+from actors.client.joining import check_int, check_text, ray_module, remote_class
 from actors.client.lookup import directory_actor, read_entry
 from actors.client.names import (
     DEFAULT_NAMESPACE,
@@ -57,22 +64,28 @@ from actors.client.nodes import (
     preferring,
 )
 from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import (
-    Call,
-    RetryPolicy,
-    Transport,
-    check_int,
-    check_text,
-    ray_module,
-    remote_class,
+from actors.client.transport import Call, RetryPolicy, Transport
+from actors.cluster.directory_admin import (
+    ADMIN_KEYS,
+    ALL,
+    OPERATOR,
+    SUPERVISING,
+    check_admin,
+    env_admin_keys,
+    parse_keys,
 )
-from actors.cluster.directory_admin import ADMIN_KEYS, ALL, SUPERVISING, check_admin, parse_keys
 from actors.cluster.failover import watch
 from actors.cluster.host_table import HostTable
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_nodes
 from actors.cluster.replication import sign_epoch
+from protocol import capabilities
+from protocol.capabilities import PermissionDenied
+from protocol.epochs import BAD_SIGNATURE, open_record, sign_record
 from protocol.errors import STALE_EPOCH, MorphzError, NotFound, RequestError, StoreError
 from storage import check_context_name
+from storage.keys import DIRECTORY_PUBLIC_KEYS_ENV, directory_public_keys, directory_signing_key
+
+log = logging.getLogger("morphz.directory")
 
 KV_NAMESPACE = "morphz-directory/"
 """Prefix of the GCS internal-KV namespace holding a directory's state (+ the Ray namespace)."""
@@ -128,15 +141,37 @@ class DirectoryActor(HostTable):
         self.namespace = namespace
         self.roots: dict[str, str] = {}
         self.entries: dict[str, ContextEntry] = {}
-        self.admin_keys: dict[str, bytes] = {}
-        """The keys an admin capability must be signed with to change the directory (none:
-        anyone may; :mod:`actors.cluster.directory_admin`)."""
+        self.stored_keys: dict[str, bytes] = {}
+        """Admin keys set with ``require_admin`` (kept, signed, in the GCS)."""
+        self.env_keys: dict[str, bytes] = {}
+        """Admin keys of the directory's environment (:func:`env_admin_keys`)."""
         self._lock: asyncio.Lock | None = None
         self._watch: asyncio.Task[Any] | None = None
+        self.refused: dict[str, str] = {}
+        """Records of the GCS refused on load (``key`` -> why): not signed by this directory."""
         self.failovers: list[dict[str, Any]] = []
         """The supervisor's recent promotions, newest last (memory only: see
         :meth:`failovers`)."""
         self._load()
+        try:
+            self.env_keys = env_admin_keys()
+        except MorphzError as e:  # malformed: closed until fixed, never silently open
+            self.refused[ADMIN_KEYS] = f"the environment's admin keys: {e.message}"
+            log.error("directory of %r: %s", namespace, self.refused[ADMIN_KEYS])
+        if not self.admin_keys and ADMIN_KEYS not in self.refused:
+            log.warning(
+                "directory of %r is OPEN: it has no admin keys, so any process of the Ray"
+                " cluster may place, promote, move or remove contexts; set"
+                " MORPHZ_DIRECTORY_ADMIN_KEYS (or MORPHZ_GRANT_PUBLIC_KEYS) in the environment"
+                " of `ray start` to close it (docs/security.md)",
+                namespace,
+            )
+
+    @property
+    def admin_keys(self) -> dict[str, bytes]:
+        """The keys an admin capability must be signed with to change the directory (none:
+        anyone may; :mod:`actors.cluster.directory_admin`)."""
+        return {**self.env_keys, **self.stored_keys}
 
     # -- persistence -------------------------------------------------------------
 
@@ -147,27 +182,50 @@ class DirectoryActor(HostTable):
 
     def _load(self) -> None:
         kv, ns = self._kv(), KV_NAMESPACE + self.namespace
+        own = capabilities.public_key(directory_signing_key())
+        public = [own]
+        if os.environ.get(DIRECTORY_PUBLIC_KEYS_ENV, "").strip():
+            trusted = list(directory_public_keys().values())
+            public += [k for k in trusted if k != own]  # records of an earlier key load too
+            if own not in trusted:
+                log.error(
+                    "directory of %r signs with key %s, which %s does not name: members"
+                    " will refuse its epochs",
+                    self.namespace,
+                    capabilities.key_id(own),
+                    DIRECTORY_PUBLIC_KEYS_ENV,
+                )
         for key in kv._internal_kv_list("", namespace=ns):
             raw = kv._internal_kv_get(key, namespace=ns)
             if raw is None:
                 continue
-            kind, _, name = key.decode().partition("/")
-            if kind == "node":
-                self.roots[name] = raw.decode()
-            elif kind == "ctx":
-                self.entries[name] = signed(ContextEntry.model_validate_json(raw))
-            elif key.decode() == ADMIN_KEYS:
-                self.admin_keys = parse_keys(raw.decode().split(","))
+            text = key.decode(errors="replace")
+            kind, _, name = text.partition("/")
+            try:
+                value = open_record(public, self.namespace, text, raw)
+                if kind == "node":
+                    self.roots[name] = value
+                elif kind == "ctx":
+                    self.entries[name] = signed(ContextEntry.model_validate_json(value))
+                elif text == ADMIN_KEYS:
+                    self.stored_keys = parse_keys(value.split(","))
+            except (MorphzError, ValidationError) as e:
+                why = e.message if isinstance(e, MorphzError) else "not a valid entry"
+                self.refused[text] = why
+                log.error("directory of %r: record %r refused: %s", self.namespace, text, why)
 
     def _put(self, key: str, value: str) -> None:
+        record = sign_record(directory_signing_key(), self.namespace, key, value)
         try:
-            self._kv()._internal_kv_put(key, value, True, namespace=KV_NAMESPACE + self.namespace)
+            self._kv()._internal_kv_put(key, record, True, namespace=KV_NAMESPACE + self.namespace)
+            self.refused.pop(key, None)
         except Exception as e:
             raise StoreError(f"directory: cannot write its state: {e}", code="directory_io") from e
 
     def _delete(self, key: str) -> None:
         try:
             self._kv()._internal_kv_del(key, namespace=KV_NAMESPACE + self.namespace)
+            self.refused.pop(key, None)
         except Exception as e:
             raise StoreError(f"directory: cannot write its state: {e}", code="directory_io") from e
 
@@ -198,14 +256,45 @@ class DirectoryActor(HostTable):
         context.run(SUPERVISING.set, True)
         self._watch = loop.create_task(watch(self), context=context)
 
-    def _admin(self, capability: Any, context: str, method: str) -> None:
-        """Refuse *method* on *context* without an admin capability (once the directory has
-        admin keys; :func:`~actors.cluster.directory_admin.check_admin`)."""
-        check_admin(self.admin_keys, capability, context, method)
+    def _admin(
+        self,
+        capability: Any,
+        context: str,
+        method: str,
+        *,
+        tenant: str | None = None,
+        ops: tuple[str, ...] = ("admin",),
+    ) -> capabilities.Capability | None:
+        """Refuse *method* on *context* (owned by *tenant*; None: the operator's) without an
+        admin capability, once the directory has admin keys
+        (:func:`~actors.cluster.directory_admin.check_admin`); the verified capability."""
+        if ADMIN_KEYS in self.refused and not SUPERVISING.get():
+            raise PermissionDenied(
+                f"the directory's {method} is refused: its admin-key record does not carry the"
+                f" directory's signature ({self.refused[ADMIN_KEYS]}); it stays closed until"
+                " an admin of the keys in MORPHZ_DIRECTORY_ADMIN_KEYS sets them again"
+            )
+        return check_admin(self.admin_keys, capability, context, method, tenant=tenant, ops=ops)
+
+    def _placer(self, capability: Any, name: str, method: str) -> str | None:
+        """Check a new placement of *name* (an admin of any tenant may place a new name in
+        its own tenant); the tenant the entry is recorded for (None: the operator's)."""
+        try:
+            claimed: str | None = capabilities.decode(capability).tenant
+        except MorphzError:
+            claimed = None  # refused below if the directory has keys
+        cap = self._admin(capability, name, method, tenant=claimed)
+        return None if cap is None or cap.tenant == OPERATOR else cap.tenant
 
     def _entry(self, name: object) -> ContextEntry:
         name = check_context_name(name)
         entry = self.entries.get(name)
+        if entry is None and "ctx/" + name in self.refused:
+            raise RequestError(
+                f"the directory refused its record of context {name!r} on load: "
+                f"{self.refused['ctx/' + name]}; place it again (an admin may remove it first)",
+                code=BAD_SIGNATURE,
+            )
         if entry is None:
             raise NotFound(f"no context {name!r} in the directory of namespace {self.namespace!r}")
         return entry
@@ -231,8 +320,15 @@ class DirectoryActor(HostTable):
     async def ping(self) -> bytes:
         """Whether the directory answers (its namespace and counts)."""
         self._ensure_watch()
+        closed = bool(self.admin_keys) or ADMIN_KEYS in self.refused
         return ok(
-            {"namespace": self.namespace, "nodes": len(self.roots), "contexts": len(self.entries)}
+            {
+                "namespace": self.namespace,
+                "nodes": len(self.roots),
+                "contexts": len(self.entries),
+                "admin": "closed" if closed else "open",
+                "refused": sorted(self.refused),
+            }
         )
 
     async def recent_failovers(self) -> bytes:
@@ -254,7 +350,7 @@ class DirectoryActor(HostTable):
                 if not parsed:
                     raise RequestError("at least one admin key", code="bad_argument")
                 self._put(ADMIN_KEYS, ",".join(k.hex() for k in parsed.values()))
-                self.admin_keys = parsed
+                self.stored_keys = parsed
                 return ok(sorted(parsed))
         except MorphzError as e:
             return failed(e)
@@ -303,7 +399,7 @@ class DirectoryActor(HostTable):
                 name = check_context_name(name)
                 if name in self.entries:
                     return ok(self.entries[name].model_dump())
-                self._admin(capability, name, "place")
+                tenant = self._placer(capability, name, "place")
                 check_int(followers, "followers")
                 policy = check_policy(policy)
                 acks = followers if acks is None else check_int(acks, "acks")
@@ -336,6 +432,7 @@ class DirectoryActor(HostTable):
                         for k, (n, r) in enumerate(zip(nodes[1:], roots[1:], strict=True))
                     ),
                     policy=policy,
+                    tenant=tenant,
                 )
                 return ok(self._save_entry(entry).model_dump())
         except MorphzError as e:
@@ -358,8 +455,13 @@ class DirectoryActor(HostTable):
         """Forget *name*'s entry (its actors and stores are left alone); NotFound if none."""
         try:
             async with self._guard():
+                name = check_context_name(name)
+                if name not in self.entries and "ctx/" + name in self.refused:
+                    self._admin(capability, name, "remove")  # a refused record may go
+                    self._delete("ctx/" + name)
+                    return ok(None)
                 entry = self._entry(name)
-                self._admin(capability, entry.name, "remove")
+                self._admin(capability, entry.name, "remove", tenant=entry.tenant)
                 self._delete("ctx/" + entry.name)
                 del self.entries[entry.name]
                 return ok(None)
@@ -374,7 +476,7 @@ class DirectoryActor(HostTable):
         try:
             async with self._guard():
                 entry = self._entry(name)
-                self._admin(capability, entry.name, "promote")
+                self._admin(capability, entry.name, "promote", tenant=entry.tenant)
                 check_int(expected_epoch, "expected_epoch")
                 new_primary = _member(primary, "primary")
                 new_followers = _members(followers, "followers")
@@ -399,7 +501,7 @@ class DirectoryActor(HostTable):
         try:
             async with self._guard():
                 entry = self._entry(name)
-                self._admin(capability, entry.name, "set_primary")
+                self._admin(capability, entry.name, "set_primary", tenant=entry.tenant)
                 check_int(epoch, "epoch")
                 new_primary = _member(primary, "primary")
                 if entry.replicated:
@@ -420,7 +522,7 @@ class DirectoryActor(HostTable):
         try:
             async with self._guard():
                 entry = self._entry(name)
-                self._admin(capability, entry.name, "set_followers")
+                self._admin(capability, entry.name, "set_followers", tenant=entry.tenant)
                 check_int(epoch, "epoch")
                 new_followers = _members(followers, "followers")
                 _check_epoch(entry, epoch)
@@ -431,9 +533,12 @@ class DirectoryActor(HostTable):
 
 
 def signed(entry: ContextEntry) -> ContextEntry:
-    """*entry* carrying the directory's signature of its epoch (signed now if it does not)."""
-    mac = sign_epoch(entry.name, entry.epoch).hex()
-    return entry if entry.epoch_mac == mac else entry.model_copy(update={"epoch_mac": mac})
+    """*entry* carrying the directory's certificate that its primary serves it at its epoch
+    (:mod:`storage.replication.epochs`; made now if it carries none or another)."""
+    cert = sign_epoch(entry.name, entry.epoch, "epoch", entry.primary.actor).hex()
+    if entry.epoch_signature == cert:
+        return entry
+    return entry.model_copy(update={"epoch_signature": cert})
 
 
 def _check_epoch(entry: ContextEntry, epoch: int) -> None:

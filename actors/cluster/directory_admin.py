@@ -1,20 +1,32 @@
 """Who may change the context directory: holders of an admin capability, once it has keys.
 
-A directory with **admin keys** (Ed25519 public keys, hex, the ones
-:func:`actors.server.guard.grant_public_keys` reads; set with
-:meth:`actors.cluster.directory.DirectoryHandle.require_admin`, kept in the GCS
-with the rest of its state) refuses every write a caller makes — ``place`` and
-``place_hosted`` of a new context, ``remove``, ``promote``, ``set_primary``,
-``set_followers``, ``register_node``, ``move_hosted``, ``rebalance``, a change of
-the keys — unless the call
-carries a capability signed by one of those keys, not expired, granting ``admin``
-on the context named (``*`` for a node's root or the keys). A refusal is
-``PermissionDenied`` and changes nothing; it is logged (the directory has no
-store of its own to audit into). A directory without admin keys takes writes
-from any caller, as before: the keys are the switch, and once set they stay
-(only an admin changes them). Two calls stay open: a host's load report and
-``rehost``, which any handle makes when its context's host is gone or full and
-which moves nothing else (the directory checks that the host cannot serve).
+A directory with **admin keys** (Ed25519 public keys, hex, the ones tokens are signed
+with) refuses every write a caller makes unless the call carries a capability signed
+by one of those keys, not expired, granting ``admin``:
+
+* on a **context's entry** (``place``/``place_hosted`` of a new name, ``remove``,
+  ``promote``, ``set_primary``, ``set_followers``, ``move_hosted``): an admin of the
+  entry's **tenant** (recorded from the token that placed it) with a grant covering
+  its name, or the cluster's **operator**. An admin of tenant A cannot change tenant
+  B's entries; an entry placed while the directory was open has no tenant and only
+  the operator changes it;
+* on the **cluster** (``register_node``, ``rebalance``, changing the keys, a context
+  host's load report): the operator only.
+
+The **operator** is the tenant :data:`OPERATOR` (``*``): ``morphz grant issue --tenant
+'*' --grant '*:admin'``. ``rehost`` (a handle asks to move its context off a host that
+is gone or full; the directory checks that it cannot serve) needs any grant on that
+context in its tenant. A refusal is ``PermissionDenied`` and changes nothing; it is
+logged (the directory has no store of its own to audit into).
+
+**Where the keys come from.** The directory's environment first —
+``$MORPHZ_DIRECTORY_ADMIN_KEYS``, else ``$MORPHZ_GRANT_PUBLIC_KEYS`` (a deployment that
+verifies tokens closes its directory with the same keys): set in ``ray start``'s
+environment they are out of reach of the Ray processes the directory serves, and the
+directory is **closed from its first call**. Keys added with
+:meth:`actors.cluster.directory.DirectoryHandle.require_admin` (kept, signed, in the
+GCS) are added to them. With no key at all the directory is open — the single-machine
+default — and says so loudly (a warning at start, ``admin: "open"`` in ``ping``).
 
 The directory's own supervisor (promotions, repairs, restores:
 :mod:`actors.cluster.failover`) runs inside the directory's process and needs no
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import time
 from typing import Any
 
@@ -39,6 +52,12 @@ ADMIN_KEYS = "conf/admin_keys"
 """The directory's KV key holding its admin keys (a comma-separated list of hex keys)."""
 ALL = "*"
 """The context a write that names none (a node's root, the keys) needs ``admin`` on."""
+OPERATOR = "*"
+"""The tenant of the cluster's operator: its admin grants cover every entry and the cluster."""
+ADMIN_KEYS_ENV = "MORPHZ_DIRECTORY_ADMIN_KEYS"
+"""Environment variable (of the directory's process) holding its admin keys (hex, commas)."""
+GRANT_KEYS_ENV = "MORPHZ_GRANT_PUBLIC_KEYS"
+"""The token public keys; the directory's admin keys when :data:`ADMIN_KEYS_ENV` is unset."""
 MAX_KEYS = 16
 
 SUPERVISING: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -66,16 +85,40 @@ def parse_keys(value: Any) -> dict[str, bytes]:
     return out
 
 
-def check_admin(keys: dict[str, bytes], capability: Any, context: str, method: str) -> None:
+def env_admin_keys() -> dict[str, bytes]:
+    """The admin keys of the directory's environment (:data:`ADMIN_KEYS_ENV`, else
+    :data:`GRANT_KEYS_ENV`); ``bad_argument`` if one is not a public key."""
+    text = os.environ.get(ADMIN_KEYS_ENV) or os.environ.get(GRANT_KEYS_ENV) or ""
+    return parse_keys(text.replace(",", " ").split())
+
+
+def check_admin(
+    keys: dict[str, bytes],
+    capability: Any,
+    context: str,
+    method: str,
+    *,
+    tenant: str | None = None,
+    ops: tuple[str, ...] = ("admin",),
+) -> capabilities.Capability | None:
     """Refuse (``PermissionDenied``) the directory write *method* on *context* unless the
     directory has no admin keys, the supervisor makes it, or *capability* is a token signed
-    by one of *keys* granting ``admin`` on *context*."""
+    by one of *keys* granting one of *ops* on *context*: in the operator's tenant, or in
+    *tenant* (the entry's owner; None: the operator alone). The verified capability (None
+    when none was needed)."""
     if not keys or SUPERVISING.get():
-        return
+        return None
     try:
         cap = capabilities.verify(capability, keys, now=time.time())
-        if not capabilities.allows(cap, cap.tenant, context, "admin"):
-            raise PermissionDenied(f"{cap.holder!r} holds no admin grant on {context!r}")
+        for owner in (OPERATOR, tenant):
+            if owner is not None and cap.tenant == owner:
+                if any(capabilities.allows(cap, owner, context, op) for op in ops):
+                    return cap
+        whose = "the operator's" if tenant is None else f"tenant {tenant!r}'s or the operator's"
+        raise PermissionDenied(
+            f"{cap.holder!r} of tenant {cap.tenant!r} holds no {'/'.join(ops)} grant on"
+            f" {context!r} in {whose} scope"
+        )
     except MorphzError as e:
         log.warning("directory %s of %r refused: %s", method, context, e.message)
         raise PermissionDenied(
@@ -83,4 +126,15 @@ def check_admin(keys: dict[str, bytes], capability: Any, context: str, method: s
         ) from e
 
 
-__all__ = ["ADMIN_KEYS", "ALL", "MAX_KEYS", "SUPERVISING", "check_admin", "parse_keys"]
+__all__ = [
+    "ADMIN_KEYS",
+    "ADMIN_KEYS_ENV",
+    "ALL",
+    "GRANT_KEYS_ENV",
+    "MAX_KEYS",
+    "OPERATOR",
+    "SUPERVISING",
+    "check_admin",
+    "env_admin_keys",
+    "parse_keys",
+]

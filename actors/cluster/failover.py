@@ -53,10 +53,10 @@ import socket
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, follower_actor, is_host
 from actors.client.nodes import pinned
 from actors.client.replies import open_reply
-from actors.client.transport import ray_module
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch
@@ -284,7 +284,8 @@ async def promote(
     into the record of the promotion (the directory's ``failovers``).
     """
     ns, epoch = directory.namespace, entry.epoch + 1
-    cert = sign_epoch(entry.name, epoch)  # followers take no epoch the directory did not sign
+    # Followers take no epoch the directory did not sign (storage.replication.epochs).
+    cert = sign_epoch(entry.name, epoch, "fence")
     started, at = time.monotonic(), time.time()
     reachable: list[tuple[Member, Any]] = []
     for m in entry.followers:
@@ -317,7 +318,7 @@ async def promote(
     # Their processes start now, while the chosen follower seals and the entry moves.
     started_new = [start_follower(m, entry.name, ns) for m in fresh]
     try:
-        await _call(actor, "seal", epoch, cert)
+        await _call(actor, "seal", epoch, sign_epoch(entry.name, epoch, "seal", chosen.actor))
         promoted = ContextEntry.model_validate(
             open_reply(
                 await directory.promote(
@@ -332,7 +333,9 @@ async def promote(
     sealed = time.monotonic() - started
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
-    info = await asyncio.wait_for(actor.become_primary.remote(epoch, cert), START_TIMEOUT)
+    info = await asyncio.wait_for(
+        actor.become_primary.remote(epoch, bytes.fromhex(promoted.epoch_signature)), START_TIMEOUT
+    )
     served = time.monotonic() - started
     record = {
         "context": entry.name,

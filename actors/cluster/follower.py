@@ -30,17 +30,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from actors.client.joining import remote_class
 from actors.client.names import ContextEntry, Member
 from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
-from actors.client.transport import Call, remote_class
-from actors.cluster.follower_role import FollowerRole
+from actors.client.transport import Call
+from actors.cluster.follower_role import FollowerRole, actor_name
 from actors.cluster.liveness import LEASE, LEASE_MARGIN
 from actors.cluster.replication import REPLICATION, replicated_entry
 from actors.server.connect import CONCURRENCY_GROUPS, MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
 from protocol.errors import STALE_EPOCH, RequestError
-from storage.replication.codec import check_epoch, replication_key
+from storage.replication.epochs import check_epoch
 
 __all__ = ["FollowerActor", "start_follower", "start_followers"]
 
@@ -111,9 +112,11 @@ class FollowerActor(ContextActor):
 
     def seal(self, epoch: int, cert: bytes) -> bytes:
         """Apply every held batch and release the store (:meth:`FollowerRole.seal`)."""
-        if self._sealed_at is None:
-            self._sealed_at = time.monotonic()
-        return self._as_follower("seal", epoch, cert)
+        started = time.monotonic()
+        reply = self._as_follower("seal", epoch, cert)
+        if self._sealed_at is None and self._role is not None and self._role.sealed:
+            self._sealed_at = started  # a refused (forged) seal does not shorten the wait
+        return reply
 
     def read(self, method: str, args: list[Any], capability: Any = None) -> bytes:
         """A read at the applied state, checked as on the primary (:meth:`FollowerRole.read`)."""
@@ -127,12 +130,16 @@ class FollowerActor(ContextActor):
         store released), then the context opens here as it does in a new
         primary (replication set up from the directory, every other follower
         snapshotted). Idempotent; answers what ``handshake`` answers. *cert* is the
-        directory's signature of *epoch*: without it nothing happens (``bad_mac``).
+        directory's certificate that this member is the primary at *epoch* (the entry's
+        ``epoch_signature``): without it nothing happens (``bad_signature``), and the one
+        the directory publishes for another member cannot promote (or seal) this one.
         """
-        check_epoch(replication_key(self._context_name), epoch, cert)
+        check_epoch(self._context_name, epoch, cert, ("epoch",), actor_name())
         if not self._promoted:
             if self._role is not None:
-                self.seal(epoch, cert)  # a no-op reply if already sealed
+                if self._sealed_at is None:
+                    self._sealed_at = time.monotonic()
+                self._role.sealed_for(epoch)  # a failed reply if already sealed
                 self._role = None
             self._host()
             self._outwait_lease()

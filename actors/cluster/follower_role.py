@@ -20,15 +20,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from actors.client.joining import ray_module
 from actors.client.names import DEFAULT_NAMESPACE, Member
 from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import Call, Transport, ray_module
+from actors.client.transport import Call, Transport
 from actors.server.guard import DEFAULT_PROJECT, DEFAULT_TENANT, OPERATION_OF, Guard
 from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, StoreLocked, WireError
 from service.context import Context
 from storage import LmdbStore, context_path
 from storage.replication import Follower, install
-from storage.replication.codec import check_control, check_epoch, replication_key
+from storage.replication.codec import check_control
+from storage.replication.epochs import check_epoch
 
 log = logging.getLogger("morphz.replication")
 
@@ -65,6 +67,18 @@ class FollowerRead(BaseModel):
 def _node_id() -> str:
     ray = ray_module()
     return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+
+
+def actor_name() -> str:
+    """This Ray actor's name, ``""`` outside an actor (the member an epoch certificate
+    must name for a ``seal`` or a promotion here)."""
+    ray = ray_module()
+    if not ray.is_initialized():
+        return ""
+    try:
+        return str(ray.get_runtime_context().get_actor_name() or "")
+    except Exception:  # not in an actor (a driver)
+        return ""
 
 
 def _open_store(path: str) -> LmdbStore:
@@ -167,16 +181,18 @@ class FollowerRole:
         except MorphzError as e:
             return failed(e)
 
-    def _signed(self, epoch: Any, cert: Any) -> int:
-        """*epoch*, once *cert* shows the directory signed it (WireError ``bad_mac``)."""
-        key = self._follower.key if self._follower is not None else replication_key(self._name)
-        return check_epoch(key, epoch, cert)
+    def _signed(self, epoch: Any, cert: Any, *accept: str) -> int:
+        """*epoch*, once *cert* is the directory's certificate of it for one of the purposes
+        *accept* (a ``seal`` one naming this member); WireError ``bad_signature`` otherwise
+        (:mod:`storage.replication.epochs`)."""
+        member = actor_name() if accept == ("seal",) else None
+        return check_epoch(self._name, epoch, cert, accept, member)
 
     def fence(self, epoch: int, cert: bytes) -> bytes:
         """Refuse batches of epochs before *epoch* (signed by the directory: *cert*) from
         now on; the status after."""
         try:
-            self._live().fence(self._signed(epoch, cert))
+            self._live().fence(self._signed(epoch, cert, "fence", "epoch"))
             return ok(self._status())
         except MorphzError as e:
             return failed(e)
@@ -185,7 +201,7 @@ class FollowerRole:
         """Replace this copy by the primary's snapshot *data*, fenced at *epoch* (signed by
         the directory: *cert*; *mac*, the primary's MAC of the snapshot at that epoch)."""
         try:
-            epoch = self._signed(epoch, cert)
+            epoch = self._signed(epoch, cert, "epoch")
             key = self._live().key
             if not isinstance(data, bytes):
                 raise WireError("a snapshot is bytes", code="bad_argument")
@@ -206,11 +222,24 @@ class FollowerRole:
             return failed(e)
 
     def seal(self, epoch: int, cert: bytes) -> bytes:
-        """Before promotion to *epoch* (signed by the directory: *cert*): apply every held
-        batch, fence at *epoch*, release the store."""
+        """Before promotion to *epoch* (*cert*: the directory's ``seal`` certificate naming
+        this member): apply every held batch, fence at *epoch*, release the store."""
+        try:
+            self._live()
+            return self.sealed_for(self._signed(epoch, cert, "seal"))
+        except MorphzError as e:
+            return failed(e)
+
+    @property
+    def sealed(self) -> bool:
+        """True once this copy was sealed for promotion."""
+        return self._follower is None and self._error is not None and self._error.code == FENCED
+
+    def sealed_for(self, epoch: int) -> bytes:
+        """:meth:`seal` at *epoch* already authorised (this process's promotion, which checked
+        the directory's ``epoch`` certificate naming it); not a remote method."""
         try:
             f = self._live()
-            epoch = self._signed(epoch, cert)
             f.drain()
             f.fence(epoch)
             status = self._status()

@@ -26,11 +26,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, is_host
 from actors.client.nodes import alive_nodes
 from actors.client.replies import failed, ok
-from actors.client.transport import ray_module
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_host
+from protocol.capabilities import OPERATIONS
 from protocol.errors import MorphzError, NotFound, RequestError
 from storage import check_context_name
 
@@ -54,14 +55,20 @@ class HostTable:
             table = self._hosts = {}
         return table
 
-    async def report_host(self, report: dict[str, Any]) -> bytes:
-        """Record a host's load report (its ``actor`` name keys it)."""
+    async def report_host(self, report: dict[str, Any], capability: Any = None) -> bytes:
+        """Record a host's load report (its ``actor`` name keys it). A closed directory takes
+        it only with the operator's admin capability (the one the host was started with):
+        a forged report could steer placements to an actor of the forger's."""
         if not isinstance(report, dict) or not isinstance(report.get("actor"), str):
             return failed(
                 RequestError("a host report is a dict with its actor", code="bad_argument")
             )
         if not is_host(report["actor"]) or len(report) > 64:
             return failed(RequestError("not a context host's report", code="bad_argument"))
+        try:
+            self._admin(capability, "*", "report_host")  # type: ignore[attr-defined]
+        except MorphzError as e:
+            return failed(e)
         self._host_table()[report["actor"]] = (time.monotonic(), report)
         return ok(None)
 
@@ -97,7 +104,7 @@ class HostTable:
                 name = check_context_name(name)
                 if name in self.entries:
                     return ok(self.entries[name].model_dump())
-                self._admin(capability, name, "place_hosted")  # type: ignore[attr-defined]
+                tenant = self._placer(capability, name, "place_hosted")  # type: ignore[attr-defined]
                 policy = check_policy(policy)
                 live = {n["node_id"]: n["resources"] for n in alive_nodes()}
                 host = choose_host(policy, self._fresh_hosts(), self._assigned(), live)
@@ -113,6 +120,7 @@ class HostTable:
                     ),
                     followers=(),
                     policy=policy,
+                    tenant=tenant,
                 )
                 return ok(self._save_entry(entry).model_dump())  # type: ignore[attr-defined]
         except MorphzError as e:
@@ -165,14 +173,18 @@ class HostTable:
         )
         return self._save_entry(moved)  # type: ignore[attr-defined, no-any-return]
 
-    async def rehost(self, name: str, actor: str) -> bytes:
+    async def rehost(self, name: str, actor: str, capability: Any = None) -> bytes:
         """Move the hosted context *name* off its host *actor* when that host cannot serve
         it: it no longer runs, or it reports itself full and *name* is idle there. The
         entry, moved or as it is (*actor* is not its host any more, or can serve it);
-        ``no_host`` when no other host of its node and store root has room."""
+        ``no_host`` when no other host of its node and store root has room. A closed
+        directory asks for a capability granting any operation on *name* in its tenant."""
         try:
             async with self._guard():  # type: ignore[attr-defined]
                 entry = self._entry(name)  # type: ignore[attr-defined]
+                self._admin(  # type: ignore[attr-defined]
+                    capability, entry.name, "rehost", tenant=entry.tenant, ops=OPERATIONS
+                )
                 if entry.primary.actor != actor or not is_host(actor):
                     return ok(entry.model_dump())
                 if self._host(actor) is None:
@@ -184,16 +196,16 @@ class HostTable:
         except MorphzError as e:
             return failed(e)
 
-    async def move_hosted(
-        self, name: str, to: str | None = None, capability: Any = None
-    ) -> bytes:
+    async def move_hosted(self, name: str, to: str | None = None, capability: Any = None) -> bytes:
         """Move the hosted context *name* to host *to* (an actor name; default: the host
         with the least weight among the others of its node and store root), active or
         not: its host finishes the calls in flight and closes it first."""
         try:
             async with self._guard():  # type: ignore[attr-defined]
                 entry = self._entry(name)  # type: ignore[attr-defined]
-                self._admin(capability, entry.name, "move_hosted")  # type: ignore[attr-defined]
+                self._admin(  # type: ignore[attr-defined]
+                    capability, entry.name, "move_hosted", tenant=entry.tenant
+                )
                 if not is_host(entry.primary.actor):
                     raise RequestError(f"context {name!r} is not hosted", code="bad_argument")
                 if to is not None and (not isinstance(to, str) or not is_host(to)):

@@ -16,8 +16,8 @@ import asyncio
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, is_host
-from actors.client.transport import ray_module
 from actors.cluster.liveness import PROBE_EVERY, Liveness
 from actors.server.connect import LIVENESS_GROUP
 

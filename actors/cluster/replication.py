@@ -45,10 +45,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.lookup import directory_entry
 from actors.client.names import ContextEntry, Member
 from actors.client.replies import open_reply
-from actors.client.transport import ray_module
 from actors.cluster.liveness import Lease
 from protocol.errors import (
     FENCED,
@@ -63,11 +63,11 @@ from storage import LmdbStore
 from storage.replication import ReplicatedStore, snapshot
 from storage.replication.codec import (
     control_mac,
-    epoch_mac,
     install_mac,
     opened,
     replication_key,
 )
+from storage.replication.epochs import sign_epoch
 from storage.replication.recording import retain_of
 
 log = logging.getLogger("morphz.replication")
@@ -183,7 +183,7 @@ class Replicator:
         ray = ray_module()
         data, _ = snapshot(self._inner())
         mac = install_mac(self._key, self.entry.epoch, data)
-        cert = bytes.fromhex(self.entry.epoch_mac)
+        cert = bytes.fromhex(self.entry.epoch_signature)
         refs = {}
         for m in members:
             actor = self._actors.get(m) or _member_actor(m, self.namespace)
@@ -386,14 +386,6 @@ class Replicator:
         mac = control_mac(self._key, "confirm", epoch, acked)
         for actor in self._actors.values():
             actor.confirm.remote(epoch, acked, mac)
-
-
-def sign_epoch(name: str, epoch: int) -> bytes:
-    """The directory's signature of *epoch* for context *name*, under the context's
-    replication key (:func:`storage.replication.codec.epoch_mac`): what a follower's
-    fence, seal, install and promotion accept an epoch with. Made by the directory (and
-    its supervisor) only."""
-    return epoch_mac(replication_key(name), epoch)
 
 
 def replicated_entry(name: str, namespace: str | None) -> tuple[ContextEntry, str] | None:

@@ -12,10 +12,10 @@ import builtins
 import time
 from typing import Any
 
+from actors.client.joining import ray_module
 from actors.client.names import Member, is_host
 from actors.client.nodes import alive_nodes
 from actors.client.replies import open_reply
-from actors.client.transport import ray_module
 from actors.cluster.directory import DirectoryHandle
 from protocol.errors import MorphzError
 

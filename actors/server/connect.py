@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import check_int, check_text
 from actors.client.lookup import directory_entry, lookup
 from actors.client.names import (
     DEFAULT_NAMESPACE,
@@ -29,7 +30,7 @@ from actors.client.names import (
 )
 from actors.client.nodes import check_lifetime, start_pinned
 from actors.client.replies import raise_error
-from actors.client.transport import RetryPolicy, check_int, check_text
+from actors.client.transport import RetryPolicy
 from actors.server.context_actor import ContextActor
 from actors.server.host import Replication
 from actors.server.hosting import activate_hosted, start_host

@@ -49,13 +49,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import check_int, check_positive, check_text, ray_module
 from actors.client.lookup import read_entry
 from actors.client.names import DEFAULT_NAMESPACE, DIRECTORY_NAME, host_actor
 from actors.client.nodes import start_pinned
 from actors.client.replies import error_doc, raise_error
-from actors.client.transport import RetryPolicy, check_text, ray_module
+from actors.client.transport import RetryPolicy
 from actors.server.context_actor import ContextActor
-from protocol.errors import CONTEXT_MOVED, HOST_FULL, MorphzError, OutOfRange, RequestError
+from protocol.errors import CONTEXT_MOVED, HOST_FULL, MorphzError, RequestError
 from storage import check_context_name
 
 log = logging.getLogger("morphz.hosting")
@@ -146,8 +147,10 @@ class HostActor:
         max_active: int | None = None,
         memory_budget: int | None = None,
         cpu_budget: float | None = None,
+        report_capability: bytes | None = None,
     ) -> None:
         self._store_dir = store_dir
+        self._report_capability = report_capability
         self._name = name
         self._namespace = namespace
         self._idle_after = idle_after
@@ -479,7 +482,7 @@ class HostActor:
             except ValueError:
                 return
         if self._directory is not None:
-            self._directory.report_host.remote(await self.load())
+            self._directory.report_host.remote(await self.load(), self._report_capability)
 
 
 class HostHandle:
@@ -602,11 +605,14 @@ def start_host(
     memory_budget: int | None = None,
     cpu_budget: float | None = None,
     lifetime: str | None = None,
+    capability: bytes | None = None,
 ) -> HostHandle:
     """Get or create the context host *name* (actor ``host:<name>`` in *namespace*)
     serving contexts of *store_dir* (a path on *node_id*, default this node).
 
-    ``lifetime="detached"`` lets it outlive this process. Ray restarts a host that
+    ``lifetime="detached"`` lets it outlive this process. *capability* is the operator's
+    admin token its load reports carry (a closed directory takes no report without one:
+    :mod:`actors.cluster.directory_admin`). Ray restarts a host that
     dies; its contexts are activated again by their next calls. A host that runs
     already is answered as it is.
     """
@@ -616,12 +622,14 @@ def start_host(
         raise RequestError("store_dir must be a path", code="bad_argument")
     where = os.path.abspath(os.fspath(store_dir))
     check_text(namespace, "namespace")
-    if idle_after is not None and not (
-        isinstance(idle_after, (int, float)) and not isinstance(idle_after, bool) and idle_after > 0
-    ):
-        raise OutOfRange(f"idle_after must be a positive number of seconds, not {idle_after!r}")
-    if max_active is not None and (not isinstance(max_active, int) or max_active < 1):
-        raise OutOfRange(f"max_active must be an integer >= 1, not {max_active!r}")
+    if idle_after is not None:
+        check_positive(idle_after, "idle_after")
+    if max_active is not None:
+        check_int(max_active, "max_active", 1)
+    if memory_budget is not None:
+        check_int(memory_budget, "memory_budget", 1)
+    if cpu_budget is not None:
+        check_positive(cpu_budget, "cpu_budget")
     actor = start_pinned(
         HostActor,
         name=host_actor(name),
@@ -629,6 +637,6 @@ def start_host(
         node_id=node_id,
         lifetime=lifetime,
         max_concurrency=MAX_CONCURRENCY,
-    ).remote(where, name, namespace, idle_after, max_active, memory_budget, cpu_budget)
+    ).remote(where, name, namespace, idle_after, max_active, memory_budget, cpu_budget, capability)
     ray_module().get(actor.ping.remote())
     return HostHandle(actor, name, namespace)

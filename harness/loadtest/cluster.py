@@ -14,8 +14,8 @@ import time
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import init_ray
 from actors.client.nodes import alive_nodes, current_node_id
-from actors.client.transport import init_ray
 from actors.cluster.directory import directory
 from actors.cluster.placing import place
 from protocol.errors import MorphzError, NotFound
@@ -116,7 +116,7 @@ def local_nodes() -> list[str]:
 def connect_ray(address: str | None) -> bool:
     """Connect this process to Ray unless it is connected; True if this call connected it.
 
-    :func:`actors.client.transport.init_ray`: *address*, else ``RAY_ADDRESS``, else a
+    :func:`actors.client.joining.init_ray`: *address*, else ``RAY_ADDRESS``, else a
     new local cluster; ``TransportError`` ``ray_unreachable`` if it cannot be joined.
     """
     return init_ray(address)

@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from actors.client.handle import ContextHandle
+from actors.client.joining import ray_module
 from actors.client.names import host_actor
-from actors.client.transport import ray_module
 from harness.loadtest.checks import CHECK_RETRY, check_context
 from harness.loadtest.report import percentile
 from protocol.errors import MorphzError

@@ -82,8 +82,8 @@ async def _row(name: str, namespace: str) -> dict[str, Any]:
 def list_actors(namespace: str | None = None) -> list[dict[str, Any]]:
     """Every context actor on the cluster this process is connected to (of *namespace* if
     given), with its handshake: store directory, node, pid, age; sorted by namespace, name."""
+    from actors.client.joining import ray_module
     from actors.client.names import CONTEXT_PREFIX
-    from actors.client.transport import ray_module
 
     named = sorted(
         (a["namespace"], a["name"][len(CONTEXT_PREFIX) :])
@@ -158,7 +158,7 @@ def _cluster_of(env: Env, address: str | None, context: str | None = None) -> st
 def actors_cmd(env: Env, every: bool, address: str | None, namespace: str | None) -> None:
     """List the context actors serving the store (--all: on the whole cluster):
     context, namespace, node, pid, age."""
-    from actors.client.transport import init_ray, ray_module
+    from actors.client.joining import init_ray, ray_module
 
     store = os.path.abspath(env.store)
     target = _cluster_of(env, address)
@@ -211,9 +211,9 @@ def stop_cmd(
 ) -> None:
     """Stop the context actor serving context NAME of the store: its store closed cleanly
     (advert removed, lock released), then the actor ended for good."""
+    from actors.client.joining import init_ray, ray_module
     from actors.client.lookup import advertised, lookup
     from actors.client.names import DEFAULT_NAMESPACE, advert_path
-    from actors.client.transport import init_ray, ray_module
     from morphz.cli.review import ActorOptions
     from protocol.errors import NotFound
     from storage import check_context_name

@@ -142,7 +142,7 @@ def _cluster_doc(address: str | None, namespace: str, rebalance: bool = False) -
     with *rebalance*, after the directory moved idle contexts off full hosts (``moved``)."""
     import os
 
-    from actors.client.transport import check_text, init_ray, ray_module
+    from actors.client.joining import check_text, init_ray, ray_module
     from actors.cluster.directory import existing_directory
     from actors.cluster.status import placement_table
     from protocol.errors import NotFound

@@ -44,9 +44,7 @@ def _human_forget(d: dict[str, Any]) -> str:
     if d.get("scrubbed"):
         lines.append(f"  reasons scrubbed at versions: {' '.join(str(v) for v in d['scrubbed'])}")
     if d.get("still_in"):
-        lines.append(
-            f"  still held by other frames (forget them too?): {' '.join(d['still_in'])}"
-        )
+        lines.append(f"  still held by other frames (forget them too?): {' '.join(d['still_in'])}")
     if not d.get("duplicate"):
         lines.append("  run `morphz compact` to erase the freed pages from the data file")
     return "\n".join(lines)

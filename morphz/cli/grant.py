@@ -5,7 +5,8 @@ Run it where the grant signing key lives (``$MORPHZ_GRANT_SIGNING_KEY_FILE``, el
 node: ``issue`` signs a token and publishes the public key to ``--store`` (the
 actors of that store verify with it), ``revoke`` lists a token id there,
 ``public-key`` prints the public key for ``$MORPHZ_GRANT_PUBLIC_KEYS`` on nodes
-that do not share the store directory.
+that do not share the store directory. ``directory-key`` prints the context
+directory's epoch-signing public key for ``$MORPHZ_DIRECTORY_PUBLIC_KEYS``.
 
 Register with ``cli.add_command(grant_cmd)``.
 """
@@ -109,3 +110,22 @@ def public_key_cmd(env: Env) -> None:
     public = capabilities.public_key(grant_key(env.store))
     doc = {"public_key": public.hex(), "kid": capabilities.key_id(public)}
     emit(env, doc, lambda d: f"{d['public_key']}  (kid {d['kid']})")
+
+
+@grant_cmd.command("directory-key")
+@click.pass_obj
+@run_command
+def directory_key_cmd(env: Env) -> None:
+    """The context directory's epoch-signing public key (hex; the key is made on first use
+    here, on the machine that runs the directory): for MORPHZ_DIRECTORY_PUBLIC_KEYS on
+    every node (docs/cluster.md, 'Epoch signatures')."""
+    from protocol import capabilities
+    from storage.keys import directory_key_path, directory_signing_key
+
+    public = capabilities.public_key(directory_signing_key(create=True))
+    doc = {
+        "public_key": public.hex(),
+        "kid": capabilities.key_id(public),
+        "key_file": str(directory_key_path()),
+    }
+    emit(env, doc, lambda d: f"{d['public_key']}  (kid {d['kid']}, key {d['key_file']})")

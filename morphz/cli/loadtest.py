@@ -432,7 +432,7 @@ def loadtest_cmd(
         if bar is not None and not own_cluster:
             # Ray joined (or started) before the bar shows: what it says while starting
             # is printed above the bar, not into it.
-            from actors.client.transport import init_ray
+            from actors.client.joining import init_ray
 
             target = address or os.environ.get("RAY_ADDRESS")
             click.echo(
@@ -487,7 +487,7 @@ def _hosted(
     """``loadtest --hosts``: many contexts on context hosts, a hot set under load."""
     if duration is None:
         raise click.UsageError("--hosts runs for a --duration")
-    from actors.client.transport import init_ray
+    from actors.client.joining import init_ray
     from harness.loadtest.many import run_many
 
     options = {

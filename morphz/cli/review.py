@@ -122,8 +122,8 @@ def _through_actor(env: Env, opts: ActorOptions, call: Callable[[Any], Any]) -> 
     """Run *call(handle)* against the context actor of *env*; Ray is imported only here."""
     import ray
 
+    from actors.client.joining import init_ray
     from actors.client.lookup import lookup
-    from actors.client.transport import init_ray
 
     token = opts.token()
     started = init_ray(opts.address, namespace=opts.namespace)

@@ -78,9 +78,9 @@ def serve_cmd(
     if enforce and tenant is None:
         raise RequestError("--enforce needs --tenant (the contexts' tenant)", code="bad_argument")
 
+    from actors.client.joining import init_ray
     from actors.client.names import DEFAULT_NAMESPACE
     from actors.client.nodes import current_node_id
-    from actors.client.transport import init_ray
     from servers.http_api import serve_app
 
     started = init_ray(address)

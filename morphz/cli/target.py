@@ -184,9 +184,9 @@ def _clear_stale_advert(env: Env) -> None:
 
 @contextmanager
 def _actor_writer(env: Env, address: str | None, locked: StoreLocked) -> Iterator[Writer]:
+    from actors.client.joining import init_ray, ray_module
     from actors.client.lookup import advertised, lookup
     from actors.client.names import DEFAULT_NAMESPACE
-    from actors.client.transport import init_ray, ray_module
 
     advert = advertised(env.store, env.context)
     target = address or os.environ.get("RAY_ADDRESS") or (advert or {}).get("address")

@@ -76,8 +76,8 @@ async def _sample_one(name: str, namespace: str, token: bytes | None) -> dict[st
 def collect(namespace: str | None = None, token: bytes | None = None) -> list[dict[str, Any]]:
     """One sample of every context actor on the cluster this process is connected to
     (only those of *namespace* if given), sorted by namespace and context."""
+    from actors.client.joining import ray_module
     from actors.client.names import CONTEXT_PREFIX
-    from actors.client.transport import ray_module
 
     ray = ray_module()
     found = sorted(
@@ -217,7 +217,7 @@ def top_cmd(
     Refreshed every --interval seconds until interrupted; --once prints one
     table (with --json, one document) and exits.
     """
-    from actors.client.transport import init_ray, ray_module
+    from actors.client.joining import init_ray, ray_module
     from morphz.cli.review import ActorOptions
 
     token = ActorOptions(address, namespace or "", capability).token()

@@ -54,6 +54,7 @@ from morphz.integrations.langgraph_items import (
     Decoded,
     decode_item,
     fits_fields,
+    has_surrogate,
     item_body,
     put_edits,
 )
@@ -143,22 +144,32 @@ class _Seen:
 # -- bodies ---------------------------------------------------------------------------
 
 
+_LEAVES = frozenset({str, int, bool, type(None)})
+"""Types JSON carries back exactly as they are: nothing in them to check."""
+
+
 def _check_json(value: Any, depth: int = 0) -> None:
     """Refuse what JSON cannot carry back exactly: non-string keys, NaN and infinities."""
     if depth > 64:
         raise RequestError("the value nests deeper than 64 levels", code="bad_value")
+    children: Iterable[Any]
     if isinstance(value, Mapping):
-        for k, v in value.items():
+        for k in value:
             if not isinstance(k, str):
                 raise RequestError(
                     f"value keys are strings, not {type(k).__name__} ({k!r})", code="bad_value"
                 )
-            _check_json(v, depth + 1)
+        children = value.values()
     elif isinstance(value, list | tuple):
-        for v in value:
-            _check_json(v, depth + 1)
+        children = value
     elif isinstance(value, float) and not math.isfinite(value):
         raise RequestError(f"the value holds {value!r}, which JSON cannot carry", code="bad_value")
+    else:
+        return
+    for v in children:
+        if depth < 64 and type(v) in _LEAVES:
+            continue  # the common case without a call: a long list of strings stays cheap
+        _check_json(v, depth + 1)
 
 
 def _value_text(value: Any) -> str:
@@ -171,7 +182,7 @@ def _value_text(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise RequestError(f"the value is not JSON: {e}", code="bad_value") from e
-    if any("\ud800" <= ch <= "\udfff" for ch in text):  # lone surrogates: escape them
+    if has_surrogate(text):  # lone surrogates: escape them
         text = json.dumps(value, ensure_ascii=True, allow_nan=False)
     if len(text) > MAX_STRING_CHARS:
         raise OutOfRange(
@@ -185,7 +196,7 @@ def _body(
 ) -> tuple[Any, ...]:
     """The whole-value layout (values whose keys cannot each be a field)."""
     for label in (*namespace, key):
-        if any("\ud800" <= ch <= "\udfff" for ch in label):
+        if has_surrogate(label):
             raise RequestError(f"{label!r} holds a lone surrogate", code="bad_key")
     head = (
         Symbol("item"),

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +35,12 @@ KEY_FIELD_PREFIX = "v:"
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _PLAIN_KEY = 64
 """Longest key written as itself in its field name; longer or other keys are hashed."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether *text* holds a lone surrogate (which a body string cannot)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def key_field(key: str) -> str:
@@ -47,7 +55,7 @@ def value_json(value: Any) -> str:
     """One key's value as the JSON text its field holds (keys sorted: equal values, equal
     text; a lone surrogate escaped, as a body string cannot hold one)."""
     text = json.dumps(value, ensure_ascii=False, allow_nan=False, sort_keys=True)
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
+    if has_surrogate(text):
         text = json.dumps(value, ensure_ascii=True, allow_nan=False, sort_keys=True)
     return text
 
@@ -55,7 +63,7 @@ def value_json(value: Any) -> str:
 def fits_fields(value: dict[str, Any]) -> bool:
     """Whether *value* can be laid out one field per key (no key holds a lone surrogate);
     otherwise the item keeps the whole-value layout."""
-    return not any(any("\ud800" <= ch <= "\udfff" for ch in k) for k in value)
+    return not any(has_surrogate(k) for k in value)
 
 
 def item_body(
@@ -86,6 +94,9 @@ class Decoded:
     """The ``updated-at`` stamps the body holds (empty for the old layout)."""
     keyed: bool = False
     """True for the layout of this module (field edits apply), False for the old one."""
+    texts: Mapping[str, str] = field(default_factory=dict)
+    """Each value key's JSON text as its field holds it (a ``put`` compares against these
+    instead of encoding the old value again); empty when not known."""
 
     def item(self) -> Item:
         return Item(
@@ -125,19 +136,27 @@ def decode_item(body_forms: list[Any]) -> Decoded | None:
             return Decoded(namespace, key, parsed, created, updated)
         stamps: tuple[str, ...] = ()
         out: dict[str, Any] = {}
+        texts: dict[str, str] = {}
         for f in forms[1:]:
             name = str(f[0])
             if name == "updated-at":
                 stamps = tuple(f[1:])
             elif name.startswith(KEY_FIELD_PREFIX) and len(f) == 3 and _texts(f[1:]):
                 out[f[1]] = json.loads(f[2])
+                texts[f[1]] = f[2]
             else:
                 return None
         if not stamps or not _texts(stamps):
             return None
-        return Decoded(namespace, key, out, created, max(stamps), stamps, True)
+        return Decoded(namespace, key, out, created, max(stamps), stamps, True, texts)
     except (ValueError, TypeError, KeyError, IndexError):
         return None
+
+
+def _old_text(old: Decoded, key: str) -> str:
+    """Value key *key*'s JSON text in item *old*: as its field held it, or encoded now."""
+    text = old.texts.get(key)
+    return value_json(old.value[key]) if text is None else text
 
 
 def put_edits(
@@ -147,7 +166,7 @@ def put_edits(
     ops: list[SetField | UnsetField | AppendField | RemoveField] = []
     for k, v in value.items():
         text = value_json(v)
-        if k not in old.value or value_json(old.value[k]) != text:
+        if k not in old.value or _old_text(old, k) != text:
             ops.append(SetField(id=fid, field=key_field(k), values=(k, text)))
     for k in old.value:
         if k not in value:

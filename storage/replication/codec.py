@@ -385,21 +385,6 @@ def check_control(key: bytes, mac: Any, op: str, *fields: int | str | bytes) -> 
         )
 
 
-def epoch_mac(key: bytes, epoch: int) -> bytes:
-    """The directory's signature of *epoch* for one context: fence, seal, install and
-    promotion accept an epoch only with it (:func:`check_epoch`)."""
-    return control_mac(key, "epoch", epoch)
-
-
-def check_epoch(key: bytes, epoch: Any, cert: Any) -> int:
-    """*epoch* if *cert* is the directory's signature of it; else WireError ``bad_mac``
-    (``bad_argument`` for an epoch that is not an integer >= 0)."""
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise WireError("an epoch is an integer >= 0", code="bad_argument")
-    check_control(key, cert, "epoch", epoch)
-    return epoch
-
-
 def install_mac(key: bytes, epoch: int, data: bytes) -> bytes:
     """The MAC of a snapshot *data* sent at *epoch*."""
     return control_mac(key, "install", epoch, hashlib.sha256(data).digest())

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from actors.client.lookup import lookup
 from actors.client.names import ContextEntry, Member, follower_actor, primary_actor
+from actors.client.replies import open_reply
 from actors.cluster.directory import DirectoryHandle, directory, existing_directory
 from actors.cluster.placement import check_policy, choose_nodes
 from actors.cluster.placing import place
@@ -189,7 +190,11 @@ def test_a_directory_with_admin_keys_takes_writes_only_from_an_admin(
     """The cluster-inside finding: the directory's promote/set_primary/remove were open to
     any Ray caller. Once it has admin keys, a write without an admin capability (none, a
     read grant, a token signed by another key) is refused and changes nothing; an admin's
-    write goes through; every entry carries the directory's signature of its epoch."""
+    write goes through; every entry carries the directory's signature of its epoch.
+
+    Tenants: an entry records the tenant of the admin who placed it; an admin of another
+    tenant can change nothing of it, a tenant's admin nothing cluster-wide (nodes, keys,
+    host reports), and an unsigned host report or rehost is refused."""
     from functools import partial
 
     from actors.cluster.replication import sign_epoch
@@ -198,17 +203,27 @@ def test_a_directory_with_admin_keys_takes_writes_only_from_an_admin(
 
     place("kept", namespace=namespace)
     entry, before = placed.get("kept"), placed.list()
-    assert entry.epoch_mac == sign_epoch("kept", 0).hex()
-    public = capabilities.public_key(grant_key(tmp_path / "issuer")).hex()
-    admin = issue_capability(tmp_path / "issuer", holder="ops", tenant="acme",
-                             grants=[("*", ["admin"])])  # fmt: skip
-    reader = issue_capability(tmp_path / "issuer", holder="r", tenant="acme",
-                              grants=[("*", ["read"])])  # fmt: skip
-    stranger = capabilities.issue(b"s" * 32, holder="x", tenant="acme", issued_by="x",
+    assert entry.epoch_signature == sign_epoch("kept", 0, "epoch", entry.primary.actor).hex()
+    assert entry.tenant is None and placed.ping()["admin"] == "open"
+    issuer = tmp_path / "issuer"
+    public = capabilities.public_key(grant_key(issuer)).hex()
+
+    def token(tenant: str, ops: list[str], glob: str = "*") -> bytes:
+        return issue_capability(issuer, holder=f"{tenant}-{ops[0]}", tenant=tenant,
+                                grants=[(glob, ops)])  # fmt: skip
+
+    operator, acme, globex = (
+        token("*", ["admin"]),
+        token("acme", ["admin"]),
+        token("globex", ["admin"]),
+    )
+    reader = token("acme", ["read"])
+    stranger = capabilities.issue(b"s" * 32, holder="x", tenant="*", issued_by="x",
                                   grants=[("*", ["admin"])], now=0, ttl=None)  # fmt: skip
     assert placed.require_admin([public])  # the first keys close it; nothing needed
-    for token in (None, reader, stranger):
-        d = directory(namespace, capability=token)
+    assert placed.ping()["admin"] == "closed"
+    for tok in (None, reader, stranger, acme):  # acme's admin: not the operator's entry
+        d = directory(namespace, capability=tok)
         for write in (
             partial(d.promote, "kept", expected_epoch=0, primary=entry.primary, followers=[]),
             partial(d.set_primary, "kept", epoch=0, primary=entry.primary),
@@ -216,21 +231,109 @@ def test_a_directory_with_admin_keys_takes_writes_only_from_an_admin(
             partial(d.remove, "kept"),
             partial(d.register_node, ray_cluster.node2_id, str(tmp_path / "elsewhere")),
             partial(d.require_admin, [public]),
-            partial(place, "fresh", namespace=namespace, capability=token),
+            partial(d.rebalance),
         ):
             with pytest.raises(RequestError) as denied:
                 write()
-            assert denied.value.code == "permission_denied", token
+            assert denied.value.code == "permission_denied", (tok, write)
         assert d.get("kept") == entry  # reads stay open; an existing context is found
+    for tok in (None, reader, stranger):
+        with pytest.raises(RequestError) as denied:
+            place("fresh", namespace=namespace, capability=tok)
+        assert denied.value.code == "permission_denied"
     assert placed.list() == before and placed.node_roots()[ray_cluster.node2_id] == str(
         tmp_path / "node2"
     )
-    ops = directory(namespace, capability=admin)
+    # a tenant's admin places a context of its own; another tenant's admin cannot touch it
+    mine = directory(namespace, capability=acme).place("acme-notes")
+    assert mine.tenant == "acme"
+    other = directory(namespace, capability=globex)
+    for write in (
+        partial(other.promote, "acme-notes", expected_epoch=0, primary=mine.primary, followers=[]),
+        partial(other.set_followers, "acme-notes", epoch=0, followers=[]),
+        partial(other.set_primary, "acme-notes", epoch=0, primary=mine.primary),
+        partial(other.remove, "acme-notes"),
+    ):
+        with pytest.raises(RequestError) as denied:
+            write()
+        assert denied.value.code == "permission_denied" and "tenant 'acme'" in str(denied.value)
+    assert placed.get("acme-notes") == mine
+    moved = directory(namespace, capability=acme).set_followers("acme-notes", epoch=0, followers=[])
+    assert moved.tenant == "acme"
+    # host reports and rehost: unsigned ones are refused, the operator's host is heard
+    import ray
+
+    report = {"actor": "host:forged", "node_id": ray_cluster.node2_id, "store_dir": "/x"}
+    for tok in (None, acme, stranger):
+        with pytest.raises(RequestError) as denied:
+            open_reply(ray.get(placed.actor.report_host.remote(report, tok)))
+        assert denied.value.code == "permission_denied"
+    assert placed.hosts() == []
+    open_reply(ray.get(placed.actor.report_host.remote({**report, "actor": "host:real"}, operator)))
+    assert [h["actor"] for h in placed.hosts()] == ["host:real"]
+    for tok in (None, globex, token("globex", ["read"])):
+        with pytest.raises(RequestError) as denied:
+            open_reply(ray.get(placed.actor.rehost.remote("acme-notes", "host:x", tok)))
+        assert denied.value.code == "permission_denied"
+    kept = open_reply(ray.get(placed.actor.rehost.remote("acme-notes", "host:x", reader)))
+    assert kept["primary"] == mine.primary.model_dump()  # heard; nothing to move
+    ops = directory(namespace, capability=operator)
     promoted = ops.promote("kept", expected_epoch=0, primary=entry.primary, followers=[])
-    assert promoted.epoch == 1 and promoted.epoch_mac == sign_epoch("kept", 1).hex()
+    assert promoted.epoch == 1
+    assert promoted.epoch_signature == sign_epoch("kept", 1, "epoch", entry.primary.actor).hex()
     lookup("kept", namespace).shutdown()
     ops.remove("kept")
+    ops.remove("acme-notes")
     assert [e.name for e in placed.list()] == []
+
+
+def test_the_directory_refuses_state_it_did_not_sign(
+    ray_cluster: RayCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Any Ray process can write the GCS key-value store the directory keeps its state in.
+    A record written there by another process — an entry at a forged epoch, the retired
+    unsigned form, a record signed by another key, a signed record moved to another
+    context's key, admin keys of the forger's — is refused when the directory loads (the
+    call on it says why), and a directory whose admin-key record was tampered with stays
+    closed; the records it signed itself load."""
+    import asyncio
+
+    from ray.experimental import internal_kv
+
+    from actors.cluster.directory import KV_NAMESPACE, DirectoryActor
+    from protocol import capabilities
+    from protocol.epochs import sign_record
+
+    kv = KV_NAMESPACE + namespace
+    first = DirectoryActor(namespace)
+    node = ray_cluster.node2_id
+    member = Member(node_id=node, actor=primary_actor("kept", 0), store_dir=str(tmp_path))
+    kept = ContextEntry(name="kept", epoch=0, follower_count=0, acks=0, primary=member,
+                        followers=(), policy="spread")  # fmt: skip
+    first._save_entry(kept)
+    first._put("node/" + node, str(tmp_path))
+    forged = kept.model_copy(update={"name": "evil", "epoch": 99}).model_dump_json()
+    put = internal_kv._internal_kv_put
+    put("ctx/evil", forged, True, namespace=kv)  # the unsigned (old) form
+    other = sign_record(b"o" * 32, namespace, "ctx/other", forged.replace("evil", "other"))
+    put("ctx/other", other, True, namespace=kv)
+    moved = internal_kv._internal_kv_get("ctx/kept", namespace=kv)
+    put("ctx/moved", moved, True, namespace=kv)  # a real signed record under another key
+    put("conf/admin_keys", capabilities.public_key(b"a" * 32).hex(), True, namespace=kv)
+    again = DirectoryActor(namespace)
+    assert set(again.entries) == {"kept"} and again.entries["kept"].epoch == 0
+    assert again.roots == {node: str(tmp_path)}
+    assert set(again.refused) == {"ctx/evil", "ctx/other", "ctx/moved", "conf/admin_keys"}
+    for name in ("evil", "other", "moved"):
+        with pytest.raises(RequestError) as e:
+            open_reply(asyncio.run(again.get(name)))
+        assert e.value.code == "bad_signature" and "place it again" in e.value.message
+    with pytest.raises(RequestError) as closed:  # the forger's admin keys opened nothing
+        open_reply(asyncio.run(again.remove("evil")))
+    assert closed.value.code == "permission_denied" and "admin-key record" in closed.value.message
+    for key in ("ctx/kept", "ctx/evil", "ctx/other", "ctx/moved", "conf/admin_keys"):
+        internal_kv._internal_kv_del(key, namespace=kv)
+    internal_kv._internal_kv_del("node/" + node, namespace=kv)
 
 
 def test_connect_alone_creates_no_directory(

@@ -13,7 +13,7 @@ from actors.cluster.replication import sign_epoch
 from protocol.errors import MorphzError, RequestError, WireError
 from service.context import Context
 from storage import LmdbStore
-from storage.replication import ReplicatedStore, snapshot
+from storage.replication import ReplicatedStore, epochs, snapshot
 from storage.replication.codec import control_mac, install_mac, replication_key
 
 
@@ -63,7 +63,7 @@ def test_follower_actor_serves_acknowledged_reads_and_refuses_bad_input(tmp_path
             open_reply(follower.install(data, 1, sign_epoch("c", 1), install_mac(KEY(), 1, data)))
         assert old.value.code == "stale_epoch"
         # sealed for promotion: everything applied, the store released, no more calls
-        sealed = open_reply(follower.seal(3, sign_epoch("c", 3)))
+        sealed = open_reply(follower.seal(3, sign_epoch("c", 3, "seal")))
         assert sealed["epoch"] == 3 and sealed["applied_seq"] == sealed["held_seq"]
         with pytest.raises(MorphzError) as after:
             open_reply(follower.status())
@@ -125,7 +125,8 @@ def test_control_messages_without_the_directorys_or_primarys_mac_change_nothing(
 ) -> None:
     """The cluster-inside findings: ``fence(2**62)`` from any caller fenced a follower for
     good; ``seal``, ``install``, ``confirm`` and ``become_primary`` took any epoch and any
-    snapshot. Unsigned, signed for another epoch or by another key: refused ``bad_mac``,
+    snapshot. Unsigned, signed for another epoch, context, purpose or member, with the
+    retired shared-key MAC or by another key: refused (``bad_signature``, ``bad_mac``),
     nothing changed; the real messages still work."""
     import asyncio
 
@@ -142,28 +143,47 @@ def test_control_messages_without_the_directorys_or_primarys_mac_change_nothing(
     try:
         ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
         before = open_reply(follower.status())
-        other = control_mac(b"k" * 32, "epoch", 2**62)
-        for bad in (b"", other, sign_epoch("c", 2**62 - 1), b"\x00" * 32, None):
+        retired = control_mac(KEY(), "epoch", 2**62)  # the old scheme: the shared key's MAC
+        foreign = epochs.sign(b"s" * 32, "c", 2**62)  # signed by another Ed25519 key
+        for bad in (b"", retired, foreign, sign_epoch("c", 2**62 - 1), sign_epoch("d", 2**62),
+                    b"\x00" * 64, None):  # fmt: skip
             with pytest.raises(WireError) as e:
                 open_reply(member.fence(2**62, bad))  # type: ignore[arg-type]
-            assert e.value.code == "bad_mac"
+            assert e.value.code == "bad_signature"
             with pytest.raises(WireError):
                 open_reply(member.seal(2**62, bad))  # type: ignore[arg-type]
+        with pytest.raises(WireError) as old:
+            open_reply(member.fence(2**62, retired))
+        assert "retired scheme" in old.value.message and "MORPHZ_DIRECTORY_PUBLIC_KEYS" in (
+            old.value.message
+        )
+        # the directory's public certificate of an epoch cannot seal (disable) a follower,
+        # nor can a seal made for another member
+        for cert in (sign_epoch("c", 7), sign_epoch("c", 7, "fence"),
+                     sign_epoch("c", 7, "seal", "morphz:c#f1@e0")):  # fmt: skip
+            with pytest.raises(WireError) as e:
+                open_reply(member.seal(7, cert))
+            assert e.value.code == "bad_signature"
         with pytest.raises(WireError):  # a negative or non-integer epoch
             open_reply(member.fence(-1, sign_epoch("c", 0)))
         data, _ = snapshot(store)
         with pytest.raises(WireError) as inst:  # signed epoch, snapshot not MACed
             open_reply(member.install(data, 5, sign_epoch("c", 5), b"\x00" * 32))
         assert inst.value.code == "bad_mac"
+        with pytest.raises(WireError):  # a fence certificate installs nothing
+            open_reply(member.install(data, 5, sign_epoch("c", 5, "fence"),
+                                      install_mac(KEY(), 5, data)))  # fmt: skip
         with pytest.raises(WireError):  # the MAC of another snapshot
             open_reply(
                 member.install(data + b"x", 5, sign_epoch("c", 5), install_mac(KEY(), 5, data))
             )
         with pytest.raises(WireError):  # a forged watermark: nothing applied
             open_reply(member.confirm(0, 1, control_mac(b"k" * 32, "confirm", 0, 1)))
-        with pytest.raises(WireError) as promo:
-            asyncio.run(member.become_primary(9, b"x" * 32))
-        assert promo.value.code == "bad_mac" and member._role is follower
+        for cert in (b"x" * 32, sign_epoch("c", 9, "epoch", "morphz:c#f1@e0"),
+                     sign_epoch("c", 9, "seal")):  # fmt: skip
+            with pytest.raises(WireError) as promo:  # another member's, or not a promotion
+                asyncio.run(member.become_primary(9, cert))
+            assert promo.value.code == "bad_signature" and member._role is follower
         assert open_reply(follower.status()) == before  # epoch 0, nothing applied
         # the real ones: the primary's watermark, the directory's fence
         acked = ctx.backend.acked  # type: ignore[attr-defined]

@@ -8,7 +8,8 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from actors.cluster.placement import choose_host
 from actors.cluster.placing import place
 from actors.server.hosting import HostHandle, start_host
 from morphz.cli.main import cli
-from protocol.errors import NotFound, OutOfRange, RequestError
+from protocol.errors import NotFound, RequestError
 from service.admin import export_history
 from tests.actors.checks import check_history
 from tests.actors.cluster import RayCluster
@@ -122,8 +123,38 @@ def test_full_host_refuses_new_activations_only(
         assert h.load()["refused"] == 1
     finally:
         h.shutdown()
-    with pytest.raises(OutOfRange):
-        start_host("bad", store_dir=tmp_path / "s", namespace=namespace, idle_after=-1)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"idle_after": -1},
+        {"idle_after": 0},
+        {"idle_after": float("nan")},
+        {"idle_after": True},
+        {"idle_after": "60"},
+        {"max_active": 0},
+        {"max_active": 1.5},
+        {"max_active": True},
+        {"memory_budget": 0},
+        {"memory_budget": "8G"},
+        {"cpu_budget": -0.5},
+        {"cpu_budget": float("inf")},
+        {"namespace": 3},
+        {"store_dir": 3},
+        {"lifetime": "forever"},
+    ],
+)
+def test_start_host_refuses_bad_arguments_before_starting_anything(
+    tmp_path: Path, bad: dict[str, Any]
+) -> None:
+    """Checked before Ray is reached (this test runs without a cluster) and before any
+    store directory is made."""
+    kwargs: dict[str, Any] = {"store_dir": tmp_path / "s", "namespace": "never", **bad}
+    with pytest.raises(RequestError) as e:
+        start_host("bad", **kwargs)
+    assert e.value.code == "bad_argument"
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.ray
@@ -212,6 +243,46 @@ def _wait_reports(d: Any, actors: set[str], full: str | None = None) -> None:
         time.sleep(0.1)
 
 
+@dataclass
+class HostPair:
+    """Two hosts ``h0`` and ``h1`` serving one store root, both reported to this test's
+    directory."""
+
+    directory: Any
+    root: Path
+    h0: HostHandle
+    h1: HostHandle
+
+
+@pytest.fixture
+def two_hosts(
+    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+) -> Iterator[Callable[..., HostPair]]:
+    """``two_hosts(**h0_options)``: hosts ``h0`` (with those ``start_host`` options) and
+    ``h1`` for directory-placed contexts; after the test both stop and every entry of the
+    directory is removed."""
+    root = tmp_path / "root"
+    d = directory(namespace)
+    started: list[HostHandle] = []
+
+    def start(**h0_options: Any) -> HostPair:
+        started.append(start_host("h0", store_dir=root, namespace=namespace, **h0_options))
+        started.append(start_host("h1", store_dir=root, namespace=namespace))
+        _wait_reports(d, {"host:h0", "host:h1"})
+        return HostPair(d, root, *started)
+
+    try:
+        yield start
+    finally:
+        for h in started:
+            try:
+                h.shutdown()
+            except Exception:  # stopped by the test already
+                pass
+        for entry in d.list():
+            d.remove(entry.name)
+
+
 @pytest.mark.ray
 def test_connect_serves_a_context_from_a_named_host(
     ray_cluster: RayCluster, tmp_path: Path, namespace: str
@@ -248,134 +319,105 @@ def test_connect_serves_a_context_from_a_named_host(
 
 @pytest.mark.ray
 def test_connect_and_lookup_follow_the_directory_to_the_host_and_past_a_stopped_one(
-    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+    two_hosts: Callable[..., HostPair], tmp_path: Path, namespace: str
 ) -> None:
     from actors.server.connect import connect
 
-    root = tmp_path / "root"
-    d = directory(namespace)
-    s0 = start_host("s0", store_dir=root, namespace=namespace)
-    s1 = start_host("s1", store_dir=root, namespace=namespace)
-    try:
-        _wait_reports(d, {"host:s0", "host:s1"})
-        place("u", hosted=True, namespace=namespace)
-        assert d.get("u").primary.actor == "host:s0"  # the emptiest, ties by name
-        s0.deactivate("u")
-        h = connect("u", store_dir=root, namespace=namespace)  # the directory knows it
-        assert h.transport.actor_name == "host:s0"
-        assert s0.contexts()[0]["state"] == "active"  # connect activated it
-        first = h.submit(_tx(0, "x", "one"), client_id="c-u-1")
-        assert first.committed
-        for kwargs, code in (
-            ({"store_dir": root, "host": "s1"}, "context_elsewhere"),
-            ({"store_dir": tmp_path / "other"}, "context_elsewhere"),
-        ):
-            with pytest.raises(RequestError) as e:
-                connect("u", namespace=namespace, **kwargs)
-            assert e.value.code == code
-        s0.shutdown()  # stopped for good: the directory moves u to the other host
-        found = lookup("u", namespace)
-        assert found.transport.actor_name == "host:s1" and found.version() == 1
-        assert d.get("u").primary.actor == "host:s1"
-        again = h.submit(_tx(0, "x", "one"), client_id="c-u-1")  # the old handle follows
-        assert again.duplicate and again.version == 1
-        assert h.transport.actor_name == "host:s1"
-    finally:
-        for x in (s0, s1):
-            try:
-                x.shutdown()
-            except Exception:  # s0: stopped already
-                pass
-        d.remove("u")
+    hosts = two_hosts()
+    d, root = hosts.directory, hosts.root
+    place("u", hosted=True, namespace=namespace)
+    assert d.get("u").primary.actor == "host:h0"  # the emptiest, ties by name
+    hosts.h0.deactivate("u")
+    h = connect("u", store_dir=root, namespace=namespace)  # the directory knows it
+    assert h.transport.actor_name == "host:h0"
+    assert hosts.h0.contexts()[0]["state"] == "active"  # connect activated it
+    first = h.submit(_tx(0, "x", "one"), client_id="c-u-1")
+    assert first.committed
+    for kwargs, code in (
+        ({"store_dir": root, "host": "h1"}, "context_elsewhere"),
+        ({"store_dir": tmp_path / "other"}, "context_elsewhere"),
+    ):
+        with pytest.raises(RequestError) as e:
+            connect("u", namespace=namespace, **kwargs)
+        assert e.value.code == code
+    hosts.h0.shutdown()  # stopped for good: the directory moves u to the other host
+    found = lookup("u", namespace)
+    assert found.transport.actor_name == "host:h1" and found.version() == 1
+    assert d.get("u").primary.actor == "host:h1"
+    again = h.submit(_tx(0, "x", "one"), client_id="c-u-1")  # the old handle follows
+    assert again.duplicate and again.version == 1
+    assert h.transport.actor_name == "host:h1"
 
 
 @pytest.mark.ray
 def test_idle_contexts_leave_a_full_host_and_their_handles_follow(
-    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+    two_hosts: Callable[..., HostPair], namespace: str
 ) -> None:
-    root = tmp_path / "root"
-    d = directory(namespace)
-    f0 = start_host("f0", store_dir=root, namespace=namespace, max_active=3)
-    f1 = start_host("f1", store_dir=root, namespace=namespace)
-    names = ("a", "b", "c")
-    try:
-        _wait_reports(d, {"host:f0", "host:f1"})
-        a, b, c = (place(n, hosted=True, namespace=namespace) for n in names)
-        assert [d.get(n).primary.actor for n in ("a", "b")] == ["host:f0", "host:f1"]
-        d.move_hosted("c", to="host:f0")  # c on f0 whatever the CPU weights said
-        assert c.submit(_tx(0, "x", "c1"), client_id="c-c-1").committed
-        assert c.transport.actor_name == "host:f0"
-        d.move_hosted("b", to="host:f0")  # b was active on f1: released there first
-        assert b.version() == 0  # f1 answers context_moved: the handle follows to f0
-        assert b.transport.actor_name == "host:f0"
-        assert {x["name"] for x in f1.contexts()} == set()
-        f0.deactivate("b")
-        f0.deactivate("c")
-        f0.context("z1")  # not placed: they fill f0 (a, z1, z2 active; its budget is 3)
-        f0.context("z2")
-        _wait_reports(d, {"host:f0"}, full="host:f0")
-        assert d.rebalance(limit=1) == {"host:f0": ["b"]}  # idle there; a is active, stays
-        assert d.get("b").primary.actor == "host:f1"
-        assert b.submit(_tx(0, "y", "b1")).committed  # told context_moved: follows to f1
-        assert b.transport.actor_name == "host:f1" and b.pid() == f1.load()["pid"]
-        # c, idle on the full f0: its call is refused host_full, so the handle asks the
-        # directory, which hands c to the host with room
-        again = c.submit(_tx(0, "x", "c1"), client_id="c-c-1")
-        assert again.duplicate and again.version == 1
-        assert d.get("c").primary.actor == "host:f1" and c.transport.actor_name == "host:f1"
-        assert {x["name"] for x in f0.contexts()} == {"a", "z1", "z2"}
-        for bad, code in (
-            (lambda: d.move_hosted("b", to="ctx:b"), "bad_argument"),
-            (lambda: d.move_hosted("b", to="host:nobody"), "not_found"),
-            (lambda: d.rebalance(limit=-1), "bad_argument"),
-        ):
-            with pytest.raises(RequestError) as e:
-                bad()
-            assert e.value.code == code
-        assert d.get("b").primary.actor == "host:f1"  # the refusals moved nothing
-        assert a.version() == 0 and a.transport.actor_name == "host:f0"  # a stayed
-        # the operator's command: a, idle on the full f0 now, is moved off it
-        f0.deactivate("a")
-        f0.context("z3")
-        _wait_reports(d, {"host:f0"}, full="host:f0")
-        args = ["contexts", "--cluster", "--rebalance", "--namespace", namespace, "--json"]
-        r = CliRunner().invoke(cli, args)
-        assert r.exit_code == 0, r.output
-        assert json.loads(r.output)["moved"] == {"host:f0": ["a"]}
-        assert a.version() == 0 and a.transport.actor_name == "host:f1"
-        r = CliRunner().invoke(cli, ["contexts", "--rebalance"])
-        assert r.exit_code == 2 and "--cluster" in r.output
-    finally:
-        f0.shutdown()
-        f1.shutdown()
-        for n in names:
-            d.remove(n)
+    hosts = two_hosts(max_active=3)
+    d, h0, h1 = hosts.directory, hosts.h0, hosts.h1
+    a, b, c = (place(n, hosted=True, namespace=namespace) for n in ("a", "b", "c"))
+    assert [d.get(n).primary.actor for n in ("a", "b")] == ["host:h0", "host:h1"]
+    d.move_hosted("c", to="host:h0")  # c on h0 whatever the CPU weights said
+    assert c.submit(_tx(0, "x", "c1"), client_id="c-c-1").committed
+    assert c.transport.actor_name == "host:h0"
+    d.move_hosted("b", to="host:h0")  # b was active on h1: released there first
+    assert b.version() == 0  # h1 answers context_moved: the handle follows to h0
+    assert b.transport.actor_name == "host:h0"
+    assert {x["name"] for x in h1.contexts()} == set()
+    h0.deactivate("b")
+    h0.deactivate("c")
+    h0.context("z1")  # not placed: they fill h0 (a, z1, z2 active; its budget is 3)
+    h0.context("z2")
+    _wait_reports(d, {"host:h0"}, full="host:h0")
+    assert d.rebalance(limit=1) == {"host:h0": ["b"]}  # idle there; a is active, stays
+    assert d.get("b").primary.actor == "host:h1"
+    assert b.submit(_tx(0, "y", "b1")).committed  # told context_moved: follows to h1
+    assert b.transport.actor_name == "host:h1" and b.pid() == h1.load()["pid"]
+    # c, idle on the full h0: its call is refused host_full, so the handle asks the
+    # directory, which hands c to the host with room
+    again = c.submit(_tx(0, "x", "c1"), client_id="c-c-1")
+    assert again.duplicate and again.version == 1
+    assert d.get("c").primary.actor == "host:h1" and c.transport.actor_name == "host:h1"
+    assert {x["name"] for x in h0.contexts()} == {"a", "z1", "z2"}
+    for bad, code in (
+        (lambda: d.move_hosted("b", to="ctx:b"), "bad_argument"),
+        (lambda: d.move_hosted("b", to="host:nobody"), "not_found"),
+        (lambda: d.rebalance(limit=-1), "bad_argument"),
+    ):
+        with pytest.raises(RequestError) as e:
+            bad()
+        assert e.value.code == code
+    assert d.get("b").primary.actor == "host:h1"  # the refusals moved nothing
+    assert a.version() == 0 and a.transport.actor_name == "host:h0"  # a stayed
+    # the operator's command: a, idle on the full h0 now, is moved off it
+    h0.deactivate("a")
+    h0.context("z3")
+    _wait_reports(d, {"host:h0"}, full="host:h0")
+    args = ["contexts", "--cluster", "--rebalance", "--namespace", namespace, "--json"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["moved"] == {"host:h0": ["a"]}
+    assert a.version() == 0 and a.transport.actor_name == "host:h1"
+    r = CliRunner().invoke(cli, ["contexts", "--rebalance"])
+    assert r.exit_code == 2 and "--cluster" in r.output
 
 
 @pytest.mark.ray
 def test_a_host_restarted_after_giving_a_context_away_sends_its_callers_on(
-    ray_cluster: RayCluster, tmp_path: Path, namespace: str
+    two_hosts: Callable[..., HostPair], namespace: str
 ) -> None:
-    root = tmp_path / "root"
-    d = directory(namespace)
-    r0 = start_host("r0", store_dir=root, namespace=namespace)
-    r1 = start_host("r1", store_dir=root, namespace=namespace)
-    try:
-        _wait_reports(d, {"host:r0", "host:r1"})
-        place("m", hosted=True, namespace=namespace)
-        assert d.get("m").primary.actor == "host:r0"
-        d.move_hosted("m", to="host:r1")
-        moved = lookup("m", namespace)  # active on r1: it holds the store
-        assert moved.submit(_tx(0, "x", "one")).committed
-        os.kill(int(r0.load()["pid"]), signal.SIGKILL)  # r0 restarts, its releases forgotten
-        with pytest.raises(ray.exceptions.RayTaskError) as e:  # a caller that still asks r0
-            ray.get(r0.actor.call.remote("m", "version", [], {}))
-        assert isinstance(e.value.cause, RequestError) and e.value.cause.code == "context_moved"
-        assert r0.contexts() == [] and moved.version() == 1
-    finally:
-        r0.shutdown()
-        r1.shutdown()
-        d.remove("m")
+    hosts = two_hosts()
+    d, h0 = hosts.directory, hosts.h0
+    place("m", hosted=True, namespace=namespace)
+    assert d.get("m").primary.actor == "host:h0"
+    d.move_hosted("m", to="host:h1")
+    moved = lookup("m", namespace)  # active on h1: it holds the store
+    assert moved.submit(_tx(0, "x", "one")).committed
+    os.kill(int(h0.load()["pid"]), signal.SIGKILL)  # h0 restarts, its releases forgotten
+    with pytest.raises(ray.exceptions.RayTaskError) as e:  # a caller that still asks h0
+        ray.get(h0.actor.call.remote("m", "version", [], {}))
+    assert isinstance(e.value.cause, RequestError) and e.value.cause.code == "context_moved"
+    assert h0.contexts() == [] and moved.version() == 1
 
 
 # -- the load test at scale, small ---------------------------------------------------

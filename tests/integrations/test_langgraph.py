@@ -507,46 +507,52 @@ def read_modify_write(store: BaseStore, writer: int, rounds: int) -> int:
     return conflicts
 
 
-def run_workload(stores: Callable[[int], BaseStore], writers: int, rounds: int) -> list[str]:
-    """Every writer on its own thread with ``stores(writer)``; the tokens at the end."""
+def run_workload(
+    stores: Callable[[int], BaseStore], writers: int, rounds: int
+) -> tuple[list[str], int]:
+    """Every writer on its own thread with ``stores(writer)``; the tokens at the end and
+    the conflicts the writers met (each one a lost race the store refused)."""
     stores(-1).put(NS, KEY, {"tokens": []})
-    threads = [
-        threading.Thread(target=read_modify_write, args=(stores(w), w, rounds))
-        for w in range(writers)
-    ]
+    conflicts = [0] * writers
+
+    def write(w: int) -> None:
+        conflicts[w] = read_modify_write(stores(w), w, rounds)
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     item = stores(-1).get(NS, KEY)
     assert item is not None
-    return list(item.value["tokens"])
+    return list(item.value["tokens"]), sum(conflicts)
 
 
 def expected_tokens(writers: int, rounds: int) -> list[str]:
     return sorted(f"w{w}-{i}" for w in range(writers) for i in range(rounds))
 
 
-@pytest.mark.slow
+def assert_nothing_lost(tokens: list[str], writers: int, rounds: int) -> None:
+    """Every writer's every token is in the item, once, in the order that writer wrote."""
+    assert sorted(tokens) == expected_tokens(writers, rounds)
+    for w in range(writers):
+        mine = [t for t in tokens if t.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{i}" for i in range(rounds)]
+
+
 def test_eight_writers_lose_no_update_sharing_one_store(ctx: Context) -> None:
     store = MorphzStore(ctx)
-    tokens = run_workload(lambda _: store, 8, 60)
-    assert sorted(tokens) == expected_tokens(8, 60)
-    for w in range(8):  # each writer's tokens in its order
-        mine = [t for t in tokens if t.startswith(f"w{w}-")]
-        assert mine == [f"w{w}-{i}" for i in range(60)]
+    tokens, conflicts = run_workload(lambda _: store, 8, 60)
+    assert_nothing_lost(tokens, 8, 60)
+    assert conflicts > 0  # the writers did race: the store refused stale writes
 
 
 @pytest.mark.slow
 def test_eight_writers_lose_no_update_with_a_store_each(ctx: Context) -> None:
     stores = {w: MorphzStore(ctx) for w in range(-1, 8)}
-    assert sorted(run_workload(stores.__getitem__, 8, 60)) == expected_tokens(8, 60)
-
-
-@pytest.mark.slow
-def test_eight_writers_by_five_hundred_lose_no_update(ctx: Context) -> None:
-    store = MorphzStore(ctx)
-    assert sorted(run_workload(lambda _: store, 8, 500)) == expected_tokens(8, 500)
+    tokens, conflicts = run_workload(stores.__getitem__, 8, 60)
+    assert_nothing_lost(tokens, 8, 60)
+    assert conflicts > 0
 
 
 def test_eight_writers_with_merge_lose_no_update(ctx: Context) -> None:
@@ -554,7 +560,9 @@ def test_eight_writers_with_merge_lose_no_update(ctx: Context) -> None:
         return {"tokens": [*(current or {"tokens": []})["tokens"], mine["tokens"][-1]]}
 
     store = MorphzStore(ctx, merge=merge, max_attempts=10_000)
-    assert sorted(run_workload(lambda _: store, 8, 30)) == expected_tokens(8, 30)
+    tokens, conflicts = run_workload(lambda _: store, 8, 30)
+    assert_nothing_lost(tokens, 8, 30)
+    assert conflicts == 0  # every lost race was merged, none raised
 
 
 @pytest.mark.ray
@@ -566,7 +574,8 @@ def test_writers_through_a_context_actor_lose_no_update(
     handle = connect(context_name, store_dir=tmp_path / "ray", namespace=namespace)
     try:
         stores = {w: MorphzStore(handle) for w in range(-1, 4)}
-        assert sorted(run_workload(stores.__getitem__, 4, 15)) == expected_tokens(4, 15)
+        tokens, _ = run_workload(stores.__getitem__, 4, 15)
+        assert_nothing_lost(tokens, 4, 15)
         store = stores[-1]
         assert [i.key for i in store.search(NS, query="w0")] == [KEY]
         assert store.list_namespaces() == [NS]

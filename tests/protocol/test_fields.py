@@ -31,7 +31,9 @@ from tests.examples import examples
 from tests.protocol.strategies import field_edits, labels, texts
 
 S = Symbol
-FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _ctx() -> Context:

@@ -50,7 +50,9 @@ DEPLOY_TX = """(context-tx
   (retire deployment/target-v1)
   (retire @e42))"""
 
-FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _roundtrips(tx: ContextTx) -> None:

@@ -56,7 +56,9 @@ RELEASE_DICT = {
     ],
 }
 
-FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _same(a: ContextTx, b: ContextTx) -> None:

@@ -82,7 +82,9 @@ def picture(ctx: Context) -> tuple[dict[str, Any], list[Any]]:
 
 
 side_edits = st.lists(edit, max_size=5)
-SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS

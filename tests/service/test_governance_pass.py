@@ -187,7 +187,10 @@ class Governed(RuleBasedStateMachine):
 
 
 Governed.TestCase.settings = settings(
-    max_examples=examples(200), stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=examples(200),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
 )
 test_a_chain_of_incremental_passes_decides_what_full_passes_decide = Governed.TestCase
 

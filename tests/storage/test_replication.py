@@ -133,7 +133,9 @@ STEPS = st.lists(
 
 
 @settings(
-    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(steps=STEPS)
 def test_a_follower_applying_every_batch_holds_the_primarys_store(
