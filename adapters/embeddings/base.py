@@ -254,7 +254,8 @@ class EmbedderConfig:
         ``MORPHZ_EMBED_KEY`` (the key itself, then read from that variable), and the
         tuning variables ``MORPHZ_EMBED_DIMENSIONS``, ``_BATCH_SIZE``, ``_TIMEOUT``,
         ``_MAX_RETRIES``, ``_NORMALIZE``, ``_INPUT_TYPE``. Invalid values raise
-        :class:`RequestError` (code ``embed_config``) naming the variable, never its value when it is a key.
+        :class:`RequestError` (code ``embed_config``) naming the variable, never its
+        value when it is a key.
         """
         source = os.environ if env is None else env
         values = {name: source[name] for name in ENV_VARS if source.get(name)}
