@@ -164,6 +164,18 @@ class Frame:
         return (lo is None or lo <= t) and (hi is None or t < hi)
 
     def to_record(self) -> dict[str, Any]:
+        rec = self.record_for_encoding()
+        if rec["envelope"] is self.envelope:
+            rec["envelope"] = _copy_envelope(self.envelope)
+        return rec
+
+    def record_for_encoding(self) -> dict[str, Any]:
+        """:meth:`to_record` for encoding at once: equal to it, but it shares the
+        envelope with this frame instead of copying it (when its key and reason lists
+        are lists, as the copy would make them), so it must not be kept or changed."""
+        env = self.envelope
+        if type(env.get("keys")) is not list or type(env.get("review_reasons")) is not list:
+            env = _copy_envelope(env)
         return {
             "id": self.id,
             "revision": self.revision,
@@ -178,7 +190,7 @@ class Frame:
             "marked_tick": self.marked_tick,
             "retire_reason": self.retire_reason,
             "retired_version": self.retired_version,
-            "envelope": _copy_envelope(self.envelope),
+            "envelope": env,
         }
 
     @classmethod

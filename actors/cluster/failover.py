@@ -60,6 +60,7 @@ from actors.client.replies import open_reply
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch
+from actors.cluster.spares import ASSIGN_TIMEOUT, SparePool, is_spare
 from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
@@ -121,11 +122,16 @@ async def supervise(directory: Any) -> None:
     concurrently: one context's promotion does not delay another's."""
     entries = list(directory.entries.values())
     probe_primaries(directory, entries)
+    pool = spares_of(directory.namespace)
     if not entries:
+        if pool.idle:
+            pool.tend(directory.roots, set(), wanted=False)
         return
     nodes = await asyncio.to_thread(_nodes)
     live = set(nodes)
     _learn_roots(directory, live)
+    wanted = any(e.replicated and not is_host(e.primary.actor) for e in entries)
+    pool.tend(directory.roots, live, wanted)
     looks = [_look(directory, entry, nodes, live) for entry in entries]
     for entry, outcome in zip(
         entries, await asyncio.gather(*looks, return_exceptions=True), strict=True
@@ -160,6 +166,18 @@ async def _look(
         await promote(directory, entry, live - {entry.primary.node_id}, cause=cause, silent=silent)
     else:
         await repair(directory, entry, live)
+
+
+POOLS: dict[str, SparePool] = {}
+"""The warm spares of each namespace's supervisor (:mod:`actors.cluster.spares`)."""
+
+
+def spares_of(namespace: str) -> SparePool:
+    """The spare pool of *namespace*'s supervisor."""
+    pool = POOLS.get(namespace)
+    if pool is None:
+        pool = POOLS[namespace] = SparePool(namespace, start_follower)
+    return pool
 
 
 _PROBING: dict[str, asyncio.Task[None]] = {}
@@ -260,13 +278,53 @@ async def _replacements(
     taken = {m.actor for m in (entry.primary, *entry.followers, *keep)}
     out: list[Member] = []
     k = 0
+    pool = spares_of(directory.namespace)
     for node in free[: max(0, entry.follower_count - len(keep))]:
         while follower_actor(entry.name, k, epoch) in taken:
             k += 1
         name = follower_actor(entry.name, k, epoch)
+        root = await directory.root_of(node)
+        spare = pool.claim(node) if directory.roots.get(node) == root else None
         taken.add(name)
-        out.append(Member(node_id=node, actor=name, store_dir=await directory.root_of(node)))
+        out.append(Member(node_id=node, actor=spare or name, store_dir=root))
     return out
+
+
+async def _recruit(
+    entry: ContextEntry, fresh: list[Member], namespace: str, epoch: int
+) -> tuple[list[Member], list[Any]]:
+    """Make the new followers *fresh* of context *name* run: a claimed spare is assigned the
+    context (it is running already), any other follower's process is started (it boots
+    while the caller goes on). The members as they will be recorded (a spare that does not
+    take its assignment within :data:`~actors.cluster.spares.ASSIGN_TIMEOUT` is replaced by
+    a new follower on its node) and the Ray handles of the actors started or assigned (what
+    to stop if they are never recorded)."""
+    name = entry.name
+    out: list[Member] = []
+    handles: list[Any] = []
+    for m in fresh:
+        if is_spare(m.actor):
+            actor = _get_actor(m.actor, namespace)
+            try:
+                if actor is None:
+                    raise TransportError(f"spare {m.actor} is gone", code="actor_error")
+                ref = actor.assign.remote(m.store_dir, name)
+                open_reply(await asyncio.wait_for(ref, ASSIGN_TIMEOUT))
+                out.append(m)
+                handles.append(actor)
+                continue
+            except Exception as e:
+                log.warning("context %r: spare %s not assigned: %s", name, m.actor, e)
+                if actor is not None:
+                    ray_module().kill(actor, no_restart=True)
+                taken = {x.actor for x in (entry.primary, *entry.followers, *fresh, *out)}
+                k = 0
+                while follower_actor(name, k, epoch) in taken:
+                    k += 1
+                m = m.model_copy(update={"actor": follower_actor(name, k, epoch)})
+        handles.append(start_follower(m, name, namespace))
+        out.append(m)
+    return out, handles
 
 
 async def promote(
@@ -315,10 +373,13 @@ async def promote(
     keep = [m for _, _, m, _ in held[1:]]
     keep += await _replacements(directory, entry, keep, live - {chosen.node_id}, epoch)
     fresh = [m for m in keep if m not in entry.followers]
-    # Their processes start now, while the chosen follower seals and the entry moves.
-    started_new = [start_follower(m, entry.name, ns) for m in fresh]
+    # Spares are assigned and other processes started while the chosen follower seals.
+    recruiting = asyncio.ensure_future(_recruit(entry, fresh, ns, epoch))
+    started_new: list[Any] = []
     try:
         await _call(actor, "seal", epoch, sign_epoch(entry.name, epoch, "seal", chosen.actor))
+        recruited, started_new = await recruiting
+        keep = [m for m in keep if m in entry.followers] + recruited
         promoted = ContextEntry.model_validate(
             open_reply(
                 await directory.promote(
@@ -327,6 +388,11 @@ async def promote(
             )
         )
     except Exception:
+        if not started_new:
+            try:
+                started_new = (await recruiting)[1]
+            except Exception as e:
+                log.warning("context %r: new followers not started: %s", entry.name, e)
         for a in started_new:  # recorded nowhere: they must not linger
             ray_module().kill(a, no_restart=True)
         raise
@@ -347,6 +413,7 @@ async def promote(
         "recorded_s": round(sealed, 3),
         "serving_s": round(served, 3),
         "replacements": len(fresh),
+        "spares": sum(1 for m in recruited if is_spare(m.actor)),
     }
     directory.failovers.append(record)
     del directory.failovers[:-HISTORY]
@@ -487,14 +554,21 @@ async def repair(directory: Any, entry: ContextEntry, live: set[str]) -> Context
     keep += await _replacements(directory, entry, keep, live, entry.epoch)
     if keep == list(entry.followers):
         return None
-    updated = ContextEntry.model_validate(
-        open_reply(
-            await directory.set_followers(entry.name, entry.epoch, [m.model_dump() for m in keep])
+    fresh = [m for m in keep if m not in entry.followers]
+    recruited, started = await _recruit(entry, fresh, directory.namespace, entry.epoch)
+    keep = [m for m in keep if m in entry.followers] + recruited
+    try:
+        updated = ContextEntry.model_validate(
+            open_reply(
+                await directory.set_followers(
+                    entry.name, entry.epoch, [m.model_dump() for m in keep]
+                )
+            )
         )
-    )
-    for m in keep:
-        if m not in entry.followers:
-            start_follower(m, entry.name, directory.namespace)
+    except Exception:
+        for a in started:  # recorded nowhere: they must not linger
+            ray_module().kill(a, no_restart=True)
+        raise
     primary = _get_actor(entry.primary.actor, directory.namespace)
     if primary is not None:
         try:

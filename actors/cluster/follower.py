@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actors.client.joining import remote_class
+from actors.client.joining import ray_module, remote_class
 from actors.client.names import ContextEntry, Member
 from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
@@ -38,9 +38,11 @@ from actors.client.transport import Call
 from actors.cluster.follower_role import FollowerRole, actor_name
 from actors.cluster.liveness import LEASE, LEASE_MARGIN
 from actors.cluster.replication import REPLICATION, replicated_entry
+from actors.cluster.spares import assignment_of, is_spare, record_assignment
 from actors.server.connect import CONCURRENCY_GROUPS, MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
-from protocol.errors import STALE_EPOCH, RequestError
+from protocol.errors import STALE_EPOCH, MorphzError, RequestError
+from storage import check_context_name
 from storage.replication.epochs import check_epoch
 
 __all__ = ["FollowerActor", "start_follower", "start_followers"]
@@ -50,18 +52,58 @@ class FollowerActor(ContextActor):
     """A follower of context *name* (its copy under ``<store_dir>/<name>``) that
     :meth:`become_primary` promotes in place; see the module doc."""
 
-    def __init__(self, store_dir: str, name: str, namespace: str | None = None) -> None:
+    def __init__(self, store_dir: str, name: str | None, namespace: str | None = None) -> None:
         self._store_root = store_dir
-        self._context_name = name
+        self._context_name = name or ""
         self._namespace_of = namespace
         self._role: FollowerRole | None = None
         self._promoted = False
         self._sealed_at: float | None = None
-        found = replicated_entry(name, namespace)
+        if name is None:  # a spare: idle unless it was assigned before a restart
+            found_spare = self._assignment()
+            if found_spare is None:
+                return
+            self._store_root, self._context_name = found_spare
+        self._open_role()
+
+    def _open_role(self) -> None:
+        found = replicated_entry(self._context_name, self._namespace_of)
         if found is not None and found[0].primary.actor == found[1]:
             self._host()  # a restart of a promoted follower: it is the primary
         else:
-            self._role = FollowerRole(store_dir, name)
+            self._role = FollowerRole(self._store_root, self._context_name)
+
+    def _assignment(self) -> tuple[str, str] | None:
+        """What this spare was assigned (:mod:`actors.cluster.spares`), None while idle."""
+        me = ray_module().get_runtime_context().get_actor_name()
+        if not me or not self._namespace_of:
+            return None
+        return assignment_of(self._namespace_of, me)
+
+    def assign(self, store_dir: str, name: str) -> bytes:
+        """Serve as a follower of context *name* under *store_dir* from now on (a spare
+        taking its assignment: recorded first, so a restart keeps it); the follower's status.
+        Idempotent; ``bad_argument`` for a follower of another context or a bad name."""
+        try:
+            check_context_name(name)
+            if self._context_name:
+                if (self._store_root, self._context_name) != (store_dir, name):
+                    raise RequestError(
+                        f"this actor follows context {self._context_name!r} already",
+                        code="bad_argument",
+                    )
+            else:
+                me = ray_module().get_runtime_context().get_actor_name()
+                if not me or not is_spare(me) or not self._namespace_of:
+                    raise RequestError(
+                        "only an idle spare takes an assignment", code="bad_argument"
+                    )
+                record_assignment(self._namespace_of, me, store_dir, name)
+                self._store_root, self._context_name = store_dir, name
+                self._open_role()
+        except MorphzError as e:
+            return failed(e)
+        return self._as_follower("status")
 
     def _host(self) -> None:
         ContextActor.__init__(
@@ -71,6 +113,8 @@ class FollowerActor(ContextActor):
         self._promoted = True
 
     def _follower(self) -> FollowerRole:
+        if not self._context_name:
+            raise RequestError("this spare follows no context yet", code="not_found")
         if self._role is None:
             raise RequestError(
                 f"this follower actor of {self._context_name!r} is its primary now",
@@ -158,9 +202,10 @@ class FollowerActor(ContextActor):
             self._executor.submit(time.sleep, left)
 
 
-def start_follower(member: Member, name: str, namespace: str) -> Any:
+def start_follower(member: Member, name: str | None, namespace: str) -> Any:
     """Get or create the follower actor *member* of context *name* (its Ray handle), pinned
-    to its node; it starts as a follower."""
+    to its node; it starts as a follower (a spare of its node's store root if *name* is
+    None: :mod:`actors.cluster.spares`)."""
     return (
         remote_class(FollowerActor, CONCURRENCY_GROUPS)
         .options(

@@ -81,6 +81,8 @@ LEASE_WAIT = 2.0
 NAME_WAIT = 2.0
 """Seconds the primary waits for a follower's actor name to be registered."""
 CATCH_UP_BYTES = 8 << 20
+MAX_UNHEARD = 4096
+"""Answers a primary keeps to look at later, at most (the oldest are forgotten)."""
 """Most bytes of batches one catch-up message carries (more go in several, in order)."""
 
 
@@ -131,9 +133,10 @@ def _member_actor(member: Member, namespace: str) -> Any | None:
 
 def catch_up_member(
     store: ReplicatedStore, key: bytes, epoch: int, call: Callable[..., Any]
-) -> bool:
-    r"""Bring one follower up to *store* (the primary's, at *epoch*) from its retained log;
-    False, having sent nothing, when the log cannot (the follower needs a snapshot).
+) -> int | None:
+    r"""Bring one follower up to *store* (the primary's, at *epoch*) from its retained log:
+    the number of batches sent (0: it held them all); None, having sent nothing, when the
+    log cannot (the follower needs a snapshot).
 
     *call(method, \*args)* calls the follower and answers its opened reply: its
     ``status`` (the last batch it holds and that batch's MAC) decides
@@ -142,12 +145,12 @@ def catch_up_member(
     status = call("status")
     batches = store.tail(int(status["held_seq"]), bytes.fromhex(str(status["head"])))
     if batches is None:
-        return False
+        return None
     for chunk in chunk_batches(batches):
         acked = store.acked
         call("catch_up", epoch, acked, chunk, control_mac(
             key, "catch_up", epoch, acked, opened(chunk[-1])[0]))  # fmt: skip
-    return True
+    return len(batches)
 
 
 class Replicator:
@@ -162,24 +165,30 @@ class Replicator:
         self._actors: dict[Member, Any] = {}
         self._key = replication_key(name)
         self.caught_up = {"log": 0, "snapshot": 0}
-        """How many times a follower was brought up to date from the retained log, and by
-        a snapshot (a new follower, one beyond the log, or one whose history diverged)."""
+        """How many times a follower was brought up to date from the retained log (batches
+        sent), and by a snapshot (a new follower, one beyond the log, or one whose history
+        diverged)."""
         self.lease = Lease()
         """Reads are served only while it is live (:meth:`hold_lease`)."""
+        self._unheard: dict[Any, tuple[Member, str]] = {}
+        """Answers not waited for (object ref -> the follower and ``receive``/``install``),
+        oldest first: looked at by the next ship (:meth:`_hear`)."""
 
     def _inner(self) -> LmdbStore:
         assert self.store is not None
         return self.store.inner
 
-    def _sync(self, members: list[Member]) -> list[Member]:
-        """Bring *members* to this store's state by snapshot; those that took it."""
+    def _sync(self, members: list[Member], *, wait: bool = True) -> list[Member]:
+        """Bring *members* to this store's state by snapshot; those that took it (*wait*),
+        or those it was sent to (not *wait*: their answers are looked at by a later ship,
+        and every batch shipped meanwhile reaches them after the snapshot)."""
         if not members:
             return []
         assert self.store is not None
-        with self.store.exclusive():  # no write between the snapshot and its install
-            return self._install(members)
+        with self.store.exclusive():  # no write between the snapshot and its sending
+            return self._install(members, wait)
 
-    def _install(self, members: list[Member]) -> list[Member]:
+    def _install(self, members: list[Member], wait: bool) -> list[Member]:
         ray = ray_module()
         data, _ = snapshot(self._inner())
         mac = install_mac(self._key, self.entry.epoch, data)
@@ -192,6 +201,10 @@ class Replicator:
                 continue
             self._actors[m] = actor
             refs[m] = actor.install.remote(data, self.entry.epoch, cert, mac)
+        if not wait:
+            for m, ref in refs.items():
+                self._unheard[ref] = (m, "install")
+            return list(refs)
         done = []
         for m, ref in refs.items():
             try:
@@ -216,19 +229,47 @@ class Replicator:
             if m not in keep:
                 del self._actors[m]
         self.entry = entry
-        self._sync([m for m in entry.followers if m not in self._actors])
+        self._sync([m for m in entry.followers if m not in self._actors], wait=False)
+
+    def progress(self) -> dict[str, Any]:
+        """``seq`` (the last batch written here), ``acked`` (the last acknowledged),
+        ``continued`` (whether this primary went on with its store's chain when it opened:
+        :attr:`storage.replication.ReplicatedStore.continued`) and ``caught_up``
+        (:attr:`caught_up`)."""
+        store = self.store
+        return {
+            "seq": 0 if store is None else store.state.seq,
+            "acked": 0 if store is None else store.acked,
+            "continued": store is not None and store.continued,
+            "caught_up": dict(self.caught_up),
+        }
+
+    def reach_all(self) -> None:
+        """Find every follower's actor, sending nothing: each is caught up at the first
+        batch it cannot take (``replica_gap``), from the log if it holds a prefix of this
+        store's chain (a promoted follower's fellow followers), else by snapshot."""
+        for m in self.entry.followers:
+            actor = self._actors.get(m) or _member_actor(m, self.namespace)
+            if actor is None:  # not started (yet): the supervisor starts it
+                log.warning("context %r: follower %s not running", self.name, m.actor)
+                continue
+            self._actors[m] = actor
 
     def sync_all(self) -> None:
-        """Snapshot every follower (on open: whatever they held is replaced)."""
-        self._sync(list(self.entry.followers))
+        """Snapshot every follower (on open: whatever they held is replaced), without
+        waiting for them: a write waits only for the ``acks`` it needs, so a follower still
+        starting (a replacement) delays no write that enough others acknowledge."""
+        self._sync(list(self.entry.followers), wait=False)
 
     def refresh(self) -> None:
-        """Re-read this context's directory entry and adopt its followers; if it names
-        another primary or a newer epoch, this primary fences itself (``stale_epoch``)."""
+        """Re-read this context's directory entry and adopt its followers (looking at the
+        answers not waited for first: :meth:`_hear`); if it names another primary or a
+        newer epoch, this primary fences itself (``stale_epoch``)."""
         entry = directory_entry(self.name, self.namespace)
         if entry is None:
             return
         try:
+            self._hear()
             self.adopt(entry)
         except MorphzError as e:
             if e.code == STALE_EPOCH and self.store is not None:
@@ -243,18 +284,30 @@ class Replicator:
         """Return if this primary may serve a read now: its lease is live, or renewed now by
         asking the followers (``max(1, acks)`` of them must answer as followers of its
         epoch). ``fenced`` if one answers from a newer epoch (this primary fences itself).
-        Too few answers: the directory is re-read (a lost follower may have been replaced)
-        and they are asked again, for up to :data:`SHIP_TIMEOUT` seconds, as a write
-        waits; then ``replicas_unavailable``."""
-        deadline: float | None = None
-        while not self.lease.live(time.monotonic()):
+        Too few answers: they are asked again as a write's followers are
+        (:meth:`_enough`); then ``replicas_unavailable``."""
+        if self.lease.live(time.monotonic()):
+            return
+        self._enough(
+            self._renew,
+            "renewed the read lease; a read here might miss commits of a newer primary",
+        )
+
+    def _enough(self, ask: Callable[[], tuple[int, int]], what: str) -> None:
+        """The one wait of a write's acknowledgements and a read lease's renewal: *ask*
+        (``(answered, needed)``) until enough followers answered; between two tries, the
+        directory is re-read (the supervisor may have replaced a lost follower; a newer
+        primary there fences this one: ``stale_epoch``), for up to :data:`SHIP_TIMEOUT`
+        seconds, then ``replicas_unavailable`` ("only *answered* of *needed* followers
+        *what*")."""
+        deadline = time.monotonic() + SHIP_TIMEOUT
+        while True:
             fenced = self.fenced()
             if fenced is not None:
                 raise fenced
-            got, need = self._renew()
+            got, need = ask()
             if got >= need:
                 return
-            deadline = deadline or time.monotonic() + SHIP_TIMEOUT
             try:
                 self.refresh()
             except MorphzError as e:
@@ -262,8 +315,7 @@ class Replicator:
                     raise
             if time.monotonic() > deadline:
                 raise TransportError(
-                    f"context {self.name!r}: only {got} of {need} followers renewed the read "
-                    "lease; a read here might miss commits of a newer primary",
+                    f"context {self.name!r}: only {got} of {need} followers {what}",
                     code="replicas_unavailable",
                 )
             time.sleep(0.2)
@@ -304,52 +356,104 @@ class Replicator:
     def ship(self, seq: int, data: bytes) -> None:
         """Return once ``acks`` followers hold batch *seq* durably (see the module doc);
         with at least one follower's answer, that renews the read lease."""
+        self._enough(
+            lambda: self._ship_once(data),
+            f"hold the write (batch {seq}); it is durable on the primary but not acknowledged",
+        )
+
+    def _ship_once(self, data: bytes) -> tuple[int, int]:
+        """Send *data* to every follower; how many hold it, and how many must (``acks``).
+        The answers not waited for (beyond ``acks``, or all of them with ``acks = 0``)
+        are looked at by the next ship (:meth:`_hear`), so a follower behind is caught up
+        whatever ``acks`` is. A follower still taking a snapshot is sent nothing (Ray may
+        deliver a small call before a large one sent earlier): once it holds the snapshot,
+        it is caught up from the log."""
         ray = ray_module()
+        self._hear()
+        need = self.entry.acks
+        asked = time.monotonic()
+        installing = self._installing()
+        refs = {
+            a.receive.remote(data): m for m, a in self._actors.items() if m not in installing
+        }
+        deadline = asked + SHIP_TIMEOUT
+        got, behind = 0, list[Member]()
+        pending = list(refs)
+        while pending and got < need:
+            left = max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
+            if not ready:
+                break
+            if self._heard(ready[0], refs[ready[0]], "receive", behind):
+                got += 1
+        for ref in pending:
+            self._unheard[ref] = (refs[ref], "receive")
+        if got < need and behind:
+            got += len(self._catch_up(behind))
+        if got < need and installing:
+            left = max(0.0, deadline - time.monotonic())
+            ray.wait(list(installing.values()), num_returns=len(installing), timeout=min(left, 5.0))
+            got += len([m for m in self._hear() if m in installing])
+        if got >= need and got >= 1:
+            self.lease.renewed(asked)
+        return got, need
+
+    def _installing(self) -> dict[Member, Any]:
+        """The followers sent a snapshot whose answer is not heard yet, and its object ref."""
+        return {m: ref for ref, (m, kind) in self._unheard.items() if kind == "install"}
+
+    def _heard(self, ref: Any, m: Member, kind: str, behind: list[Member]) -> bool:
+        """Whether follower *m*'s answer *ref* (to a ``receive`` or an ``install``) says it
+        holds what it was sent; one answering ``replica_gap`` goes into *behind*; a lost
+        one (or a failed snapshot) is dropped until the directory names it again;
+        ``stale_epoch`` (a newer primary exists) is raised."""
         from ray.exceptions import RayError
 
-        deadline = time.monotonic() + SHIP_TIMEOUT
-        while True:
-            need = self.entry.acks
-            asked = time.monotonic()
-            refs = {a.receive.remote(data): m for m, a in self._actors.items()}
-            got, behind = 0, []
-            pending = list(refs)
-            while pending and got < need:
-                left = max(0.0, deadline - time.monotonic())
-                ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 5.0))
-                if not ready:
-                    break
-                m = refs[ready[0]]
-                try:
-                    open_reply(ray.get(ready[0]))
-                    got += 1
-                except MorphzError as e:
-                    if e.code == STALE_EPOCH:
-                        raise
-                    if e.code == REPLICA_GAP:
-                        behind.append(m)
-                    else:
-                        log.warning("context %r: follower %s: %s", self.name, m.actor, e)
-                except RayError as e:
-                    log.warning("context %r: follower %s lost: %s", self.name, m.actor, e)
-            if got < need and behind:
-                got += len(self._catch_up(behind))
-            if got >= need:
-                if got >= 1:
-                    self.lease.renewed(asked)
-                return
-            try:
-                self.refresh()
-            except MorphzError as e:
-                if e.code == STALE_EPOCH:
-                    raise
-            if time.monotonic() > deadline:
-                raise TransportError(
-                    f"context {self.name!r}: only {got} of {need} followers hold the write "
-                    f"(batch {seq}); it is durable on the primary but not acknowledged",
-                    code="replicas_unavailable",
-                )
-            time.sleep(0.2)
+        ray = ray_module()
+        try:
+            open_reply(ray.get(ref))
+            return True
+        except MorphzError as e:
+            if e.code == STALE_EPOCH:
+                raise
+            if e.code in (REPLICA_GAP, "bad_mac"):  # its status decides: log or snapshot
+                behind.append(m)
+            else:
+                log.warning("context %r: follower %s: %s", self.name, m.actor, e)
+                if kind == "install":
+                    self._actors.pop(m, None)
+        except RayError as e:
+            log.warning("context %r: follower %s lost: %s", self.name, m.actor, e)
+            if kind == "install":
+                self._actors.pop(m, None)
+        return False
+
+    def _hear(self) -> list[Member]:
+        """Look at the answers earlier ships and snapshots did not wait for: the followers
+        that answered ``replica_gap`` (with ``acks = 0`` nothing else would notice) and
+        those that took their snapshot are caught up (from the log); those brought up to
+        date."""
+        if not self._unheard:
+            return []
+        ray = ray_module()
+        refs = list(self._unheard)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        behind: list[Member] = []
+        for ref in ready:
+            m, kind = self._unheard.pop(ref)
+            if m not in self._actors:
+                continue
+            if self._heard(ref, m, kind, behind):
+                if kind == "install":
+                    self.caught_up["snapshot"] += 1
+                    behind.append(m)  # the batches written since the snapshot: the log
+            elif kind == "install":
+                log.warning("context %r: follower %s did not take its snapshot", self.name, m.actor)
+        while len(self._unheard) > MAX_UNHEARD:  # a follower that stopped answering
+            del self._unheard[next(iter(self._unheard))]
+        installing = self._installing()
+        behind = [m for m in dict.fromkeys(behind) if m in self._actors and m not in installing]
+        return self._catch_up(behind) if behind else []
 
     def _catch_up(self, members: list[Member]) -> list[Member]:
         """Bring *members* (behind: they answered ``replica_gap``) up to this store: from
@@ -366,8 +470,9 @@ class Replicator:
                 return open_reply(ray.get(ref, timeout=INSTALL_TIMEOUT))
 
             try:
-                if catch_up_member(self.store, self._key, self.entry.epoch, call):
-                    self.caught_up["log"] += 1
+                sent = catch_up_member(self.store, self._key, self.entry.epoch, call)
+                if sent is not None:
+                    self.caught_up["log"] += 1 if sent else 0
                     done.append(m)
                     continue
             except MorphzError as e:
@@ -447,7 +552,10 @@ def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
     )
     store.confirm = replicator.confirm
     replicator.store = store
-    replicator.sync_all()
+    if store.continued:  # its chain goes on: a follower behind is caught up when it says so
+        replicator.reach_all()
+    else:
+        replicator.sync_all()
     ctx.backend = store
     if ctx._searcher is not None:  # rebuilt on the wrapped store on next use
         ctx._searcher.close()

@@ -82,7 +82,9 @@ class Replicating(Protocol):
     fences this primary if the entry names another), and :meth:`fenced`, the ``fenced``
     error every call answers once this primary knows it was replaced (None until then),
     and :meth:`hold_lease`, which returns only if a read may be served now (the primary's
-    read lease is live, or renewed by its followers), else raises why not."""
+    read lease is live, or renewed by its followers), else raises why not; and
+    :meth:`progress`: the last batch written and acknowledged and how often followers
+    were caught up (from the log, by snapshot)."""
 
     @property
     def entry(self) -> ContextEntry: ...
@@ -92,6 +94,8 @@ class Replicating(Protocol):
     def fenced(self) -> MorphzError | None: ...
 
     def hold_lease(self) -> None: ...
+
+    def progress(self) -> dict[str, Any]: ...
 
 
 class Replication(Protocol):
@@ -362,6 +366,7 @@ class ContextHost:
                 "follower_count": replicator.entry.follower_count,
                 "epoch": replicator.entry.epoch,
                 "followers": [m.actor for m in replicator.entry.followers],
+                **replicator.progress(),
             }
 
         return await self._reply(run)

@@ -14,7 +14,7 @@ from typing import Any
 
 from protocol.engine.overlay import Decision, OpFailure, Overlay
 from protocol.fields import FieldError, apply_edit, changed_fields
-from protocol.ids import SUPERSEDES, ref_seq
+from protocol.ids import SUPERSEDES
 from protocol.state import (
     ACCEPTED,
     ACTIVE,
@@ -23,6 +23,7 @@ from protocol.state import (
     RETIRING,
     Event,
     Frame,
+    default_envelope,
 )
 from protocol.tx import (
     FIELD_EDIT_CLASSES,
@@ -128,13 +129,17 @@ def _cancel(f: Frame) -> None:
 
 
 def _event_seq(ref: str) -> int | None:
-    """The sequence number of the event reference *ref* (``@e42`` → 42); None for a frame id."""
+    """The sequence number of the event reference *ref* (``@e42`` → 42); None for a frame id.
+
+    :func:`~protocol.ids.ref_seq`'s rule (``@e`` then 1 to 18 ASCII digits, no leading
+    zero) without its regular expression: every operation naming a ref runs this.
+    """
     if ref[:2] != "@e":
         return None
-    try:
-        return ref_seq(ref)
-    except ValueError:
-        return None
+    digits = ref[2:]
+    if 0 < len(digits) <= 18 and digits.isascii() and digits.isdigit() and digits[0] != "0":
+        return int(digits)
+    return None
 
 
 # One function per operation: evaluate() looks the function up by the operation's
@@ -148,23 +153,21 @@ def _derive(d: Decision, op: Derive, index: int) -> None:
     resolved = _resolve_sources(ov, op.sources, op.id)
     sources = tuple(resolved)
     version, meta = d.version, d.meta
-    f = Frame(
-        id=op.id,
-        revision=1,
-        body=op.body,
-        sources=sources,
-        created_version=version,
-        updated_version=version,
-    )
     # The runtime fills what it owns (R41): scope from the context, the tick,
     # the session the content came from, and candidacy for unreviewed sources (R42).
     unreviewed, session = _unreviewed_session(resolved.values())
-    env = f.envelope
+    env = default_envelope()
     env["tenant"], env["project"] = meta.tenant, meta.project
     env["created_tick"] = meta.tick
     env["session"] = session
     if unreviewed:
         env["trust"] = CANDIDATE
+    # Positional: id, revision, body, sources, lifecycle, protected, created and
+    # updated version, retire_gen, due_tick, marked_tick, retire_reason,
+    # retired_version, envelope.
+    f = Frame(
+        op.id, 1, op.body, sources, ACTIVE, False, version, version, 0, None, None, None, None, env
+    )
     ov.put_new_frame(f)
     d.note_fields(op.id, changed_fields(None, op.body))
     sourced = d.sourced

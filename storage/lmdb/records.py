@@ -171,7 +171,7 @@ def _cite_prefix(source: str) -> bytes:
     return _enc(source, 250) + b"\x01"
 
 
-def _lastmod_place(key: str) -> tuple[str, bytes] | None:
+def _lastmod_place(key: str, known: dict[str, bytes] | None = None) -> tuple[str, bytes] | None:
     """Where format 3 keeps the ``lastmod`` row of footprint *key*: the database and key.
 
     ``f:ID`` and ``l:ID`` (a frame, its lifecycle) go after frame ID's history rows in
@@ -181,18 +181,29 @@ def _lastmod_place(key: str) -> tuple[str, bytes] | None:
     02``). None for any other key, or an ID that is not printable text (frame ids
     are): its row stays in ``lastmod``. The rule depends on the key alone, so a key's
     row is always looked for where it was written.
+
+    *known* maps frame ids to their ``enc(ID, 400)`` already computed (a write passes
+    the ids it just wrote, so a frame's several rows encode its id once).
     """
     kind = key[:2]
     if kind == "f:" or kind == "l:":
         ident = key[2:]
         if ident and ident.isprintable():
-            return "frames", _enc(ident, 400) + (b"\x02f" if kind == "f:" else b"\x02l")
+            encoded = known.get(ident) if known is not None else None
+            if encoded is None:
+                encoded = _enc(ident, 400)
+            return "frames", encoded + (b"\x02f" if kind == "f:" else b"\x02l")
         return None
     if kind == "b:" or kind == "r:":
         ident, sep, rest = key[2:].partition("\x00")
         if sep and ident and ident.isprintable():
-            tag = b"\x02b" if kind == "b:" else b"\x02r"
-            return "frames", _enc(ident, 400) + tag + _enc(rest, 40)
+            encoded = known.get(ident) if known is not None else None
+            if encoded is None:
+                encoded = _enc(ident, 400)
+            tail = rest.encode()
+            if len(tail) > 40:
+                tail = _enc(rest, 40)
+            return "frames", encoded + (b"\x02b" if kind == "b:" else b"\x02r") + tail
         return None
     if kind == "e:" and key.startswith("e:@e"):
         digits = key[4:]

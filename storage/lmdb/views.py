@@ -384,26 +384,37 @@ class _LmdbWriteView(_LmdbReadView):
     def apply(self, changes: Changeset) -> None:
         """Write *changes*; deletions of relations, due entries and inbox rows come first."""
         txn, db, pack = self._txn, self._db, self._pk.pack
+        put = txn.put
         if changes.meta is not None:
             record = pack(changes.meta.to_record())
-            txn.put(_MAIN_META, record, db=db[_MAIN])  # a page every commit writes
+            put(_MAIN_META, record, db=db[_MAIN])  # a page every commit writes
             # Every write reads the meta record first: remember it as written (its
             # fields are plain numbers and strings, so decoding gives it back as is).
             self._decoded.meta = (record, changes.meta.copy())
         frames_db = db["frames"]
+        # Frame id -> (its key, its record's bytes): a frame's history and lastmod rows
+        # reuse both.
+        written: dict[str, bytes] = {}
         packed: dict[str, bytes] = {}
         for frame in changes.frames:
-            record = packed[frame.id] = pack(frame.to_record())
-            txn.put(_enc(frame.id, 400), record, db=frames_db)
-        indexed = self._indexed
-        for event in changes.events:
-            seq = event.seq
-            txn.put(_u64(seq), pack(event.to_record()), db=db["events"])
-            # An event's id never changes: an update of a known event writes no index
-            # page (overwrite=False), and one this write has seen needs no lookup at all.
-            if indexed.get(seq) != event.id:
-                txn.put(_enc(event.id, 400), _u64(seq), db=db["event_ids"], overwrite=False)
-                indexed[seq] = event.id
+            fid = frame.id
+            frame_key = fid.encode()
+            if len(frame_key) > 400:
+                frame_key = _enc(fid, 400)
+            written[fid] = frame_key
+            record = packed[fid] = pack(frame.record_for_encoding())
+            put(frame_key, record, db=frames_db)
+        if changes.events:
+            events_db = db["events"]
+            indexed = self._indexed
+            for event in changes.events:
+                seq = event.seq
+                put(_u64(seq), pack(event.to_record()), db=events_db)
+                # An event's id never changes: an update of a known event writes no index
+                # page (overwrite=False), and one this write has seen needs no lookup.
+                if indexed.get(seq) != event.id:
+                    put(_enc(event.id, 400), _u64(seq), db=db["event_ids"], overwrite=False)
+                    indexed[seq] = event.id
         for seq, text in changes.contents:
             self._put_content(seq, text)
         for s, label, o in changes.rel_del:
@@ -411,12 +422,11 @@ class _LmdbWriteView(_LmdbReadView):
             txn.delete(_rev_key(s, label, o), db=db["rel_rev"])
         for s, label, o in changes.rel_add:
             edge = pack([s, label, o])
-            txn.put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
-            txn.put(_rev_key(s, label, o), edge, db=db["rel_rev"])
+            put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
+            put(_rev_key(s, label, o), edge, db=db["rel_rev"])
         for source, frame_id in changes.cites_add:
-            txn.put(_cite_prefix(source) + _enc(frame_id, 250), pack(frame_id), db=db["rel_rev"])
+            put(_cite_prefix(source) + _enc(frame_id, 250), pack(frame_id), db=db["rel_rev"])
         if changes.lastmod:
-            lastmod_db = db["lastmod"]
             # A changeset's keys all carry its one version: encode it once.
             last_version: int | None = None
             value = b""
@@ -425,38 +435,34 @@ class _LmdbWriteView(_LmdbReadView):
                     last_version, value = version, _u64(version)
                 # Beside the frame, edge or observation it names (format 3), so it
                 # dirties a page the commit writes anyway.
-                place = _lastmod_place(key)
+                place = _lastmod_place(key, written)
                 if place is None:
-                    txn.put(_enc(key, 400), value, db=lastmod_db)
+                    put(_enc(key, 400), value, db=db["lastmod"])
                 else:
-                    txn.put(place[1], value, db=db[place[0]])
+                    put(place[1], value, db=db[place[0]])
         for tick, frame_id in changes.due_del:
             txn.delete(_u64(tick) + _enc(frame_id, 400), db=db["due"])
         for tick, frame_id, gen, revision in changes.due_add:
             row = pack([frame_id, gen, revision])
-            txn.put(_u64(tick) + _enc(frame_id, 400), row, db=db["due"])
+            put(_u64(tick) + _enc(frame_id, 400), row, db=db["due"])
         for seq in changes.inbox_del:
             txn.delete(_u64(seq), db=db["inbox"])
         for seq in changes.inbox_add:
-            txn.put(_u64(seq), b"", db=db["inbox"])
+            put(_u64(seq), b"", db=db["inbox"])
         if changes.client is not None:
             client_id, version, digest = changes.client
-            txn.put(_enc(client_id, 400), pack([version, bytes(digest)]), db=db["clients"])
+            put(_enc(client_id, 400), pack([version, bytes(digest)]), db=db["clients"])
         if changes.txlog is not None:
-            txn.put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
-        if changes.history:
-            history_db = frames_db  # beside the frame's current record (format 2)
-            for frame_id, version in changes.history:
-                # The frame's record as of this version: the bytes just written to frames.
-                txn.put(
-                    _enc(frame_id, 400) + b"\x00" + _u64(version),
-                    packed[frame_id],
-                    db=history_db,
-                )
+            put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
+        for frame_id, version in changes.history:
+            # Beside the frame's current record (format 2): its bytes as just written.
+            known = written.get(frame_id)
+            frame_key = _enc(frame_id, 400) if known is None else known
+            put(frame_key + b"\x00" + _u64(version), packed[frame_id], db=frames_db)
         if changes.trace is not None:
             cursor = txn.cursor(db=db["traces"])
             last = _U64.unpack(cursor.key())[0] if cursor.last() else 0
-            txn.put(_u64(last + 1), pack(changes.trace), db=db["traces"], append=True)
+            put(_u64(last + 1), pack(changes.trace), db=db["traces"], append=True)
         if changes.outbox is not None:
             number = self._outbox_seq
             if number is None:
@@ -464,7 +470,7 @@ class _LmdbWriteView(_LmdbReadView):
                 number = 0 if data is None else _U64.unpack(data)[0]
             number += 1
             self._outbox_seq = number
-            txn.put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
+            put(_u64(number), pack(changes.outbox), db=db["outbox"], append=True)
         if changes.audit:
             append_audit(_AuditRows(txn, db), changes.audit, now=time.time(), key=audit_key())
 

@@ -71,9 +71,29 @@ def read_state(view: ReadView) -> ReplicationState:
 
 
 def write_state(view: WriteView, state: ReplicationState) -> None:
-    """Write *state* inside the current write."""
-    record = msgpack.packb([state.epoch, state.seq, state.version, state.digest])
-    in_transaction(view, lambda txn, db: txn.put(STATE_KEY, record, db=db["meta"]))
+    """Write *state* inside the current write (with the write's LMDB transaction id, so
+    that :func:`written_last` can tell whether anything was written after it)."""
+
+    def run(txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]) -> None:
+        fields = [state.epoch, state.seq, state.version, state.digest, txn.id()]
+        txn.put(STATE_KEY, msgpack.packb(fields), db=db["meta"])
+
+    in_transaction(view, run)
+
+
+def written_last(store: LmdbStore) -> bool:
+    """Whether the last write committed to *store* wrote its replication record: nothing
+    was written since outside a batch, a fence or a catch-up (then the store's data is
+    exactly what its chain of batches made it)."""
+
+    def run(view: ReadView) -> tuple[int, bytes | None]:
+        return in_transaction(view, lambda txn, db: (txn.id(), txn.get(STATE_KEY, db=db["meta"])))
+
+    last, data = store.read(run)
+    if data is None:
+        return False
+    fields = msgpack.unpackb(data)
+    return len(fields) > 4 and fields[4] == last
 
 
 def store_state(store: LmdbStore) -> ReplicationState:

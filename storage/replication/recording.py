@@ -29,12 +29,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError
+from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, WireError
 from protocol.forget import Rewrite
 from protocol.view import Changeset, ReadView, WriteView
 from storage.lmdb import LmdbStore
 from storage.replication.codec import (
-    CHAIN_START,
     SEALED,
     OutboxAck,
     batch_mac,
@@ -42,6 +41,7 @@ from storage.replication.codec import (
     encode_parts,
     opened,
     replication_key,
+    unseal,
 )
 from storage.replication.fence import (
     ReplicationState,
@@ -52,6 +52,7 @@ from storage.replication.fence import (
     prune,
     store_state,
     write_state,
+    written_last,
 )
 
 T = TypeVar("T")
@@ -114,12 +115,15 @@ class ReplicatedStore:
     Writes are serialized here (a write and its shipping hold one lock), so
     batches reach *ship* in sequence order with no gap.
 
-    Opening a store that holds data also starts a new chain: the store may have
-    been written outside any batch meanwhile (a restart records its settings
-    before it replicates), so the retained log is dropped and the chain's digest
-    is replaced by a fresh one. No follower can then be caught up from batches
-    that skip such a write: each one gets a snapshot first (what the primary does
-    on open), and the log serves the gaps that open after it.
+    Opening a store whose last write was not its replication record's starts a
+    new chain: the store was written outside any batch meanwhile (a restart that
+    records changed settings before it replicates), so the retained log is
+    dropped and the chain's digest is replaced by a fresh one. No follower can
+    then be caught up from batches that skip such a write: each one gets a
+    snapshot first (what the primary does on open, :attr:`continued` False), and
+    the log serves the gaps that open after it. A store written only by batches,
+    fences and catch-ups (a promoted follower, a restart that wrote nothing) keeps
+    its chain and its log (:attr:`continued`).
     """
 
     def __init__(
@@ -138,15 +142,22 @@ class ReplicatedStore:
                 code=STALE_EPOCH,
             )
         self._key = key if key is not None else replication_key(os.path.basename(inner.path))
+        self.continued = inner.has_meta() and state.seq > 0 and written_last(inner)
+        """True if the store's data is exactly what its chain of batches made it (its last
+        write was a batch, a fence or a follower's catch-up: a promoted follower, a
+        restart that wrote nothing): the chain and the retained log go on, so followers
+        holding a prefix of it are caught up from the log. False: a new chain (below)."""
         if inner.has_meta() or state.epoch < epoch:
             seed = b"morphz-replication-open\0" + state.digest + os.urandom(16)
             fresh = hmac.new(self._key, seed, "sha256").digest()
-            state = state.at(epoch=epoch, digest=fresh if inner.has_meta() else state.digest)
+            new_chain = inner.has_meta() and not self.continued
+            state = state.at(epoch=epoch, digest=fresh if new_chain else state.digest)
             opened_at = state
 
             def reopen(view: WriteView) -> None:
                 write_state(view, opened_at)
-                prune(view, opened_at.seq + 1)
+                if new_chain:
+                    prune(view, opened_at.seq + 1)
 
             inner.transact(reopen)
         self._inner = inner
@@ -255,20 +266,27 @@ class ReplicatedStore:
 
     def tail(self, after: int, head: bytes) -> list[bytes] | None:
         """The sealed batches after batch *after* up to the last one written, from the
-        retained log, for a follower that holds batch *after* with MAC *head*. None when
-        the log no longer reaches back there, or the follower's history is not a prefix of
-        this store's (its *head* is not this store's batch *after*): it needs a snapshot."""
+        retained log, for a follower that holds batch *after* with MAC *head* (or, for the
+        batch just before the log's first, whose MAC that first batch is chained to: a
+        follower holding a snapshot taken then). None when the log no longer reaches back
+        there, or the follower's history is not a prefix of this store's (its *head* is not
+        this store's batch *after*; a follower holding nothing has the chain's start, which
+        no store that holds data chains on): it needs a snapshot."""
         state = self._state
-        if not 0 < after <= state.seq:  # holding nothing: what came before batch 1 is not
-            return None  # in any batch (the context's creation): a snapshot
+        if not 0 <= after <= state.seq:
+            return None
         batches = self._inner.read(lambda v: kept(v, max(after, 1), state.seq))
         by_seq = dict(batches)
-        if after == 0:
-            mine = CHAIN_START
-        elif after == state.seq:
+        if after == state.seq:
             mine = state.digest
         elif after in by_seq:
             mine = opened(by_seq[after])[0]
+        elif after + 1 in by_seq:  # the log starts right after it (a snapshot taken then)
+            try:  # the follower's head is what batch after + 1 was chained to
+                unseal(by_seq[after + 1], self._key, bytes(head))
+            except WireError:
+                return None
+            mine = bytes(head)
         else:
             return None
         if not hmac.compare_digest(mine, bytes(head)):

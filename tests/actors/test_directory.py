@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from morphz.cli.main import cli
 from protocol.errors import NotFound, RequestError
 from tests.actors.cluster import NODE2, RayCluster
 from tests.actors.multinode import run_scenario
+from tests.actors.test_failover import _until
 
 LIVE = {"a": {"CPU": 1.0}, "b": {"CPU": 1.0, "gpu": 1.0}, "c": {"CPU": 1.0}}
 
@@ -346,6 +348,91 @@ def test_connect_alone_creates_no_directory(
         assert existing_directory(namespace) is None
     finally:
         h.shutdown()
+
+
+def _replication_of(handle: Any) -> dict[str, Any]:
+    """The primary's replication progress (``replicate``: seq, acked, caught_up)."""
+    from actors.client.transport import Call
+
+    reply = handle.transport.call(Call("replicate", (), open_reply, guarded=False))
+    return dict(reply)
+
+
+def test_a_follower_that_lost_batches_is_caught_up_from_the_log_with_acks_0(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str
+) -> None:
+    """Through Ray, on the session cluster: a context with one follower and ``acks = 0``;
+    the follower's process is killed (SIGKILL) while the primary keeps acknowledging
+    commits on its own disk, so the batches sent meanwhile are lost and Ray restarts the
+    follower behind. The primary hears its ``replica_gap`` at a later write (it waits for
+    no follower) and catches it up from its retained log, not by a snapshot; the follower
+    then holds and serves every commit. The supervisor keeps an idle spare on each node
+    while a replicated context exists, and stops them once none is left."""
+    import ray
+
+    from actors.cluster.follower_role import follower_handle
+    from actors.cluster.spares import is_spare
+
+    ctx = place("lagging", namespace=namespace, followers=1, acks=0)
+    entry = placed.get("lagging")
+    member = entry.followers[0]
+    try:
+        for i in range(5):
+            ctx.submit(f"(context-tx (base-version 0) (derive a/{i} (i {i})))")
+        follower = follower_handle(member, namespace)
+        _until(  # (asking the primary makes it look at the answers it did not wait for)
+            "the follower holding every batch",
+            lambda: follower.status()["held_seq"] == _replication_of(ctx)["seq"] >= 5,
+        )
+        before = _replication_of(ctx)
+        assert before["caught_up"]["snapshot"] == 1, before  # placed: one snapshot
+        actor = ray.get_actor(member.actor, namespace=namespace)
+        os.kill(ray.get(actor.pid.remote(), timeout=30), signal.SIGKILL)
+        for i in range(5):  # acknowledged on the primary alone: the follower is down
+            ctx.submit(f"(context-tx (base-version 0) (derive b/{i} (i {i})))")
+
+        def caught_up() -> bool:
+            ctx.submit("(context-tx (base-version 0) (derive c (later)))")
+            done = _replication_of(ctx)
+            try:
+                return done["caught_up"]["log"] > before["caught_up"]["log"] and (
+                    follower.status()["held_seq"] == done["seq"]
+                )
+            except Exception:  # still restarting
+                return False
+
+        _until("the follower caught up from the log", caught_up)
+        after = _replication_of(ctx)
+        assert after["caught_up"]["snapshot"] == 1, after  # no second snapshot
+        _until(
+            "the follower applying what the primary acknowledged",
+            lambda: follower.read("version").applied_seq >= after["acked"],
+        )
+        assert follower.read("version").epoch == 0
+        for i in range(5):
+            assert follower.read("frame", f"b/{i}").reply["id"] == f"b/{i}"
+        spares = _until(
+            "an idle spare on each node",
+            lambda: len(_spares(namespace)) >= 2 and _spares(namespace),
+        )
+        assert all(is_spare(n) for n in spares)
+    finally:
+        placed.remove("lagging")
+        ctx.shutdown()
+        ray.kill(ray.get_actor(member.actor, namespace=namespace), no_restart=True)
+    _until("the idle spares stopped", lambda: not _spares(namespace), timeout=30)
+
+
+def _spares(namespace: str) -> list[str]:
+    import ray
+
+    from actors.cluster.spares import is_spare
+
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and is_spare(a["name"])
+    ]
 
 
 def test_contexts_cluster_shows_placement_versions_and_unknowns(

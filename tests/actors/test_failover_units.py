@@ -272,7 +272,7 @@ def test_a_follower_behind_is_caught_up_from_the_log_within_its_length_else_by_s
         for i in range(20):
             ctx.observe("tool_result", f"missed {i}")
         assert open_reply(follower.status())["held_seq"] == replicated.state.seq - 20
-        assert catch_up_member(replicated, KEY(), 0, call)
+        assert catch_up_member(replicated, KEY(), 0, call) == 20
         assert calls == ["status", "catch_up"]
         acked = replicated.acked
         open_reply(follower.confirm(0, acked, _confirm(0, acked)))
@@ -281,7 +281,7 @@ def test_a_follower_behind_is_caught_up_from_the_log_within_its_length_else_by_s
         for i in range(40):
             ctx.observe("tool_result", f"missed longer {i}")
         calls.clear()
-        assert not catch_up_member(replicated, KEY(), 0, call)
+        assert catch_up_member(replicated, KEY(), 0, call) is None
         assert calls == ["status"]  # nothing sent: the snapshot path takes it
         data, _ = snapshot(store)
         open_reply(follower.install(data, 0, sign_epoch("c", 0), install_mac(KEY(), 0, data)))

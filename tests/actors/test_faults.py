@@ -97,6 +97,7 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     from actors.client.replies import open_reply
     from actors.cluster.directory import directory
     from actors.cluster.placing import place
+    from actors.cluster.spares import is_spare
     from protocol.errors import MorphzError
 
     name, node = "zombie", multi.node_ids[1]
@@ -126,12 +127,16 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     assert len(writer.acked) > acked_before_busy
     busy_gap = writer.longest_gap(busy_at, time.monotonic())
 
+    # The supervisor keeps an idle spare process on every node: the follower slot the
+    # promotion frees is taken by one already running (no Ray worker to start).
+    _until("a ready spare on each node", lambda: len(_ready_spares()) >= len(multi.node_ids))
     os.kill(pid, signal.SIGSTOP)
     paused_at = time.monotonic()
     during = [zombie_write(i) for i in range(5)]  # queued in the paused process
     stale_reads = [old.version.remote() for _ in range(3)]  # served first thing on resume
     promoted = _until("a promotion", lambda: (e := directory(NAMESPACE).get(name)).epoch >= 1 and e)
     promoted_after = time.monotonic() - paused_at
+    assert [is_spare(m.actor) for m in promoted.followers] == [True], promoted.followers
     _until("an acknowledgement after the promotion", lambda: _acked_after(writer, paused_at))
     newer = lookup(name, NAMESPACE).version()  # acknowledged by the new primary
     os.kill(pid, signal.SIGCONT)
@@ -174,6 +179,11 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         assert logged[cid] == version, (cid, version, logged.get(cid))
     failovers = directory(NAMESPACE).failovers()
     assert [(f["context"], f["epoch"], f["cause"]) for f in failovers] == [(name, 1, "hung")]
+    assert failovers[0]["spares"] == 1
+    # The promoted follower went on with the old primary's chain (nothing was written to
+    # its store outside a batch); its spare follower, holding nothing, got a snapshot.
+    progress = open_reply(ray.get(lookup(name, NAMESPACE).actor.replicate.remote(), timeout=WAIT))
+    assert progress["continued"] and progress["caught_up"]["snapshot"] >= 1, progress
     return {
         "busy_s": round(busy_s, 2),
         "busy_longest_gap_s": round(busy_gap, 2),
@@ -186,6 +196,23 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         "acknowledged": len(writer.acked) + len(before),
         "writer_errors": sorted(set(writer.errors)),
     }
+
+
+def _ready_spares() -> list[str]:
+    """The spares of the scenario's namespace that answer (their process runs)."""
+    import ray
+
+    from actors.cluster.spares import is_spare
+
+    ready = []
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == NAMESPACE and is_spare(a["name"]):
+            try:
+                ray.get(ray.get_actor(a["name"], namespace=NAMESPACE).pid.remote(), timeout=1)
+            except Exception:
+                continue
+            ready.append(a["name"])
+    return ready
 
 
 BUSY_FOR = 3.0

@@ -13,6 +13,7 @@ import hashlib
 import msgpack
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol.engine.conflicts import _dump, tx_digest
 from protocol.errors import WireError
@@ -20,6 +21,7 @@ from protocol.forms import Symbol, check_form, is_atom_text
 from protocol.sexpr import print_form, read_forms
 from protocol.tx import ContextTx, Revise
 from protocol.txwire import tx_from_msgpack, tx_to_msgpack
+from protocol.wire import ext_default
 from tests.examples import examples
 from tests.protocol.strategies import forms, transactions
 
@@ -118,3 +120,61 @@ def test_the_body_fast_path_keeps_bools_and_subclasses(form: object) -> None:
     got, want = _plain(form), _plain_reference(form)
     assert _typed(got) == _typed(want)
     assert msgpack.packb(got) == msgpack.packb(want)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "@e1",
+        "@e42",
+        "@e" + "9" * 18,
+        "@e" + "1" * 19,
+        "@e0",
+        "@e01",
+        "@e",
+        "@e-1",
+        "@e+1",
+        "@e 1",
+        "@e1 ",
+        "@e1\n",
+        "@e²",
+        "@e١٢",
+        "@ex",
+        "e1",
+        "frame/base",
+        "@E1",
+    ],
+)
+def test_an_event_ref_is_read_as_ref_seq_reads_it(ref: str) -> None:
+    from protocol.engine.operations import _event_seq
+    from protocol.ids import ref_seq
+
+    try:
+        want: int | None = ref_seq(ref)
+    except ValueError:
+        want = None
+    assert _event_seq(ref) == want
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(forms(), st.sampled_from([None, (), ["k"], ("k", "j")]), st.booleans())
+def test_a_frame_record_for_encoding_packs_as_its_record(
+    form: object, keys: object, reasons_missing: bool
+) -> None:
+    from protocol.state import Frame, default_envelope
+
+    env = default_envelope()
+    env["keys"] = keys
+    if reasons_missing:
+        del env["review_reasons"]
+    frame = Frame(id="f", revision=2, body=(form,), sources=("@e1",), envelope=env)
+    shared = frame.record_for_encoding()
+    assert _typed(shared) == _typed(frame.to_record())
+
+    def pack(record: object) -> bytes:
+        return msgpack.packb(record, use_bin_type=True, default=ext_default)  # type: ignore[no-any-return]
+
+    assert pack(shared) == pack(frame.to_record())
+    copied = frame.to_record()
+    assert copied["envelope"] is not frame.envelope
+    assert copied["envelope"]["keys"] is not frame.envelope.get("keys")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import StoreError
-from protocol.state import Event, Meta
+from protocol.forms import Symbol
+from protocol.state import Event, Frame, Meta
 from protocol.view import Changeset, ReadView, WriteView
 from storage import LmdbStore
 
@@ -96,5 +97,43 @@ def test_a_lastmod_version_outside_the_key_range_is_refused_and_writes_nothing(
             with pytest.raises(StoreError, match="unsigned 64-bit"):
                 store.transact(lambda w: w.apply(changes))  # noqa: B023 (called at once)
         assert store.read(lambda v: v.lastmod("f:a")) == 0
+    finally:
+        store.close()
+
+
+def test_a_frames_rows_reuse_its_key_and_land_where_reads_look(tmp_path: Path) -> None:
+    from storage.lmdb.records import _lastmod_place
+    from storage.lmdb.views import in_transaction
+
+    ids = ["a", "y" * 500, "ü-ß"]
+    lastmod: dict[str, int] = {}
+    for i in ids:
+        for key in (f"f:{i}", f"l:{i}", f"b:{i}\x00name", f"b:{i}\x00" + "n" * 60):
+            lastmod[key] = 3
+        lastmod[f"r:{i}\x00supports\x00a"] = 3
+    frames = [Frame(id=i, revision=1, body=((Symbol("name"), 1),), sources=()) for i in ids]
+    changes = Changeset(frames=frames, lastmod=lastmod, history=[(i, 3) for i in ids])
+    path = str(tmp_path / "s")
+    store = LmdbStore.open(path, sync=False)
+    try:
+        store.transact(lambda w: w.apply(changes))
+    finally:
+        store.close()
+    store = LmdbStore.open(path, readonly=True)
+    try:
+
+        def read(v: ReadView) -> None:
+            for i, written in zip(ids, frames, strict=True):
+                got = v.frame(i)
+                assert got is not None and got.to_record() == written.to_record()
+                assert v.frame_history(i) == [3]
+            for key in lastmod:
+                assert v.lastmod(key) == 3, key
+                place = _lastmod_place(key)
+                assert place is not None
+                raw = in_transaction(v, lambda txn, dbs: txn.get(place[1], db=dbs[place[0]]))  # noqa: B023
+                assert raw == (3).to_bytes(8, "big"), key
+
+        store.read(read)
     finally:
         store.close()

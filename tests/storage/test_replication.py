@@ -30,7 +30,15 @@ from storage.replication import (
     snapshot,
     store_state,
 )
-from storage.replication.codec import FORMAT, OutboxAck, control_mac, encode_op, opened, seal
+from storage.replication.codec import (
+    CHAIN_START,
+    FORMAT,
+    OutboxAck,
+    control_mac,
+    encode_op,
+    opened,
+    seal,
+)
 from storage.replication.fence import HELD_PREFIX, STATE_KEY, kept_range
 from tests.examples import examples
 
@@ -557,10 +565,11 @@ def test_a_catch_up_takes_only_the_continuation_of_the_followers_own_history(
             p.follower.catch_up(0, p.store.acked, late, control_mac(
                 KEY, "catch_up", 0, p.store.acked, opened(late[-1])[0]))  # fmt: skip
         assert stale.value.code == STALE_EPOCH
-        # a primary opened again starts a new chain (it may have written outside batches):
-        # the follower is not caught up from the log, it gets a snapshot
+        # a primary opened again after a write outside any batch (changed settings) starts
+        # a new chain: the follower is not caught up from the log, it gets a snapshot
+        Context(p.primary, name="c").record_settings({"replication_log": 100})
         p.store = ReplicatedStore(p.primary, epoch=1, ship=p.ship, key=KEY, retain=100)
-        assert p.store.retained() is None
+        assert not p.store.continued and p.store.retained() is None
         assert p.store.tail(p.follower.held_seq, p.follower.head) is None
         assert p.store.tail(0, b"\x00" * 32) is None  # holding nothing: always a snapshot
         # a follower that holds a batch this primary never wrote: a snapshot, never the log
@@ -587,4 +596,60 @@ def test_the_retained_length_recorded_in_the_settings_bounds_the_followers_log(
         n = p.store.state.seq
         assert kept == p.store.retained() == (n - 7, n), kept
     finally:
+        p.close()
+
+
+def test_a_promoted_follower_goes_on_with_the_chain_and_catches_the_others_up_from_the_log(
+    tmp_path: Path,
+) -> None:
+    """Two followers, one of them 3 batches behind; the other is promoted (drained, every
+    follower fenced, its store opened as the primary of epoch 1, its settings recorded
+    unchanged): it goes on with the old chain and keeps the retained log, so the one behind
+    is caught up from the log, not by a snapshot, and takes the new primary's batches
+    directly. Opening a store written
+    outside any batch since its last batch starts a new chain instead."""
+    p = Pair(tmp_path, retain=100)
+    other = LmdbStore.open(tmp_path / "other", sync=False)
+    behind = Follower(other, key=KEY)
+    try:
+        ctx = Context(p.store, name="c")
+        ctx.record_settings({"replication_log": 100})
+        for i in range(4):
+            ctx.submit(_tx(i), client_id=f"a{i}")
+        for data in p.sealed:
+            behind.receive(data)
+        for i in range(3):
+            ctx.observe("tool_result", f"not at the other follower {i}")
+        assert behind.held_seq == p.follower.held_seq - 3
+        p.follower.drain()
+        p.follower.fence(1)
+        behind.fence(1)
+        settings = Context(p.replica, name="c").settings()
+        assert Context(p.replica, name="c").record_settings(settings or {}) is False
+        shipped: list[bytes] = []
+        promoted = ReplicatedStore(
+            p.replica, epoch=1, ship=lambda seq, data: shipped.append(data), key=KEY, retain=100
+        )
+        assert promoted.continued and promoted.state.digest == p.follower.head
+        assert promoted.retained() == (1, p.follower.held_seq)
+        batches = promoted.tail(behind.held_seq, behind.head)
+        assert batches is not None and len(batches) == 3
+        mac = control_mac(KEY, "catch_up", 1, promoted.acked, opened(batches[-1])[0])
+        behind.catch_up(1, promoted.acked, batches, mac)
+        Context(promoted, name="c").submit(_tx(10), client_id="after")
+        behind.receive(shipped[-1])  # the new primary's batch follows at once
+        behind.drain()
+        assert dump(other) == dump(p.replica)
+        # the log reaches back to the store's creation (batch 1, chained to the chain's
+        # start): even a follower holding nothing can take it; another history cannot
+        full = promoted.tail(0, CHAIN_START)
+        assert full is not None and len(full) == promoted.state.seq
+        assert promoted.tail(0, b"\x01" * 32) is None
+        # written outside any batch since: a new chain, the log dropped
+        Context(p.replica, name="c").record_settings({"replication_log": 99})
+        again = ReplicatedStore(p.replica, epoch=1, ship=lambda s, d: None, key=KEY)
+        assert not again.continued and again.retained() is None
+        assert again.tail(behind.held_seq, behind.head) is None
+    finally:
+        other.close()
         p.close()

@@ -1,0 +1,209 @@
+"""Warm spares: idle follower processes kept running on every node, so that a replacement
+follower is an actor already running rather than a Ray worker still starting.
+
+A promotion or a repair needs a new follower on a node holding no member of the
+context. Starting its process (a Ray worker, Morphz's imports, the actor's constructor)
+takes one to three seconds on a loaded machine, and with ``acks == followers`` the new
+primary's first acknowledgement waits for that follower. The supervisor
+(:mod:`actors.cluster.failover`) therefore keeps :data:`SPARES_PER_NODE` idle
+:class:`~actors.cluster.follower.FollowerActor` processes on every live node whose store
+root it knows, as long as the directory holds a replicated context (none otherwise: a
+cluster without replication pays nothing), and kills them when the last one is gone.
+
+A spare is named ``spare:<node id>:<random>`` and starts assigned to no context. A
+replacement *claims* one of its node (:meth:`SparePool.claim`): the supervisor assigns
+it to the context (:meth:`~actors.cluster.follower.FollowerActor.assign`, which opens its
+store under the node's root) before the directory records it as a follower, and the
+member's actor name is the spare's name from then on. The assignment is written to the
+GCS key-value store first (namespace ``morphz-spares/<namespace>``, key = the spare's
+name), so a spare that Ray restarts comes back as that context's follower. The pool is
+memory only: a restarted directory finds its idle spares again by their names (Ray's named
+actors) and their missing assignment. Ray is imported only when a function runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from actors.client.joining import ray_module
+from actors.client.names import Member
+
+log = logging.getLogger("morphz.failover")
+
+SPARES_PER_NODE = 1
+"""Idle spares the supervisor keeps on every live node while replicated contexts exist."""
+SPARE_PREFIX = "spare:"
+"""The start of every spare's actor name: ``spare:<node id>:<random>``."""
+KV_NAMESPACE = "morphz-spares/"
+"""The GCS key-value namespace (+ the Ray namespace) of the spares' assignments."""
+ASSIGN_TIMEOUT = 3.0
+"""Seconds the supervisor waits for a spare to take its assignment (else a new follower)."""
+START_WAIT = 120.0
+"""Seconds a new spare may take to answer (else it is stopped and replaced)."""
+
+__all__ = [
+    "ASSIGN_TIMEOUT",
+    "KV_NAMESPACE",
+    "SPARES_PER_NODE",
+    "START_WAIT",
+    "SPARE_PREFIX",
+    "SparePool",
+    "assignment_of",
+    "is_spare",
+    "record_assignment",
+    "spare_name",
+]
+
+
+def spare_name(node_id: str) -> str:
+    """A new spare's actor name on *node_id*."""
+    return f"{SPARE_PREFIX}{node_id}:{uuid.uuid4().hex[:12]}"
+
+
+def is_spare(actor: str) -> bool:
+    """Whether *actor* is a spare's name (assigned or not)."""
+    return actor.startswith(SPARE_PREFIX)
+
+
+def _node_of(actor: str) -> str:
+    return actor[len(SPARE_PREFIX) :].rpartition(":")[0]
+
+
+def _kv() -> Any:
+    from ray.experimental import internal_kv
+
+    return internal_kv
+
+
+def record_assignment(namespace: str, actor: str, store_dir: str, name: str) -> None:
+    """Record that spare *actor* serves context *name* under *store_dir* (before it does)."""
+    doc = json.dumps({"store_dir": store_dir, "name": name}).encode()
+    _kv()._internal_kv_put(actor.encode(), doc, True, namespace=KV_NAMESPACE + namespace)
+
+
+def assignment_of(namespace: str, actor: str) -> tuple[str, str] | None:
+    """``(store_dir, context name)`` spare *actor* was assigned, or None (still idle)."""
+    raw = _kv()._internal_kv_get(actor.encode(), namespace=KV_NAMESPACE + namespace)
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    return str(doc["store_dir"]), str(doc["name"])
+
+
+class SparePool:
+    """The idle spares of one namespace's supervisor, by node (see the module doc)."""
+
+    def __init__(self, namespace: str, start: Callable[[Member, None, str], Any]) -> None:
+        self.namespace = namespace
+        self._start_actor = start
+        """Starts a follower actor (:func:`actors.cluster.follower.start_follower`)."""
+        self.idle: dict[str, list[str]] = {}
+        """Node id -> names of its idle spares (started, not claimed)."""
+        self.ready: set[str] = set()
+        """The idle spares that answered once (their process runs)."""
+        self._found = False
+        self._waits: set[asyncio.Task[None]] = set()
+        self._tending: asyncio.Task[None] | None = None
+
+    def tend(self, roots: dict[str, str], live: set[str], wanted: bool) -> None:
+        """:meth:`keep` in the background, one pass at a time: no look of the supervisor
+        (a promotion) ever waits for the pool."""
+        if self._tending is not None and not self._tending.done():
+            return
+        self._tending = asyncio.create_task(self._keep_logged(dict(roots), set(live), wanted))
+
+    async def _keep_logged(self, roots: dict[str, str], live: set[str], wanted: bool) -> None:
+        try:
+            await self.keep(roots, live, wanted)
+        except Exception as e:  # spares only save time: a promotion starts followers anyway
+            log.warning("spares not kept: %s", e)
+
+    def claim(self, node_id: str) -> str | None:
+        """A ready idle spare of *node_id* (no longer idle from now), or None (one still
+        starting saves nothing over a new follower)."""
+        for name in self.idle.get(node_id, []):
+            if name in self.ready:
+                self.idle[node_id].remove(name)
+                self.ready.discard(name)
+                return name
+        return None
+
+    async def keep(self, roots: dict[str, str], live: set[str], wanted: bool) -> None:
+        """Keep :data:`SPARES_PER_NODE` idle spares on every live node with a known store
+        root in *roots* while *wanted*; kill every idle one otherwise."""
+        if not self._found:
+            self._found = True
+            await asyncio.to_thread(self._find)
+        if not wanted:
+            names = [name for names in self.idle.values() for name in names]
+            self.idle.clear()
+            self.ready.clear()
+            for name in names:
+                await asyncio.to_thread(_kill, name, self.namespace)
+            return
+        for node in [n for n in self.idle if n not in live]:
+            self.ready.difference_update(self.idle.pop(node))  # gone with its node
+        for node in sorted(live):
+            root = roots.get(node)
+            if root is None:
+                continue
+            spares = self.idle.setdefault(node, [])
+            while len(spares) < SPARES_PER_NODE:
+                name = spare_name(node)
+                member = Member(node_id=node, actor=name, store_dir=root)
+                actor = await asyncio.to_thread(self._start_actor, member, None, self.namespace)
+                spares.append(name)
+                self._watch(name, actor)
+                log.info("spare %s started", name)
+
+    def _watch(self, name: str, actor: Any) -> None:
+        """Mark spare *name* ready once it answers (dropped from the pool if it never does)."""
+
+        async def wait() -> None:
+            try:
+                await asyncio.wait_for(actor.pid.remote(), START_WAIT)
+            except Exception as e:
+                log.warning("spare %s did not start: %s", name, e)
+                for names in self.idle.values():
+                    if name in names:
+                        names.remove(name)
+                        await asyncio.to_thread(_kill, name, self.namespace)
+                return
+            if any(name in names for names in self.idle.values()):
+                self.ready.add(name)
+
+        task = asyncio.create_task(wait())
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
+
+    def _find(self) -> None:
+        """Take back the idle spares a previous incarnation of the supervisor started."""
+        ray = ray_module()
+        try:
+            named = ray.util.list_named_actors(all_namespaces=True)
+        except Exception as e:  # the pool refills with new spares instead
+            log.info("cannot list the spares already running: %s", e)
+            return
+        for item in named:
+            name = str(item.get("name", ""))
+            if item.get("namespace") != self.namespace or not is_spare(name):
+                continue
+            try:
+                if assignment_of(self.namespace, name) is None:
+                    self.idle.setdefault(_node_of(name), []).append(name)
+                    self.ready.add(name)  # it was started before: a claim finds out
+            except Exception as e:
+                log.info("spare %s: assignment unknown: %s", name, e)
+
+
+def _kill(name: str, namespace: str) -> None:
+    ray = ray_module()
+    try:
+        ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+    except Exception as e:  # gone already
+        log.info("spare %s not stopped: %s", name, e)
