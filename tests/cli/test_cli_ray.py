@@ -254,11 +254,13 @@ def test_the_demo_joins_a_cluster_started_before_it(
     ray_head: tuple[str, str], tmp_path: Path
 ) -> None:
     address, temp = ray_head
+    # The whole demo (four threads) once; the other ways of finding the cluster with one
+    # thread (the join is the same, the three other stories add only actor start-ups).
     for extra, env in (
         ([], {"RAY_ADDRESS": address}),
-        (["--address", address], {}),
-        (["--address", "auto"], {"RAY_TMPDIR": temp}),  # found as Ray finds it
-        ([], {"RAY_TMPDIR": temp}),  # no address: a local cluster of its own, no crash
+        (["--threads", "1", "--address", address], {}),
+        (["--threads", "1", "--address", "auto"], {"RAY_TMPDIR": temp}),  # as Ray finds it
+        (["--threads", "1"], {"RAY_TMPDIR": temp}),  # no address: its own cluster, no crash
     ):
         store = tmp_path / uuid.uuid4().hex[:8]
         p = morphz("--json", "demo", "--no-live", "--store", str(store), *extra, **env)
@@ -266,6 +268,8 @@ def test_the_demo_joins_a_cluster_started_before_it(
         assert "num_cpus" not in p.stderr and "Traceback" not in p.stderr
         doc = json.loads(p.stdout)
         assert doc["ok"] is True, doc["checks"]
+        assert doc["threads"] == (1 if "--threads" in extra else 4)
+        assert doc["checks"] and all(doc["checks"].values())
 
 
 @pytest.mark.ray

@@ -34,14 +34,16 @@ def bench(ray_cluster: Any) -> Any:
 
 
 def test_both_workloads_run_beside_sqlite_with_nothing_lost(bench: Any, tmp_path: Path) -> None:
+    # Two writers, the least that contend: one writer more per level would only add
+    # actor start-ups (the writer-count list itself is parsed in the test below).
     args = bench.parse_args(
-        ["--writers", "1,2", "--updates", "3", "--window", "2", "--dir", str(tmp_path)]
+        ["--writers", "2", "--updates", "3", "--window", "2", "--dir", str(tmp_path)]
     )
     report = bench.run(args)
     runs = report["runs"]
     seen = {(r["system"], r["workload"], r["writers"]) for r in runs}
     workloads = ("rmw", "own", "append", "fields")
-    assert seen == {(s, w, n) for s in ("sqlite", "morphz") for w in workloads for n in (1, 2)}
+    assert seen == {(s, w, 2) for s in ("sqlite", "morphz") for w in workloads}
     for r in runs:
         assert r["updates"] == 3 * r["writers"], r
         assert (r["lost"], r["duplicated"]) == (0, 0), r
@@ -73,6 +75,7 @@ def test_lost_and_duplicated_tokens_are_counted(bench: Any) -> None:
 
 
 def test_bad_writer_counts_are_refused(bench: Any) -> None:
+    assert bench.parse_args(["--writers", "1,2,16"]).writers == [1, 2, 16]
     for bad in ("0", "x", "", "1,-2", "100"):
         with pytest.raises(SystemExit):
             bench.parse_args(["--writers", bad])

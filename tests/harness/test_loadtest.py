@@ -295,7 +295,9 @@ def test_synthetic_load_commits_rejects_and_checks_out(
     for c in doc["per_context"]:  # the contexts were stopped; their stores stay
         with pytest.raises(NotFound):
             lookup(c["name"], namespace)
-        assert (tmp_path / c["name"]).is_dir()
+    # a store given is kept, holding the run's contexts and nothing else
+    assert doc["store_kept"] is True and doc["store"] == str(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {c["name"] for c in doc["per_context"]}
 
 
 @pytest.mark.ray
@@ -422,14 +424,15 @@ def test_the_command_says_how_to_give_the_trajectories(tmp_path: Path) -> None:
 
 
 @pytest.mark.ray
-def test_the_command_prints_one_json_document(ray_cluster: RayCluster, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MORPHZ_STORE"}
-    env["RAY_ADDRESS"] = ray_cluster.cluster.address
+def test_the_command_prints_one_json_document_and_leaves_the_users_store_alone(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(MORPHZ_STORE=str(mine), RAY_ADDRESS=ray_cluster.cluster.address)
     p = subprocess.run(
         [
             *MORPHZ,
-            "--store",
-            str(tmp_path),
             "--json",
             "loadtest",
             "--threads",
@@ -446,6 +449,7 @@ def test_the_command_prints_one_json_document(ray_cluster: RayCluster, tmp_path:
         capture_output=True,
         text=True,
         env=env,
+        cwd=tmp_path,
         timeout=120,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -458,10 +462,15 @@ def test_the_command_prints_one_json_document(ray_cluster: RayCluster, tmp_path:
     assert doc["history_ok"] is True and doc["violations"] == []
     assert (doc["threads"], doc["contexts"], doc["workload"]) == (2, 2, "synthetic")
     assert doc["conflict_rate"] == 0.2 and doc["duration_s"] > 0
+    assert doc["committed"] > 0 and doc["steps"] == 40
+    assert doc["committed"] + doc["gave_up"] + doc["unknown"] == doc["steps"]
     assert [c["name"] for c in doc["per_context"]] == [
         f"lt-{doc['run_id']}-0",
         f"lt-{doc['run_id']}-1",
     ]
+    # its own temporary store, removed after the check (contexts killed meanwhile)
+    assert doc["store_kept"] is False and not os.path.exists(doc["store"])
+    assert list(tmp_path.iterdir()) == []  # neither MORPHZ_STORE nor ./.morphz was written
 
 
 def test_the_human_report_shows_figures_and_violations(capsys: pytest.CaptureFixture[str]) -> None:
@@ -550,31 +559,7 @@ def test_without_a_store_the_run_uses_a_temporary_one_and_removes_it(
     assert doc["checked"]["acknowledged_on_disk"] == doc["committed"]  # checked before removal
     assert doc["store_kept"] is False and not os.path.exists(doc["store"])
     assert list(tmp_path.iterdir()) == []  # nothing in the working directory
-    kept = run_loadtest({**options, "store_dir": str(tmp_path / "mine")})
-    assert kept["store_kept"] is True and kept["store"] == str(tmp_path / "mine")
-    assert {p.name for p in (tmp_path / "mine").iterdir()} == {
-        c["name"] for c in kept["per_context"]
-    }
-
-
-@pytest.mark.ray
-def test_the_command_leaves_the_users_store_alone(ray_cluster: RayCluster, tmp_path: Path) -> None:
-    mine = tmp_path / "mine"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(MORPHZ_STORE=str(mine), RAY_ADDRESS=ray_cluster.cluster.address)
-    p = subprocess.run(
-        [*MORPHZ, "--json", "loadtest", "--threads", "2", "--transactions", "10"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    doc = json.loads(p.stdout)
-    assert doc["committed"] == 10 and doc["store_kept"] is False
-    assert not os.path.exists(doc["store"])
-    assert list(tmp_path.iterdir()) == []  # neither MORPHZ_STORE nor ./.morphz was written
+    # a store given is kept: test_synthetic_load_commits_rejects_and_checks_out
 
 
 @pytest.mark.ray
