@@ -11,7 +11,11 @@ Serve on a free loopback port:
   calling :meth:`actors.client.handle.ContextHandle.submit_async` with the same text;
 * **http unbatched**: the same HTTP load against a second application of the
   same Serve instance built with ``batch=False`` (one ``submit`` per request,
-  as before transactions arriving together were batched into one ``submit_many``).
+  as before transactions arriving together were batched into one ``submit_many``);
+* with ``--direct-ingress``, **http** and **http unbatched** go straight to each
+  application's replica on its own port (asked of Serve's controller), and
+  **through the proxy** is the batched application through Serve's proxy, which
+  still runs, in the same run.
 
 Serve's options are the command's: ``--replicas``, ``--max-ongoing``, and
 ``--throughput-optimized`` / ``--direct-ingress``, which set
@@ -127,6 +131,32 @@ def _merge(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _roots(port: int) -> tuple[str, str]:
+    """The URL roots of the batched and the unbatched application: through Serve's proxy
+    on *port*, or, with direct ingress, each application's replica on its own port (asked
+    of Serve's controller, as an ingress in front of the replicas would)."""
+    if os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") != "1":
+        return f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/unbatched"
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    roots = []
+    for app in ("morphz-bench", "morphz-bench-unbatched"):
+        for _ in range(100):
+            groups = ray.get(controller.get_target_groups.remote(app))
+            http = [g for g in groups if str(g.protocol).endswith("HTTP") and g.targets]
+            if http and http[0].targets[0].port != port:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"no direct-ingress replica of {app}")
+        # the replica binds Serve's HTTP host (loopback here), not the node address it reports
+        prefix = http[0].route_prefix.rstrip("/")
+        roots.append(f"http://127.0.0.1:{http[0].targets[0].port}{prefix}")
+    return roots[0], roots[1]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start Ray, the context and Serve; measure every level; stop what was started."""
     import ray
@@ -157,19 +187,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         serve.run(single, name="morphz-bench-unbatched", route_prefix="/unbatched")
         name = "bench-" + uuid.uuid4().hex[:6]
         handle = connect(name, store_dir=store, namespace=NAMESPACE)
-        url = f"http://127.0.0.1:{port}/v1/contexts/{name}"
-        url_single = f"http://127.0.0.1:{port}/unbatched/v1/contexts/{name}"
-        asyncio.run(_http_round(url, 1, 3))  # warm: the replica finds the actor
-        asyncio.run(_http_round(url_single, 1, 3))
+        root, root_single = _roots(port)
+        results["serve"]["roots"] = [root, root_single]
+        url = f"{root}/v1/contexts/{name}"
+        url_single = f"{root_single}/v1/contexts/{name}"
+        # with direct ingress Serve's proxy still runs: the batched app through it, beside
+        direct = os.environ.get("RAY_SERVE_ENABLE_DIRECT_INGRESS") == "1"
+        proxied = f"http://127.0.0.1:{port}/v1/contexts/{name}" if direct else None
+        for warm in (url, url_single, proxied):  # the replica finds the actor
+            if warm is not None:
+                asyncio.run(_http_round(warm, 1, 3))
         for n in LEVELS:
             count = max(3, commits // max(1, n // 4))
             http: list[dict[str, Any]] = []
             unbatched: list[dict[str, Any]] = []
             base: list[dict[str, Any]] = []
+            proxy: list[dict[str, Any]] = []
             for _ in range(rounds):
                 base.append(asyncio.run(_handle_round(handle, n, count)))
                 http.append(asyncio.run(_http_round(url, n, count)))
                 unbatched.append(asyncio.run(_http_round(url_single, n, count)))
+                if proxied is not None:
+                    proxy.append(asyncio.run(_http_round(proxied, n, count)))
             h, b, u = _merge(http), _merge(base), _merge(unbatched)
             results["levels"][str(n)] = {
                 "http": h,
@@ -178,13 +217,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ratio": round(h["rate"] / b["rate"], 2) if b["rate"] else None,
                 "ratio_unbatched": round(u["rate"] / b["rate"], 2) if b["rate"] else None,
             }
+            if proxy:
+                p = _merge(proxy)
+                results["levels"][str(n)]["http_proxy"] = p
+                results["levels"][str(n)]["ratio_proxy"] = round(p["rate"] / b["rate"], 2)
             if not args.json:
                 got = results["levels"][str(n)]
                 print(
                     f"{n:>3} clients  http {h['rate']:>7.1f} tx/s (p50 {h['p50_ms']:.1f},"
                     f" p99 {h['p99_ms']:.1f} ms)  unbatched {u['rate']:>7.1f}"
                     f"  handle {b['rate']:>7.1f} (p50 {b['p50_ms']:.1f}, p99 {b['p99_ms']:.1f})"
-                    f"  ratio {got['ratio']} (unbatched {got['ratio_unbatched']})",
+                    f"  ratio {got['ratio']} (unbatched {got['ratio_unbatched']}"
+                    + (f", through the proxy {got['ratio_proxy']})" if proxy else ")"),
                     flush=True,
                 )
         handle.shutdown()

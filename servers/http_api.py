@@ -352,9 +352,9 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool =
             raise WireError(f"send text/plain or application/json, not {media[:60]!r}")
         handle = await ctx(request, context)
         if isinstance(tx, str) and len(tx) > INLINE_PARSE_CHARS:  # parsing is CPU: off the loop
-            _, payload = await asyncio.to_thread(handle.prepare, tx, key)
+            payload = await asyncio.to_thread(handle.payload, tx, key)
         else:
-            _, payload = handle.prepare(tx, key)
+            payload = handle.payload(tx, key)
         if batch:
             receipt = await batcher_of(context, handle).submit(payload)
         else:

@@ -229,9 +229,15 @@ class ContextHandle(Operations):
         form. The client id is *client_id*, else the one inside *tx*, else a
         fresh one.
         """
-        args = Operations.submit.bind(tx, client_id)
-        (payload,) = wire_payload(args)
+        payload = ContextHandle.payload(tx, client_id)
         return submitted_from_msgpack(payload).tx, payload
+
+    @staticmethod
+    def payload(tx: ContextTx | str, client_id: str | None = None) -> bytes:
+        """The wire payload alone of :meth:`prepare` (a server port forwarding a request
+        needs no parsed transaction back)."""
+        (payload,) = wire_payload(Operations.submit.bind(tx, client_id))
+        return payload
 
     # ``submit`` and ``submit_many`` are registered operations (their argument check,
     # wire bytes and reply decoding are the declaration's); these forms add the

@@ -27,15 +27,18 @@ follower. Ray is imported only when a function runs.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import Any
 
 from actors.client.joining import ray_module, remote_class
-from actors.client.names import ContextEntry, Member
+from actors.client.lookup import directory_entry
+from actors.client.names import DEFAULT_NAMESPACE, ContextEntry, Member
 from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
 from actors.client.transport import Call
-from actors.cluster.follower_role import FollowerRole, actor_name
+from actors.cluster.follower_role import FollowerRole, actor_name, node_id
 from actors.cluster.liveness import LEASE, LEASE_MARGIN
 from actors.cluster.replication import REPLICATION, replicated_entry
 from actors.cluster.spares import assignment_of, is_spare, record_assignment
@@ -45,7 +48,14 @@ from protocol.errors import STALE_EPOCH, MorphzError, RequestError
 from storage import check_context_name
 from storage.replication.epochs import check_epoch
 
-__all__ = ["FollowerActor", "start_follower", "start_followers"]
+__all__ = ["DENIALS_EVERY", "DENIALS_WAIT", "FollowerActor", "start_follower", "start_followers"]
+
+log = logging.getLogger("morphz.replication")
+
+DENIALS_EVERY = 0.5
+"""Seconds a follower gathers read denials before sending them to the primary's audit log."""
+DENIALS_WAIT = 10.0
+"""Seconds it waits for the primary to write them."""
 
 
 class FollowerActor(ContextActor):
@@ -59,6 +69,7 @@ class FollowerActor(ContextActor):
         self._role: FollowerRole | None = None
         self._promoted = False
         self._sealed_at: float | None = None
+        self._forwarding: threading.Timer | None = None
         if name is None:  # a spare: idle unless it was assigned before a restart
             found_spare = self._assignment()
             if found_spare is None:
@@ -163,8 +174,39 @@ class FollowerActor(ContextActor):
         return reply
 
     def read(self, method: str, args: list[Any], capability: Any = None) -> bytes:
-        """A read at the applied state, checked as on the primary (:meth:`FollowerRole.read`)."""
-        return self._as_follower("read", method, args, capability)
+        """A read at the applied state, checked as on the primary (:meth:`FollowerRole.read`);
+        a denial goes to the primary's audit log within :data:`DENIALS_EVERY` seconds."""
+        reply = self._as_follower("read", method, args, capability)
+        if (
+            self._role is not None
+            and self._role.pending_denials
+            and (self._forwarding is None or not self._forwarding.is_alive())
+        ):
+            self._forwarding = threading.Timer(DENIALS_EVERY, self._forward_denials)
+            self._forwarding.daemon = True
+            self._forwarding.start()
+        return reply
+
+    def _forward_denials(self) -> None:
+        """Send the denials held to the primary's ``follower_denials`` (on a timer thread,
+        :data:`DENIALS_EVERY` s after the first, so a burst goes in one message); a primary
+        that cannot be reached loses them, logged."""
+        role = self._role
+        message = None if role is None else role.take_denials(actor_name(), node_id())
+        if message is None:
+            return
+        namespace = self._namespace_of or DEFAULT_NAMESPACE
+        try:
+            ray = ray_module()
+            entry = directory_entry(self._context_name, namespace)
+            if entry is None:
+                raise RequestError("the context has no directory entry", code="not_found")
+            primary = ray.get_actor(entry.primary.actor, namespace=namespace)
+            ref = primary.follower_denials.remote(message)
+            open_reply(ray.get(ref, timeout=DENIALS_WAIT))
+        except Exception as e:  # the primary is away: the denials are logged here only
+            log.warning("context %r: follower read denials not written to the audit log: %s",
+                        self._context_name, e)  # fmt: skip
 
     async def become_primary(self, epoch: int, cert: bytes) -> dict[str, Any]:
         """Serve as the primary at *epoch*, over the store this follower holds.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from typing import Any
 
@@ -29,7 +30,7 @@ from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, Stor
 from service.context import Context
 from storage import LmdbStore, context_path
 from storage.replication import Follower, install
-from storage.replication.codec import check_control
+from storage.replication.codec import MAX_DENIALS, check_control, replication_key, seal_denials
 from storage.replication.epochs import check_epoch
 
 log = logging.getLogger("morphz.replication")
@@ -64,7 +65,8 @@ class FollowerRead(BaseModel):
     reply: Any
 
 
-def _node_id() -> str:
+def node_id() -> str:
+    """This process's Ray node id (``""`` without Ray)."""
     ray = ray_module()
     return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
 
@@ -111,6 +113,10 @@ class FollowerRole:
         self._store: LmdbStore | None = None
         self._reader: Context | None = None
         self._follower: Follower | None = None
+        self._denials_lock = threading.Lock()
+        self._denials: list[dict[str, Any]] = []
+        """Reads denied here, not yet sent to the primary (:meth:`take_denials`)."""
+        self._denials_over = 0
         try:
             self._open()
         except MorphzError as e:
@@ -142,7 +148,7 @@ class FollowerRole:
         return {
             "name": self._name,
             "path": self._path,
-            "node_id": _node_id(),
+            "node_id": node_id(),
             "epoch": f.state.epoch,
             "applied_seq": f.state.seq,
             "applied_version": f.state.version,
@@ -269,11 +275,48 @@ class FollowerRole:
             self._checks = (key, guard)
         return self._checks[1]
 
+    def _denied(self, entry: dict[str, Any]) -> None:
+        """Keep a denial's audit *entry* for the primary (at most :data:`MAX_DENIALS`
+        pending; more are counted into the last one)."""
+        claimed = entry.get("claimed")
+        with self._denials_lock:
+            if len(self._denials) >= MAX_DENIALS:
+                self._denials[-1]["count"] += 1
+                self._denials_over += 1
+                return
+            self._denials.append({
+                "method": str(entry.get("method")),
+                "op": str(entry.get("op")),
+                "holder": entry.get("holder"),
+                "claimed": None if claimed is None else str(claimed),
+                "why": str(entry.get("why")),
+                "at": float(entry.get("time") or time.time()),
+                "count": 1,
+            })  # fmt: skip
+
+    @property
+    def pending_denials(self) -> int:
+        """Denials held here for the primary's audit log."""
+        return len(self._denials)
+
+    def take_denials(self, follower: str, node: str) -> bytes | None:
+        """The denials held here as one message for the primary's ``follower_denials``
+        (:func:`storage.replication.codec.seal_denials`, MACed under the replication key),
+        or None when there are none; they are no longer held."""
+        with self._denials_lock:
+            denials, self._denials = self._denials, []
+        if not denials:
+            return None
+        key = self._follower.key if self._follower is not None else replication_key(self._name)
+        return seal_denials(key, follower, node, denials)
+
     def read(self, method: str, args: list[Any], capability: Any = None) -> bytes:
         """Serve a read (:data:`READS`) at the applied state, saying so. A context that
         enforces capabilities is read here only with a token granting the read, as on its
-        primary (a denial is logged and counted: a follower writes nothing of its own to
-        the context's audit log, which only its primary's batches change)."""
+        primary. A denial is logged, and kept for the context's audit log: a follower writes
+        nothing to its own store (only its primary's batches change it), so its actor sends
+        the denials to the primary (:meth:`take_denials`), which chains them into the log
+        as its own (``served_by: "follower"``)."""
         try:
             if method not in READS:
                 raise RequestError(f"a follower serves {sorted(READS)}, not {method!r}")
@@ -282,6 +325,7 @@ class FollowerRole:
             if refused is not None:
                 log.warning("context %r: follower read %s denied: %s",
                             self._name, method, refused[0].message)  # fmt: skip
+                self._denied(refused[1])
                 raise refused[0]
             if self._reader is None:
                 self._reader = Context(LmdbStore.open(self._path, readonly=True), name=self._name)
@@ -290,7 +334,7 @@ class FollowerRole:
             value = dump() if callable(dump) else reply
             read = FollowerRead(
                 served_by="follower",
-                node_id=_node_id(),
+                node_id=node_id(),
                 epoch=f.state.epoch,
                 applied_seq=f.state.seq,
                 applied_version=f.state.version,

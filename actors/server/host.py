@@ -53,19 +53,23 @@ from actors.server.metrics import ContextMetrics
 from actors.server.settings import policy_of, settle
 from protocol.errors import MorphzError, NotFound, RequestError, StoreError, StoreLocked
 from protocol.governance import (
+    MAX_AUDIT_TEXT,
     WORKER,
     AdmissionPolicy,
     DefaultPolicy,
     PassCursor,
     PassPlan,
+    audit_entry,
     audit_template,
     check_every,
     check_scan,
     plan_pass,
+    printable,
 )
 from service.context import Context
 from service.governance import SCAN_BUDGET_SECONDS, apply_pass, record_audit, scan_deadline
 from service.store import open_context
+from storage.replication.codec import open_denials, replication_key
 from storage.replication.recording import check_retain
 
 T = TypeVar("T")
@@ -344,6 +348,30 @@ class ContextHost:
                 f"cannot set up the replication of context {self._name!r}: {e}",
                 code="replication_error",
             )
+
+    async def follower_denials(self, message: bytes) -> bytes:
+        """Write the reads a follower of this context denied into its audit log, chained
+        and rate-limited like this primary's own denials (``served_by: "follower"``, the
+        follower's actor and node, its time). *message* is the follower's, MACed under the
+        context's replication key (:func:`storage.replication.codec.seal_denials`): from
+        anyone else it is ``bad_mac`` and writes nothing. How many entries it held."""
+        try:
+            follower, node, denials = open_denials(replication_key(self._name), message)
+            for d in denials:
+                extra = (
+                    {"claimed": printable(d["claimed"][:MAX_AUDIT_TEXT])} if d["claimed"] else {}
+                )
+                entry = audit_entry(
+                    d["method"], d["op"], holder=d["holder"], allowed=False, why=d["why"],
+                    at=d["at"], context=self._name, tenant=self.guard.tenant,
+                    served_by="follower", follower=printable(follower[:200]),
+                    node=printable(node[:200]), **extra,
+                )  # fmt: skip
+                entry["count"] = d["count"]
+                await self.audit_buffer.deny(entry)
+            return ok(len(denials))
+        except MorphzError as e:
+            return failed(e)
 
     async def replicate(self) -> bytes:
         """Re-read this context's directory entry: start replicating, or adopt new followers.

@@ -1,8 +1,10 @@
 """``morphz serve``: the HTTP API (:mod:`servers.http_api`) as a Ray Serve application.
 
 It joins Ray (``--address``, then ``RAY_ADDRESS``, else a new local cluster),
-starts Serve's HTTP proxy on ``--host``/``--port`` and runs the app until
-interrupted; the app routes to the context actors of ``--store`` by name,
+serves on ``--host``/``--port`` and runs the app until interrupted: on a cluster
+it starts itself, with one replica, the replica listens there itself (Serve's
+direct ingress, no proxy hop; ``--proxy`` turns it off), else Serve's HTTP proxy
+does; the app routes to the context actors of ``--store`` by name,
 starting an actor for a context the store holds and no actor serves yet.
 
 Safe by default (:func:`servers.binding.check_bind`): it listens on loopback
@@ -16,6 +18,7 @@ the server libraries are imported only when it runs.
 
 from __future__ import annotations
 
+import os
 import signal
 
 import click
@@ -47,6 +50,12 @@ APP_NAME = "morphz"
 )
 @click.option("--replicas", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option(
+    "--proxy",
+    is_flag=True,
+    help="Route requests through Serve's HTTP proxy even where the replica could listen on"
+    " --port itself (see docs/http.md, direct ingress).",
+)
+@click.option(
     "--allow-host",
     "allow_hosts",
     multiple=True,
@@ -67,6 +76,7 @@ def serve_cmd(
     project: str | None,
     insecure: bool,
     replicas: int,
+    proxy: bool,
     allow_hosts: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs) over the store's context actors."""
@@ -83,6 +93,7 @@ def serve_cmd(
     from actors.client.nodes import current_node_id
     from servers.http_api import serve_app
 
+    direct = _direct_ingress(address, replicas, port, proxy)
     started = init_ray(address)
     import ray
     from ray import serve
@@ -90,7 +101,9 @@ def serve_cmd(
     # SIGTERM stops it cleanly (exit 0): the app is deleted and a cluster started here stops.
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        serve.start(http_options={"host": host, "port": port})
+        # with direct ingress the replica listens on --port; Serve's proxy still starts, on
+        # a free port of the same host, and is not used
+        serve.start(http_options={"host": host, "port": _free_port(host) if direct else port})
         app = serve_app(
             env.store,
             namespace=namespace or DEFAULT_NAMESPACE,
@@ -115,6 +128,30 @@ def serve_cmd(
         if started:
             serve.shutdown()  # type: ignore[no-untyped-call]
             ray.shutdown()
+
+
+def _direct_ingress(address: str | None, replicas: int, port: int, proxy: bool) -> bool:
+    """Whether the replica itself listens on *port* (Serve's direct ingress), set up here.
+
+    Only on a cluster this command starts (Serve reads the setting when its processes
+    start), with one replica (one port) and a port given: then the request skips Serve's
+    proxy, about half of an HTTP request's CPU (docs/http.md). ``--proxy`` keeps the proxy.
+    """
+    if proxy or replicas != 1 or port == 0 or address or os.environ.get("RAY_ADDRESS"):
+        return False
+    os.environ["RAY_SERVE_ENABLE_DIRECT_INGRESS"] = "1"
+    os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"] = str(port)
+    os.environ["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"] = str(port + 1)
+    return True
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 READY_WAIT = 120.0

@@ -398,3 +398,56 @@ def replication_key(name: str) -> bytes:
 
     digest = hashlib.sha256(b"morphz-replication-key\0" + name.encode("utf-8")).hexdigest()
     return key_at(key_dir() / "replication" / f"{digest[:32]}.key")
+
+
+MAX_DENIALS = 256
+"""Denials one follower message carries at most (more are counted in the last one)."""
+MAX_DENIALS_BYTES = 256 << 10
+_TEXT_OR_NONE = (str, type(None))
+_DENIAL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "method": str,
+    "op": str,
+    "holder": _TEXT_OR_NONE,
+    "why": str,
+    "claimed": _TEXT_OR_NONE,
+    "at": float,
+    "count": int,
+}
+
+
+def seal_denials(key: bytes, follower: str, node: str, denials: list[dict[str, Any]]) -> bytes:
+    """The message a follower sends its primary with the reads it denied: *denials* (each
+    ``method``, ``op``, ``holder``, ``claimed``, ``why``, ``at``, ``count``), the follower's
+    actor and node names, MACed under the context's replication key."""
+    body: bytes = msgpack.packb([follower, node, denials[:MAX_DENIALS]], use_bin_type=True)
+    return bytes([SEALED]) + control_mac(key, "denials", hashlib.sha256(body).digest()) + body
+
+
+def open_denials(key: bytes, data: Any) -> tuple[str, str, list[dict[str, Any]]]:
+    """``(follower, node, denials)`` of a message :func:`seal_denials` made; WireError
+    (``bad_mac`` for one no member made, ``bad_argument`` for a malformed one) otherwise:
+    a process without the replication key writes nothing into a context's audit log."""
+    if not isinstance(data, (bytes, bytearray)) or len(data) > MAX_DENIALS_BYTES:
+        raise WireError(f"a denials message is bytes, at most {MAX_DENIALS_BYTES}",
+                        code="bad_argument")  # fmt: skip
+    mac, body = opened(data)
+    check_control(key, mac, "denials", hashlib.sha256(body).digest())
+    try:
+        follower, node, denials = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise WireError(f"a denials message does not decode: {e}", code="bad_argument") from e
+    if not isinstance(follower, str) or not isinstance(node, str) or not isinstance(denials, list):
+        raise WireError("a denials message is [follower, node, denials]", code="bad_argument")
+    if len(denials) > MAX_DENIALS:
+        raise WireError(f"at most {MAX_DENIALS} denials a message", code="bad_argument")
+    for d in denials:
+        if (
+            not isinstance(d, dict)
+            or set(d) != set(_DENIAL_FIELDS)
+            or not all(isinstance(d[k], t) for k, t in _DENIAL_FIELDS.items())
+            or isinstance(d["count"], bool)
+            or d["count"] < 1
+        ):
+            raise WireError(f"a denial has the fields {sorted(_DENIAL_FIELDS)}",
+                            code="bad_argument")  # fmt: skip
+    return follower, node, denials

@@ -338,6 +338,57 @@ def test_the_directory_refuses_state_it_did_not_sign(
     internal_kv._internal_kv_del("node/" + node, namespace=kv)
 
 
+def test_a_denied_follower_read_is_written_to_the_primarys_chained_audit_log(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A follower of an enforcing context (on the second node) refuses a read without a
+    grant; within a second the refusal is a row of the context's audit log on the primary,
+    chained (``morphz audit --verify`` passes) and naming the follower. Before, a follower
+    only logged it."""
+    import time
+
+    from actors.cluster.follower_role import follower_handle
+    from actors.server.guard import grant_key
+    from storage import LmdbStore
+
+    for root in ("head", "node2"):  # both nodes' roots verify the tokens
+        grant_key(tmp_path / root)
+    h = place("watched", followers=1, namespace=namespace, tenant="acme", enforce=True)
+    try:
+        entry = placed.get("watched")
+        follower = follower_handle(entry.followers[0], namespace)
+        with pytest.raises(RequestError) as denied:
+            follower.read("state")
+        assert denied.value.code == "permission_denied"
+        path = Path(entry.primary.store_dir) / "watched"
+        deadline = time.monotonic() + 20
+        while True:
+            store = LmdbStore.open(path, readonly=True)
+            try:
+                rows = [r for _, r in store.audit_read(0, 1000)]
+            finally:
+                store.close()
+            mine = [r for r in rows if r.get("served_by") == "follower"]
+            if mine or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert [(r["method"], r["follower"], r["allowed"]) for r in mine] == [
+            ("state", entry.followers[0].actor, False)
+        ]
+        done = CliRunner().invoke(
+            cli, ["--store", entry.primary.store_dir, "--json", "audit", "watched", "--verify"]
+        )
+        assert done.exit_code == 0 and json.loads(done.output)["ok"], done.output
+    finally:
+        import ray
+
+        members = placed.get("watched").followers
+        placed.remove("watched")  # the supervisor replaces nothing from here on
+        h.shutdown()
+        for m in members:
+            ray.kill(ray.get_actor(m.actor, namespace=namespace), no_restart=True)
+
+
 def test_connect_alone_creates_no_directory(
     ray_cluster: RayCluster, namespace: str, context_name: str, tmp_path: Path
 ) -> None:

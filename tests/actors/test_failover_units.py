@@ -234,9 +234,62 @@ def test_a_follower_of_an_enforcing_context_serves_reads_only_with_a_read_grant(
                 assert denied.value.code == "permission_denied", (method, token)
         read = FollowerRead.model_validate(open_reply(follower.read("frame", ["secret"], reader)))
         assert read.reply["id"] == "secret"
+        message = follower.take_denials("morphz:c#f0@e0", "node-\n1")
+        assert message is not None and follower.take_denials("x", "y") is None
     finally:
         ctx.close()
         follower._close()
+    _the_primary_chains_a_followers_denials(tmp_path / "audited", message)
+
+
+def _the_primary_chains_a_followers_denials(root: Path, message: bytes) -> None:
+    """Denied follower reads reach the context's audit log: the primary writes the
+    follower's message into its chained log (``morphz audit --verify`` passes), one row per
+    denial with the follower's name; a message not MACed under the replication key, or
+    malformed, writes nothing. (Before, a follower only logged its denials.)"""
+    import asyncio
+    import json
+
+    from click.testing import CliRunner
+
+    from actors.server.context_actor import ContextActor
+    from morphz.cli import cli as morphz_cli
+    from storage.replication.codec import seal_denials
+
+    primary = ContextActor(str(root), "c", tenant="acme")
+    forged = seal_denials(b"k" * 32, "morphz:c#f9@e0", "n", [
+        {"method": "frame", "op": "read", "holder": "mallory", "claimed": None, "why": "x",
+         "at": 1.0, "count": 1}])  # fmt: skip
+    bad_shape = seal_denials(KEY(), "f", "n", [{"method": "frame"}])
+
+    async def deliver() -> None:
+        for bad, code in ((forged, "bad_mac"), (bad_shape, "bad_argument"), (b"\x02" * 40,
+                          "bad_mac"), (b"x" * (300 << 10), "bad_argument")):  # fmt: skip
+            with pytest.raises(MorphzError) as e:
+                open_reply(await primary.follower_denials(bad))
+            assert e.value.code == code
+        assert open_reply(await primary.follower_denials(message)) == 12
+
+    try:
+        asyncio.run(deliver())
+    finally:
+        primary.close()
+    store = LmdbStore.open(root / "c", readonly=True)
+    try:
+        rows = [r for _, r in store.audit_read(0, 100)]
+    finally:
+        store.close()
+    mine = [r for r in rows if r.get("served_by") == "follower"]
+    assert sum(r["count"] for r in mine) == 12 and all(not r["allowed"] for r in mine)
+    assert {(r["method"], r["holder"]) for r in mine} == {
+        (m, h) for m in ("frame", "txlog", "state") for h in (None, "w", "o")
+    }
+    assert all(r["follower"] == "morphz:c#f0@e0" and r["node"] == "node-\\n1" for r in mine)
+    assert not any(r.get("holder") == "mallory" for r in rows)
+    done = CliRunner().invoke(
+        morphz_cli, ["--store", str(root), "--json", "audit", "c", "--verify"]
+    )
+    assert done.exit_code == 0 and json.loads(done.output)["ok"], done.output
 
 
 def test_a_follower_behind_is_caught_up_from_the_log_within_its_length_else_by_snapshot(

@@ -1,5 +1,6 @@
 """``morphz serve`` as a user runs it: it says where it serves only once it answers there,
-and SIGTERM (what a process manager sends) stops it cleanly with exit 0.
+the replica itself listening on --port (direct ingress), and SIGTERM (what a process
+manager sends) stops it cleanly with exit 0.
 
 It runs as a child process that starts its own local Ray cluster (no address given), as
 the walk-through in docs/http.md does.
@@ -49,6 +50,15 @@ def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
         # said only once it answers: the very next request is served
         r = httpx.get(f"http://127.0.0.1:{port}/v1/contexts", timeout=10)
         assert r.status_code == 200 and r.json()["contexts"][0]["name"] == "default"
+        # the replica itself listens on --port (direct ingress): a commit goes through it
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/contexts/default/transactions",
+            content="(context-tx (base-version 0) (derive note (said hi)))",
+            headers={"content-type": "text/plain", "x-morphz-request": "1"},
+            timeout=30,
+        )
+        assert r.status_code == 200 and r.json()["status"] == "committed", r.text
+        assert _listener(port).startswith("ray::ServeRepli")  # not Serve's proxy
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
         rest = proc.stderr.read()
@@ -59,3 +69,23 @@ def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
         proc.stderr.close()
     assert code == 0, rest[-2000:]
     assert "interrupted" not in rest and "morphz: stopped (SIGTERM)" in rest
+
+
+def _listener(port: int) -> str:
+    """The name (``/proc/PID/comm``) of the process listening on TCP *port* of loopback."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            cols = row.split()
+            if cols[1].endswith(f":{port:04X}") and cols[3] == "0A":  # LISTEN
+                inodes.add(f"socket:[{cols[9]}]")
+    assert inodes, f"nothing listens on {port}"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(str(fd.readlink()) in inodes for fd in (proc / "fd").iterdir()):
+                return (proc / "comm").read_text().strip()
+        except OSError:  # gone, or not ours to read
+            continue
+    raise AssertionError(f"no process holds the listener on {port}")
