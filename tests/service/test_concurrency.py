@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
+from typing import Any
 
+import pytest
+
+from protocol.errors import StoreError
 from service.context import Context
 
 
@@ -135,3 +140,48 @@ def test_group_commit_decides_each_against_the_previous(ctx: Context) -> None:
     assert [r.status for r in receipts] == ["committed", "rejected", "committed"]
     assert [r.version for r in receipts] == [base + 1, base + 1, base + 2]
     assert ctx.version() == base + 2
+
+
+def test_group_commit_leaves_the_cyclic_collector_as_it_found_it(ctx: Context) -> None:
+    seed(ctx)
+    inner = ctx.backend
+
+    class FailingWrites:
+        """The store, but every changeset a write applies raises inside the decisions."""
+
+        def transact(self, fn: Callable[[Any], Any]) -> Any:
+            class Broken:
+                def __init__(self, view: Any) -> None:
+                    self.view = view
+
+                def apply(self, changes: Any) -> None:
+                    raise StoreError("the write failed")
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(self.view, name)
+
+            return inner.transact(lambda view: fn(Broken(view)))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+    was = gc.isenabled()
+    seen: list[bool] = []
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            version = ctx.version()
+            tx = f"(context-tx (base-version {version}) (revise notes (x {int(enabled)})))"
+            assert ctx.commit_many([tx])[0].committed
+            seen.append(gc.isenabled())
+            ctx.backend = FailingWrites()  # type: ignore[assignment]
+            try:
+                with pytest.raises(StoreError, match="the write failed"):
+                    ctx.commit_many([tx.replace(str(version), str(version + 1))])
+            finally:
+                ctx.backend = inner
+            seen.append(gc.isenabled())
+            assert ctx.version() == version + 1
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [True, True, False, False]
