@@ -18,8 +18,10 @@ placed context's members with the live nodes (Ray's node table):
   by compare-and-set naming that follower's actor the primary, and the
   follower is promoted in place (:meth:`actors.cluster.follower.FollowerActor.become_primary`:
   the same warm process opens the store it holds as the primary). Replacement
-  followers' processes are started before the seal, so they boot meanwhile;
-  the new primary snapshots every other follower before its first write. When
+  followers are recruited during the seal: an idle warm spare of their node
+  (:mod:`actors.cluster.spares`) is assigned the context, else a new follower's
+  process is started; the new primary goes on with the chain, so a surviving
+  follower behind is caught up from the log and a replacement gets a snapshot. When
   ``acks == follower_count``, the promoted follower holds every acknowledged
   commit (each was held by every follower); with ``acks < follower_count`` it
   still does as long as every

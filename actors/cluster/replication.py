@@ -32,10 +32,18 @@ are :mod:`storage.replication`'s; this module only moves bytes:
 ``replicate``) through the replication hook (:data:`REPLICATION`, an
 :class:`actors.server.host.Replication`): if the directory names this actor the
 primary of a replicated context, the store is wrapped in a
-:class:`~storage.replication.ReplicatedStore` and every follower is brought to
-the primary's state by snapshot before any write is accepted; if the directory
-names another primary, the open fails with ``RequestError`` ``fenced``. Ray is
-imported only when a function runs.
+:class:`~storage.replication.ReplicatedStore`; a store that goes on with its chain
+(:attr:`~storage.replication.ReplicatedStore.continued`: a promoted follower) sends
+a snapshot only to the followers its log cannot catch up (:meth:`Replicator.reach_all`),
+any other sends one to every follower (:meth:`Replicator.sync_all`), neither waiting:
+each write waits for the ``acks`` it needs, and a follower taking a snapshot is
+caught up from the log once it holds it. If the directory names another primary,
+the open fails with ``RequestError`` ``fenced``. Ray is imported only when a
+function runs.
+
+Kept together in one module (about 600 lines): shipping, the one wait for enough
+followers, catch-up, the read lease and the answers not waited for all work on the
+same :class:`Replicator` state (its follower handles and its unheard answers).
 """
 
 from __future__ import annotations
@@ -81,6 +89,8 @@ LEASE_WAIT = 2.0
 NAME_WAIT = 2.0
 """Seconds the primary waits for a follower's actor name to be registered."""
 CATCH_UP_BYTES = 8 << 20
+REACH_WAIT = 0.5
+"""Seconds an open that goes on with the chain waits for its followers' status."""
 MAX_UNHEARD = 4096
 """Answers a primary keeps to look at later, at most (the oldest are forgotten)."""
 """Most bytes of batches one catch-up message carries (more go in several, in order)."""
@@ -245,15 +255,33 @@ class Replicator:
         }
 
     def reach_all(self) -> None:
-        """Find every follower's actor, sending nothing: each is caught up at the first
-        batch it cannot take (``replica_gap``), from the log if it holds a prefix of this
-        store's chain (a promoted follower's fellow followers), else by snapshot."""
+        """On an open that goes on with the chain: ask every follower what it holds (for at
+        most :data:`REACH_WAIT` seconds) and send a snapshot, not waited for, to those the
+        log cannot catch up (a replacement holding nothing); the others, and those that did
+        not answer yet, are caught up at the first batch they cannot take
+        (``replica_gap``), from the log if they hold a prefix of this store's chain (a
+        promoted follower's fellow followers), else by snapshot. A snapshot thus travels
+        while a promoted follower waits out the replaced primary's lease."""
+        ray = ray_module()
+        assert self.store is not None
         for m in self.entry.followers:
             actor = self._actors.get(m) or _member_actor(m, self.namespace)
             if actor is None:  # not started (yet): the supervisor starts it
                 log.warning("context %r: follower %s not running", self.name, m.actor)
                 continue
             self._actors[m] = actor
+        refs = {a.status.remote(): m for m, a in self._actors.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=REACH_WAIT)
+        stale = []
+        for ref in ready:
+            try:
+                status = open_reply(ray.get(ref))
+            except Exception as e:  # left to the first batch
+                log.info("context %r: follower %s: %s", self.name, refs[ref].actor, e)
+                continue
+            if self.store.tail(int(status["held_seq"]), bytes.fromhex(str(status["head"]))) is None:
+                stale.append(refs[ref])
+        self._sync(stale, wait=False)
 
     def sync_all(self) -> None:
         """Snapshot every follower (on open: whatever they held is replaced), without
