@@ -12,8 +12,12 @@ entries of their own per :data:`WINDOW` seconds; past that, refusals are counted
 and written as one ``coalesced`` entry (``count``, first and last time) at the next
 flush, so a flood of refused requests costs a counter increment each, not a line
 each. The default sink writes each entry as one JSON line to the ``morphz.edge``
-logger (the server's log); a deployment that keeps an audit trail elsewhere passes
-its own.
+logger (the server's log). :class:`ChainedSink` — what ``morphz serve`` uses — also
+writes every batch into a **tamper-evident log**: the audit log of the store
+``<store>/.edge-audit`` (context ``edge``), chained under the audit key exactly as a
+context's (:func:`service.governance.record_audit`), on a thread of its own, so
+``morphz --store <store>/.edge-audit audit edge --verify`` checks it (exit 0 intact,
+1 naming the first edited, removed or reordered entry).
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from protocol.governance import printable
+from protocol.errors import StoreLocked
+from protocol.governance import audit_entry, printable
 
 log = logging.getLogger("morphz.edge")
 
@@ -120,4 +128,87 @@ class EdgeAudit:
             log.exception("edge audit: %d entries not written", len(batch))
 
 
-__all__ = ["FLUSH_EVERY", "PER_WINDOW", "WINDOW", "EdgeAudit", "log_sink"]
+EDGE_LOG = ".edge-audit"
+"""The store (under the served store root) whose audit log chains the edge's refusals."""
+EDGE_CONTEXT = "edge"
+LOCK_WAIT = 5.0
+"""Seconds a write waits for another process (another replica) writing the edge log."""
+
+
+def edge_log_dir(store_dir: str | os.PathLike[str]) -> Path:
+    """Where the edge of the store *store_dir* chains its refusals."""
+    return Path(store_dir) / EDGE_LOG
+
+
+def audit_record(entry: dict[str, Any]) -> dict[str, Any]:
+    """The audit-log record of one edge entry (a refusal, or a coalesced count of them)."""
+    status, code, client = entry["status"], entry["code"], entry["client"]
+    if entry.get("coalesced"):
+        rec = audit_entry(
+            "*", "edge", holder=None, allowed=False, at=entry["first"], outcome="refused",
+            why=f"{status} {code} from {client}: {entry['count']} more in the window",
+            status=status, code=code, client=client,
+        )  # fmt: skip
+        rec["count"], rec["last_time"] = entry["count"], entry["last"]
+        return rec
+    return audit_entry(
+        entry["method"], "edge", holder=None, allowed=False, at=entry["at"], outcome="refused",
+        why=f"{status} {code} from {client}", status=status, code=code, client=client,
+        path=entry["path"], host=entry["host"],
+    )  # fmt: skip
+
+
+class ChainedSink:
+    """A sink that logs each batch (:func:`log_sink`) and chains it into the audit log of
+    ``<store>/.edge-audit`` (see the module doc), on one thread of its own. A batch that
+    cannot be written (the store unwritable, another writer holding it past
+    :data:`LOCK_WAIT`) is logged as lost, never raised into a request."""
+
+    def __init__(self, store_dir: str | os.PathLike[str]) -> None:
+        self.root = edge_log_dir(store_dir)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-audit")
+
+    def __call__(self, entries: list[dict[str, Any]]) -> None:
+        log_sink(entries)
+        self._executor.submit(self.write, [audit_record(e) for e in entries])
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Append *records* to the chained log now (opened for this write only, so several
+        server processes can share it)."""
+        from service.governance import record_audit
+        from service.store import open_context
+
+        deadline = time.monotonic() + LOCK_WAIT
+        try:
+            while True:
+                try:
+                    ctx = open_context(self.root, EDGE_CONTEXT, create=True)
+                    break
+                except StoreLocked:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            try:
+                record_audit(ctx.backend, records)
+            finally:
+                ctx.close()
+        except Exception:
+            log.exception("edge audit: %d entries not written to %s", len(records), self.root)
+
+    def drain(self) -> None:
+        """Wait until every batch handed over so far is written."""
+        self._executor.submit(lambda: None).result()
+
+
+__all__ = [
+    "EDGE_CONTEXT",
+    "EDGE_LOG",
+    "FLUSH_EVERY",
+    "PER_WINDOW",
+    "WINDOW",
+    "ChainedSink",
+    "EdgeAudit",
+    "audit_record",
+    "edge_log_dir",
+    "log_sink",
+]

@@ -65,6 +65,7 @@ from protocol.errors import (
 from protocol.receipts import Receipt
 from protocol.txwire import submitted_from_dict
 from servers.edge import EdgeMiddleware, EdgePolicy, bearer, bearer_token
+from servers.edge_audit import ChainedSink, EdgeAudit
 from servers.inspector import HandleSource, create_inspector
 from servers.operations import add_routes
 from servers.resolver import ActorResolver, Resolver, permission_of, sees
@@ -218,13 +219,21 @@ def _int_param(request: Request, name: str) -> int | None:
 Route = Callable[..., Awaitable[Any]]
 
 
-def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool = True) -> FastAPI:
+def create_app(
+    resolver: Resolver,
+    *,
+    hosts: tuple[str, ...] = (),
+    batch: bool = True,
+    edge_log: str | os.PathLike[str] | None = None,
+) -> FastAPI:
     """The FastAPI app of the HTTP API over *resolver* (see the module docstring), behind
     :class:`servers.edge.EdgeMiddleware`: *hosts* are the names it answers for besides
     loopback; when *resolver* enforces capabilities, each request's token is verified and
     must grant the route's operation before its body is read. With *batch* (the default)
     transactions for one context arriving together go to its actor in one ``submit_many``
-    (:class:`~actors.client.batching.SubmitBatcher`); without, one ``submit`` each."""
+    (:class:`~actors.client.batching.SubmitBatcher`); without, one ``submit`` each. With
+    *edge_log* (a store root) the edge's refusals are also chained into the audit log of
+    ``<edge_log>/.edge-audit`` (:class:`servers.edge_audit.ChainedSink`)."""
     app = FastAPI(
         title="Morphz",
         version="1",
@@ -447,7 +456,12 @@ def create_app(resolver: Resolver, *, hosts: tuple[str, ...] = (), batch: bool =
 
     app.add_middleware(
         EdgeMiddleware,
-        policy=EdgePolicy(hosts=hosts, max_body_bytes=MAX_BODY_BYTES, authorize=authorize),
+        policy=EdgePolicy(
+            hosts=hosts,
+            max_body_bytes=MAX_BODY_BYTES,
+            authorize=authorize,
+            audit=EdgeAudit() if edge_log is None else EdgeAudit(ChainedSink(edge_log)),
+        ),
     )
     return app
 
@@ -465,7 +479,9 @@ class _Ingress:
         settings = dict(self.settings)
         hosts = tuple(settings.pop("hosts", ()))
         batch = bool(settings.pop("batch", True))
-        return create_app(ActorResolver(**settings), hosts=hosts, batch=batch)
+        return create_app(
+            ActorResolver(**settings), hosts=hosts, batch=batch, edge_log=settings["store_dir"]
+        )
 
 
 def serve_app(

@@ -8,6 +8,7 @@ the walk-through in docs/http.md does.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -59,6 +60,22 @@ def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
         )
         assert r.status_code == 200 and r.json()["status"] == "committed", r.text
         assert _listener(port).startswith("ray::ServeRepli")  # not Serve's proxy
+        # a refusal at the edge lands in the chained edge log, which verifies
+        forged = httpx.get(
+            f"http://127.0.0.1:{port}/v1/contexts", headers={"host": "evil.example"}, timeout=10
+        )
+        assert forged.status_code == 421
+        edge = store / ".edge-audit"
+        while True:  # written within a flush (0.5 s) and a write
+            verified = subprocess.run(
+                [sys.executable, "-m", "morphz", "--store", str(edge), "--json", "audit",
+                 "edge", "--verify"], capture_output=True, text=True, timeout=120,
+                env=server_env(),
+            )  # fmt: skip
+            if verified.returncode == 0 and json.loads(verified.stdout)["checked"] >= 1:
+                break
+            assert time.monotonic() < deadline + 60, verified
+            time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
         rest = proc.stderr.read()
