@@ -656,6 +656,28 @@ def main(argv: list[str] | None = None) -> None:
         "--no-dense", action="store_true", help="dev set: skip the embedding engines"
     )
     parser.add_argument(
+        "--embed-url",
+        default=None,
+        help="dev set: the dense engines' model behind this OpenAI-compatible endpoint "
+        "(default: the packaged all-MiniLM-L6-v2)",
+    )
+    parser.add_argument("--embed-model", default="embed", help="dev set: the endpoint's model")
+    parser.add_argument(
+        "--embed-input-type",
+        action="store_true",
+        help="dev set: requests name their side (input_type), for asymmetric models (e5)",
+    )
+    parser.add_argument(
+        "--scopes",
+        default="conversation,pool",
+        help="dev set: the scopes to run, comma-separated (conversation, pool)",
+    )
+    parser.add_argument(
+        "--groups",
+        default=",".join(search_eval.LANGS),
+        help="dev set: the question groups to run, comma-separated (en, zh, mixed, long)",
+    )
+    parser.add_argument(
         "--cache-dir",
         default=None,
         help="dev set: where document embeddings are cached (default: a directory in the "
@@ -695,8 +717,27 @@ def main(argv: list[str] | None = None) -> None:
         if args.dev_set:
             assert trajectories is not None
             cache = Path(args.cache_dir or Path(tempfile.gettempdir()) / "morphz-search-eval")
+            embedder_config = None
+            if args.embed_url:
+                from adapters.embeddings import EmbedderConfig
+
+                embedder_config = EmbedderConfig(
+                    provider="openai",
+                    model=args.embed_model,
+                    url=args.embed_url,
+                    input_type=args.embed_input_type,
+                    batch_size=8,
+                    timeout=600.0,
+                )
             report["dev_set"] = search_eval.run(
-                trajectories, root / "dev", cache, log, dense=not args.no_dense
+                trajectories,
+                root / "dev",
+                cache,
+                log,
+                dense=not args.no_dense,
+                embedder_config=embedder_config,
+                scope_kinds=args.scopes.split(","),
+                groups=args.groups.split(","),
             )
             if args.json:
                 print(json.dumps(report))

@@ -327,10 +327,14 @@ class CachedEmbedder:
         os.replace(tmp, self.path)
 
 
-def load_embedder(cache_dir: Path) -> CachedEmbedder | None:
-    """all-MiniLM-L6-v2 through Morphz's local embedder, cached; None without the extra."""
-    from adapters.embeddings import EmbedderConfig, EmbeddingError, LocalEmbedder
+def load_embedder(cache_dir: Path, config: Any = None) -> CachedEmbedder | None:
+    """The embedder of *config* (an ``EmbedderConfig``: e.g. an OpenAI-compatible endpoint
+    serving a multilingual model), else all-MiniLM-L6-v2 through Morphz's local embedder;
+    cached. None when the local model's extra is not installed."""
+    from adapters.embeddings import EmbedderConfig, EmbeddingError, LocalEmbedder, make_embedder
 
+    if config is not None:
+        return CachedEmbedder(make_embedder(config), cache_dir)
     try:
         inner = LocalEmbedder(EmbedderConfig(provider="local", model=MODEL, batch_size=64))
     except EmbeddingError:
@@ -554,10 +558,21 @@ def run(
     log: Callable[[str], None],
     dense: bool = True,
     dev_dir: Path = DEV_DIR,
+    *,
+    embedder_config: Any = None,
+    scope_kinds: Sequence[str] = ("conversation", "pool"),
+    groups: Sequence[str] = LANGS,
 ) -> dict[str, Any]:
-    """Build every engine over the dev set's scopes, ask every question, return the figures."""
-    questions = load_questions(dev_dir)
+    """Build every engine over the dev set's scopes, ask every question, return the figures.
+
+    *embedder_config* (an ``EmbedderConfig``) replaces the packaged MiniLM as the dense
+    engines' model; *scope_kinds* and *groups* restrict the run (a slow model need not
+    embed every pool)."""
+    questions = [q for q in load_questions(dev_dir) if group(q) in groups]
     docs, of = scopes(questions, trajectories, dev_dir)
+    of = {kind: by_q for kind, by_q in of.items() if kind in scope_kinds}
+    wanted = {scope for by_q in of.values() for scope in by_q.values()}
+    docs = {scope: ds for scope, ds in docs.items() if scope in wanted}
     log(
         f"dev set: {len(questions)} questions, {len(docs)} scopes, "
         f"{sum(len(d) for d in docs.values()):,} documents"
@@ -589,7 +604,7 @@ def run(
         report["languages"] = list(engines[-1].index[next(iter(docs))].state().languages)
         engines.append(Fts5("unicode61", docs))
         engines.append(Fts5("porter unicode61", docs))
-        embedder = load_embedder(cache_dir) if dense else None
+        embedder = load_embedder(cache_dir, embedder_config) if dense else None
         if embedder is None:
             log("  dense engines skipped (no sentence-transformers: the morphz[embed] extra)")
         else:

@@ -339,7 +339,8 @@ class EmbeddingServer:
     def _check(self, body: Any) -> str:
         if not isinstance(body, dict):
             return "the body is not a JSON object"
-        unknown = set(body) - {"input", "model", "dimensions", "encoding_format", "user"}
+        known = {"input", "model", "dimensions", "encoding_format", "user", "input_type"}
+        unknown = set(body) - known
         if unknown:
             return f"unknown fields {sorted(unknown)}"
         if not isinstance(body.get("model"), str) or not body["model"]:
@@ -357,6 +358,8 @@ class EmbeddingServer:
             return f"dimensions must be an integer in 1..{self._dimension}"
         if body.get("encoding_format", "float") != "float":
             return "only encoding_format float is served"
+        if body.get("input_type", "query") not in ("query", "document"):
+            return "input_type must be query or document"  # as asymmetric models' servers
         return ""
 
     @staticmethod

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from functools import update_wrapper
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from actors.client.joining import ray_module, remote_class
+from actors.client.joining import ray_module
 from actors.client.names import (
     CONTEXT_PREFIX,
     DEFAULT_NAMESPACE,
@@ -559,5 +559,4 @@ __all__ = [
     "RemoteAsync",
     "RetryPolicy",
     "Transport",
-    "remote_class",
 ]

@@ -40,6 +40,7 @@ ENV_BATCH_SIZE = "MORPHZ_EMBED_BATCH_SIZE"
 ENV_TIMEOUT = "MORPHZ_EMBED_TIMEOUT"
 ENV_MAX_RETRIES = "MORPHZ_EMBED_MAX_RETRIES"
 ENV_NORMALIZE = "MORPHZ_EMBED_NORMALIZE"
+ENV_INPUT_TYPE = "MORPHZ_EMBED_INPUT_TYPE"
 ENV_VARS = (
     ENV_PROVIDER,
     ENV_URL,
@@ -51,6 +52,7 @@ ENV_VARS = (
     ENV_TIMEOUT,
     ENV_MAX_RETRIES,
     ENV_NORMALIZE,
+    ENV_INPUT_TYPE,
 )
 
 MAX_DIMENSION = 65_536
@@ -156,7 +158,10 @@ class EmbedderConfig:
       ``None``: whatever the model gives, fixed by the first reply;
     - ``batch_size``: texts per request (or per local ``encode`` batch);
     - ``timeout``: seconds per HTTP request; ``max_retries``: retries after the first try;
-    - ``normalize``: scale every vector to length 1.
+    - ``normalize``: scale every vector to length 1;
+    - ``input_type``: send each request's side (``"input_type": "query"`` or
+      ``"document"``), which servers of asymmetric models (e5, bge, nomic; Voyage- and
+      NIM-style APIs) read to prefix the text; ``openai`` only.
 
     A plain dataclass rather than a pydantic model so that the constructor itself
     validates and raises the project's typed error; :meth:`to_dict` / :meth:`from_dict`
@@ -172,6 +177,7 @@ class EmbedderConfig:
     timeout: float = 30.0
     max_retries: int = 4
     normalize: bool = True
+    input_type: bool = False
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -206,8 +212,11 @@ class EmbedderConfig:
         ):
             raise _config_error(f"timeout must be seconds in (0, {MAX_TIMEOUT:g}], not {timeout!r}")
         object.__setattr__(self, "timeout", float(timeout))
-        if not isinstance(self.normalize, bool):
-            raise _config_error(f"normalize must be true or false, not {self.normalize!r}")
+        for name in ("normalize", "input_type"):
+            if not isinstance(getattr(self, name), bool):
+                raise _config_error(f"{name} must be true or false, not {getattr(self, name)!r}")
+        if self.input_type and self.provider != "openai":
+            raise _config_error("input_type is for provider 'openai' only")
 
     @property
     def endpoint(self) -> str:
@@ -244,8 +253,9 @@ class EmbedderConfig:
         ``MORPHZ_EMBED_KEY_ENV`` (the name of the variable holding the key) or
         ``MORPHZ_EMBED_KEY`` (the key itself, then read from that variable), and the
         tuning variables ``MORPHZ_EMBED_DIMENSIONS``, ``_BATCH_SIZE``, ``_TIMEOUT``,
-        ``_MAX_RETRIES``, ``_NORMALIZE``. Invalid values raise :class:`RequestError`
-        (code ``embed_config``) naming the variable, never its value when it is a key.
+        ``_MAX_RETRIES``, ``_NORMALIZE``, ``_INPUT_TYPE``. Invalid values raise
+        :class:`RequestError` (code ``embed_config``) naming the variable, never its
+        value when it is a key.
         """
         source = os.environ if env is None else env
         values = {name: source[name] for name in ENV_VARS if source.get(name)}
@@ -279,9 +289,10 @@ class EmbedderConfig:
                     raise _config_error(
                         f"{name} must be a number, not {values[name][:40]!r}"
                     ) from None
-        if ENV_NORMALIZE in values:
-            flag = values[ENV_NORMALIZE].strip().lower()
-            if flag not in _TRUE | _FALSE:
-                raise _config_error(f"{ENV_NORMALIZE} must be true or false")
-            fields["normalize"] = flag in _TRUE
+        for name, field in ((ENV_NORMALIZE, "normalize"), (ENV_INPUT_TYPE, "input_type")):
+            if name in values:
+                flag = values[name].strip().lower()
+                if flag not in _TRUE | _FALSE:
+                    raise _config_error(f"{name} must be true or false")
+                fields[field] = flag in _TRUE
         return cls(**fields)

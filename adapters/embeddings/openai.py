@@ -161,9 +161,11 @@ class OpenAIEmbedder:
 
     @property
     def model_id(self) -> str:
-        """``openai:<model>`` (``@<dimensions>`` appended when the config asks for a length)."""
+        """``openai:<model>`` (``@<dimensions>`` appended when the config asks for a length,
+        ``+input_type`` when requests name their side: the vectors differ)."""
         suffix = f"@{self.config.dimensions}" if self.config.dimensions else ""
-        return f"openai:{self.config.model}{suffix}"
+        typed = "+input_type" if self.config.input_type else ""
+        return f"openai:{self.config.model}{suffix}{typed}"
 
     @property
     def dimension(self) -> int:
@@ -189,7 +191,7 @@ class OpenAIEmbedder:
         vectors: list[list[float]] = []
         try:
             for start in range(0, len(inputs), size):
-                vectors.extend(self._embed_batch(inputs[start : start + size]))
+                vectors.extend(self._embed_batch(inputs[start : start + size], kind))
         except EmbeddingError as e:
             if self._key and self._key in e.message:
                 raise EmbeddingError(self._scrub(e.message), code=e.code) from None
@@ -203,9 +205,9 @@ class OpenAIEmbedder:
 
     # -- one batch ------------------------------------------------------------
 
-    def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+    def _embed_batch(self, batch: list[str], kind: str) -> list[list[float]]:
         try:
-            reply = self._post(batch)
+            reply = self._post(batch, kind)
         except _TooLarge as e:
             if len(batch) == 1:
                 raise EmbeddingError(
@@ -216,18 +218,20 @@ class OpenAIEmbedder:
             log.warning(
                 "embeddings %s: %s; splitting a batch of %d", self.config.model, e, len(batch)
             )
-            return self._embed_batch(batch[:half]) + self._embed_batch(batch[half:])
+            return self._embed_batch(batch[:half], kind) + self._embed_batch(batch[half:], kind)
         vectors = self._vectors(reply, len(batch))
         return [normalized(v) for v in vectors] if self.config.normalize else vectors
 
-    def _body(self, batch: list[str]) -> bytes:
+    def _body(self, batch: list[str], kind: str) -> bytes:
         body: dict[str, Any] = {"model": self.config.model, "input": batch}
         if self.config.dimensions is not None:
             body["dimensions"] = self.config.dimensions
+        if self.config.input_type:
+            body["input_type"] = kind
         return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
-    def _post(self, batch: list[str]) -> Any:
-        data = self._body(batch)
+    def _post(self, batch: list[str], kind: str) -> Any:
+        data = self._body(batch, kind)
         attempts = self.config.max_retries + 1
         failure: _Retryable | None = None
         made = 0

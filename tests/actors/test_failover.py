@@ -170,10 +170,10 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     """Replicas 2 (acks 1): the old primary's restart is fenced; back, it rejoins as a follower."""
     import ray
 
+    from actors.client.joining import remote_class
     from actors.client.lookup import lookup
     from actors.client.names import primary_actor
     from actors.client.nodes import pinned
-    from actors.client.transport import remote_class
     from actors.cluster.directory import directory
     from actors.cluster.follower_role import follower_handle
     from actors.cluster.placing import place

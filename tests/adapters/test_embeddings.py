@@ -125,6 +125,7 @@ def test_a_config_round_trips_through_json_msgpack_and_pickle() -> None:
         ({"max_retries": 99}, "max_retries"),
         ({"normalize": "yes"}, "normalize"),
         ({"normalize": 1}, "normalize"),
+        ({"input_type": "query"}, "input_type"),
     ],
 )
 def test_every_config_field_is_validated(fields: dict[str, Any], words: str) -> None:
@@ -135,7 +136,8 @@ def test_every_config_field_is_validated(fields: dict[str, Any], words: str) -> 
 
 
 @pytest.mark.parametrize(
-    "fields", [{"url": "http://127.0.0.1:1/v1"}, {"api_key_env": "OPENAI_API_KEY"}]
+    "fields",
+    [{"url": "http://127.0.0.1:1/v1"}, {"api_key_env": "OPENAI_API_KEY"}, {"input_type": True}],
 )
 def test_openai_only_fields_are_refused_for_a_local_model(fields: dict[str, Any]) -> None:
     with pytest.raises(RequestError, match="openai' only") as e:
@@ -323,6 +325,20 @@ def test_dimensions_are_asked_for_and_name_the_model(embedding_server: Embedding
     [vector] = e.embed(["sixteen"])
     assert len(vector) == 16 and embedding_server.calls[0].body["dimensions"] == 16
     e.close()
+
+
+def test_requests_name_their_side_when_asked(embedding_server: EmbeddingServer) -> None:
+    plain, typed = client(embedding_server), client(embedding_server, input_type=True)
+    assert typed.model_id == "openai:loopback-embed+input_type" != plain.model_id
+    typed.embed(["a question"], kind="query")
+    typed.embed(["a passage", "another"])
+    plain.embed(["untyped"], kind="query")
+    bodies = [c.body for c in embedding_server.calls]
+    assert [b.get("input_type") for b in bodies] == ["query", "document", None]
+    assert EmbedderConfig.from_env({"MORPHZ_EMBED_URL": embedding_server.url,
+        "MORPHZ_EMBED_MODEL": "m", "MORPHZ_EMBED_INPUT_TYPE": "true"}).input_type  # fmt: skip
+    typed.close()
+    plain.close()
 
 
 def test_the_dimension_is_learned_from_the_first_reply(embedding_server: EmbeddingServer) -> None:
