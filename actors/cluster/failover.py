@@ -62,7 +62,7 @@ from actors.client.replies import open_reply
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch
-from actors.cluster.spares import ASSIGN_TIMEOUT, SparePool, is_spare
+from actors.cluster.spares import ASSIGN_TIMEOUT, SparePool, is_spare, sign_assignment
 from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
@@ -310,7 +310,8 @@ async def _recruit(
             try:
                 if actor is None:
                     raise TransportError(f"spare {m.actor} is gone", code="actor_error")
-                ref = actor.assign.remote(m.store_dir, name)
+                record = sign_assignment(namespace, m.actor, m.store_dir, name)
+                ref = actor.assign.remote(record)
                 open_reply(await asyncio.wait_for(ref, ASSIGN_TIMEOUT))
                 out.append(m)
                 handles.append(actor)

@@ -41,7 +41,7 @@ from actors.client.transport import Call
 from actors.cluster.follower_role import FollowerRole, actor_name, node_id
 from actors.cluster.liveness import LEASE, LEASE_MARGIN
 from actors.cluster.replication import REPLICATION, replicated_entry
-from actors.cluster.spares import assignment_of, is_spare, record_assignment
+from actors.cluster.spares import assignment_of, check_assignment, is_spare, record_assignment
 from actors.server.connect import CONCURRENCY_GROUPS, MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
 from protocol.errors import STALE_EPOCH, MorphzError, RequestError
@@ -91,11 +91,21 @@ class FollowerActor(ContextActor):
             return None
         return assignment_of(self._namespace_of, me)
 
-    def assign(self, store_dir: str, name: str) -> bytes:
-        """Serve as a follower of context *name* under *store_dir* from now on (a spare
-        taking its assignment: recorded first, so a restart keeps it); the follower's status.
-        Idempotent; ``bad_argument`` for a follower of another context or a bad name."""
+    def assign(self, record: bytes) -> bytes:
+        """Serve as a follower of the context the signed assignment *record* names
+        (:func:`actors.cluster.spares.sign_assignment`; recorded first, so a restart keeps
+        it); the follower's status. Idempotent; ``bad_signature`` for a record that does not
+        verify under the directory's public keys or was made for another spare (the spare
+        stays idle), ``bad_argument`` for a follower of another context or a bad name."""
         try:
+            me = ray_module().get_runtime_context().get_actor_name()
+            if not me or not is_spare(me) or not self._namespace_of:
+                raise RequestError("only a spare takes an assignment", code="bad_argument")
+            try:
+                store_dir, name = check_assignment(self._namespace_of, me, record)
+            except RequestError as e:
+                log.error("spare %s: assignment refused: %s", me, e.message)
+                raise
             check_context_name(name)
             if self._context_name:
                 if (self._store_root, self._context_name) != (store_dir, name):
@@ -104,12 +114,7 @@ class FollowerActor(ContextActor):
                         code="bad_argument",
                     )
             else:
-                me = ray_module().get_runtime_context().get_actor_name()
-                if not me or not is_spare(me) or not self._namespace_of:
-                    raise RequestError(
-                        "only an idle spare takes an assignment", code="bad_argument"
-                    )
-                record_assignment(self._namespace_of, me, store_dir, name)
+                record_assignment(self._namespace_of, me, record)
                 self._store_root, self._context_name = store_dir, name
                 self._open_role()
         except MorphzError as e:

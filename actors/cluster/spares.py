@@ -14,9 +14,15 @@ A spare is named ``spare:<node id>:<random>`` and starts assigned to no context.
 replacement *claims* one of its node (:meth:`SparePool.claim`): the supervisor assigns
 it to the context (:meth:`~actors.cluster.follower.FollowerActor.assign`, which opens its
 store under the node's root) before the directory records it as a follower, and the
-member's actor name is the spare's name from then on. The assignment is written to the
-GCS key-value store first (namespace ``morphz-spares/<namespace>``, key = the spare's
-name), so a spare that Ray restarts comes back as that context's follower. The pool is
+member's actor name is the spare's name from then on. The assignment is signed by the
+supervisor with the directory's Ed25519 key (:func:`sign_assignment`, the record format of
+:func:`protocol.epochs.sign_record` over the GCS namespace, the spare's name and the
+assignment) and written to the GCS key-value store first (namespace
+``morphz-spares/<namespace>``, key = the spare's name), so a spare that Ray restarts comes
+back as that context's follower. A spare acts on an assignment only once it verifies under
+the directory's public keys (:func:`open_assignment`): an unsigned one, a forged one, one
+signed by another key or made for another spare is refused (logged; the spare stays idle).
+The pool is
 memory only: a restarted directory finds its idle spares again by their names (Ray's named
 actors) and their missing assignment. Ray is imported only when a function runs.
 """
@@ -32,6 +38,8 @@ from typing import Any
 
 from actors.client.joining import ray_module
 from actors.client.names import Member
+from protocol.epochs import BAD_SIGNATURE, open_record, sign_record
+from protocol.errors import RequestError
 
 log = logging.getLogger("morphz.failover")
 
@@ -54,8 +62,12 @@ __all__ = [
     "SPARE_PREFIX",
     "SparePool",
     "assignment_of",
+    "assignment_record",
+    "check_assignment",
     "is_spare",
+    "open_assignment",
     "record_assignment",
+    "sign_assignment",
     "spare_name",
 ]
 
@@ -80,19 +92,61 @@ def _kv() -> Any:
     return internal_kv
 
 
-def record_assignment(namespace: str, actor: str, store_dir: str, name: str) -> None:
-    """Record that spare *actor* serves context *name* under *store_dir* (before it does)."""
-    doc = json.dumps({"store_dir": store_dir, "name": name}).encode()
-    _kv()._internal_kv_put(actor.encode(), doc, True, namespace=KV_NAMESPACE + namespace)
+def assignment_record(seed: bytes, namespace: str, actor: str, store_dir: str, name: str) -> bytes:
+    """The record assigning spare *actor* of *namespace* to context *name* under *store_dir*,
+    signed with the directory's signing key *seed* (:func:`protocol.epochs.sign_record`)."""
+    doc = json.dumps({"store_dir": store_dir, "name": name}, sort_keys=True)
+    return sign_record(seed, KV_NAMESPACE + namespace, actor, doc)
+
+
+def open_assignment(public: list[bytes], namespace: str, actor: str, raw: bytes) -> tuple[str, str]:
+    """``(store_dir, context name)`` of an assignment record of spare *actor* once it
+    verifies under one of the directory's public keys *public*; RequestError
+    ``bad_signature`` otherwise (unsigned, forged, another key's, another spare's or
+    namespace's, malformed)."""
+    value = open_record(public, KV_NAMESPACE + namespace, actor, bytes(raw)[:65536])
+    try:
+        doc = json.loads(value)
+        store_dir, name = doc["store_dir"], doc["name"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise RequestError(f"spare {actor!r}: malformed assignment", code=BAD_SIGNATURE) from e
+    if not isinstance(store_dir, str) or not isinstance(name, str):
+        raise RequestError(f"spare {actor!r}: malformed assignment", code=BAD_SIGNATURE)
+    return store_dir, name
+
+
+def sign_assignment(namespace: str, actor: str, store_dir: str, name: str) -> bytes:
+    """:func:`assignment_record` under this node's directory signing key (the supervisor's,
+    which runs in the directory process)."""
+    from storage.keys import directory_signing_key
+
+    return assignment_record(directory_signing_key(), namespace, actor, store_dir, name)
+
+
+def check_assignment(namespace: str, actor: str, raw: bytes) -> tuple[str, str]:
+    """:func:`open_assignment` under this node's directory public keys
+    (:func:`storage.keys.directory_public_keys`): what a spare runs before acting."""
+    from storage.keys import directory_public_keys
+
+    return open_assignment(list(directory_public_keys().values()), namespace, actor, raw)
+
+
+def record_assignment(namespace: str, actor: str, record: bytes) -> None:
+    """Write the signed assignment *record* of spare *actor* (before it serves it)."""
+    _kv()._internal_kv_put(actor.encode(), record, True, namespace=KV_NAMESPACE + namespace)
 
 
 def assignment_of(namespace: str, actor: str) -> tuple[str, str] | None:
-    """``(store_dir, context name)`` spare *actor* was assigned, or None (still idle)."""
+    """``(store_dir, context name)`` spare *actor* was assigned, or None: still idle, or its
+    recorded assignment does not verify (refused and logged)."""
     raw = _kv()._internal_kv_get(actor.encode(), namespace=KV_NAMESPACE + namespace)
     if raw is None:
         return None
-    doc = json.loads(raw)
-    return str(doc["store_dir"]), str(doc["name"])
+    try:
+        return check_assignment(namespace, actor, raw)
+    except RequestError as e:
+        log.error("spare %s: assignment refused: %s", actor, e.message)
+        return None
 
 
 class SparePool:

@@ -23,7 +23,7 @@ from actors.cluster.placement import check_policy, choose_nodes
 from actors.cluster.placing import place
 from actors.server.connect import connect
 from morphz.cli.main import cli
-from protocol.errors import NotFound, RequestError
+from protocol.errors import MorphzError, NotFound, RequestError
 from tests.actors.cluster import NODE2, RayCluster
 from tests.actors.multinode import run_scenario
 from tests.actors.test_failover import _until
@@ -444,7 +444,12 @@ def test_a_follower_that_lost_batches_is_caught_up_from_the_log_with_acks_0(
     import ray
 
     from actors.cluster.follower_role import follower_handle
-    from actors.cluster.spares import is_spare
+    from actors.cluster.spares import (
+        assignment_of,
+        assignment_record,
+        is_spare,
+        sign_assignment,
+    )
 
     ctx = place("lagging", namespace=namespace, followers=1, acks=0)
     entry = placed.get("lagging")
@@ -489,6 +494,20 @@ def test_a_follower_that_lost_batches_is_caught_up_from_the_log_with_acks_0(
             lambda: len(_spares(namespace)) >= 2 and _spares(namespace),
         )
         assert all(is_spare(n) for n in spares)
+        # A spare takes only an assignment the directory signed for it: one of another key,
+        # or unsigned, is refused and the spare stays idle (nothing recorded).
+        spare = ray.get_actor(spares[0], namespace=namespace)
+        foreign = assignment_record(b"o" * 32, namespace, spares[0], member.store_dir, "lagging")
+        for record in (foreign, b'{"store_dir": "/tmp", "name": "lagging"}'):
+            with pytest.raises(MorphzError) as refused:
+                open_reply(ray.get(spare.assign.remote(record), timeout=30))
+            assert refused.value.code == "bad_signature"
+        assert assignment_of(namespace, spares[0]) is None
+        # The directory's signed assignment is taken, recorded and verified on reading back.
+        root = placed.node_roots()[spares[0][len("spare:") :].rpartition(":")[0]]
+        record = sign_assignment(namespace, spares[0], root, "spare-probe")
+        open_reply(ray.get(spare.assign.remote(record), timeout=60))
+        assert assignment_of(namespace, spares[0]) == (root, "spare-probe")
     finally:
         placed.remove("lagging")
         ctx.shutdown()

@@ -343,3 +343,50 @@ def test_a_follower_behind_is_caught_up_from_the_log_within_its_length_else_by_s
     finally:
         ctx.close()
         follower._close()
+
+
+def test_spare_assignments_act_only_when_the_directory_signed_them() -> None:
+    """A spare's assignment is the directory's signed record: it opens under the directory's
+    public keys for that spare and namespace only; unsigned, forged, another key's, another
+    spare's or namespace's, and malformed records are refused with ``bad_signature``."""
+    import json
+
+    from actors.cluster.spares import (
+        KV_NAMESPACE,
+        assignment_record,
+        check_assignment,
+        open_assignment,
+        sign_assignment,
+    )
+    from protocol.capabilities import public_key
+    from protocol.epochs import sign_record
+
+    spare = "spare:node1:abc"
+    record = sign_assignment("ns", spare, "/srv/morphz", "c")
+    assert check_assignment("ns", spare, record) == ("/srv/morphz", "c")
+
+    other_seed = b"o" * 32
+    doc = json.dumps({"store_dir": "/tmp/evil", "name": "c"})
+    refused = {
+        "unsigned": doc.encode(),
+        "forged": record.replace(b"/srv/morphz", b"/tmp/evilzz"),
+        "another key": assignment_record(other_seed, "ns", spare, "/tmp/evil", "c"),
+        "another spare": sign_assignment("ns", "spare:node1:xyz", "/srv/morphz", "c"),
+        "another namespace": sign_assignment("other", spare, "/srv/morphz", "c"),
+        "empty": b"",
+        "garbage": b"\xff" * 100_000,
+    }
+    for why, raw in refused.items():
+        with pytest.raises(RequestError) as e:
+            check_assignment("ns", spare, raw)
+        assert e.value.code == "bad_signature", why
+
+    # The other key's record opens under that key only, and a signed record whose value is
+    # not an assignment is refused too.
+    mine = public_key(other_seed)
+    assert open_assignment([mine], "ns", spare, refused["another key"]) == ("/tmp/evil", "c")
+    for value in ("[1, 2]", '{"store_dir": 1, "name": "c"}', "not json"):
+        bad = sign_record(other_seed, KV_NAMESPACE + "ns", spare, value)
+        with pytest.raises(RequestError) as e:
+            open_assignment([mine], "ns", spare, bad)
+        assert e.value.code == "bad_signature", value
