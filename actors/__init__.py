@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from actors.client.names import ContextEntry, Member
     from actors.client.nodes import current_node_id, node_with_resource
     from actors.client.transport import RetryPolicy
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
     from actors.server.connect import connect
     from actors.server.context_actor import ContextActor
@@ -79,7 +79,7 @@ def __getattr__(name: str) -> Any:
     elif name == "ContextActor":
         from actors.server.context_actor import ContextActor as value
     elif name == "directory":
-        from actors.cluster.directory import directory as value
+        from actors.cluster.directory_handle import directory as value
     elif name == "place":
         from actors.cluster.placing import place as value
     else:

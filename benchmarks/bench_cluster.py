@@ -39,7 +39,7 @@ import testbed  # first: puts this checkout on sys.path
 from actors.client.handle import ContextHandle
 from actors.client.lookup import lookup
 from actors.client.nodes import pinned
-from actors.cluster.directory import directory
+from actors.cluster.directory_handle import directory
 from actors.cluster.placing import place
 from harness.loadtest import percentile
 from protocol.forms import Symbol

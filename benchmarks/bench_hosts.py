@@ -40,7 +40,7 @@ from typing import Any
 import testbed  # first: puts this checkout on sys.path
 
 from actors.client.handle import ContextHandle
-from actors.cluster.directory import directory
+from actors.cluster.directory_handle import directory
 from actors.server.connect import connect
 from actors.server.hosting import HostHandle, start_host
 from harness.loadtest import percentile

@@ -117,7 +117,7 @@ class Bench:
         return out
 
     def failover(self, kills: int) -> dict[str, Any]:
-        from actors.cluster.directory import directory
+        from actors.cluster.directory_handle import directory
         from actors.cluster.placing import place
         from protocol.errors import MorphzError
 

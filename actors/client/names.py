@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from protocol.errors import RequestError
 from service.transactions import MAX_SUBMIT_MANY
 from storage import context_path
 
@@ -79,6 +80,24 @@ class Member(BaseModel):
     store_dir: str
 
 
+def member_of(value: object, what: str) -> Member:
+    """*value* (a :class:`Member` or its fields) as a member; ``bad_argument`` naming *what*
+    otherwise."""
+    if isinstance(value, Member):
+        return value
+    try:
+        return Member.model_validate(value)
+    except ValidationError as e:
+        raise RequestError(f"bad {what}: {e.errors()[0].get('msg')}", code="bad_argument") from e
+
+
+def members_of(value: object, what: str) -> tuple[Member, ...]:
+    """*value* (a list of members) as members (:func:`member_of`)."""
+    if not isinstance(value, (list, tuple)):
+        raise RequestError(f"{what} must be a list of members", code="bad_argument")
+    return tuple(member_of(m, what) for m in value)
+
+
 class ContextEntry(BaseModel):
     """Where one context lives, as the directory records it.
 
@@ -127,5 +146,7 @@ __all__ = [
     "follower_actor",
     "host_actor",
     "is_host",
+    "member_of",
+    "members_of",
     "primary_actor",
 ]

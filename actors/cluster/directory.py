@@ -6,7 +6,8 @@ first) and restarted by Ray when its process dies (``max_restarts=-1``) — on
 another live node when its own is lost (a soft node affinity). It holds two
 tables:
 
-* the **store root of each node** — registered with :meth:`DirectoryHandle.register_node`,
+* the **store root of each node** — registered with
+  :meth:`~actors.cluster.directory_handle.DirectoryHandle.register_node`,
   else what a probe task pinned to that node sees in ``MORPHZ_STORE``, else
   ``~/.morphz`` on that node;
 * one :class:`ContextEntry` per **placed context** — its epoch, replication
@@ -30,14 +31,13 @@ asks it where a context goes, then starts the primary there. Errors travel as
 reply envelopes (``actors.client.replies``), never pickled. Ray is imported when a
 function runs, never at import. See docs/cluster.md.
 
-Kept as one module (over 600 lines) because the models, the actor and its
-handle are one contract: each method's actor side and caller side sit together.
+This module is the actor side; its caller side, the handle every port uses and the
+functions that get or create the directory, is :mod:`actors.cluster.directory_handle`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextvars
 import logging
 import os
@@ -45,26 +45,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.client.joining import check_int, check_text, ray_module, remote_class
-from actors.client.lookup import directory_actor, read_entry
+from actors.client.joining import check_int, check_text, ray_module
 from actors.client.names import (
     DEFAULT_NAMESPACE,
-    DIRECTORY_NAME,
     ContextEntry,
     Member,
     follower_actor,
+    member_of,
+    members_of,
     primary_actor,
 )
 from actors.client.nodes import (
     alive_nodes,
-    check_node,
-    current_node_id,
-    ensure_ray,
     pinned,
-    preferring,
 )
-from actors.client.replies import failed, ok, open_reply
-from actors.client.transport import Call, RetryPolicy, Transport
+from actors.client.replies import failed, ok
 from actors.cluster.directory_admin import (
     ADMIN_KEYS,
     ALL,
@@ -102,9 +97,6 @@ __all__ = [
     "PROBE_TIMEOUT",
     "STORE_ENV",
     "DirectoryActor",
-    "DirectoryHandle",
-    "directory",
-    "existing_directory",
     "signed",
 ]
 
@@ -114,23 +106,9 @@ def _probe_root() -> str:
     return os.path.abspath(os.path.expanduser(os.environ.get(STORE_ENV) or DEFAULT_ROOT))
 
 
-def _members(value: object, what: str) -> tuple[Member, ...]:
-    if not isinstance(value, (list, tuple)):
-        raise RequestError(f"{what} must be a list of members", code="bad_argument")
-    return tuple(_member(m, what) for m in value)
-
-
-def _member(value: object, what: str) -> Member:
-    if isinstance(value, Member):
-        return value
-    try:
-        return Member.model_validate(value)
-    except ValidationError as e:
-        raise RequestError(f"bad {what}: {e.errors()[0].get('msg')}", code="bad_argument") from e
-
-
 class DirectoryActor(HostTable):
-    """The directory's actor class (plain; :func:`directory` runs it as a Ray actor).
+    """The directory's actor class (plain; :func:`actors.cluster.directory_handle.directory`
+    runs it as a Ray actor).
 
     Every method answers a reply envelope (``actors.client.replies.ok`` / ``failed``).
     Changes are serialized by one lock and written to the GCS KV before the
@@ -481,8 +459,8 @@ class DirectoryActor(HostTable):
                 entry = self._entry(name)
                 self._admin(capability, entry.name, "promote", tenant=entry.tenant)
                 check_int(expected_epoch, "expected_epoch")
-                new_primary = _member(primary, "primary")
-                new_followers = _members(followers, "followers")
+                new_primary = member_of(primary, "primary")
+                new_followers = members_of(followers, "followers")
                 _check_epoch(entry, expected_epoch)
                 updated = entry.model_copy(
                     update={
@@ -506,7 +484,7 @@ class DirectoryActor(HostTable):
                 entry = self._entry(name)
                 self._admin(capability, entry.name, "set_primary", tenant=entry.tenant)
                 check_int(epoch, "epoch")
-                new_primary = _member(primary, "primary")
+                new_primary = member_of(primary, "primary")
                 if entry.replicated:
                     raise RequestError(
                         f"context {entry.name!r} is replicated: its primary changes by promotion",
@@ -527,7 +505,7 @@ class DirectoryActor(HostTable):
                 entry = self._entry(name)
                 self._admin(capability, entry.name, "set_followers", tenant=entry.tenant)
                 check_int(epoch, "epoch")
-                new_followers = _members(followers, "followers")
+                new_followers = members_of(followers, "followers")
                 _check_epoch(entry, epoch)
                 updated = entry.model_copy(update={"followers": new_followers})
                 return ok(self._save_entry(updated).model_dump())
@@ -550,224 +528,3 @@ def _check_epoch(entry: ContextEntry, epoch: int) -> None:
         raise RequestError(
             f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}", code=STALE_EPOCH
         )
-
-
-def _entries(raw: Any) -> list[ContextEntry]:
-    return [ContextEntry.model_validate(e) for e in open_reply(raw)]
-
-
-def _roots(raw: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in open_reply(raw).items()}
-
-
-def _nothing(raw: Any) -> None:
-    open_reply(raw)
-
-
-class DirectoryHandle:
-    """A picklable handle of the directory actor; every call blocks and raises typed errors.
-
-    Arguments are checked before the remote call; an unreachable directory is
-    retried by the transport (Ray restarts it) and raises ``TransportError``
-    after the retry policy.
-    """
-
-    def __init__(
-        self,
-        actor: Any,
-        namespace: str = DEFAULT_NAMESPACE,
-        retry: RetryPolicy | None = None,
-        capability: bytes | None = None,
-    ) -> None:
-        self.namespace = namespace
-        self.transport = Transport(
-            actor,
-            DIRECTORY_NAME,
-            label=DIRECTORY_NAME,
-            namespace=namespace,
-            retry=retry,
-            capability=capability,
-        )
-
-    def __repr__(self) -> str:
-        return f"DirectoryHandle(namespace={self.namespace!r})"
-
-    @property
-    def actor(self) -> Any:
-        """The Ray actor handle."""
-        return self.transport.actor
-
-    def require_admin(self, public_keys: builtins.list[str]) -> builtins.list[str]:
-        """From now on every write to the directory needs an admin capability signed by one
-        of *public_keys* (hex Ed25519 public keys, as ``morphz grant public-key`` prints);
-        the key ids. Changing keys already set needs this handle's capability to be one."""
-        parse_keys(public_keys)
-        keys = list(public_keys)
-        return list(self.transport.call(Call("require_admin", (keys,), open_reply)))
-
-    def ping(self) -> dict[str, Any]:
-        """The directory's namespace and how many nodes and contexts it knows."""
-        return dict(self.transport.call(Call("ping", (), open_reply, guarded=False)))
-
-    def failovers(self) -> builtins.list[dict[str, Any]]:
-        """The supervisor's recent promotions, newest last: why (``cause``: ``hung``,
-        ``unreachable``, ``node lost``, ``raylet down``), how long the primary's pings had
-        been missed (``silent_s``, for a hang), and the seconds from the decision to the
-        followers fenced, the new entry recorded and the new primary serving."""
-        return list(self.transport.call(Call("recent_failovers", (), open_reply, guarded=False)))
-
-    def register_node(self, node_id: str, store_root: str) -> None:
-        """Record that *node_id* keeps its stores under *store_root* (absolute, on that node)."""
-        check_node(node_id)
-        if not isinstance(store_root, str) or not os.path.isabs(store_root):
-            raise RequestError(
-                f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
-            )
-        self.transport.call(Call("register_node", (node_id, store_root), _nothing))
-
-    def node_roots(self) -> dict[str, str]:
-        """Each node's store root: every live node (probed if not registered) and known ones."""
-        return self.transport.call(Call("node_roots", (), _roots, guarded=False))
-
-    def place(
-        self,
-        name: str,
-        *,
-        followers: int = 0,
-        policy: str = POLICY_SPREAD,
-        acks: int | None = None,
-        store_dir: str | None = None,
-    ) -> ContextEntry:
-        """The entry of *name*, placing it if new (idempotent: an existing name answers its
-        entry as it is). *policy*: ``"spread"``, ``"node:<id>"`` or ``"resource:<name>"``;
-        *followers*: how many follower nodes, distinct from the primary's; *store_dir* (absolute)
-        overrides the nodes' store roots for this context."""
-        check_context_name(name)
-        check_int(followers, "followers")
-        check_policy(policy)
-        if acks is not None:
-            check_int(acks, "acks")
-        if store_dir is not None and not (isinstance(store_dir, str) and os.path.isabs(store_dir)):
-            raise RequestError("store_dir must be an absolute path", code="bad_argument")
-        return self.transport.call(
-            Call("place", (name, followers, policy, acks, store_dir), read_entry)
-        )
-
-    def place_hosted(self, name: str, *, policy: str = POLICY_SPREAD) -> ContextEntry:
-        """The entry of *name*, placing it on a context host if new (idempotent): the
-        host the hosts' load reports favour (:func:`~actors.cluster.placement.choose_host`);
-        ``no_host`` when no live host has room."""
-        check_context_name(name)
-        check_policy(policy)
-        return self.transport.call(Call("place_hosted", (name, policy), read_entry))
-
-    def move_hosted(self, name: str, *, to: str | None = None) -> ContextEntry:
-        """Move the hosted context *name* to the context host *to* (``host:<name>``; default:
-        the least loaded other host of its node serving its store root); its handles
-        follow. ``no_host`` / ``NotFound`` when there is no such host with room."""
-        check_context_name(name)
-        if to is not None:
-            check_text(to, "host actor")
-        return self.transport.call(Call("move_hosted", (name, to), read_entry))
-
-    def rebalance(self, *, limit: int = 100) -> dict[str, builtins.list[str]]:
-        """Move up to *limit* idle contexts off full hosts (see
-        :meth:`~actors.cluster.host_table.HostTable.rebalance`): the names moved by host."""
-        check_int(limit, "limit")
-        return dict(self.transport.call(Call("rebalance", (limit,), open_reply)))
-
-    def hosts(self) -> builtins.list[dict[str, Any]]:
-        """The context hosts that reported their load recently, with ``placed`` counts."""
-        return list(self.transport.call(Call("hosts", (), open_reply, guarded=False)))
-
-    def get(self, name: str) -> ContextEntry:
-        """The entry of *name*; NotFound if the directory has none."""
-        check_context_name(name)
-        return self.transport.call(Call("get", (name,), read_entry, guarded=False))
-
-    def list(self) -> list[ContextEntry]:
-        """Every entry, by name."""
-        return self.transport.call(Call("list", (), _entries, guarded=False))
-
-    def remove(self, name: str) -> None:
-        """Forget *name*'s entry (actors and stores are left alone); NotFound if none."""
-        check_context_name(name)
-        self.transport.call(Call("remove", (name,), _nothing))
-
-    def promote(
-        self, name: str, *, expected_epoch: int, primary: Member, followers: builtins.list[Member]
-    ) -> ContextEntry:
-        """Store *primary* and *followers* at ``expected_epoch + 1`` if *name* is at
-        *expected_epoch*; RequestError ``stale_epoch`` otherwise."""
-        check_context_name(name)
-        check_int(expected_epoch, "expected_epoch")
-        args = (
-            name,
-            expected_epoch,
-            _member(primary, "primary").model_dump(),
-            [m.model_dump() for m in _members(followers, "followers")],
-        )
-        return self.transport.call(Call("promote", args, read_entry))
-
-    def set_primary(self, name: str, *, epoch: int, primary: Member) -> ContextEntry:
-        """Record *primary* for the unreplicated context *name* if it is at *epoch* (kept);
-        ``stale_epoch`` otherwise, ``bad_argument`` for a replicated context."""
-        check_context_name(name)
-        check_int(epoch, "epoch")
-        args = (name, epoch, _member(primary, "primary").model_dump())
-        return self.transport.call(Call("set_primary", args, read_entry))
-
-    def set_followers(
-        self, name: str, *, epoch: int, followers: builtins.list[Member]
-    ) -> ContextEntry:
-        """Store *followers* for *name* if it is at *epoch* (kept); ``stale_epoch`` otherwise."""
-        check_context_name(name)
-        check_int(epoch, "epoch")
-        args = (name, epoch, [m.model_dump() for m in _members(followers, "followers")])
-        return self.transport.call(Call("set_followers", args, read_entry))
-
-
-def directory(
-    namespace: str = DEFAULT_NAMESPACE,
-    *,
-    retry: RetryPolicy | None = None,
-    capability: bytes | None = None,
-) -> DirectoryHandle:
-    """Get or create the directory of *namespace* (connecting to Ray if needed).
-
-    *capability* is the admin token the handle's writes carry (needed once the directory
-    has admin keys: :meth:`DirectoryHandle.require_admin`).
-
-    A new directory is detached, restarted by Ray without limit, and started on this
-    process's node; it is not pinned there: when that node is lost, Ray restarts it
-    on a live node, and it reloads its state from the GCS.
-    """
-    check_text(namespace, "namespace")
-    if not namespace:
-        raise RequestError("namespace must not be empty", code="bad_argument")
-    ensure_ray()
-    actor = (
-        remote_class(DirectoryActor)
-        .options(
-            name=DIRECTORY_NAME,
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime="detached",
-            max_restarts=-1,
-            max_task_retries=-1,
-            max_concurrency=100,
-            num_cpus=0,
-            # A requirement that is not empty: Ray places an actor needing no resource at
-            # all on a random node, whatever its soft node affinity says.
-            memory=1,
-            scheduling_strategy=preferring(current_node_id()),
-        )
-        .remote(namespace)
-    )
-    return DirectoryHandle(actor, namespace, retry, capability)
-
-
-def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:
-    """The directory of *namespace* if one was created, else None (never creates one)."""
-    actor = directory_actor(namespace)
-    return None if actor is None else DirectoryHandle(actor, namespace)

@@ -24,7 +24,7 @@ logged (the directory has no store of its own to audit into).
 verifies tokens closes its directory with the same keys): set in ``ray start``'s
 environment they are out of reach of the Ray processes the directory serves, and the
 directory is **closed from its first call**. Keys added with
-:meth:`actors.cluster.directory.DirectoryHandle.require_admin` (kept, signed, in the
+:meth:`actors.cluster.directory_handle.DirectoryHandle.require_admin` (kept, signed, in the
 GCS) are added to them. With no key at all the directory is open — the single-machine
 default — and says so loudly (a warning at start, ``admin: "open"`` in ``ping``).
 

@@ -18,7 +18,7 @@ from actors.client.handle import ContextHandle
 from actors.client.joining import check_int, check_text, ray_module
 from actors.client.lookup import lookup
 from actors.client.names import DEFAULT_NAMESPACE, HOST_PREFIX, is_host
-from actors.cluster.directory import directory
+from actors.cluster.directory_handle import directory
 from actors.cluster.follower import start_followers
 from actors.cluster.placement import POLICY_SPREAD, check_policy
 from actors.cluster.replication import REPLICATION

@@ -16,7 +16,7 @@ from actors.client.joining import ray_module
 from actors.client.names import Member, is_host
 from actors.client.nodes import alive_nodes
 from actors.client.replies import open_reply
-from actors.cluster.directory import DirectoryHandle
+from actors.cluster.directory_handle import DirectoryHandle
 from protocol.errors import MorphzError
 
 STATUS_TIMEOUT = 2.0

@@ -27,7 +27,7 @@ unchanged). A host past its budget (``max_active`` contexts, ``memory_budget``
 bytes resident, ``cpu_budget`` cores over the last tick) takes no new
 activations (``RequestError`` ``host_full``); contexts active already keep
 serving. When the namespace has a context directory, the host reports its load
-to it every tick, and :meth:`actors.cluster.directory.DirectoryHandle.place_hosted`
+to it every tick, and :meth:`actors.cluster.directory_handle.DirectoryHandle.place_hosted`
 places contexts over hosts by that report (docs/cluster.md, "Context hosts").
 
 Kept as one module (over 600 lines) because the host actor, its handle and the

@@ -16,7 +16,7 @@ from typing import Any
 from actors.client.handle import ContextHandle
 from actors.client.joining import init_ray
 from actors.client.nodes import alive_nodes, current_node_id
-from actors.cluster.directory import directory
+from actors.cluster.directory_handle import directory
 from actors.cluster.placing import place
 from protocol.errors import MorphzError, NotFound
 

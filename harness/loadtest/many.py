@@ -157,7 +157,7 @@ def run_many(
     options: Mapping[str, Any], progress: Callable[[Mapping[str, Any]], None] | None = None
 ) -> dict[str, Any]:
     """Run the hosted load test (see the module doc) and answer its report."""
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.server.hosting import start_host
 
     o = check_many_options(options)

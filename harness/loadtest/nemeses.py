@@ -165,7 +165,7 @@ class Nemesis:
     def _fault(self, name: str, entry: dict[str, Any]) -> None:
         import ray
 
-        from actors.cluster.directory import directory
+        from actors.cluster.directory_handle import directory
 
         d = directory(self.namespace)
         before = d.get(name)

@@ -152,7 +152,7 @@ class NodeKiller:
         """The contexts (name, epoch) of the directory whose primary is on *node_id*."""
         if self.namespace is None:
             return []
-        from actors.cluster.directory import existing_directory
+        from actors.cluster.directory_handle import existing_directory
 
         d = existing_directory(self.namespace)
         if d is None:
@@ -164,7 +164,7 @@ class NodeKiller:
     ) -> None:
         """The unavailability window of context *name* whose primary's node went at *at*,
         and where its time went (see :mod:`harness.loadtest.nemeses`), into *entry*."""
-        from actors.cluster.directory import directory
+        from actors.cluster.directory_handle import directory
         from harness.loadtest.nemeses import WINDOW_LIMIT, measure_window, promotion_of
 
         assert self.namespace is not None

@@ -435,7 +435,7 @@ def _stop_followers(names: list[str], namespace: str) -> None:
     """Stop the followers of the run's replicated contexts (they are detached actors)."""
     import ray
 
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
 
     for name in names:
         try:

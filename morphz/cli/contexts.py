@@ -143,7 +143,7 @@ def _cluster_doc(address: str | None, namespace: str, rebalance: bool = False) -
     import os
 
     from actors.client.joining import check_text, init_ray, ray_module
-    from actors.cluster.directory import existing_directory
+    from actors.cluster.directory_handle import existing_directory
     from actors.cluster.status import placement_table
     from protocol.errors import NotFound
 

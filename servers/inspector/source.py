@@ -254,7 +254,7 @@ class HandleSource:
 
 
 def _placement(namespace: str) -> list[dict[str, Any]]:
-    from actors.cluster.directory import existing_directory
+    from actors.cluster.directory_handle import existing_directory
     from actors.cluster.status import placement_table
 
     handle = existing_directory(namespace)

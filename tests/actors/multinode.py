@@ -134,7 +134,7 @@ def _find_everywhere(names: list[str]) -> dict[str, Any]:
 
 def placed_everywhere(multi: MultiNode) -> dict[str, Any]:
     """Contexts spread over every node, under each node's own root, found from every node."""
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
 
     names = [f"spread-{i}" for i in range(2 * NODES)]
@@ -168,7 +168,7 @@ def directory_restart(multi: MultiNode) -> dict[str, Any]:
     """A killed directory is restarted by Ray and reloads every entry and node root."""
     import ray
 
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
 
     d = directory(NAMESPACE)
@@ -198,7 +198,7 @@ def directory_restart(multi: MultiNode) -> dict[str, Any]:
 
 def placement_errors(multi: MultiNode) -> dict[str, Any]:
     """Unknown node, not enough nodes, bad names and policies: typed errors, nothing changes."""
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
     from protocol.errors import MorphzError, NotFound
 
@@ -257,7 +257,7 @@ def placement_errors(multi: MultiNode) -> dict[str, Any]:
 
 def loadtest_everywhere(multi: MultiNode) -> dict[str, Any]:
     """``morphz loadtest``'s contexts go over every node (not only the driver's), and check out."""
-    from actors.cluster.directory import existing_directory
+    from actors.cluster.directory_handle import existing_directory
     from harness.loadtest import run_loadtest
 
     doc = run_loadtest(

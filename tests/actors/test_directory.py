@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from actors.client.lookup import lookup
 from actors.client.names import ContextEntry, Member, follower_actor, primary_actor
 from actors.client.replies import open_reply
-from actors.cluster.directory import DirectoryHandle, directory, existing_directory
+from actors.cluster.directory_handle import DirectoryHandle, directory, existing_directory
 from actors.cluster.placement import check_policy, choose_nodes
 from actors.cluster.placing import place
 from actors.server.connect import connect

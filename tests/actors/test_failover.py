@@ -67,7 +67,7 @@ def node_lost_mid_load(multi: MultiNode) -> dict[str, Any]:
     import ray
 
     from actors.client.lookup import lookup
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
     from harness.agent_threads import decode_records, spawn_agent
     from protocol.errors import MorphzError
@@ -174,7 +174,7 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
     from actors.client.lookup import lookup
     from actors.client.names import primary_actor
     from actors.client.nodes import pinned
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.follower_role import follower_handle
     from actors.cluster.placing import place
     from actors.cluster.replication import REPLICATION
@@ -264,7 +264,7 @@ def old_primary_fenced_and_rejoins(multi: MultiNode) -> dict[str, Any]:
 
 def follower_reads_acknowledged_only(multi: MultiNode) -> dict[str, Any]:
     """A follower never shows a commit the primary has not acknowledged; replies say so."""
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.follower_role import follower_handle
     from actors.cluster.placing import place
 
@@ -293,7 +293,7 @@ def unreplicated_node_lost(multi: MultiNode) -> dict[str, Any]:
 
     from actors.client.lookup import lookup
     from actors.client.transport import RetryPolicy
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
     from protocol.errors import TransportError
 

@@ -95,7 +95,7 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     from actors.client.handle import ContextHandle, decode_receipt
     from actors.client.lookup import lookup
     from actors.client.replies import open_reply
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
     from actors.cluster.spares import is_spare
     from protocol.errors import MorphzError
@@ -235,7 +235,7 @@ def _acked_after(writer: Writer, t: float) -> bool:
 def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     """The directory's node is removed: it comes back elsewhere, places and promotes."""
     from actors.client.lookup import lookup
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
     from actors.cluster.placing import place
     from protocol.errors import MorphzError
 
@@ -275,7 +275,7 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
 
 
 def _create_directory(namespace: str) -> int:
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
 
     return len(directory(namespace).list())
 

@@ -18,7 +18,7 @@ import ray
 from click.testing import CliRunner
 
 from actors.client.lookup import lookup
-from actors.cluster.directory import directory
+from actors.cluster.directory_handle import directory
 from actors.cluster.placement import choose_host
 from actors.cluster.placing import place
 from actors.server.hosting import HostHandle, start_host

@@ -552,7 +552,7 @@ def test_the_inspector_lists_the_cluster_placement(client: httpx.Client, server:
     import ray
 
     from actors import place
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
 
     assert client.get("/inspect/api/").json()["placement"] == []  # no directory yet
     d = directory(server.namespace)
@@ -575,7 +575,7 @@ def test_a_hosted_context_is_served_through_its_host(client: httpx.Client, serve
     import ray
 
     from actors import place, start_host
-    from actors.cluster.directory import directory
+    from actors.cluster.directory_handle import directory
 
     d = directory(server.namespace)
     host = start_host("http-h", store_dir=server.store, namespace=server.namespace)

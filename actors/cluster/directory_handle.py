@@ -1,0 +1,256 @@
+"""The context directory's caller side: :class:`DirectoryHandle`, the picklable handle every
+port uses, and :func:`directory` / :func:`existing_directory`, which get (or create) the
+directory actor of a namespace (:class:`actors.cluster.directory.DirectoryActor`, whose
+module doc describes what the directory holds).
+
+Arguments are checked here, before the remote call; the actor checks them again because
+any Ray process can call it. Ray is imported when a function runs, never at import.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from typing import Any
+
+from actors.client.joining import check_int, check_text, remote_class
+from actors.client.lookup import directory_actor, read_entry
+from actors.client.names import (
+    DEFAULT_NAMESPACE,
+    DIRECTORY_NAME,
+    ContextEntry,
+    Member,
+    member_of,
+    members_of,
+)
+from actors.client.nodes import check_node, current_node_id, ensure_ray, preferring
+from actors.client.replies import open_reply
+from actors.client.transport import Call, RetryPolicy, Transport
+from actors.cluster.directory import DirectoryActor
+from actors.cluster.directory_admin import parse_keys
+from actors.cluster.placement import POLICY_SPREAD, check_policy
+from protocol.errors import RequestError
+from storage import check_context_name
+
+__all__ = ["DirectoryHandle", "directory", "existing_directory"]
+
+
+def _entries(raw: Any) -> list[ContextEntry]:
+    return [ContextEntry.model_validate(e) for e in open_reply(raw)]
+
+
+def _roots(raw: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in open_reply(raw).items()}
+
+
+def _nothing(raw: Any) -> None:
+    open_reply(raw)
+
+
+class DirectoryHandle:
+    """A picklable handle of the directory actor; every call blocks and raises typed errors.
+
+    Arguments are checked before the remote call; an unreachable directory is
+    retried by the transport (Ray restarts it) and raises ``TransportError``
+    after the retry policy.
+    """
+
+    def __init__(
+        self,
+        actor: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        retry: RetryPolicy | None = None,
+        capability: bytes | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self.transport = Transport(
+            actor,
+            DIRECTORY_NAME,
+            label=DIRECTORY_NAME,
+            namespace=namespace,
+            retry=retry,
+            capability=capability,
+        )
+
+    def __repr__(self) -> str:
+        return f"DirectoryHandle(namespace={self.namespace!r})"
+
+    @property
+    def actor(self) -> Any:
+        """The Ray actor handle."""
+        return self.transport.actor
+
+    def require_admin(self, public_keys: builtins.list[str]) -> builtins.list[str]:
+        """From now on every write to the directory needs an admin capability signed by one
+        of *public_keys* (hex Ed25519 public keys, as ``morphz grant public-key`` prints);
+        the key ids. Changing keys already set needs this handle's capability to be one."""
+        parse_keys(public_keys)
+        keys = list(public_keys)
+        return list(self.transport.call(Call("require_admin", (keys,), open_reply)))
+
+    def ping(self) -> dict[str, Any]:
+        """The directory's namespace and how many nodes and contexts it knows."""
+        return dict(self.transport.call(Call("ping", (), open_reply, guarded=False)))
+
+    def failovers(self) -> builtins.list[dict[str, Any]]:
+        """The supervisor's recent promotions, newest last: why (``cause``: ``hung``,
+        ``unreachable``, ``node lost``, ``raylet down``), how long the primary's pings had
+        been missed (``silent_s``, for a hang), and the seconds from the decision to the
+        followers fenced, the new entry recorded and the new primary serving."""
+        return list(self.transport.call(Call("recent_failovers", (), open_reply, guarded=False)))
+
+    def register_node(self, node_id: str, store_root: str) -> None:
+        """Record that *node_id* keeps its stores under *store_root* (absolute, on that node)."""
+        check_node(node_id)
+        if not isinstance(store_root, str) or not os.path.isabs(store_root):
+            raise RequestError(
+                f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
+            )
+        self.transport.call(Call("register_node", (node_id, store_root), _nothing))
+
+    def node_roots(self) -> dict[str, str]:
+        """Each node's store root: every live node (probed if not registered) and known ones."""
+        return self.transport.call(Call("node_roots", (), _roots, guarded=False))
+
+    def place(
+        self,
+        name: str,
+        *,
+        followers: int = 0,
+        policy: str = POLICY_SPREAD,
+        acks: int | None = None,
+        store_dir: str | None = None,
+    ) -> ContextEntry:
+        """The entry of *name*, placing it if new (idempotent: an existing name answers its
+        entry as it is). *policy*: ``"spread"``, ``"node:<id>"`` or ``"resource:<name>"``;
+        *followers*: how many follower nodes, distinct from the primary's; *store_dir* (absolute)
+        overrides the nodes' store roots for this context."""
+        check_context_name(name)
+        check_int(followers, "followers")
+        check_policy(policy)
+        if acks is not None:
+            check_int(acks, "acks")
+        if store_dir is not None and not (isinstance(store_dir, str) and os.path.isabs(store_dir)):
+            raise RequestError("store_dir must be an absolute path", code="bad_argument")
+        return self.transport.call(
+            Call("place", (name, followers, policy, acks, store_dir), read_entry)
+        )
+
+    def place_hosted(self, name: str, *, policy: str = POLICY_SPREAD) -> ContextEntry:
+        """The entry of *name*, placing it on a context host if new (idempotent): the
+        host the hosts' load reports favour (:func:`~actors.cluster.placement.choose_host`);
+        ``no_host`` when no live host has room."""
+        check_context_name(name)
+        check_policy(policy)
+        return self.transport.call(Call("place_hosted", (name, policy), read_entry))
+
+    def move_hosted(self, name: str, *, to: str | None = None) -> ContextEntry:
+        """Move the hosted context *name* to the context host *to* (``host:<name>``; default:
+        the least loaded other host of its node serving its store root); its handles
+        follow. ``no_host`` / ``NotFound`` when there is no such host with room."""
+        check_context_name(name)
+        if to is not None:
+            check_text(to, "host actor")
+        return self.transport.call(Call("move_hosted", (name, to), read_entry))
+
+    def rebalance(self, *, limit: int = 100) -> dict[str, builtins.list[str]]:
+        """Move up to *limit* idle contexts off full hosts (see
+        :meth:`~actors.cluster.host_table.HostTable.rebalance`): the names moved by host."""
+        check_int(limit, "limit")
+        return dict(self.transport.call(Call("rebalance", (limit,), open_reply)))
+
+    def hosts(self) -> builtins.list[dict[str, Any]]:
+        """The context hosts that reported their load recently, with ``placed`` counts."""
+        return list(self.transport.call(Call("hosts", (), open_reply, guarded=False)))
+
+    def get(self, name: str) -> ContextEntry:
+        """The entry of *name*; NotFound if the directory has none."""
+        check_context_name(name)
+        return self.transport.call(Call("get", (name,), read_entry, guarded=False))
+
+    def list(self) -> list[ContextEntry]:
+        """Every entry, by name."""
+        return self.transport.call(Call("list", (), _entries, guarded=False))
+
+    def remove(self, name: str) -> None:
+        """Forget *name*'s entry (actors and stores are left alone); NotFound if none."""
+        check_context_name(name)
+        self.transport.call(Call("remove", (name,), _nothing))
+
+    def promote(
+        self, name: str, *, expected_epoch: int, primary: Member, followers: builtins.list[Member]
+    ) -> ContextEntry:
+        """Store *primary* and *followers* at ``expected_epoch + 1`` if *name* is at
+        *expected_epoch*; RequestError ``stale_epoch`` otherwise."""
+        check_context_name(name)
+        check_int(expected_epoch, "expected_epoch")
+        args = (
+            name,
+            expected_epoch,
+            member_of(primary, "primary").model_dump(),
+            [m.model_dump() for m in members_of(followers, "followers")],
+        )
+        return self.transport.call(Call("promote", args, read_entry))
+
+    def set_primary(self, name: str, *, epoch: int, primary: Member) -> ContextEntry:
+        """Record *primary* for the unreplicated context *name* if it is at *epoch* (kept);
+        ``stale_epoch`` otherwise, ``bad_argument`` for a replicated context."""
+        check_context_name(name)
+        check_int(epoch, "epoch")
+        args = (name, epoch, member_of(primary, "primary").model_dump())
+        return self.transport.call(Call("set_primary", args, read_entry))
+
+    def set_followers(
+        self, name: str, *, epoch: int, followers: builtins.list[Member]
+    ) -> ContextEntry:
+        """Store *followers* for *name* if it is at *epoch* (kept); ``stale_epoch`` otherwise."""
+        check_context_name(name)
+        check_int(epoch, "epoch")
+        args = (name, epoch, [m.model_dump() for m in members_of(followers, "followers")])
+        return self.transport.call(Call("set_followers", args, read_entry))
+
+
+def directory(
+    namespace: str = DEFAULT_NAMESPACE,
+    *,
+    retry: RetryPolicy | None = None,
+    capability: bytes | None = None,
+) -> DirectoryHandle:
+    """Get or create the directory of *namespace* (connecting to Ray if needed).
+
+    *capability* is the admin token the handle's writes carry (needed once the directory
+    has admin keys: :meth:`DirectoryHandle.require_admin`).
+
+    A new directory is detached, restarted by Ray without limit, and started on this
+    process's node; it is not pinned there: when that node is lost, Ray restarts it
+    on a live node, and it reloads its state from the GCS.
+    """
+    check_text(namespace, "namespace")
+    if not namespace:
+        raise RequestError("namespace must not be empty", code="bad_argument")
+    ensure_ray()
+    actor = (
+        remote_class(DirectoryActor)
+        .options(
+            name=DIRECTORY_NAME,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            max_task_retries=-1,
+            max_concurrency=100,
+            num_cpus=0,
+            # A requirement that is not empty: Ray places an actor needing no resource at
+            # all on a random node, whatever its soft node affinity says.
+            memory=1,
+            scheduling_strategy=preferring(current_node_id()),
+        )
+        .remote(namespace)
+    )
+    return DirectoryHandle(actor, namespace, retry, capability)
+
+
+def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:
+    """The directory of *namespace* if one was created, else None (never creates one)."""
+    actor = directory_actor(namespace)
+    return None if actor is None else DirectoryHandle(actor, namespace)
