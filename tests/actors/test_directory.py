@@ -400,7 +400,7 @@ def test_a_denied_follower_read_is_written_to_the_primarys_chained_audit_log(
         done = CliRunner().invoke(
             cli, ["--store", entry.primary.store_dir, "--json", "audit", "watched", "--verify"]
         )
-        assert done.exit_code == 0 and json.loads(done.output)["ok"], done.output
+        assert done.exit_code == 0 and json.loads(done.stdout)["ok"], done.output
     finally:
         import ray
 
@@ -538,7 +538,7 @@ def test_contexts_cluster_shows_placement_versions_and_unknowns(
     placed.place("ghost")  # placed, never started: its version is unknown
     r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)
     assert doc["namespace"] == namespace and doc["directory"] is True
     rows = {c["name"]: c for c in doc["contexts"]}
     assert rows["shown"]["primary"]["node_id"] == ray_cluster.node2_id
@@ -559,7 +559,7 @@ def test_contexts_cluster_without_a_directory_creates_none(
 ) -> None:
     r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)
     assert doc == {"namespace": namespace, "directory": False, "contexts": [], "unplaced": []}
     assert existing_directory(namespace) is None
 

@@ -153,7 +153,7 @@ def test_forget_through_the_handle_and_the_cli_address(
         assert locked.exit_code == 1 and "store_locked" in locked.output
         through = runner.invoke(cli, [*base, *args, "--address", "auto", "--namespace", namespace])
         assert through.exit_code == 0, through.output
-        doc = json.loads(through.output)
+        doc = json.loads(through.stdout)
         assert doc["via"] == "actor" and doc["kind"] == "frame"
         assert SECRET not in json.dumps(ctx.frame("cfg").as_dict())
         compact = runner.invoke(cli, [*base, "compact"])

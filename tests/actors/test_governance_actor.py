@@ -331,16 +331,16 @@ def test_the_actor_quarantines_unattended_and_the_cli_goes_through_it(
         base = ["--store", str(tmp_path), "--context", context_name, "--json"]
         listed = runner.invoke(cli, [*base, "review", "list"])
         assert listed.exit_code == 0, listed.output
-        assert [i["frame"] for i in json.loads(listed.output)["items"]] == ["old-fact"]
+        assert [i["frame"] for i in json.loads(listed.stdout)["items"]] == ["old-fact"]
         args = ["review", "accept", "old-fact", "--reviewer", "carol"]
         locked = runner.invoke(cli, [*base, *args])
         assert locked.exit_code == 1 and "store_locked" in locked.output
         through = runner.invoke(cli, [*base, *args, "--address", "auto", "--namespace", namespace])
         assert through.exit_code == 0, through.output
-        assert json.loads(through.output)["via"] == "actor"
+        assert json.loads(through.stdout)["via"] == "actor"
         assert ctx.frame("old-fact")["envelope"]["reviewed_by"] == "human:carol"
         audit = runner.invoke(cli, [*base, "audit"])  # read-only beside the actor
-        entries = json.loads(audit.output)["entries"]
+        entries = json.loads(audit.stdout)["entries"]
         assert [(e["holder"], e["method"]) for e in entries] == [
             ("runtime:governance-worker", "governance_pass"),
             (None, "review"),

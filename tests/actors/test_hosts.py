@@ -211,7 +211,7 @@ def test_place_hosted_goes_to_the_emptiest_host_and_lookup_follows(
         hosts[int(placed[1][-1])].deactivate("user-1")
         r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
         assert r.exit_code == 0, r.output
-        rows = {c["name"]: c["primary"] for c in json.loads(r.output)["contexts"]}
+        rows = {c["name"]: c["primary"] for c in json.loads(r.stdout)["contexts"]}
         assert rows["user-0"]["host"] == placed[0] and rows["user-0"]["state"] == "active"
         assert rows["user-0"]["last_use"] is not None
         assert rows["user-1"]["state"] == "idle"
@@ -396,7 +396,7 @@ def test_idle_contexts_leave_a_full_host_and_their_handles_follow(
     args = ["contexts", "--cluster", "--rebalance", "--namespace", namespace, "--json"]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["moved"] == {"host:h0": ["a"]}
+    assert json.loads(r.stdout)["moved"] == {"host:h0": ["a"]}
     assert a.version() == 0 and a.transport.actor_name == "host:h1"
     r = CliRunner().invoke(cli, ["contexts", "--rebalance"])
     assert r.exit_code == 2 and "--cluster" in r.output
@@ -442,7 +442,7 @@ def test_loadtest_hosted_wanders_over_idle_contexts_and_checks_every_history(
     args += ["--duration", "2", "--idle-after", "0.3", "--switch-every", "0.2"]
     r = CliRunner().invoke(cli, args)
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output.splitlines()[-1])
+    doc = json.loads(r.stdout)  # stdout holds the document alone; Ray's chatter goes to stderr
     assert doc["history_ok"] and doc["contexts_checked"] >= 4 and doc["unknown"] == 0
     assert doc["cycles_checked"] > 0  # the checked contexts went idle and came back
     assert doc["committed"] > 0 and doc["deactivations"] > 0

@@ -27,7 +27,7 @@ def morphz(store: Path, *args: str) -> Result:
 
 
 def doc(result: Result) -> Any:
-    return json.loads(result.output.strip().splitlines()[-1])
+    return json.loads(result.stdout)
 
 
 def test_actors_lists_stop_stops_and_the_advert_goes(

@@ -41,7 +41,7 @@ def loaded(
 
 def _rows(result: Result) -> list[dict[str, Any]]:
     assert result.exit_code == 0, result.output
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert doc["interval"] == 0.2
     return list(doc["contexts"])
 
