@@ -379,9 +379,18 @@ def test_a_denied_follower_read_is_written_to_the_primarys_chained_audit_log(
     try:
         entry = placed.get("watched")
         follower = follower_handle(entry.followers[0], namespace)
-        with pytest.raises(RequestError) as denied:
-            follower.read("state")
-        assert denied.value.code == "permission_denied"
+        # the primary's snapshot is not waited for: until it lands, the follower's store is
+        # empty (nothing to leak) and carries no enforcement; from then on reads are guarded
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                follower.read("state")
+            except RequestError as e:
+                denied = e
+                break
+            assert time.monotonic() < deadline, "the follower never enforced its copy's grants"
+            time.sleep(0.1)
+        assert denied.code == "permission_denied"
         path = Path(entry.primary.store_dir) / "watched"
         deadline = time.monotonic() + 20
         while True:
