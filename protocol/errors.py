@@ -127,6 +127,9 @@ STALE_EPOCH = "stale_epoch"
 """A request from an older epoch than the receiver's (an old primary, an old promotion)."""
 REPLICA_GAP = "replica_gap"
 """A follower missed a batch: the primary sends it a snapshot instead."""
+PROMOTING = "promoting"
+"""The directory names this follower the primary, and it is not serving as one yet (the
+client calls it again shortly)."""
 
 # The codes of a hosted context's refusals (actors/server/hosting.py), shared by the host
 # that answers them, the directory that moves the context and the clients that follow it.

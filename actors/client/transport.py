@@ -57,6 +57,7 @@ from protocol.errors import (
     CONTEXT_MOVED,
     FENCED,
     HOST_FULL,
+    PROMOTING,
     STALE_EPOCH,
     MorphzError,
     RequestError,
@@ -297,6 +298,9 @@ class Transport:
         if isinstance(e, RayTaskError):
             cause = getattr(e, "cause", None)
             if isinstance(cause, MorphzError):
+                if cause.code == PROMOTING and started is not None:
+                    if time.monotonic() - started < FAILOVER_WAIT:  # opening as the primary
+                        return FAILOVER_POLL
                 raise cause from e
             raise StoreError(
                 f"context actor {self.label!r} failed: {cause or e}", code="actor_error"

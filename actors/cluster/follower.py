@@ -44,7 +44,7 @@ from actors.cluster.replication import REPLICATION, replicated_entry
 from actors.cluster.spares import assignment_of, check_assignment, is_spare, record_assignment
 from actors.server.connect import CONCURRENCY_GROUPS, MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
-from protocol.errors import STALE_EPOCH, MorphzError, RequestError
+from protocol.errors import PROMOTING, STALE_EPOCH, MorphzError, RequestError
 from storage import check_context_name
 from storage.replication.epochs import check_epoch
 
@@ -127,6 +127,18 @@ class FollowerActor(ContextActor):
             namespace=self._namespace_of, replication=REPLICATION,
         )  # fmt: skip
         self._promoted = True
+
+    def _ensure_worker(self) -> None:
+        """Before each primary call: the directory records a promotion before this actor's
+        :meth:`become_primary` runs, so a client may reach it first; it answers
+        ``promoting`` (which the client's transport calls again) instead of serving a
+        context it has not opened."""
+        if "_every" not in vars(self):  # ContextActor's state: set up by _host() alone
+            raise RequestError(
+                f"follower of {self._context_name!r} is not serving as the primary yet",
+                code=PROMOTING,
+            )
+        super()._ensure_worker()
 
     def _follower(self) -> FollowerRole:
         if not self._context_name:
