@@ -6,8 +6,12 @@ Real LMDB files: a context with conversations as events, its lexical index.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
+import pytest
+
+from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
     TEMPORAL_TERM,
@@ -176,3 +180,38 @@ def test_a_question_about_what_the_user_said_prefers_the_users_turns(c: Conversa
     # Without the rule (or asked as keywords) the user's turn has no such advantage.
     assert c.ids(q, questions=False)[0] != said
     assert c.ids("store credit")[0] != said
+
+
+def test_the_rules_rank_among_the_pool_as_among_every_match(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many sessions of turns sharing words: far more matches than the rules' pool, and a
+    # rare kind whose turns score low, so a filter must look below the pool.
+    rng = random.Random(3)
+    words = "kayak trip lake paddle rental storm harbour ticket refund".split()
+    for s in range(40):
+        for t in range(5):
+            kind = "tool_result" if (s * 5 + t) % 17 == 0 else "user_message"
+            text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
+            c.ctx.observe(kind, text + (" customer said" if t % 2 else ""), session=f"s{s}")
+    c.index.catch_up()
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for q in ("kayak trip", "What did the customer say about the refund?", "When was the storm?"):
+        for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "tool_result", "limit": 2}):
+            cases.append((q, {**kw, "explain": True}))
+
+    def answers() -> list[list[tuple[str, float, list[tuple[str, float]]]]]:
+        return [
+            [(h.id, h.score, [(s.name, s.score) for s in h.signals]) for h in hits]
+            for hits in (c.index.search(q, **kw).hits for q, kw in cases)
+        ]
+
+    among_pool = answers()
+    assert sum(len(a) for a in among_pool) > 40
+    every = ranking_module._top
+    monkeypatch.setattr(
+        ranking_module,
+        "_top",
+        lambda txn, dbs, acc, limit, filt, cand=None, floor=None: every(txn, dbs, acc, limit, filt),
+    )
+    assert answers() == among_pool
