@@ -14,6 +14,7 @@ import pytest
 from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
+    ROLES,
     TEMPORAL_TERM,
     asks_speaker,
     asks_when,
@@ -44,7 +45,7 @@ def tokens(text: str) -> list[tuple[str, int, int]]:
 def test_function_words_weigh_less_unless_they_are_all_there_is() -> None:
     q = "What did the user decide about the refund?"
     weights = term_weights(q, tokens(q))
-    assert weights == {w: FUNCTION_WEIGHT for w in ("what", "did", "the", "about")}
+    assert weights == {w: FUNCTION_WEIGHT for w in ("what", "did", "the", "user", "about")}
     assert term_weights("what is this", tokens("what is this")) == {}
     # A capitalized function word inside the question is a name (or a month), not a function word.
     q = "When did Will move in May?"
@@ -180,6 +181,27 @@ def test_a_question_about_what_the_user_said_prefers_the_users_turns(c: Conversa
     # Without the rule (or asked as keywords) the user's turn has no such advantage.
     assert c.ids(q, questions=False)[0] != said
     assert c.ids("store credit")[0] != said
+
+
+def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> None:
+    q = "What loyalty tier does the customer hold?"
+    weights = term_weights(q, tokens(q))
+    assert weights["customer"] == FUNCTION_WEIGHT and "tier" not in weights
+    for chinese in ("乘客哪一天还得赶到法国？", "这位顾客是什么会员等级"):  # a "?" or a question word
+        assert set(term_weights(chinese, tokens(chinese))) & ROLES, chinese
+    # Keywords, or a question of nothing but role and function words, keep the role's weight.
+    for keep in ("customer tier", "customer loyalty tier", "what did the customer do"):
+        assert "customer" not in term_weights(keep, tokens(keep)), keep
+    answer = c.ctx.observe("external", "You're at the Gold tier.", session="s").ref
+    c.ctx.observe(
+        "tool_result",
+        '{"customer": "cust_004", "customer_id": "cust_004", "customer_type": "customer"}',
+        session="s",
+    )
+    c.index.catch_up()
+    assert c.ids(q)[0] == answer
+    # Without the rule the tool result, full of the role word, ranks first.
+    assert c.ids(q, questions=False)[0] != answer
 
 
 def test_the_rules_rank_among_the_pool_as_among_every_match(
