@@ -494,9 +494,9 @@ def _lend(
     """The evidence of a turn's conversation: what each document is lent by its neighbours
     and what it gets from its session, as two maps (only documents given any).
 
-    *Neighbours*: each event of the *pool* (the best ``(score, docnum)`` of *acc*) lends *share* of its score to
-    the events just before and after it in the same session (equal session
-    codes in their records): the answer to a question is often split over
+    *Neighbours*: each event of the *pool* (the best ``(score, docnum)`` of *acc*)
+    lends *share* of its score to the events just before and after it in the same
+    session (equal session codes in their records): the answer to a question is often split over
     adjacent turns, or named by the other speaker. Unless *borrow*, only turns
     that matched the query themselves take a share (a keyword search finds only
     turns holding its words).

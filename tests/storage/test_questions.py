@@ -213,13 +213,13 @@ def test_the_rules_rank_among_the_pool_as_among_every_match(
     words = "kayak trip lake paddle rental storm harbour ticket refund".split()
     for s in range(40):
         for t in range(5):
-            kind = "tool_result" if (s * 5 + t) % 17 == 0 else "user_message"
+            kind = ("tool_result", "external")[t % 2] if (s * 5 + t) % 17 == 0 else "user_message"
             text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
             c.ctx.observe(kind, text + (" customer said" if t % 2 else ""), session=f"s{s}")
     c.index.catch_up()
     cases: list[tuple[str, dict[str, Any]]] = []
     for q in ("kayak trip", "What did the customer say about the refund?", "When was the storm?"):
-        for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "tool_result", "limit": 2}):
+        for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "external"}):
             cases.append((q, {**kw, "explain": True}))
 
     def answers() -> list[list[tuple[str, float, list[tuple[str, float]]]]]:
