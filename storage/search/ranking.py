@@ -561,9 +561,9 @@ def _top(
     the filter all rank there, they are the answer, found without a pass over *acc*.
     """
     if cand is not None:
-        out = _top(txn, dbs, cand, limit, filt)
-        if floor is None or (len(out) == limit and (out[-1][0], out[-1][1]) >= floor):
-            return out
+        found = _top(txn, dbs, cand, limit, filt)
+        if floor is None or (len(found) == limit and (found[-1][0], found[-1][1]) >= floor):
+            return found
     docs_db = dbs["docs"]
     if not (filt.frames and filt.events) or filt.id_prefix:
         acc = {d: s for d, s in acc.items() if filt.doc_ok(d)}
