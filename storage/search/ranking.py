@@ -57,7 +57,7 @@ from storage.search.format import (
 )
 from storage.search.morphology import QueryStem
 from storage.search.postings import _chunks_newest, _locate
-from storage.search.questions import SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
+from storage.search.questions import ORDER_WEIGHT, SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
 
 K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -207,6 +207,9 @@ class _Ranked:
     """What each document got from its session's other matches (only those given any)."""
     speaker: dict[int, float] = field(default_factory=dict)
     """What each user turn got for a question about the user's words (only those given any)."""
+    order: dict[int, float] = field(default_factory=dict)
+    """What each turn got for its place in its session, for a question about how things
+    ended or began (only those given any)."""
 
 
 def _scan(
@@ -327,6 +330,7 @@ def _rank(
     borrow: bool = False,
     session: float = 0.0,
     speaker: bool = False,
+    order: int = 0,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -405,21 +409,24 @@ def _rank(
             _probe(txn, postings_db, tk, idf, tn, acc, older)
     if when and acc:
         _when(txn, dbs, state, tn, acc, idf_of)
+    pool = max(NEIGHBOUR_POOL, 4 * limit)
+    sessions = _Sessions(txn, dbs["docs"])
+    placed: dict[int, float] = {}
+    if order and acc:
+        placed = _order(acc, pool, order, sessions)
     lent: dict[int, float] = {}
     given: dict[int, float] = {}
     if (neighbours > 0 or session > 0) and acc:
-        lent, given = _lend(
-            txn, dbs["docs"], acc, max(NEIGHBOUR_POOL, 4 * limit), neighbours, borrow, session
-        )
+        lent, given = _lend(acc, pool, neighbours, borrow, session, sessions)
+    if placed or lent or given:
         acc = dict(acc)
-        for evidence in (lent, given):
+        for evidence in (placed, lent, given):
             for doc, share in evidence.items():
                 acc[doc] = acc.get(doc, 0.0) + share
-    pool = max(NEIGHBOUR_POOL, 4 * limit)
     told: dict[int, float] = {}
     if speaker and acc:
         told = _speaker(txn, dbs["docs"], acc, pool)
-        if not (lent or given):
+        if not (placed or lent or given):
             acc = dict(acc)
         for doc, share in told.items():
             acc[doc] += share
@@ -430,6 +437,8 @@ def _rank(
         ranked.lent = {doc: lent[doc] for _, doc, _ in ranked.top if doc in lent}
     if given:
         ranked.session = {doc: given[doc] for _, doc, _ in ranked.top if doc in given}
+    if placed:
+        ranked.order = {doc: placed[doc] for _, doc, _ in ranked.top if doc in placed}
     return ranked
 
 
@@ -473,14 +482,58 @@ def _speaker(
     return out
 
 
+class _Sessions(dict[int, "int | None"]):
+    """The session code of each event asked for (None for frames and missing records), read
+    from its index record once per query."""
+
+    def __init__(self, txn: lmdb.Transaction[bytes], docs_db: Any) -> None:
+        super().__init__()
+        self.txn = txn
+        self.docs_db = docs_db
+
+    def __missing__(self, doc: int) -> int | None:
+        rec = self.txn.get(_U32.pack(doc), db=self.docs_db) if 0 < doc < FRAME_BASE else None
+        code = None if rec is None else _event_session(rec)
+        self[doc] = code
+        return code
+
+
+def _order(
+    acc: dict[int, float], pool: int, direction: int, sessions: _Sessions
+) -> dict[int, float]:
+    """What each of the *pool* best events gets for its place in its session, for a question
+    about how things ended (*direction* 1) or began (-1).
+
+    Among the pooled events of one session (at least two), the one at place ``p`` of their
+    docnum span (0 the first, 1 the last) gets ``ORDER_WEIGHT · p`` times its score (``1 −
+    p`` when the question asks how things began).
+    """
+    by_session: dict[int, list[tuple[int, float]]] = {}
+    for score, doc in _best(acc, pool):
+        code = sessions[doc] if score > 0 else None
+        if code is not None:
+            by_session.setdefault(code, []).append((doc, score))
+    out: dict[int, float] = {}
+    for turns in by_session.values():
+        first = min(doc for doc, _ in turns)
+        span = max(doc for doc, _ in turns) - first
+        if not span:
+            continue
+        for doc, score in turns:
+            place = (doc - first) / span
+            share = ORDER_WEIGHT * (place if direction > 0 else 1.0 - place) * score
+            if share > 0:
+                out[doc] = share
+    return out
+
+
 def _lend(
-    txn: lmdb.Transaction[bytes],
-    docs_db: Any,
     acc: dict[int, float],
     pool: int,
     share: float,
     borrow: bool,
-    session_share: float = 0.0,
+    session_share: float,
+    sessions: _Sessions,
 ) -> tuple[dict[int, float], dict[int, float]]:
     """The evidence of a turn's conversation: what each document is lent by its neighbours
     and what it gets from its session, as two maps (only documents given any).
@@ -502,14 +555,7 @@ def _lend(
     Scores lent are the turns' own (not what they were lent), so both are one
     pass and order-independent. Frames neither lend nor borrow.
     """
-    sessions: dict[int, int | None] = {}
-
-    def session(doc: int) -> int | None:
-        if doc not in sessions:
-            rec = txn.get(_U32.pack(doc), db=docs_db) if 0 < doc < FRAME_BASE else None
-            sessions[doc] = None if rec is None else _event_session(rec)
-        return sessions[doc]
-
+    session = sessions.__getitem__
     lent: dict[int, float] = {}
     get = lent.get
     totals: dict[int, float] = {}

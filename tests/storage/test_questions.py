@@ -198,3 +198,33 @@ def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> 
     assert c.ids(q)[0] == answer
     # Without the rule the tool result, full of the role word, ranks first.
     assert c.ids(q, questions=False)[0] != answer
+
+
+def test_a_question_about_how_things_ended_or_began_prefers_later_or_earlier_turns(
+    c: Conversation,
+) -> None:
+    for q, order in (
+        ("Which kettle did they end up buying?", 1),
+        ("最后选的是哪一班？", 1),
+        ("What was the original kettle?", -1),
+        ("实时预览一开始算出来的总额是多少？", -1),
+        ("which kettle was first and which last?", 0),
+        ("kettle final price", 0),  # keywords, not a question
+    ):
+        assert query_intent(q).order == order, q
+    c.ctx.observe("tool_result", '{"flight": "UA 100"}', session="other")
+    first = c.ctx.observe("user_message", "the steel kettle, a good kettle", session="s").ref
+    c.ctx.observe("external", "noted, anything else?", session="s")
+    last = c.ctx.observe("user_message", "make it the glass kettle then", session="s").ref
+    c.index.catch_up()
+    # The first turn holds the word twice: it wins unless the question asks how things ended.
+    assert c.ids("What kettle did they talk about?")[0] == first
+    assert c.ids("Which kettle did they end up with?")[0] == last
+    assert c.ids("Which kettle did they end up with?", questions=False)[0] == first
+    hits = c.index.search("What kettle did they want at first?", explain=True).hits
+    assert hits[0].id == first
+    signals = {s.name: s.score for s in hits[0].signals}
+    assert signals["order"] > 0 and math.isclose(hits[0].score, sum(signals.values()))
+    # The first of the session's matches gets nothing for a question about the end.
+    hits = c.index.search("Which kettle did they end up with?", explain=True).hits
+    assert "order" not in {s.name for h in hits if h.id == first for s in h.signals}
