@@ -31,11 +31,12 @@ stores every word, so a query of function words alone still finds them):
   ``user_message`` among the best matches score :data:`SPEAKER_WEIGHT` times
   their score (:func:`asks_speaker`).
 
-* **Order**: a question (:func:`is_question`) about how things ended (:data:`LATE_WORDS`: "which blender
-  ended up being purchased?", "最后选的是哪一班？") or began (:data:`EARLY_WORDS`: "what was
-  the original spending limit?") asks about the last (first) of the turns on its subject:
-  among the best matches of a session, a turn's score grows with its place, up to
-  ``1 +`` :data:`ORDER_WEIGHT` times for the latest (earliest) (:func:`asks_order`).
+* **Order**: a question (:func:`is_question`) about how things ended
+  (:data:`LATE_WORDS`: "which blender ended up being purchased?", "最后选的是哪一班？")
+  or began (:data:`EARLY_WORDS`: "what was the original spending limit?") asks about
+  the last (first) of the turns on its subject: among the best matches of a session, a
+  turn's score grows with its place, up to ``1 +`` :data:`ORDER_WEIGHT` times for the
+  latest (earliest) (:func:`asks_order`).
 
 The weights were chosen on the dev split of the judged dev set only
 (``benchmarks/search_dev``; ``docs/search.md`` has the figures).

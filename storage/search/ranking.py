@@ -407,30 +407,37 @@ def _rank(
                 older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
             older.sort()
             _probe(txn, postings_db, tk, idf, tn, acc, older)
+    probed: list[int] = []
     if when and acc:
-        _when(txn, dbs, state, tn, acc, idf_of)
+        probed = _when(txn, dbs, state, tn, acc, idf_of)
     pool = max(NEIGHBOUR_POOL, 4 * limit)
-    sessions = _Sessions(txn, dbs["docs"])
-    placed: dict[int, float] = {}
-    if order and acc:
-        placed = _order(acc, pool, order, sessions)
     lent: dict[int, float] = {}
     given: dict[int, float] = {}
-    if (neighbours > 0 or session > 0) and acc:
-        lent, given = _lend(acc, pool, neighbours, borrow, session, sessions)
-    if placed or lent or given:
-        acc = dict(acc)
+    told: dict[int, float] = {}
+    placed: dict[int, float] = {}
+    # The rules below read only the best `pool` documents (and their neighbours), and
+    # only ever add to scores: the final ranking is found among those candidates.
+    cand: dict[int, float] | None = None
+    head: list[tuple[float, int]] = []
+    floor: tuple[float, int] | None = None
+    if (neighbours > 0 or session > 0 or speaker or order) and acc:
+        # The temporal term only raised the documents it probed: the pool is among them.
+        head = _best({d: acc[d] for d in probed} if len(probed) >= pool else acc, pool)
+        cand = {d: s for s, d in head}
+        floor = head[-1] if len(acc) > len(head) else None
+    if order and cand:
+        placed = _order(txn, dbs["docs"], head, order)
+    if (neighbours > 0 or session > 0) and cand:
+        lent, given = _lend(txn, dbs["docs"], acc, head, neighbours, borrow, session)
+    if cand:
         for evidence in (placed, lent, given):
             for doc, share in evidence.items():
-                acc[doc] = acc.get(doc, 0.0) + share
-    told: dict[int, float] = {}
-    if speaker and acc:
-        told = _speaker(txn, dbs["docs"], acc, pool)
-        if not (placed or lent or given):
-            acc = dict(acc)
+                acc[doc] = cand[doc] = acc.get(doc, 0.0) + share
+    if speaker and cand:
+        told = _speaker(txn, dbs["docs"], _best(cand, pool))
         for doc, share in told.items():
-            acc[doc] += share
-    ranked.top = _top(txn, dbs, acc, limit, filt)
+            acc[doc] = cand[doc] = acc[doc] + share
+    ranked.top = _top(txn, dbs, acc, limit, filt, cand, floor)
     if told:
         ranked.speaker = {doc: told[doc] for _, doc, _ in ranked.top if doc in told}
     if lent:
@@ -449,31 +456,34 @@ def _when(
     tn: _TfNorm,
     acc: dict[int, float],
     idf_of: Any,
-) -> None:
-    """Add the temporal term's score to the best documents found (a question asking when).
+) -> list[int]:
+    """Add the temporal term's score to the best documents found (a question asking when);
+    return the documents looked up (none if no document states a time).
 
     Only documents the question's words found are looked up (at most
     :data:`PROBE_CAP`): stating a time is evidence only beside the subject.
     """
     raw = txn.get(TEMPORAL_TERM.encode(), db=dbs["terms"])
     if raw is None:
-        return
+        return []
     weight = TEMPORAL_WEIGHT * idf_of(_DF.unpack(raw)[0])
     docs = [d for _, d in _best(acc, PROBE_CAP)]
     docs.sort()
     _probe(txn, dbs["postings"], TEMPORAL_TERM.encode(), weight, tn, acc, docs)
+    return docs
 
 
 _USER = _KIND_CODE["user_message"]
 
 
 def _speaker(
-    txn: lmdb.Transaction[bytes], docs_db: Any, acc: dict[int, float], pool: int
+    txn: lmdb.Transaction[bytes], docs_db: Any, pool: list[tuple[float, int]]
 ) -> dict[int, float]:
-    """What each user turn among the *pool* best gets for a question about the user's words:
-    ``(SPEAKER_WEIGHT - 1)`` times its score (one record read per pooled event)."""
+    """What each user turn among the *pool* (the best ``(score, docnum)``) gets for a
+    question about the user's words: ``(SPEAKER_WEIGHT - 1)`` times its score (one record
+    read per pooled event)."""
     out: dict[int, float] = {}
-    for score, doc in _best(acc, pool):
+    for score, doc in pool:
         if doc >= FRAME_BASE or score <= 0:
             continue
         rec = txn.get(_U32.pack(doc), db=docs_db)
@@ -482,37 +492,23 @@ def _speaker(
     return out
 
 
-class _Sessions(dict[int, "int | None"]):
-    """The session code of each event asked for (None for frames and missing records), read
-    from its index record once per query."""
-
-    def __init__(self, txn: lmdb.Transaction[bytes], docs_db: Any) -> None:
-        super().__init__()
-        self.txn = txn
-        self.docs_db = docs_db
-
-    def __missing__(self, doc: int) -> int | None:
-        rec = self.txn.get(_U32.pack(doc), db=self.docs_db) if 0 < doc < FRAME_BASE else None
-        code = None if rec is None else _event_session(rec)
-        self[doc] = code
-        return code
-
-
 def _order(
-    acc: dict[int, float], pool: int, direction: int, sessions: _Sessions
+    txn: lmdb.Transaction[bytes], docs_db: Any, pool: list[tuple[float, int]], direction: int
 ) -> dict[int, float]:
-    """What each of the *pool* best events gets for its place in its session, for a question
-    about how things ended (*direction* 1) or began (-1).
+    """What each event of the *pool* (the best ``(score, docnum)``) gets for its place in its
+    session, for a question about how things ended (*direction* 1) or began (-1).
 
     Among the pooled events of one session (at least two), the one at place ``p`` of their
-    docnum span (0 the first, 1 the last) gets ``ORDER_WEIGHT · p`` times its score (``1 −
-    p`` when the question asks how things began).
+    docnum span (0 the first, 1 the last) gets ``ORDER_WEIGHT · p`` times its score
+    (``1 − p`` when the question asks how things began). One record read per pooled event.
     """
     by_session: dict[int, list[tuple[int, float]]] = {}
-    for score, doc in _best(acc, pool):
-        code = sessions[doc] if score > 0 else None
-        if code is not None:
-            by_session.setdefault(code, []).append((doc, score))
+    for score, doc in pool:
+        if doc >= FRAME_BASE or score <= 0:
+            continue
+        rec = txn.get(_U32.pack(doc), db=docs_db)
+        if rec is not None:
+            by_session.setdefault(_event_session(rec), []).append((doc, score))
     out: dict[int, float] = {}
     for turns in by_session.values():
         first = min(doc for doc, _ in turns)
@@ -528,19 +524,20 @@ def _order(
 
 
 def _lend(
+    txn: lmdb.Transaction[bytes],
+    docs_db: Any,
     acc: dict[int, float],
-    pool: int,
+    pool: list[tuple[float, int]],
     share: float,
     borrow: bool,
-    session_share: float,
-    sessions: _Sessions,
+    session_share: float = 0.0,
 ) -> tuple[dict[int, float], dict[int, float]]:
     """The evidence of a turn's conversation: what each document is lent by its neighbours
     and what it gets from its session, as two maps (only documents given any).
 
-    *Neighbours*: each of the *pool* best events lends *share* of its score to
-    the events just before and after it in the same session (equal session
-    codes in their records): the answer to a question is often split over
+    *Neighbours*: each event of the *pool* (the best ``(score, docnum)`` of *acc*)
+    lends *share* of its score to the events just before and after it in the same
+    session (equal session codes in their records): the answer to a question is often split over
     adjacent turns, or named by the other speaker. Unless *borrow*, only turns
     that matched the query themselves take a share (a keyword search finds only
     turns holding its words).
@@ -555,12 +552,19 @@ def _lend(
     Scores lent are the turns' own (not what they were lent), so both are one
     pass and order-independent. Frames neither lend nor borrow.
     """
-    session = sessions.__getitem__
+    sessions: dict[int, int | None] = {}
+
+    def session(doc: int) -> int | None:
+        if doc not in sessions:
+            rec = txn.get(_U32.pack(doc), db=docs_db) if 0 < doc < FRAME_BASE else None
+            sessions[doc] = None if rec is None else _event_session(rec)
+        return sessions[doc]
+
     lent: dict[int, float] = {}
     get = lent.get
     totals: dict[int, float] = {}
     pooled: dict[int, float] = {}
-    for score, doc in _best(acc, pool):
+    for score, doc in pool:
         if doc >= FRAME_BASE or score <= 0:
             continue
         own = session(doc)
@@ -588,7 +592,19 @@ def _top(
     acc: dict[int, float],
     limit: int,
     filt: _Filter,
+    cand: dict[int, float] | None = None,
+    floor: tuple[float, int] | None = None,
 ) -> list[tuple[float, int, bytes]]:
+    """The *limit* best documents of *acc* passing *filt*: ``(score, docnum, record)``.
+
+    *cand* holds every document of *acc* that ranks at or above *floor* (a
+    ``(score, docnum)``; None: *cand* is all of *acc*): when the best of *cand* passing
+    the filter all rank there, they are the answer, found without a pass over *acc*.
+    """
+    if cand is not None:
+        found = _top(txn, dbs, cand, limit, filt)
+        if floor is None or (len(found) == limit and (found[-1][0], found[-1][1]) >= floor):
+            return found
     docs_db = dbs["docs"]
     if not (filt.frames and filt.events) or filt.id_prefix:
         acc = {d: s for d, s in acc.items() if filt.doc_ok(d)}

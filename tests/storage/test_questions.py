@@ -6,8 +6,12 @@ Real LMDB files: a context with conversations as events, its lexical index.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
+import pytest
+
+from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
     ROLES,
@@ -183,7 +187,10 @@ def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> 
     q = "What loyalty tier does the customer hold?"
     weights = term_weights(q, tokens(q))
     assert weights["customer"] == FUNCTION_WEIGHT and "tier" not in weights
-    for chinese in ("乘客哪一天还得赶到法国？", "这位顾客是什么会员等级"):  # a "?" or a question word
+    for chinese in (
+        "乘客哪一天还得赶到法国？",
+        "这位顾客是什么会员等级",
+    ):  # a "?" or a question word
         assert set(term_weights(chinese, tokens(chinese))) & ROLES, chinese
     # Keywords, or a question of nothing but role and function words, keep the role's weight.
     for keep in ("customer tier", "customer loyalty tier", "what did the customer do"):
@@ -228,3 +235,43 @@ def test_a_question_about_how_things_ended_or_began_prefers_later_or_earlier_tur
     # The first of the session's matches gets nothing for a question about the end.
     hits = c.index.search("Which kettle did they end up with?", explain=True).hits
     assert "order" not in {s.name for h in hits if h.id == first for s in h.signals}
+
+
+def test_the_rules_rank_among_the_pool_as_among_every_match(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many sessions of turns sharing words: far more matches than the rules' pool, and a
+    # rare kind whose turns score low, so a filter must look below the pool.
+    rng = random.Random(3)
+    words = "kayak trip lake paddle rental storm harbour ticket refund".split()
+    for s in range(40):
+        for t in range(5):
+            kind = ("tool_result", "external")[t % 2] if (s * 5 + t) % 17 == 0 else "user_message"
+            text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
+            c.ctx.observe(kind, text + (" customer said" if t % 2 else ""), session=f"s{s}")
+    c.index.catch_up()
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for q in (
+        "kayak trip",
+        "What did the customer say about the refund?",
+        "When was the storm?",
+        "Which ticket did they end up with?",
+    ):
+        for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "external"}):
+            cases.append((q, {**kw, "explain": True}))
+
+    def answers() -> list[list[tuple[str, float, list[tuple[str, float]]]]]:
+        return [
+            [(h.id, h.score, [(s.name, s.score) for s in h.signals]) for h in hits]
+            for hits in (c.index.search(q, **kw).hits for q, kw in cases)
+        ]
+
+    among_pool = answers()
+    assert sum(len(a) for a in among_pool) > 40
+    every = ranking_module._top
+    monkeypatch.setattr(
+        ranking_module,
+        "_top",
+        lambda txn, dbs, acc, limit, filt, cand=None, floor=None: every(txn, dbs, acc, limit, filt),
+    )
+    assert answers() == among_pool
