@@ -22,6 +22,11 @@ stem term's weight, so the two add up to what the word scored without
 stemming and an inflected query word weighs no more than one that is its own
 stem.
 
+The conversation's rules (:mod:`storage.search.questions` says what they are: a turn's
+neighbours, its session, the speaker, the order of its turns) add to the scores of the
+best matches here too. Kept as one module: the BM25 pass, the pool it selects and the rules
+that add to the pool's scores are one pipeline over one accumulator (about 640 lines).
+
 Names with a leading underscore are shared between the modules of
 :mod:`storage.search` only; :mod:`storage.search` lists the public ones.
 """
@@ -507,8 +512,9 @@ def _order(
         if doc >= FRAME_BASE or score <= 0:
             continue
         rec = txn.get(_U32.pack(doc), db=docs_db)
-        if rec is not None:
-            by_session.setdefault(_event_session(rec), []).append((doc, score))
+        code = None if rec is None else _event_session(rec)
+        if code is not None:
+            by_session.setdefault(code, []).append((doc, score))
     out: dict[int, float] = {}
     for turns in by_session.values():
         first = min(doc for doc, _ in turns)
