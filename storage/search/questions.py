@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Three rules, read from the query (the index
+for idf to silence them. Four rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -12,6 +12,11 @@ stores every word, so a query of function words alone still finds them):
   :data:`FUNCTION_WEIGHT` of their idf — when the query has at least one other
   term. A function word written with a capital anywhere but at the start of
   the query (``May``, ``Will`` as names) is a name and keeps its full weight.
+* **Role words** (:data:`ROLES`: ``customer``, ``traveller``, ``agent``, ``客户`` …) of a
+  question weigh like its function words, when the question has a word of neither kind:
+  "what tier does the customer hold?" asks about a tier; the turns that answer seldom say
+  ``customer``, while every tool result with a ``customer_id`` does. A keyword query
+  (no function word, no question mark) keeps their full weight.
 * **Temporal intent**: a question asking *when* (``when``, ``what time``,
   ``what date``, ``how long ago``, ``什么时候``, ``几点`` …) also looks up
   :data:`TEMPORAL_TERM`, a term every document holding a temporal expression
@@ -117,6 +122,10 @@ USER_VERBS = frozenset(
 )
 """Verbs of saying, asking and wanting (lower case) that make a role word a question about
 the user's turns."""
+ROLES = USER_ROLES | frozenset({"agent", "assistant"})
+"""Words naming a side of the conversation. In a question ("what loyalty tier does the
+customer hold?") they name whose turn it is, not its subject, and the turns rarely say them
+(while tool results are full of ``customer_id``): they weigh like function words."""
 
 
 def asks_speaker(words: Sequence[str]) -> bool:
@@ -151,16 +160,23 @@ def asks_when(words: Sequence[str]) -> bool:
 
 
 def term_weights(text: str, tokens: Sequence[tuple[str, int, int]]) -> dict[str, float]:
-    """The weight of each function-word term of a query (terms not listed weigh 1).
+    """The weight of each function-word or role-word term of a query (terms not listed weigh 1).
 
     *tokens* are the query's ``(term, start, end)`` in *text*. Nothing is
-    down-weighted unless some term of the query is not a function word.
+    down-weighted unless some term of the query is not a function word; role
+    words (:data:`ROLES`) only in a question (a query with a question mark or a
+    function word) that has a word of neither kind.
     """
     if all(t[0] in FUNCTION_WORDS for t in tokens):
         return {}
+    question = "?" in text or "？" in text or any(t[0] in FUNCTION_WORDS for t in tokens)
+    roles = question and any(t[0] not in FUNCTION_WORDS and t[0] not in ROLES for t in tokens)
     out: dict[str, float] = {}
     names: set[str] = set()
     for i, (term, start, end) in enumerate(tokens):
+        if roles and term in ROLES:
+            out[term] = FUNCTION_WEIGHT
+            continue
         if term not in FUNCTION_WORDS:
             continue
         written = text[start:end]
