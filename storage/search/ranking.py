@@ -22,6 +22,11 @@ stem term's weight, so the two add up to what the word scored without
 stemming and an inflected query word weighs no more than one that is its own
 stem.
 
+The conversation's rules (:mod:`storage.search.questions` says what they are: a turn's
+neighbours, its session, the speaker, the order of its turns) add to the scores of the
+best matches here too. Kept as one module: the BM25 pass, the pool it selects and the rules
+that add to the pool's scores are one pipeline over one accumulator (about 640 lines).
+
 Names with a leading underscore are shared between the modules of
 :mod:`storage.search` only; :mod:`storage.search` lists the public ones.
 """
@@ -57,7 +62,7 @@ from storage.search.format import (
 )
 from storage.search.morphology import QueryStem
 from storage.search.postings import _chunks_newest, _locate
-from storage.search.questions import SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
+from storage.search.questions import ORDER_WEIGHT, SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
 
 K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -207,6 +212,9 @@ class _Ranked:
     """What each document got from its session's other matches (only those given any)."""
     speaker: dict[int, float] = field(default_factory=dict)
     """What each user turn got for a question about the user's words (only those given any)."""
+    order: dict[int, float] = field(default_factory=dict)
+    """What each turn got for its place in its session, for a question about how things
+    ended or began (only those given any)."""
 
 
 def _scan(
@@ -327,6 +335,7 @@ def _rank(
     borrow: bool = False,
     session: float = 0.0,
     speaker: bool = False,
+    order: int = 0,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -410,19 +419,23 @@ def _rank(
     lent: dict[int, float] = {}
     given: dict[int, float] = {}
     told: dict[int, float] = {}
+    placed: dict[int, float] = {}
     # The rules below read only the best `pool` documents (and their neighbours), and
     # only ever add to scores: the final ranking is found among those candidates.
     cand: dict[int, float] | None = None
     head: list[tuple[float, int]] = []
     floor: tuple[float, int] | None = None
-    if (neighbours > 0 or session > 0 or speaker) and acc:
+    if (neighbours > 0 or session > 0 or speaker or order) and acc:
         # The temporal term only raised the documents it probed: the pool is among them.
         head = _best({d: acc[d] for d in probed} if len(probed) >= pool else acc, pool)
         cand = {d: s for s, d in head}
         floor = head[-1] if len(acc) > len(head) else None
+    if order and cand:
+        placed = _order(txn, dbs["docs"], head, order)
     if (neighbours > 0 or session > 0) and cand:
         lent, given = _lend(txn, dbs["docs"], acc, head, neighbours, borrow, session)
-        for evidence in (lent, given):
+    if cand:
+        for evidence in (placed, lent, given):
             for doc, share in evidence.items():
                 acc[doc] = cand[doc] = acc.get(doc, 0.0) + share
     if speaker and cand:
@@ -436,6 +449,8 @@ def _rank(
         ranked.lent = {doc: lent[doc] for _, doc, _ in ranked.top if doc in lent}
     if given:
         ranked.session = {doc: given[doc] for _, doc, _ in ranked.top if doc in given}
+    if placed:
+        ranked.order = {doc: placed[doc] for _, doc, _ in ranked.top if doc in placed}
     return ranked
 
 
@@ -479,6 +494,38 @@ def _speaker(
         rec = txn.get(_U32.pack(doc), db=docs_db)
         if rec is not None and rec[0] == _USER:
             out[doc] = (SPEAKER_WEIGHT - 1.0) * score
+    return out
+
+
+def _order(
+    txn: lmdb.Transaction[bytes], docs_db: Any, pool: list[tuple[float, int]], direction: int
+) -> dict[int, float]:
+    """What each event of the *pool* (the best ``(score, docnum)``) gets for its place in its
+    session, for a question about how things ended (*direction* 1) or began (-1).
+
+    Among the pooled events of one session (at least two), the one at place ``p`` of their
+    docnum span (0 the first, 1 the last) gets ``ORDER_WEIGHT · p`` times its score
+    (``1 − p`` when the question asks how things began). One record read per pooled event.
+    """
+    by_session: dict[int, list[tuple[int, float]]] = {}
+    for score, doc in pool:
+        if doc >= FRAME_BASE or score <= 0:
+            continue
+        rec = txn.get(_U32.pack(doc), db=docs_db)
+        code = None if rec is None else _event_session(rec)
+        if code is not None:
+            by_session.setdefault(code, []).append((doc, score))
+    out: dict[int, float] = {}
+    for turns in by_session.values():
+        first = min(doc for doc, _ in turns)
+        span = max(doc for doc, _ in turns) - first
+        if not span:
+            continue
+        for doc, score in turns:
+            place = (doc - first) / span
+            share = ORDER_WEIGHT * (place if direction > 0 else 1.0 - place) * score
+            if share > 0:
+                out[doc] = share
     return out
 
 

@@ -187,7 +187,10 @@ def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> 
     q = "What loyalty tier does the customer hold?"
     weights = term_weights(q, tokens(q))
     assert weights["customer"] == FUNCTION_WEIGHT and "tier" not in weights
-    for chinese in ("乘客哪一天还得赶到法国？", "这位顾客是什么会员等级"):  # a "?" or a question word
+    for chinese in (
+        "乘客哪一天还得赶到法国？",
+        "这位顾客是什么会员等级",
+    ):  # a "?" or a question word
         assert set(term_weights(chinese, tokens(chinese))) & ROLES, chinese
     # Keywords, or a question of nothing but role and function words, keep the role's weight.
     for keep in ("customer tier", "customer loyalty tier", "what did the customer do"):
@@ -204,6 +207,36 @@ def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> 
     assert c.ids(q, questions=False)[0] != answer
 
 
+def test_a_question_about_how_things_ended_or_began_prefers_later_or_earlier_turns(
+    c: Conversation,
+) -> None:
+    for q, order in (
+        ("Which kettle did they end up buying?", 1),
+        ("最后选的是哪一班？", 1),
+        ("What was the original kettle?", -1),
+        ("实时预览一开始算出来的总额是多少？", -1),
+        ("which kettle was first and which last?", 0),
+        ("kettle final price", 0),  # keywords, not a question
+    ):
+        assert query_intent(q).order == order, q
+    c.ctx.observe("tool_result", '{"flight": "UA 100"}', session="other")
+    first = c.ctx.observe("user_message", "the steel kettle, a good kettle", session="s").ref
+    c.ctx.observe("external", "noted, anything else?", session="s")
+    last = c.ctx.observe("user_message", "make it the glass kettle then", session="s").ref
+    c.index.catch_up()
+    # The first turn holds the word twice: it wins unless the question asks how things ended.
+    assert c.ids("What kettle did they talk about?")[0] == first
+    assert c.ids("Which kettle did they end up with?")[0] == last
+    assert c.ids("Which kettle did they end up with?", questions=False)[0] == first
+    hits = c.index.search("What kettle did they want at first?", explain=True).hits
+    assert hits[0].id == first
+    signals = {s.name: s.score for s in hits[0].signals}
+    assert signals["order"] > 0 and math.isclose(hits[0].score, sum(signals.values()))
+    # The first of the session's matches gets nothing for a question about the end.
+    hits = c.index.search("Which kettle did they end up with?", explain=True).hits
+    assert "order" not in {s.name for h in hits if h.id == first for s in h.signals}
+
+
 def test_the_rules_rank_among_the_pool_as_among_every_match(
     c: Conversation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,7 +251,12 @@ def test_the_rules_rank_among_the_pool_as_among_every_match(
             c.ctx.observe(kind, text + (" customer said" if t % 2 else ""), session=f"s{s}")
     c.index.catch_up()
     cases: list[tuple[str, dict[str, Any]]] = []
-    for q in ("kayak trip", "What did the customer say about the refund?", "When was the storm?"):
+    for q in (
+        "kayak trip",
+        "What did the customer say about the refund?",
+        "When was the storm?",
+        "Which ticket did they end up with?",
+    ):
         for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "external"}):
             cases.append((q, {**kw, "explain": True}))
 
