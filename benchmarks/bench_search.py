@@ -221,11 +221,21 @@ class Morphz:
     name = "morphz"
 
     def __init__(
-        self, root: Path, docs: Sequence[tuple[str, str]], incremental: int, log: Any
+        self,
+        root: Path,
+        docs: Sequence[tuple[str, str]],
+        incremental: int,
+        log: Any,
+        reuse: bool = False,
     ) -> None:
         self.store = Store(root / "morphz")
         self.ctx = self.store.open("bench", sync=False)
         self.figures: dict[str, Any] = {}
+        if reuse:
+            self.index = LexicalIndex.for_backend(self.ctx.backend)
+            self.figures = json.loads((root / "morphz-figures.json").read_text())
+            log(f"  reusing the Morphz context and index in {root}")
+            return
         bulk = len(docs) - incremental
         started = time.perf_counter()
         base = time.time() - len(docs)
@@ -258,6 +268,7 @@ class Morphz:
             self.figures["incremental_docs_per_s"] = round(incremental / max(took, 1e-9))
             log(f"  incremental: {incremental} docs in {took:.2f} s")
         self.figures["index_mib"] = round(_dir_size(root / "morphz" / "bench" / "index") / 2**20, 1)
+        (root / "morphz-figures.json").write_text(json.dumps(self.figures))
 
     def search(self, words: list[str]) -> list[int]:
         result = self.index.search(" ".join(words), limit=10)
@@ -297,10 +308,15 @@ def _session(i: int) -> str:
 
 
 class Fts5:
-    def __init__(self, root: Path, tokenizer: str, docs: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self, root: Path, tokenizer: str, docs: Sequence[tuple[str, str]], reuse: bool = False
+    ) -> None:
         self.name = f"fts5-{tokenizer.split()[0]}"
         path = root / f"{self.name}.db"
         self.db = sqlite3.connect(path)
+        if reuse:
+            self.figures = json.loads((root / f"{self.name}-figures.json").read_text())
+            return
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute(f"CREATE VIRTUAL TABLE docs USING fts5(body, tokenize='{tokenizer}')")
         started = time.perf_counter()
@@ -316,6 +332,7 @@ class Fts5:
             "docs_per_s": round(len(docs) / max(took, 1e-9)),
             "db_mib": round(os.path.getsize(path) / 2**20, 1),
         }
+        (root / f"{self.name}-figures.json").write_text(json.dumps(self.figures))
 
     def search(self, words: list[str]) -> list[int]:
         query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words if w)
@@ -510,13 +527,19 @@ def run_corpus(
     dimension (0: no vector index, no hybrid)."""
     log(f"{name}: {len(docs)} documents, {len(queries)} queries")
     root.mkdir(parents=True, exist_ok=True)
+    # A corpus built by an earlier run with --keep is reused (its marker names its size).
+    marker = root / "built.json"
+    reuse = marker.exists() and json.loads(marker.read_text()) == {"documents": len(docs)}
+    marker.unlink(missing_ok=True)
     incremental = min(20_000, len(docs) // 10)
-    morphz = Morphz(root, docs, incremental, log)
+    morphz = Morphz(root, docs, incremental, log, reuse)
     engines: list[Any] = [morphz, MorphzPlain(morphz)]
     try:
         for tokenizer in ("unicode61", "porter unicode61", "trigram"):
-            engines.append(Fts5(root, tokenizer, docs))
-            log(f"  {engines[-1].name}: {engines[-1].figures}")
+            engines.append(Fts5(root, tokenizer, docs, reuse))
+        marker.write_text(json.dumps({"documents": len(docs)}))
+        for e in engines[2:]:
+            log(f"  {e.name}: {e.figures}")
         if vectors:
             vec = MorphzVectors(morphz, vectors, log)
             vec.prepare(queries)
@@ -621,6 +644,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     parser.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="build the corpora's engines in DIR and keep them; a later run with the same DIR "
+        "and corpus size reuses them instead of building again",
+    )
+    parser.add_argument(
         "--trajectories",
         default=None,
         help=f"STATE-Bench trajectory directory (default: ${TRAJECTORIES_ENV})",
@@ -705,8 +735,12 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         probe.close()
 
-    parent = args.dir or testbed.scratch_parent()
-    root = Path(tempfile.mkdtemp(prefix="morphz-bench-search-", dir=parent))
+    if args.keep:
+        root = Path(args.keep)
+        root.mkdir(parents=True, exist_ok=True)
+    else:
+        parent = args.dir or testbed.scratch_parent()
+        root = Path(tempfile.mkdtemp(prefix="morphz-bench-search-", dir=parent))
     report: dict[str, Any] = {
         "machine": testbed.machine(str(root)),
         "sqlite": sqlite3.sqlite_version,
@@ -764,7 +798,8 @@ def main(argv: list[str] | None = None) -> None:
             "synthetic", root / "syn", docs, queries, rounds, log, vectors=args.vectors
         )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     if args.json:
         print(json.dumps(report))
         return

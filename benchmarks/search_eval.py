@@ -294,6 +294,12 @@ class CachedEmbedder:
     def dimension(self) -> int:
         return int(self.inner.dimension)
 
+    @property
+    def max_tokens(self) -> int:
+        from storage.embeddings import token_budget
+
+        return token_budget(self.inner)
+
     def embed(self, texts: Sequence[str], *, kind: str = "document") -> list[list[float]]:
         keys = [hashlib.blake2b(f"{kind}\0{t}".encode(), digest_size=16).hexdigest() for t in texts]
         missing = sorted(
@@ -437,13 +443,16 @@ class DenseScan:
     def __init__(self, embedder: CachedEmbedder, docs: dict[str, list[Doc]]) -> None:
         import numpy as np
 
-        from storage.vectors.documents import chunks, pooled
+        from storage.vectors.chunking import chunks
+        from storage.vectors.documents import pooled
 
         self.embedder = embedder
         self.ids = {s: [d.id for d in ds] for s, ds in docs.items()}
-        # As the vector index embeds: chunks of a long text pooled into one vector.
+        # As the vector index embeds: pieces of a long text (the model's token budget)
+        # pooled into one vector.
+        budget = embedder.max_tokens
         self.matrix = {
-            s: np.stack([pooled(list(embedder.matrix(chunks(d.text)))) for d in ds])
+            s: np.stack([pooled(list(embedder.matrix(chunks(d.text, budget)))) for d in ds])
             for s, ds in docs.items()
         }
 

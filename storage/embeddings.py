@@ -13,7 +13,19 @@ from typing import Literal, Protocol, runtime_checkable
 
 from protocol.errors import StoreError
 
-__all__ = ["ERROR_CODES", "KINDS", "Embedder", "EmbeddingError"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "ERROR_CODES",
+    "KINDS",
+    "Embedder",
+    "EmbeddingError",
+    "token_budget",
+]
+
+DEFAULT_MAX_TOKENS = 256
+"""The tokens one text may hold for an embedder that does not say (all-MiniLM-L6-v2's)."""
+MAX_TOKENS_LIMIT = 1_000_000
+"""The largest token budget taken from an embedder (a larger one is taken as this)."""
 
 KINDS = ("document", "query")
 """What a text is to the model: a stored document or a search query."""
@@ -79,3 +91,18 @@ class Embedder(Protocol):
     def close(self) -> None:
         """Release connections or the model; idempotent."""
         ...
+
+
+def token_budget(embedder: object) -> int:
+    """The tokens one text sent to *embedder* may hold: its ``max_tokens`` attribute (the
+    model's input window, e.g. 256 for all-MiniLM-L6-v2, 512 for e5) when it has a
+    positive integer one, else :data:`DEFAULT_MAX_TOKENS`.
+
+    ``max_tokens`` is optional on an :class:`Embedder` (the adapters' embedders have it);
+    a longer text is silently cut by most models, so the vector index embeds a long
+    document in pieces of this budget (:mod:`storage.vectors.chunking`).
+    """
+    value = getattr(embedder, "max_tokens", None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return DEFAULT_MAX_TOKENS
+    return min(value, MAX_TOKENS_LIMIT)

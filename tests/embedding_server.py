@@ -26,7 +26,10 @@ Faults a test can switch on, each thread-safe:
 - :meth:`~EmbeddingServer.shuffle` — return ``data`` in reverse order (``index`` fields
   still right), as servers are allowed to;
 - :meth:`~EmbeddingServer.omit_index` — leave ``index`` out of every item;
-- ``max_batch`` — refuse a request with more inputs (413, as text-embeddings-inference does).
+- ``max_batch`` — refuse a request with more inputs (413, as text-embeddings-inference does);
+- ``max_tokens`` — the model's window: every input is cut to its first *n* tokens (words
+  and CJK characters, :func:`model_tokens`) before it is embedded, as a real model
+  silently truncates (text-embeddings-inference's ``truncate``, sentence-transformers).
 
 Every request is kept in :attr:`~EmbeddingServer.calls` (path, headers, JSON body, the
 status answered). Use as a context manager, or through the ``embedding_server`` fixture.
@@ -86,6 +89,29 @@ def features(text: str) -> list[str]:
     return found
 
 
+def model_tokens(text: str) -> list[str]:
+    """The server model's tokens of *text*: its words and each CJK character."""
+    out: list[str] = []
+    for token in _TOKEN.findall(text):
+        out.extend(token if _CJK_RUN.fullmatch(token) else [token])
+    return out
+
+
+def truncated(text: str, max_tokens: int | None) -> str:
+    """*text* as a model with a window of *max_tokens* tokens reads it (None: whole)."""
+    if max_tokens is None:
+        return text
+    cut = 0
+    for i, m in enumerate(_TOKEN_OR_CHAR.finditer(text)):
+        if i == max_tokens:
+            break
+        cut = m.end()
+    return text[:cut]
+
+
+_TOKEN_OR_CHAR = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+
+
 def _bucket(feature: str, dimension: int) -> tuple[int, float]:
     digest = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest())
     return digest % dimension, 1.0 if digest >> 63 else -1.0
@@ -140,9 +166,16 @@ def _error(message: str, kind: str = "invalid_request_error", code: str | None =
 class EmbeddingServer:
     """The server. ``url`` is the API root (ends in ``/v1``); ``/embeddings`` is under it."""
 
-    def __init__(self, dimension: int = DEFAULT_DIMENSION, *, max_batch: int | None = None) -> None:
+    def __init__(
+        self,
+        dimension: int = DEFAULT_DIMENSION,
+        *,
+        max_batch: int | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
         self.calls: list[Call] = []
         self.max_batch = max_batch
+        self.max_tokens = max_tokens
         self._dimension = self._initial_dimension = dimension
         self._faults: deque[_Fault] = deque()
         self._key: str | None = None
@@ -316,7 +349,11 @@ class EmbeddingServer:
         texts = [body["input"]] if isinstance(body["input"], str) else list(body["input"])
         dimension = body.get("dimensions") or self._dimension
         data = [
-            {"object": "embedding", "index": i, "embedding": embed_text(t, dimension)}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": embed_text(truncated(t, self.max_tokens), dimension),
+            }
             for i, t in enumerate(texts)
         ]
         if self._shuffle:

@@ -41,6 +41,7 @@ ENV_TIMEOUT = "MORPHZ_EMBED_TIMEOUT"
 ENV_MAX_RETRIES = "MORPHZ_EMBED_MAX_RETRIES"
 ENV_NORMALIZE = "MORPHZ_EMBED_NORMALIZE"
 ENV_INPUT_TYPE = "MORPHZ_EMBED_INPUT_TYPE"
+ENV_MAX_TOKENS = "MORPHZ_EMBED_MAX_TOKENS"
 ENV_VARS = (
     ENV_PROVIDER,
     ENV_URL,
@@ -53,6 +54,7 @@ ENV_VARS = (
     ENV_MAX_RETRIES,
     ENV_NORMALIZE,
     ENV_INPUT_TYPE,
+    ENV_MAX_TOKENS,
 )
 
 MAX_DIMENSION = 65_536
@@ -60,6 +62,40 @@ MAX_BATCH_SIZE = 4096
 MAX_TIMEOUT = 3600.0
 MAX_RETRIES = 20
 MAX_MODEL_CHARS = 1024
+MIN_MAX_TOKENS = 16
+MAX_MAX_TOKENS = 1_000_000
+UNKNOWN_MODEL_TOKENS = 512
+"""The token window assumed for a model this module does not know (most BERT-sized
+embedding models read 512)."""
+MODEL_TOKENS = {
+    "all-minilm-l6-v2": 256,
+    "all-minilm-l12-v2": 256,
+    "paraphrase-multilingual-minilm-l12-v2": 128,
+    "multilingual-e5-small": 512,
+    "multilingual-e5-base": 512,
+    "multilingual-e5-large": 512,
+    "multilingual-e5-large-instruct": 512,
+    "e5-small-v2": 512,
+    "e5-base-v2": 512,
+    "e5-large-v2": 512,
+    "bge-small-en-v1.5": 512,
+    "bge-base-en-v1.5": 512,
+    "bge-large-en-v1.5": 512,
+    "bge-m3": 8192,
+    "nomic-embed-text": 2048,
+    "text-embedding-3-small": 8191,
+    "text-embedding-3-large": 8191,
+    "text-embedding-ada-002": 8191,
+}
+"""The input window in tokens of well-known embedding models, by the last part of the
+model's name (lower case; for a local model directory, its name)."""
+
+
+def known_max_tokens(model: str) -> int | None:
+    """The token window :data:`MODEL_TOKENS` gives the model named *model*, or None."""
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    return MODEL_TOKENS.get(name.split(":", 1)[0])
+
 
 # Upper case only: a mixed- or lower-case value is far more likely a key pasted by mistake
 # (which a later "variable X is not set" message would then print) than a variable name.
@@ -161,7 +197,11 @@ class EmbedderConfig:
     - ``normalize``: scale every vector to length 1;
     - ``input_type``: send each request's side (``"input_type": "query"`` or
       ``"document"``), which servers of asymmetric models (e5, bge, nomic; Voyage- and
-      NIM-style APIs) read to prefix the text; ``openai`` only.
+      NIM-style APIs) read to prefix the text; ``openai`` only;
+    - ``max_tokens``: the model's input window in tokens (16..1,000,000): long documents
+      are embedded in pieces that fit it. ``None``: the window of a model named in
+      :data:`MODEL_TOKENS`, a local model's own ``max_seq_length``, else
+      :data:`UNKNOWN_MODEL_TOKENS`.
 
     A plain dataclass rather than a pydantic model so that the constructor itself
     validates and raises the project's typed error; :meth:`to_dict` / :meth:`from_dict`
@@ -178,6 +218,7 @@ class EmbedderConfig:
     max_retries: int = 4
     normalize: bool = True
     input_type: bool = False
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.provider not in PROVIDERS:
@@ -203,6 +244,8 @@ class EmbedderConfig:
         if self.dimensions is not None:
             _check_int("dimensions", self.dimensions, 1, MAX_DIMENSION)
         _check_int("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
+        if self.max_tokens is not None:
+            _check_int("max_tokens", self.max_tokens, MIN_MAX_TOKENS, MAX_MAX_TOKENS)
         _check_int("max_retries", self.max_retries, 0, MAX_RETRIES)
         timeout = self.timeout
         if (
@@ -253,7 +296,7 @@ class EmbedderConfig:
         ``MORPHZ_EMBED_KEY_ENV`` (the name of the variable holding the key) or
         ``MORPHZ_EMBED_KEY`` (the key itself, then read from that variable), and the
         tuning variables ``MORPHZ_EMBED_DIMENSIONS``, ``_BATCH_SIZE``, ``_TIMEOUT``,
-        ``_MAX_RETRIES``, ``_NORMALIZE``, ``_INPUT_TYPE``. Invalid values raise
+        ``_MAX_RETRIES``, ``_NORMALIZE``, ``_INPUT_TYPE``, ``_MAX_TOKENS``. Invalid values raise
         :class:`RequestError` (code ``embed_config``) naming the variable, never its
         value when it is a key.
         """
@@ -281,6 +324,7 @@ class EmbedderConfig:
             (ENV_BATCH_SIZE, "batch_size", int),
             (ENV_TIMEOUT, "timeout", float),
             (ENV_MAX_RETRIES, "max_retries", int),
+            (ENV_MAX_TOKENS, "max_tokens", int),
         ):
             if name in values:
                 try:

@@ -21,7 +21,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from adapters.embeddings.base import EmbedderConfig, check_texts, check_vector, normalized
+from adapters.embeddings.base import (
+    UNKNOWN_MODEL_TOKENS,
+    EmbedderConfig,
+    check_texts,
+    check_vector,
+    known_max_tokens,
+    normalized,
+)
 from storage.embeddings import EmbeddingError
 
 PACKAGED_NAMES = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
@@ -98,6 +105,13 @@ class LocalEmbedder:
                 code="embed_dimension",
             )
         self._dimension = config.dimensions or native
+        window = getattr(self._model, "max_seq_length", None)
+        self._max_tokens = (
+            config.max_tokens
+            or (window if isinstance(window, int) and window > 0 else None)
+            or known_max_tokens(self._name)
+            or UNKNOWN_MODEL_TOKENS
+        )
         self._lock = threading.Lock()
         self._closed = False
 
@@ -109,6 +123,12 @@ class LocalEmbedder:
         """``st:<name>`` (the directory's name for a path), ``@<dimensions>`` if truncated."""
         suffix = f"@{self.config.dimensions}" if self.config.dimensions else ""
         return f"st:{self._name}{suffix}"
+
+    @property
+    def max_tokens(self) -> int:
+        """The model's input window in tokens: the config's ``max_tokens``, else the
+        model's own ``max_seq_length`` (256 for all-MiniLM-L6-v2)."""
+        return self._max_tokens
 
     @property
     def dimension(self) -> int:

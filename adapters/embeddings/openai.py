@@ -36,7 +36,14 @@ from typing import Any, Literal, NoReturn
 
 import httpx
 
-from adapters.embeddings.base import EmbedderConfig, check_texts, check_vector, normalized
+from adapters.embeddings.base import (
+    UNKNOWN_MODEL_TOKENS,
+    EmbedderConfig,
+    check_texts,
+    check_vector,
+    known_max_tokens,
+    normalized,
+)
 from storage.embeddings import EmbeddingError
 
 log = logging.getLogger("morphz.embeddings")
@@ -166,6 +173,13 @@ class OpenAIEmbedder:
         suffix = f"@{self.config.dimensions}" if self.config.dimensions else ""
         typed = "+input_type" if self.config.input_type else ""
         return f"openai:{self.config.model}{suffix}{typed}"
+
+    @property
+    def max_tokens(self) -> int:
+        """The model's input window in tokens: the config's ``max_tokens``, else the
+        window :data:`~adapters.embeddings.base.MODEL_TOKENS` knows for the model, else
+        :data:`~adapters.embeddings.base.UNKNOWN_MODEL_TOKENS`."""
+        return self.config.max_tokens or known_max_tokens(self.config.model) or UNKNOWN_MODEL_TOKENS
 
     @property
     def dimension(self) -> int:

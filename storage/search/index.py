@@ -290,9 +290,10 @@ class LexicalIndex(DerivedIndex[Environment]):
         the context store, which also supplies snippets.
 
         *questions* applies the question rules (:mod:`storage.search.questions`:
-        function words down-weighted, a question asking when favours documents
+        function and role words down-weighted, a question asking when favours documents
         that state a time, a question about what the user said favours the user's
-        turns); *neighbours* lets a turn's neighbours in its session
+        turns, one about how things ended or began the later or earlier turns of a
+        session); *neighbours* lets a turn's neighbours in its session
         lend it evidence (:data:`~storage.search.ranking.NEIGHBOUR_WEIGHT`): for a
         question (a query with function words and content words) a turn next to
         a strong match is a hit even without a word of the query (the other
@@ -303,7 +304,8 @@ class LexicalIndex(DerivedIndex[Environment]):
         the other best matches of its session (with *neighbours*). *explain* gives each hit
         that its conversation lent evidence its ``signals`` (``lexical``: its
         own BM25, ``neighbours``: the share lent, ``session``: its session's,
-        ``speaker``: a user turn's share for a question about the user's words);
+        ``speaker``: a user turn's share for a question about the user's words,
+        ``order``: a turn's share for its place in its session);
         without it, hits carry no signals (the lexical reply's shape).
         """
         if not isinstance(query, str):
@@ -342,6 +344,7 @@ class LexicalIndex(DerivedIndex[Environment]):
                 borrow=bool(weights),
                 session=SESSION_WEIGHT if neighbours else 0.0,
                 speaker=intent.speaker,
+                order=intent.order,
             )
             return state, ranked, morph, qterms
 
@@ -375,11 +378,17 @@ class LexicalIndex(DerivedIndex[Environment]):
             share = ranked.lent.get(doc, 0.0)
             given = ranked.session.get(doc, 0.0)
             told = ranked.speaker.get(doc, 0.0)
-            if (share or given or told) and explain:
+            placed = ranked.order.get(doc, 0.0)
+            if (share or given or told or placed) and explain:
                 # Evidence from the conversation: said apart from the turn's own match.
-                own = score - share - given - told
+                own = score - share - given - told - placed
                 signals = (Signal("lexical", i + 1, own),) if own > 1e-9 else ()
-                for name, part in (("neighbours", share), ("session", given), ("speaker", told)):
+                for name, part in (
+                    ("neighbours", share),
+                    ("session", given),
+                    ("speaker", told),
+                    ("order", placed),
+                ):
                     if part:
                         signals += (Signal(name, i + 1, part),)
             hits.append(

@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Three rules, read from the query (the index
+for idf to silence them. Five rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -12,6 +12,11 @@ stores every word, so a query of function words alone still finds them):
   :data:`FUNCTION_WEIGHT` of their idf — when the query has at least one other
   term. A function word written with a capital anywhere but at the start of
   the query (``May``, ``Will`` as names) is a name and keeps its full weight.
+* **Role words** (:data:`ROLES`: ``customer``, ``traveller``, ``agent``, ``客户`` …) of a
+  question weigh like its function words, when the question has a word of neither kind:
+  "what tier does the customer hold?" asks about a tier; the turns that answer seldom say
+  ``customer``, while every tool result with a ``customer_id`` does. A keyword query
+  (no function word, no question mark) keeps their full weight.
 * **Temporal intent**: a question asking *when* (``when``, ``what time``,
   ``what date``, ``how long ago``, ``什么时候``, ``几点`` …) also looks up
   :data:`TEMPORAL_TERM`, a term every document holding a temporal expression
@@ -25,6 +30,13 @@ stores every word, so a query of function words alone still finds them):
   the basket costing?") asks about the user's turns: events of kind
   ``user_message`` among the best matches score :data:`SPEAKER_WEIGHT` times
   their score (:func:`asks_speaker`).
+
+* **Order**: a question (:func:`is_question`) about how things ended
+  (:data:`LATE_WORDS`: "which blender ended up being purchased?", "最后选的是哪一班？")
+  or began (:data:`EARLY_WORDS`: "what was the original spending limit?") asks about
+  the last (first) of the turns on its subject: among the best matches of a session, a
+  turn's score grows with its place, up to ``1 +`` :data:`ORDER_WEIGHT` times for the
+  latest (earliest) (:func:`asks_order`).
 
 The weights were chosen on the dev split of the judged dev set only
 (``benchmarks/search_dev``; ``docs/search.md`` has the figures).
@@ -41,6 +53,9 @@ TEMPORAL_WEIGHT = 0.5
 """Weight of :data:`TEMPORAL_TERM` for a question asking when (times the term's idf)."""
 SPEAKER_WEIGHT = 2.0
 """Factor of a user turn's score for a question about what the user side said."""
+ORDER_WEIGHT = 0.5
+"""For a question about how things ended (or began): the latest (earliest) of the best turns
+of a session scores up to ``1 + ORDER_WEIGHT`` times its score."""
 TEMPORAL_TERM = "\x03when"
 """The term a document holding a temporal expression carries (never a word: ``\\x03``)."""
 
@@ -98,6 +113,21 @@ _CLOCK = re.compile(r"\d:[0-5]\d")
 """A clock time in a text (``4:10``, ``18:00``), which the analyzer splits at the colon."""
 
 
+LATE_WORDS = frozenset(
+    """
+    end ended final finally eventually ultimately last 最后 最终
+    """.split()
+)
+"""Words of a question about how things ended ("which blender ended up being purchased?")."""
+EARLY_WORDS = frozenset(
+    """
+    first originally original initially initial 最初 起初 当初 原来 原本 原先 一开
+    """.split()
+)
+"""Words of a question about how things began ("what was the original spending limit?";
+``一开`` is the bigram of 一开始, "at first")."""
+
+
 USER_ROLES = frozenset(
     """
     user customer buyer shopper traveller traveler passenger flyer client student caller
@@ -117,6 +147,10 @@ USER_VERBS = frozenset(
 )
 """Verbs of saying, asking and wanting (lower case) that make a role word a question about
 the user's turns."""
+ROLES = USER_ROLES | frozenset({"agent", "assistant"})
+"""Words naming a side of the conversation. In a question ("what loyalty tier does the
+customer hold?") they name whose turn it is, not its subject, and the turns rarely say them
+(while tool results are full of ``customer_id``): they weigh like function words."""
 
 
 def asks_speaker(words: Sequence[str]) -> bool:
@@ -143,6 +177,19 @@ def temporal_terms(words: Sequence[str], text: str = "") -> list[str]:
     return [TEMPORAL_TERM] if _CLOCK.search(text) else []
 
 
+def is_question(text: str, words: Sequence[str]) -> bool:
+    """True if a query (its *text* and terms) is a question: it has a question mark or a
+    function word."""
+    return "?" in text or "？" in text or not FUNCTION_WORDS.isdisjoint(words)
+
+
+def asks_order(words: Sequence[str]) -> int:
+    """1 if the query's terms ask how things ended, -1 how they began, else 0 (or both)."""
+    late = not LATE_WORDS.isdisjoint(words)
+    early = not EARLY_WORDS.isdisjoint(words)
+    return int(late) - int(early)
+
+
 def asks_when(words: Sequence[str]) -> bool:
     """True if the query's terms (in order) ask when something happened."""
     if not _WHEN_WORDS.isdisjoint(words):
@@ -151,16 +198,23 @@ def asks_when(words: Sequence[str]) -> bool:
 
 
 def term_weights(text: str, tokens: Sequence[tuple[str, int, int]]) -> dict[str, float]:
-    """The weight of each function-word term of a query (terms not listed weigh 1).
+    """The weight of each function-word or role-word term of a query (terms not listed weigh 1).
 
     *tokens* are the query's ``(term, start, end)`` in *text*. Nothing is
-    down-weighted unless some term of the query is not a function word.
+    down-weighted unless some term of the query is not a function word; role
+    words (:data:`ROLES`) only in a question (a query with a question mark or a
+    function word) that has a word of neither kind.
     """
     if all(t[0] in FUNCTION_WORDS for t in tokens):
         return {}
+    question = is_question(text, [t[0] for t in tokens])
+    roles = question and any(t[0] not in FUNCTION_WORDS and t[0] not in ROLES for t in tokens)
     out: dict[str, float] = {}
     names: set[str] = set()
     for i, (term, start, end) in enumerate(tokens):
+        if roles and term in ROLES:
+            out[term] = FUNCTION_WEIGHT
+            continue
         if term not in FUNCTION_WORDS:
             continue
         written = text[start:end]

@@ -22,6 +22,11 @@ stem term's weight, so the two add up to what the word scored without
 stemming and an inflected query word weighs no more than one that is its own
 stem.
 
+The conversation's rules (:mod:`storage.search.questions` says what they are: a turn's
+neighbours, its session, the speaker, the order of its turns) add to the scores of the
+best matches here too. Kept as one module: the BM25 pass, the pool it selects and the rules
+that add to the pool's scores are one pipeline over one accumulator (about 640 lines).
+
 Names with a leading underscore are shared between the modules of
 :mod:`storage.search` only; :mod:`storage.search` lists the public ones.
 """
@@ -57,7 +62,7 @@ from storage.search.format import (
 )
 from storage.search.morphology import QueryStem
 from storage.search.postings import _chunks_newest, _locate
-from storage.search.questions import SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
+from storage.search.questions import ORDER_WEIGHT, SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
 
 K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -207,6 +212,9 @@ class _Ranked:
     """What each document got from its session's other matches (only those given any)."""
     speaker: dict[int, float] = field(default_factory=dict)
     """What each user turn got for a question about the user's words (only those given any)."""
+    order: dict[int, float] = field(default_factory=dict)
+    """What each turn got for its place in its session, for a question about how things
+    ended or began (only those given any)."""
 
 
 def _scan(
@@ -327,6 +335,7 @@ def _rank(
     borrow: bool = False,
     session: float = 0.0,
     speaker: bool = False,
+    order: int = 0,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -403,33 +412,45 @@ def _rank(
                 older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
             older.sort()
             _probe(txn, postings_db, tk, idf, tn, acc, older)
+    probed: list[int] = []
     if when and acc:
-        _when(txn, dbs, state, tn, acc, idf_of)
+        probed = _when(txn, dbs, state, tn, acc, idf_of)
+    pool = max(NEIGHBOUR_POOL, 4 * limit)
     lent: dict[int, float] = {}
     given: dict[int, float] = {}
-    if (neighbours > 0 or session > 0) and acc:
-        lent, given = _lend(
-            txn, dbs["docs"], acc, max(NEIGHBOUR_POOL, 4 * limit), neighbours, borrow, session
-        )
-        acc = dict(acc)
-        for evidence in (lent, given):
-            for doc, share in evidence.items():
-                acc[doc] = acc.get(doc, 0.0) + share
-    pool = max(NEIGHBOUR_POOL, 4 * limit)
     told: dict[int, float] = {}
-    if speaker and acc:
-        told = _speaker(txn, dbs["docs"], acc, pool)
-        if not (lent or given):
-            acc = dict(acc)
+    placed: dict[int, float] = {}
+    # The rules below read only the best `pool` documents (and their neighbours), and
+    # only ever add to scores: the final ranking is found among those candidates.
+    cand: dict[int, float] | None = None
+    head: list[tuple[float, int]] = []
+    floor: tuple[float, int] | None = None
+    if (neighbours > 0 or session > 0 or speaker or order) and acc:
+        # The temporal term only raised the documents it probed: the pool is among them.
+        head = _best({d: acc[d] for d in probed} if len(probed) >= pool else acc, pool)
+        cand = {d: s for s, d in head}
+        floor = head[-1] if len(acc) > len(head) else None
+    if order and cand:
+        placed = _order(txn, dbs["docs"], head, order)
+    if (neighbours > 0 or session > 0) and cand:
+        lent, given = _lend(txn, dbs["docs"], acc, head, neighbours, borrow, session)
+    if cand:
+        for evidence in (placed, lent, given):
+            for doc, share in evidence.items():
+                acc[doc] = cand[doc] = acc.get(doc, 0.0) + share
+    if speaker and cand:
+        told = _speaker(txn, dbs["docs"], _best(cand, pool))
         for doc, share in told.items():
-            acc[doc] += share
-    ranked.top = _top(txn, dbs, acc, limit, filt)
+            acc[doc] = cand[doc] = acc[doc] + share
+    ranked.top = _top(txn, dbs, acc, limit, filt, cand, floor)
     if told:
         ranked.speaker = {doc: told[doc] for _, doc, _ in ranked.top if doc in told}
     if lent:
         ranked.lent = {doc: lent[doc] for _, doc, _ in ranked.top if doc in lent}
     if given:
         ranked.session = {doc: given[doc] for _, doc, _ in ranked.top if doc in given}
+    if placed:
+        ranked.order = {doc: placed[doc] for _, doc, _ in ranked.top if doc in placed}
     return ranked
 
 
@@ -440,31 +461,34 @@ def _when(
     tn: _TfNorm,
     acc: dict[int, float],
     idf_of: Any,
-) -> None:
-    """Add the temporal term's score to the best documents found (a question asking when).
+) -> list[int]:
+    """Add the temporal term's score to the best documents found (a question asking when);
+    return the documents looked up (none if no document states a time).
 
     Only documents the question's words found are looked up (at most
     :data:`PROBE_CAP`): stating a time is evidence only beside the subject.
     """
     raw = txn.get(TEMPORAL_TERM.encode(), db=dbs["terms"])
     if raw is None:
-        return
+        return []
     weight = TEMPORAL_WEIGHT * idf_of(_DF.unpack(raw)[0])
     docs = [d for _, d in _best(acc, PROBE_CAP)]
     docs.sort()
     _probe(txn, dbs["postings"], TEMPORAL_TERM.encode(), weight, tn, acc, docs)
+    return docs
 
 
 _USER = _KIND_CODE["user_message"]
 
 
 def _speaker(
-    txn: lmdb.Transaction[bytes], docs_db: Any, acc: dict[int, float], pool: int
+    txn: lmdb.Transaction[bytes], docs_db: Any, pool: list[tuple[float, int]]
 ) -> dict[int, float]:
-    """What each user turn among the *pool* best gets for a question about the user's words:
-    ``(SPEAKER_WEIGHT - 1)`` times its score (one record read per pooled event)."""
+    """What each user turn among the *pool* (the best ``(score, docnum)``) gets for a
+    question about the user's words: ``(SPEAKER_WEIGHT - 1)`` times its score (one record
+    read per pooled event)."""
     out: dict[int, float] = {}
-    for score, doc in _best(acc, pool):
+    for score, doc in pool:
         if doc >= FRAME_BASE or score <= 0:
             continue
         rec = txn.get(_U32.pack(doc), db=docs_db)
@@ -473,11 +497,43 @@ def _speaker(
     return out
 
 
+def _order(
+    txn: lmdb.Transaction[bytes], docs_db: Any, pool: list[tuple[float, int]], direction: int
+) -> dict[int, float]:
+    """What each event of the *pool* (the best ``(score, docnum)``) gets for its place in its
+    session, for a question about how things ended (*direction* 1) or began (-1).
+
+    Among the pooled events of one session (at least two), the one at place ``p`` of their
+    docnum span (0 the first, 1 the last) gets ``ORDER_WEIGHT · p`` times its score
+    (``1 − p`` when the question asks how things began). One record read per pooled event.
+    """
+    by_session: dict[int, list[tuple[int, float]]] = {}
+    for score, doc in pool:
+        if doc >= FRAME_BASE or score <= 0:
+            continue
+        rec = txn.get(_U32.pack(doc), db=docs_db)
+        code = None if rec is None else _event_session(rec)
+        if code is not None:
+            by_session.setdefault(code, []).append((doc, score))
+    out: dict[int, float] = {}
+    for turns in by_session.values():
+        first = min(doc for doc, _ in turns)
+        span = max(doc for doc, _ in turns) - first
+        if not span:
+            continue
+        for doc, score in turns:
+            place = (doc - first) / span
+            share = ORDER_WEIGHT * (place if direction > 0 else 1.0 - place) * score
+            if share > 0:
+                out[doc] = share
+    return out
+
+
 def _lend(
     txn: lmdb.Transaction[bytes],
     docs_db: Any,
     acc: dict[int, float],
-    pool: int,
+    pool: list[tuple[float, int]],
     share: float,
     borrow: bool,
     session_share: float = 0.0,
@@ -485,9 +541,9 @@ def _lend(
     """The evidence of a turn's conversation: what each document is lent by its neighbours
     and what it gets from its session, as two maps (only documents given any).
 
-    *Neighbours*: each of the *pool* best events lends *share* of its score to
-    the events just before and after it in the same session (equal session
-    codes in their records): the answer to a question is often split over
+    *Neighbours*: each event of the *pool* (the best ``(score, docnum)`` of *acc*)
+    lends *share* of its score to the events just before and after it in the same
+    session (equal session codes in their records): the answer to a question is often split over
     adjacent turns, or named by the other speaker. Unless *borrow*, only turns
     that matched the query themselves take a share (a keyword search finds only
     turns holding its words).
@@ -514,7 +570,7 @@ def _lend(
     get = lent.get
     totals: dict[int, float] = {}
     pooled: dict[int, float] = {}
-    for score, doc in _best(acc, pool):
+    for score, doc in pool:
         if doc >= FRAME_BASE or score <= 0:
             continue
         own = session(doc)
@@ -542,7 +598,19 @@ def _top(
     acc: dict[int, float],
     limit: int,
     filt: _Filter,
+    cand: dict[int, float] | None = None,
+    floor: tuple[float, int] | None = None,
 ) -> list[tuple[float, int, bytes]]:
+    """The *limit* best documents of *acc* passing *filt*: ``(score, docnum, record)``.
+
+    *cand* holds every document of *acc* that ranks at or above *floor* (a
+    ``(score, docnum)``; None: *cand* is all of *acc*): when the best of *cand* passing
+    the filter all rank there, they are the answer, found without a pass over *acc*.
+    """
+    if cand is not None:
+        found = _top(txn, dbs, cand, limit, filt)
+        if floor is None or (len(found) == limit and (found[-1][0], found[-1][1]) >= floor):
+            return found
     docs_db = dbs["docs"]
     if not (filt.frames and filt.events) or filt.id_prefix:
         acc = {d: s for d, s in acc.items() if filt.doc_ok(d)}

@@ -48,7 +48,14 @@ from typing import NamedTuple
 from icu4py.breakers import WordBreaker
 
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
-from storage.search.questions import asks_speaker, asks_when, temporal_terms, term_weights
+from storage.search.questions import (
+    asks_order,
+    asks_speaker,
+    asks_when,
+    is_question,
+    temporal_terms,
+    term_weights,
+)
 
 MAX_TERM_CHARS = 64
 """Longest term kept; longer words are cut to this many characters."""
@@ -424,14 +431,18 @@ class QueryIntent(NamedTuple):
     """The query asks when something happened."""
     speaker: bool
     """The query asks what the user side said, asked or wanted."""
+    order: int = 0
+    """1 if the query asks how things ended, -1 how they began, else 0."""
 
 
 def query_intent(text: str) -> QueryIntent:
-    """What a query's words are worth and whether it asks *when* or about the user's words."""
+    """What a query's words are worth and whether it asks *when*, about the user's words, or
+    how things ended or began."""
     tokens = _query_tokens(text)
     weights = term_weights(text, [(t.term, t.start, t.end) for t in tokens])
     words = [t.term for t in tokens]
-    return QueryIntent(weights, asks_when(words), asks_speaker(words))
+    order = asks_order(words) if is_question(text, words) else 0
+    return QueryIntent(weights, asks_when(words), asks_speaker(words), order)
 
 
 def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:

@@ -1,6 +1,6 @@
 """What the vector index reads and answers: documents from the context, hits, results.
 
-A document is an event (its first :data:`~storage.vectors.format.MAX_EMBED_CHARS`
+A document is an event (its first :data:`~storage.vectors.format.MAX_EMBED_TEXT`
 characters) or a frame (:func:`storage.search.frame_text`, the lexical index's
 text), with the filter record the index keeps (:class:`~storage.vectors.format.DocRecord`)
 and a digest of the text embedded, so only changed text is embedded again.
@@ -19,7 +19,7 @@ from protocol.errors import RequestError
 from protocol.state import Event, Frame
 from protocol.view import ReadView
 from storage.search import frame_text
-from storage.vectors.format import MAX_EMBED_CHARS, MAX_EMBED_CHUNKS, DocRecord
+from storage.vectors.format import MAX_EMBED_TEXT, DocRecord
 
 SNIPPET_CHARS = 160
 """The longest snippet of a hit the lexical index did not find (the text's start)."""
@@ -78,27 +78,6 @@ def _frame_time(view: ReadView, frame: Frame) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-def chunks(text: str) -> list[str]:
-    """*text* cut into pieces of at most :data:`MAX_EMBED_CHARS`, at most :data:`MAX_EMBED_CHUNKS`.
-
-    A cut falls on the last whitespace of a piece's final eighth when there is
-    one (a word is not split), else at the limit. Linear in the text embedded;
-    an empty text is one empty piece.
-    """
-    out: list[str] = []
-    start, n = 0, len(text)
-    while start < n and len(out) < MAX_EMBED_CHUNKS:
-        end = min(n, start + MAX_EMBED_CHARS)
-        if end < n:
-            floor = end - MAX_EMBED_CHARS // 8
-            cut = max(text.rfind(" ", floor, end), text.rfind("\n", floor, end))
-            if cut > start:
-                end = cut + 1
-        out.append(text[start:end])
-        start = end
-    return out or [text]
-
-
 def pooled(vectors: list[np.ndarray]) -> np.ndarray:
     """One document's vector from its chunks' unit vectors: their mean, made unit length."""
     if len(vectors) == 1:
@@ -110,13 +89,13 @@ def pooled(vectors: list[np.ndarray]) -> np.ndarray:
 
 
 def _event_doc(view: ReadView, e: Event) -> _Doc:
-    text = view.event_chunk(e.seq, 0, MAX_EMBED_CHARS * MAX_EMBED_CHUNKS) or ""
+    text = view.event_chunk(e.seq, 0, MAX_EMBED_TEXT) or ""
     rec = DocRecord(e.kind, e.lifecycle, e.time, e.ref, None, -math.inf, math.inf, _digest(text))
     return _Doc(e.ref, e.seq, rec, text)
 
 
 def _frame_doc(view: ReadView, f: Frame) -> _Doc:
-    text = frame_text(f)[: MAX_EMBED_CHARS * MAX_EMBED_CHUNKS]
+    text = frame_text(f)[:MAX_EMBED_TEXT]
     env = f.envelope
     lo, hi = env.get("valid_from"), env.get("valid_to")
     rec = DocRecord(

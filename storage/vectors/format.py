@@ -32,9 +32,11 @@ VECTOR_FORMAT = 1
 FRAME_LABEL = 1 << 40
 """Frames get labels from here up; events are labelled by their sequence number."""
 MAX_EMBED_CHARS = 4096
-"""The most characters embedded in one piece: a longer document is embedded in chunks."""
-MAX_EMBED_CHUNKS = 16
-"""The most chunks of one document embedded (its first 64 KiB of text); the rest is not."""
+"""The most characters embedded in one piece, whatever the model's token budget."""
+MAX_EMBED_CHUNKS = 32
+"""The most pieces of one document embedded (:mod:`storage.vectors.chunking`); the rest is not."""
+MAX_EMBED_TEXT = 65_536
+"""The most characters of one document read for embedding (its first 64 KiB)."""
 
 _U64 = struct.Struct(">Q")
 _STATE = b"state"

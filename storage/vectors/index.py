@@ -11,13 +11,14 @@ only appends the intent, and a worker thread (:class:`~storage.vectors.worker.Ve
 embeds behind it; a search reports how far behind (``lag``).
 
 What is embedded: an event's text, a frame's id and printed body
-(:func:`storage.search.frame_text`, the text the lexical index uses), in chunks
-of at most :data:`~storage.vectors.format.MAX_EMBED_CHARS` characters pooled
-into one vector (:func:`~storage.vectors.documents.chunks`; at most
-:data:`~storage.vectors.format.MAX_EMBED_CHUNKS` chunks). A document is re-embedded only when that
-text changed (a digest is kept), so lifecycle, trust and valid-time changes
-only rewrite its filter record. Retired content keeps its vector (it stays
-findable); forgotten content is replaced by its tombstone's vector.
+(:func:`storage.search.frame_text`, the text the lexical index uses), in pieces
+the model reads whole (the embedder's token budget,
+:func:`storage.embeddings.token_budget`; :func:`~storage.vectors.chunking.chunks`,
+at most :data:`~storage.vectors.format.MAX_EMBED_CHUNKS` pieces) pooled into one
+vector. A document is re-embedded only when that text changed (a digest is kept),
+so lifecycle, trust and valid-time changes only rewrite its filter record. Retired
+content keeps its vector (it stays findable); forgotten content is replaced by its
+tombstone's vector.
 
 Rebuilds: an index of another format, context, model id or dimension is
 emptied and re-embedded from the durable records; an index that missed
@@ -53,9 +54,10 @@ import numpy as np
 from protocol.errors import OutOfRange, RequestError, StoreError
 from protocol.view import ReadView
 from storage.derived import DerivedIndex, IntentSource, ack, open_env
-from storage.embeddings import Embedder
+from storage.embeddings import Embedder, token_budget
 from storage.environment import DEFAULT_MAP_SIZE, Environment
 from storage.search import frame_text
+from storage.vectors.chunking import chunks
 from storage.vectors.documents import (
     SNIPPET_CHARS,
     VectorHit,
@@ -65,7 +67,6 @@ from storage.vectors.documents import (
     _frame_doc,
     _lead,
     _unit,
-    chunks,
     pooled,
 )
 from storage.vectors.filters import VectorFilter, make_filter
@@ -377,8 +378,10 @@ class VectorIndex(DerivedIndex[_Shared]):
 
         self._read(known)
         todo = [d for d in docs if d.vector is None]
-        # Each document is one or more chunks; batches are of chunks, pooled per document.
-        pieces = [(d, piece) for d in todo for piece in chunks(d.text)]
+        # Each document is one or more pieces the model reads whole (its token budget);
+        # batches are of pieces, pooled per document.
+        budget = token_budget(embedder)
+        pieces = [(d, piece) for d in todo for piece in chunks(d.text, budget)]
         parts: dict[int, list[np.ndarray]] = {}
         for i in range(0, len(pieces), EMBED_BATCH):
             batch = pieces[i : i + EMBED_BATCH]

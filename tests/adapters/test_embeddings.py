@@ -13,6 +13,7 @@ import threading
 import traceback
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,9 +28,13 @@ from adapters.embeddings import (
     OpenAIEmbedder,
     make_embedder,
 )
+from adapters.embeddings.base import UNKNOWN_MODEL_TOKENS
 from adapters.embeddings.openai import BACKOFF_BASE, MAX_RETRY_AFTER, retry_after_seconds
 from protocol.errors import RequestError, StoreError
-from tests.embedding_server import CORRUPTIONS, EmbeddingServer, embed_text
+from storage.embeddings import DEFAULT_MAX_TOKENS, token_budget
+from storage.vectors import VectorIndex
+from tests.embedding_server import CORRUPTIONS, EmbeddingServer, embed_text, model_tokens
+from tests.storage.contexts import ContextSetup
 
 KEY = "sk-test-9f8e7d6c5b4a-SECRET"
 HAS_ST = importlib.util.find_spec("sentence_transformers") is not None
@@ -685,3 +690,77 @@ def test_integers_are_numbers_in_a_vector() -> None:
 
     assert check_vector([0, 1, 0.5], "v") == [0.0, 1.0, 0.5]
     assert normalized([3.0, 4.0]) == [0.6, 0.8] and normalized([0.0, 0.0]) == [0.0, 0.0]
+
+
+# -- the model's token window ----------------------------------------------------
+
+
+def test_the_token_window_comes_from_the_config_the_model_name_or_a_default(
+    embedding_server: EmbeddingServer,
+) -> None:
+    url = embedding_server.url
+    assert client(embedding_server).max_tokens == UNKNOWN_MODEL_TOKENS  # an unknown model
+    assert client(embedding_server, max_tokens=128).max_tokens == 128
+    for model, window in (
+        ("text-embedding-3-small", 8191),
+        ("intfloat/multilingual-e5-small", 512),
+        ("sentence-transformers/all-MiniLM-L6-v2", 256),
+        ("BAAI/bge-m3", 8192),
+    ):
+        embedder = OpenAIEmbedder(EmbedderConfig(provider="openai", model=model, url=url))
+        assert embedder.max_tokens == window == token_budget(embedder), model
+        embedder.close()
+    env = {"MORPHZ_EMBED_URL": url, "MORPHZ_EMBED_MODEL": "m", "MORPHZ_EMBED_MAX_TOKENS": "300"}
+    made = EmbedderConfig.from_env(env)
+    assert made is not None and made.max_tokens == 300
+    assert EmbedderConfig.from_dict(made.to_dict()) == made
+    for bad in (0, 15, 10**7, True, "300", 2.5):
+        with pytest.raises(RequestError) as err:
+            config(embedding_server, max_tokens=bad)
+        assert err.value.code == "embed_config", bad
+    with pytest.raises(RequestError) as err:
+        EmbedderConfig.from_env({**env, "MORPHZ_EMBED_MAX_TOKENS": "lots"})
+    assert err.value.code == "embed_config" and "MORPHZ_EMBED_MAX_TOKENS" in err.value.message
+    # An embedder that does not say gets the default budget.
+    assert token_budget(object()) == DEFAULT_MAX_TOKENS
+
+
+def test_a_long_event_is_embedded_in_pieces_the_model_reads_whole(
+    tmp_path: Path, embedding_server: EmbeddingServer
+) -> None:
+    # The model reads 64 tokens of each input and silently drops the rest, as real ones do.
+    embedding_server.max_tokens = 64
+    words = "amber basil cedar delta ember fjord gravel harbor indigo juniper".split()
+    filler = " ".join(f"{words[i % 10]}{words[i // 10 % 10]}" for i in range(300))
+
+    def scores(name: str, window: int) -> tuple[dict[str, float], list[str], str, str]:
+        setup = ContextSetup(tmp_path / name)
+        long = setup.ctx.observe("tool_result", filler + " giraffe migration report").ref
+        control = setup.ctx.observe("tool_result", filler + " zebra crossing notice").ref
+        vectors = VectorIndex.for_backend(setup.backend)
+        embedder = client(embedding_server, max_tokens=window)
+        try:
+            embedding_server.reset()
+            embedding_server.max_tokens = 64
+            vectors.catch_up(embedder)
+            sent = embedding_server.texts
+            query = embedding_server.vector("giraffe migration report")
+            found = {h.id: h.score for h in vectors.search(query, limit=10).hits}
+        finally:
+            embedder.close()
+            vectors.close()
+            setup.close()
+        return found, sent, long, control
+
+    found, sent, long, control = scores("fits", 64)
+    # Every piece fits the model's window, and the pieces cover the whole event.
+    assert len(sent) >= 2 * 5 and all(len(model_tokens(t)) <= 64 for t in sent)
+    pieces = [t for t in sent if "giraffe" in t or "zebra" in t]
+    assert len(pieces) == 2 and all(len(model_tokens(t)) <= 64 for t in pieces)
+    # The event's end is findable: it tells the two events apart.
+    assert found[long] > found[control] + 0.01
+    # Pieces sized for a larger window than the model's: the model never reads the end,
+    # and the two events get the same vector.
+    found, sent, long, control = scores("overflows", 4096)
+    assert any(len(model_tokens(t)) > 64 for t in sent)
+    assert found[long] == pytest.approx(found[control], abs=1e-6)

@@ -6,10 +6,15 @@ Real LMDB files: a context with conversations as events, its lexical index.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
+import pytest
+
+from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
+    ROLES,
     TEMPORAL_TERM,
     asks_speaker,
     asks_when,
@@ -40,7 +45,7 @@ def tokens(text: str) -> list[tuple[str, int, int]]:
 def test_function_words_weigh_less_unless_they_are_all_there_is() -> None:
     q = "What did the user decide about the refund?"
     weights = term_weights(q, tokens(q))
-    assert weights == {w: FUNCTION_WEIGHT for w in ("what", "did", "the", "about")}
+    assert weights == {w: FUNCTION_WEIGHT for w in ("what", "did", "the", "user", "about")}
     assert term_weights("what is this", tokens("what is this")) == {}
     # A capitalized function word inside the question is a name (or a month), not a function word.
     q = "When did Will move in May?"
@@ -176,3 +181,97 @@ def test_a_question_about_what_the_user_said_prefers_the_users_turns(c: Conversa
     # Without the rule (or asked as keywords) the user's turn has no such advantage.
     assert c.ids(q, questions=False)[0] != said
     assert c.ids("store credit")[0] != said
+
+
+def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> None:
+    q = "What loyalty tier does the customer hold?"
+    weights = term_weights(q, tokens(q))
+    assert weights["customer"] == FUNCTION_WEIGHT and "tier" not in weights
+    for chinese in (
+        "乘客哪一天还得赶到法国？",
+        "这位顾客是什么会员等级",
+    ):  # a "?" or a question word
+        assert set(term_weights(chinese, tokens(chinese))) & ROLES, chinese
+    # Keywords, or a question of nothing but role and function words, keep the role's weight.
+    for keep in ("customer tier", "customer loyalty tier", "what did the customer do"):
+        assert "customer" not in term_weights(keep, tokens(keep)), keep
+    answer = c.ctx.observe("external", "You're at the Gold tier.", session="s").ref
+    c.ctx.observe(
+        "tool_result",
+        '{"customer": "cust_004", "customer_id": "cust_004", "customer_type": "customer"}',
+        session="s",
+    )
+    c.index.catch_up()
+    assert c.ids(q)[0] == answer
+    # Without the rule the tool result, full of the role word, ranks first.
+    assert c.ids(q, questions=False)[0] != answer
+
+
+def test_a_question_about_how_things_ended_or_began_prefers_later_or_earlier_turns(
+    c: Conversation,
+) -> None:
+    for q, order in (
+        ("Which kettle did they end up buying?", 1),
+        ("最后选的是哪一班？", 1),
+        ("What was the original kettle?", -1),
+        ("实时预览一开始算出来的总额是多少？", -1),
+        ("which kettle was first and which last?", 0),
+        ("kettle final price", 0),  # keywords, not a question
+    ):
+        assert query_intent(q).order == order, q
+    c.ctx.observe("tool_result", '{"flight": "UA 100"}', session="other")
+    first = c.ctx.observe("user_message", "the steel kettle, a good kettle", session="s").ref
+    c.ctx.observe("external", "noted, anything else?", session="s")
+    last = c.ctx.observe("user_message", "make it the glass kettle then", session="s").ref
+    c.index.catch_up()
+    # The first turn holds the word twice: it wins unless the question asks how things ended.
+    assert c.ids("What kettle did they talk about?")[0] == first
+    assert c.ids("Which kettle did they end up with?")[0] == last
+    assert c.ids("Which kettle did they end up with?", questions=False)[0] == first
+    hits = c.index.search("What kettle did they want at first?", explain=True).hits
+    assert hits[0].id == first
+    signals = {s.name: s.score for s in hits[0].signals}
+    assert signals["order"] > 0 and math.isclose(hits[0].score, sum(signals.values()))
+    # The first of the session's matches gets nothing for a question about the end.
+    hits = c.index.search("Which kettle did they end up with?", explain=True).hits
+    assert "order" not in {s.name for h in hits if h.id == first for s in h.signals}
+
+
+def test_the_rules_rank_among_the_pool_as_among_every_match(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many sessions of turns sharing words: far more matches than the rules' pool, and a
+    # rare kind whose turns score low, so a filter must look below the pool.
+    rng = random.Random(3)
+    words = "kayak trip lake paddle rental storm harbour ticket refund".split()
+    for s in range(40):
+        for t in range(5):
+            kind = ("tool_result", "external")[t % 2] if (s * 5 + t) % 17 == 0 else "user_message"
+            text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
+            c.ctx.observe(kind, text + (" customer said" if t % 2 else ""), session=f"s{s}")
+    c.index.catch_up()
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for q in (
+        "kayak trip",
+        "What did the customer say about the refund?",
+        "When was the storm?",
+        "Which ticket did they end up with?",
+    ):
+        for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "external"}):
+            cases.append((q, {**kw, "explain": True}))
+
+    def answers() -> list[list[tuple[str, float, list[tuple[str, float]]]]]:
+        return [
+            [(h.id, h.score, [(s.name, s.score) for s in h.signals]) for h in hits]
+            for hits in (c.index.search(q, **kw).hits for q, kw in cases)
+        ]
+
+    among_pool = answers()
+    assert sum(len(a) for a in among_pool) > 40
+    every = ranking_module._top
+    monkeypatch.setattr(
+        ranking_module,
+        "_top",
+        lambda txn, dbs, acc, limit, filt, cand=None, floor=None: every(txn, dbs, acc, limit, filt),
+    )
+    assert answers() == among_pool

@@ -19,10 +19,10 @@ from typing import Any, Literal
 import pytest
 
 from protocol.errors import OutOfRange, RequestError, StoreError
+from storage.embeddings import DEFAULT_MAX_TOKENS
 from storage.search import LexicalIndex
 from storage.vectors import Neighbours, SharedOutbox, VectorIndex, VectorWorker, fuse
-from storage.vectors.documents import chunks
-from storage.vectors.format import MAX_EMBED_CHARS, MAX_EMBED_CHUNKS
+from storage.vectors.chunking import RESERVED_TOKENS, estimate
 from tests.storage.contexts import ContextSetup, setup_fixture
 
 WORD = re.compile(r"\w+")
@@ -35,6 +35,7 @@ class HashEmbedder:
         self._dimension = dimension
         self._model = model
         self.texts: list[str] = []
+        self.max_tokens: int | None = None
         self.gate: threading.Event | None = None
         self.fail: Exception | None = None
         self.wrong_dimension = False
@@ -501,21 +502,23 @@ def test_a_process_exiting_while_the_graph_builds_exits_cleanly(tmp_path: Path) 
     assert child.stdout.strip() == "building"  # it did exit in the middle of the build
 
 
-def test_a_long_event_is_embedded_in_chunks_and_found_by_its_end(s: Setup) -> None:
-    filler = " ".join(f"filler{i % 97}" for i in range(1500))  # ~11,000 characters
+def test_a_long_event_is_embedded_in_pieces_and_found_by_its_end(s: Setup) -> None:
+    filler = " ".join(f"filler{i % 97}" for i in range(400))  # ~3,000 characters
     long = s.ctx.observe("tool_result", filler + " giraffe migration report").ref
     control = s.ctx.observe("tool_result", filler + " zebra crossing notice").ref
     s.catch_up()
+    # The embedder says no window: pieces of the default budget, each within it.
+    budget = DEFAULT_MAX_TOKENS - RESERVED_TOKENS
     pieces = [t for t in s.embedder.texts if "filler" in t]
-    assert len(pieces) >= 6 and all(len(p) <= MAX_EMBED_CHARS for p in pieces)
+    assert len(pieces) >= 6 and all(estimate(p) <= budget for p in pieces)
     assert "".join(pieces[: len(pieces) // 2]) == filler + " giraffe migration report"
-    # The end of a long event counts: cut at 4,096 characters the two would be one vector.
+    # The end of a long event counts: cut at the model's window the two would be one vector.
     q = vector("giraffe migration report", s.embedder.dimension)
     score = {h.id: h.score for h in s.vectors.search(q, limit=10).hits}
     assert score[long] > score[control] + 0.01
-    # Cut at whitespace, each piece at most the limit; a text beyond the cap is not embedded.
-    assert chunks("") == [""] and chunks("a b") == ["a b"]
-    huge = "x " * (MAX_EMBED_CHARS * (MAX_EMBED_CHUNKS + 2))
-    cut = chunks(huge)
-    assert len(cut) == MAX_EMBED_CHUNKS and all(p.endswith(" ") for p in cut)
-    assert len(chunks("y" * (MAX_EMBED_CHARS + 1))) == 2  # no whitespace: cut at the limit
+    # An embedder's own window sizes the pieces.
+    s.embedder.max_tokens = 64
+    s.ctx.observe("tool_result", filler + " okapi")
+    s.catch_up()
+    last = [t for t in s.embedder.texts if "filler" in t][len(pieces) :]
+    assert len(last) > len(pieces) // 2 and all(estimate(p) <= 64 - RESERVED_TOKENS for p in last)
