@@ -31,7 +31,8 @@ handle writes each method once.
 Every path of a remote call (timeouts, retries, promotions, the translation of Ray's
 errors) is this one seam: a handle of a context in its own actor, of a context on a
 host (calls routed by the context's name) and of the directory all go through the
-same :class:`Transport`.
+same :class:`Transport`. It is kept as one module because those paths share one retry
+loop: following a promotion, a host move and a new directory leader are branches of it.
 """
 
 from __future__ import annotations
