@@ -522,9 +522,11 @@ def run_corpus(
     rounds: int,
     log: Any,
     vectors: int = 0,
+    timed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Build every engine over *docs*, then measure; *vectors* is the hash embedder's
-    dimension (0: no vector index, no hybrid)."""
+    dimension (0: no vector index, no hybrid); *timed* names the engines measured
+    (empty: all; every engine is built either way)."""
     log(f"{name}: {len(docs)} documents, {len(queries)} queries")
     root.mkdir(parents=True, exist_ok=True)
     # A corpus built by an earlier run with --keep is reused (its marker names its size).
@@ -544,8 +546,9 @@ def run_corpus(
             vec = MorphzVectors(morphz, vectors, log)
             vec.prepare(queries)
             engines += [vec, MorphzHybrid(morphz, vec)]
-        figures = measure(engines, queries, rounds)
-        for e in engines:
+        chosen = [e for e in engines if not timed or e.name in timed]
+        figures = measure(chosen, queries, rounds)
+        for e in chosen:
             figures[e.name]["index"] = e.figures
     finally:
         for e in reversed(engines):
@@ -588,6 +591,8 @@ def print_report(name: str, doc: dict[str, Any]) -> None:
         + f", {m['index_mib']} MiB"
     )
     for engine in ("fts5-unicode61", "fts5-porter", "fts5-trigram"):
+        if engine not in doc:
+            continue
         f = doc[engine]["index"]
         line += f"; {engine} {f['docs_per_s']:,} docs/s, {f['db_mib']} MiB"
     print(line)
@@ -676,6 +681,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar="DIM",
         help="synthetic corpus: also a vector index (a cheap deterministic embedder of DIM "
         "dimensions, default 384) and the hybrid search's latency",
+    )
+    parser.add_argument(
+        "--engines",
+        default="",
+        help="the engines timed, comma-separated (default: all of "
+        + ", ".join(ENGINES)
+        + "); morphz is always timed",
     )
     parser.add_argument(
         "--dev-set",
@@ -779,11 +791,12 @@ def main(argv: list[str] | None = None) -> None:
                 print_dev_set(report["dev_set"])
             return
         report["events"] = events
+        timed = ["morphz", *args.engines.split(",")] if args.engines else []
         if trajectories is not None:
             docs = state_bench_docs(trajectories)
             queries = state_bench_queries(docs, n_queries)
             report["state_bench"] = run_corpus(
-                "STATE-Bench", root / "sb", docs, queries, rounds, log
+                "STATE-Bench", root / "sb", docs, queries, rounds, log, timed=timed
             )
         else:
             log(f"STATE-Bench corpus skipped: pass --trajectories DIR or set {TRAJECTORIES_ENV}")
@@ -795,7 +808,7 @@ def main(argv: list[str] | None = None) -> None:
         queries = corpus.queries(n_queries)
         del corpus
         report["synthetic"] = run_corpus(
-            "synthetic", root / "syn", docs, queries, rounds, log, vectors=args.vectors
+            "synthetic", root / "syn", docs, queries, rounds, log, vectors=args.vectors, timed=timed
         )
     finally:
         if not args.keep:
