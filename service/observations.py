@@ -133,14 +133,6 @@ Batch = Annotated[Sequence[ObservationItem], Field(max_length=MAX_OBSERVE_BATCH)
 """The observations of one durable write: at most :data:`MAX_OBSERVE_BATCH` (none: no write)."""
 
 
-def _transact(ctx: Context, batch: list[Observation]) -> list[ObserveReply]:
-    if not batch:
-        return []
-    now = time.time()
-    done = ctx.backend.transact(lambda w: record(w, batch, now))
-    return [observed(e, duplicate) for e, duplicate in done]
-
-
 def observe(
     ctx: Context,
     kind: Text,
@@ -156,9 +148,25 @@ def observe(
     answers the event already recorded (``duplicate``). *risky* flags unreviewed
     content: a frame derived from it enters as a candidate (R42).
     """
+    return ctx.backend.transact(
+        lambda w: observe_in(w, kind, text, session=session, event_id=event_id, risky=risky)
+    )
+
+
+def observe_in(
+    w: WriteView,
+    kind: str,
+    text: str,
+    *,
+    session: str = "main",
+    event_id: str | None = None,
+    risky: bool = False,
+) -> ObserveReply:
+    """``observe``'s write inside *w* (a write it may share with other calls)."""
     eid = event_id or new_event_id()
     extra = {"risky": True} if risky else None
-    return _transact(ctx, [Observation(kind, text, session, None, eid, extra)])[0]
+    e, duplicate = record(w, [Observation(kind, text, session, None, eid, extra)], time.time())[0]
+    return observed(e, duplicate)
 
 
 def observe_many(ctx: Context, items: Batch) -> list[ObserveReply]:
@@ -169,34 +177,41 @@ def observe_many(ctx: Context, items: Batch) -> list[ObserveReply]:
     event (``duplicate``); one naming a different observation is refused
     (``event_id_reused``) and nothing of the batch is recorded.
     """
+    if not items:
+        return []
+    return ctx.backend.transact(lambda w: observe_many_in(w, items))
+
+
+def observe_many_in(w: WriteView, items: Sequence[ObservationItem]) -> list[ObserveReply]:
+    """``observe_many``'s write inside *w* (a write it may share with other calls)."""
     batch = [
         Observation(i.kind, i.text, i.session, i.time, i.event_id or new_event_id()) for i in items
     ]
-    return _transact(ctx, batch)
+    return [observed(e, duplicate) for e, duplicate in record(w, batch, time.time())]
 
 
 def claim(ctx: Context) -> ClaimReply:
     """Claim every waiting input as one batch (R20): tick, advanced, claimed, finalized, version."""
-    now = time.time()
+    return ctx.backend.transact(claim_in)
 
-    def run(w: WriteView) -> Any:
-        result, cs = claim_inputs(w, now=now)
-        w.apply(cs)
-        return result
 
-    return ClaimReply.of(ctx.backend.transact(run).to_dict())
+def claim_in(w: WriteView) -> ClaimReply:
+    """``claim``'s write inside *w* (a write it may share with other calls)."""
+    result, cs = claim_inputs(w, now=time.time())
+    w.apply(cs)
+    return ClaimReply.of(result.to_dict())
 
 
 def deliver(ctx: Context, ref: EventRef) -> DeliverReply:
     """Mark the user request *ref* delivered: it may now be retired (R19)."""
+    return ctx.backend.transact(lambda w: deliver_in(w, ref))
 
-    def run(w: WriteView) -> Event:
-        e, cs = deliver_request(w, ref)
-        if cs is not None:
-            w.apply(cs)
-        return e
 
-    e = ctx.backend.transact(run)
+def deliver_in(w: WriteView, ref: str) -> DeliverReply:
+    """``deliver``'s write inside *w* (a write it may share with other calls)."""
+    e, cs = deliver_request(w, ref)
+    if cs is not None:
+        w.apply(cs)
     return DeliverReply(ref=e.ref, id=e.id, delivered=True)
 
 

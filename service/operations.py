@@ -76,6 +76,7 @@ class Operations(Reads):
         observations.observe,
         permission="commit",
         writes=True,
+        step=observations.observe_in,
         keyed=observations.keyed,
         example=Example("tool_result", "one more", session="side"),
     )
@@ -83,6 +84,7 @@ class Operations(Reads):
         observations.observe_many,
         permission="commit",
         writes=True,
+        step=observations.observe_many_in,
         keyed=observations.keyed,
         example=Example([("tool_result", "a", "main"), ("external", "b", "x")]),
     )
@@ -90,12 +92,14 @@ class Operations(Reads):
         observations.claim,
         permission="commit",
         writes=True,
+        step=observations.claim_in,
         example=Example(),
     )
     deliver = Operation(
         observations.deliver,
         permission="commit",
         writes=True,
+        step=observations.deliver_in,
         example=Example("@e2"),
     )
     recall_observation = Operation(

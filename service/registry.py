@@ -388,6 +388,11 @@ class Operation(Generic[P, R]):
     argument check and the reply stay this declaration's. *keyed* gives checked
     arguments the idempotency key a remote port sends with every attempt of
     one call (an event id), so a retry never writes twice.
+    *step* is the call's one write as ``step(w, *arguments) -> reply`` on a
+    :class:`~protocol.view.WriteView` (*fn* runs it in a write of its own): a port may run
+    it inside a write it shares with other calls (:meth:`run_in`; the context actor's
+    group commit), where it writes what it would alone, and nothing when it raises a
+    :class:`~protocol.errors.MorphzError` before applying anything.
     """
 
     def __init__(
@@ -404,6 +409,7 @@ class Operation(Generic[P, R]):
         indexed: bool = False,
         carry: Carry | None = None,
         keyed: Callable[[Any], Any] | None = None,
+        step: Callable[..., R] | None = None,
     ) -> None:
         self.fn = fn
         self.name = fn.__name__
@@ -417,6 +423,7 @@ class Operation(Generic[P, R]):
         self.indexed = indexed
         self.carry = carry
         self.keyed = keyed
+        self.step = step
         self.__doc__ = inspect.getdoc(fn)
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -541,6 +548,14 @@ class Operation(Generic[P, R]):
             kwargs["prepared"] = self.prepare(ctx, args) if prepared is _UNSET else prepared
         fn: Callable[..., R] = self.fn
         return fn(ctx, **kwargs)
+
+    def run_in(self, w: Any, args: BaseModel) -> R:
+        """Run the call's :attr:`step` with checked *args* inside the write *w* (a
+        :class:`~protocol.view.WriteView` it may share with other calls); its reply."""
+        step = self.step
+        if step is None:
+            raise RequestError(f"{self.name} has no write step", code="bad_argument")
+        return step(w, **{name: getattr(args, name) for name in self.names})
 
     def decode(self, value: Any) -> R:
         """The reply a remote port's decoded answer describes; WireError for another shape."""

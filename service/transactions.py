@@ -18,14 +18,14 @@ from __future__ import annotations
 import gc
 import time
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, TypeGuard, cast
 
 from pydantic import BeforeValidator, Field, PlainValidator
 from pydantic_core import PydanticCustomError
 
 from protocol.engine import evaluate
-from protocol.errors import RequestError
+from protocol.errors import MorphzError, RequestError
 from protocol.governance import EMBEDDED, rejection_entry
 from protocol.ids import MAX_CLIENT_ID
 from protocol.receipts import Receipt
@@ -41,8 +41,11 @@ __all__ = [
     "MAX_SUBMIT_MANY",
     "ClientId",
     "Transaction",
+    "TxItem",
+    "WriteStep",
     "check",
     "commit",
+    "commit_group",
     "commit_many",
     "new_client_id",
     "submit",
@@ -153,16 +156,52 @@ def commit(ctx: Context, tx: ContextTx | str | SubmittedTx, client_id: str | Non
     return ctx.backend.transact(lambda w: _decide(w, item, text, agent, now))
 
 
-def commit_many(
-    ctx: Context,
-    txs: Sequence[ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None]],
-) -> list[Receipt]:
+TxItem = ContextTx | str | SubmittedTx | tuple[ContextTx | str | SubmittedTx, str | None]
+"""A transaction of a group: a model, its text, a port's parsed form, or ``(tx, client_id)``."""
+
+WriteStep = Callable[[WriteView], Any]
+"""Another call's write riding a group (:meth:`service.registry.Operation.run_in` given its
+checked arguments): it writes through the view and answers the call's reply."""
+
+
+def commit_many(ctx: Context, txs: Sequence[TxItem]) -> list[Receipt]:
     """Group commit: each transaction decided in order against the state the previous ones
     left, all written in one durable write; a rejected one writes nothing of its own."""
-    prepared = [prepare(item) for item in txs]
+    receipts: list[Receipt] = commit_group(ctx, txs)
+    return receipts
+
+
+class _Tracked:
+    """The view one step of a group writes through: it notes whether the step applied
+    anything (a step refused before that wrote nothing, so the group goes on)."""
+
+    __slots__ = ("_w", "applied")
+
+    def __init__(self, w: BatchView) -> None:
+        self._w = w
+        self.applied = False
+
+    def apply(self, changes: Changeset) -> None:
+        self.applied = True
+        self._w.apply(changes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._w, name)
+
+
+def commit_group(ctx: Context, items: Sequence[TxItem | WriteStep]) -> list[Any]:
+    """One durable write for *items*, in order, each decided against the state the previous
+    ones left: a transaction's receipt, a step's reply, or the typed error
+    (:class:`~protocol.errors.MorphzError`) a step raised before applying anything (it
+    wrote nothing; the others are kept). A step raising after it applied something, or any
+    other error, aborts the whole write (nothing written) and is raised: the caller decides
+    the items again one per write (the context actor's inbox does)."""
+    prepared: list[tuple[ContextTx, str | None, str | None] | WriteStep] = [
+        item if _is_step(item) else prepare(cast(TxItem, item)) for item in items
+    ]
     now = time.time()
 
-    def run(inner: WriteView) -> list[Receipt]:
+    def run(inner: WriteView) -> list[Any]:
         # Python's cyclic collector is paused while the group is decided: what the group
         # allocates and keeps until its end (records, changesets, receipts) would otherwise
         # be traversed and promoted by collections run in the middle of it, and, counted
@@ -173,14 +212,30 @@ def commit_many(
         gc.disable()
         try:
             w = BatchView(inner)
-            receipts = [_decide(w, tx, text, agent, now) for tx, text, agent in prepared]
+            out: list[Any] = []
+            for item in prepared:
+                if isinstance(item, tuple):
+                    tx, text, agent = item
+                    out.append(_decide(w, tx, text, agent, now))
+                    continue
+                view = _Tracked(w)
+                try:
+                    out.append(item(cast(WriteView, view)))
+                except MorphzError as e:
+                    if view.applied:
+                        raise  # part of it is in the write: the write goes
+                    out.append(e)
             w.flush()
-            return receipts
+            return out
         finally:
             if resume:
                 gc.enable()
 
     return ctx.backend.transact(run)
+
+
+def _is_step(item: object) -> TypeGuard[WriteStep]:
+    return callable(item) and not isinstance(item, (ContextTx, SubmittedTx, str, tuple))
 
 
 # -- the operations (declared in service.operations) ---------------------------------

@@ -45,10 +45,11 @@ bytes into the group-commit inbox.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from typing import Any
 
-from actors.client.replies import failed
+from actors.client.replies import failed, ok
 from actors.server.guard import guarded, holder_of
 from actors.server.host import ContextHost
 from protocol.errors import MorphzError, Overloaded, RequestError, WireError
@@ -156,6 +157,19 @@ class ContextActor(ContextHost):
         finally:
             self.intake.release(caller, size)
 
+    async def _joined(self, op: Operation[Any, Any], bound: Any) -> bytes:
+        """Serve a write declared with a ``step`` (observe, claim, deliver …) in the
+        inbox's next group write, beside the transactions and other calls arriving with
+        it: answered once that write is durable, with its own reply or typed error."""
+        try:
+            self._context()
+        except MorphzError as e:
+            return failed(e)
+        result = await self._inbox.write(functools.partial(op.run_in, args=bound))
+        if isinstance(result, MorphzError):
+            return failed(result)
+        return ok(result)
+
     def _agent(self, capability: Any) -> str | None:
         """Who submits, for the log and the audit: the holder of the capability the guard
         verified; None when the context does not enforce (a claim nobody checked)."""
@@ -211,6 +225,8 @@ def serve(op: Operation[Any, Any]) -> Any:
             project=self._project,
         )
         read = not op.writes  # a replicated primary serves it under its read lease
+        if op.step is not None and op.prepare is None:
+            return await self._joined(op, bound)
         if op.prepare is None:
             return await self._reply(lambda ctx: op.run(ctx, bound, caller), read=read)
         try:  # the part that reads without the writer, off the store thread

@@ -69,6 +69,7 @@ from protocol.governance import (
 from service.context import Context
 from service.governance import SCAN_BUDGET_SECONDS, apply_pass, record_audit, scan_deadline
 from service.store import open_context
+from service.transactions import commit_group
 from storage.replication.codec import open_denials, replication_key
 from storage.replication.recording import check_retain
 
@@ -182,7 +183,10 @@ class ContextHost:
         self.metrics = ContextMetrics(name, namespace)
         self.guard.metrics = self.metrics
         self._inbox = Inbox(
-            self._executor, lambda txs: self._context().commit_many(txs), max_batch, self.metrics
+            self._executor,
+            lambda items: commit_group(self._context(), items),
+            max_batch,
+            self.metrics,
         )
         self._indexing = False  # set by the first search: the index lag is sampled from then on
         self.audit_buffer = AuditBuffer(
@@ -596,7 +600,9 @@ class ContextHost:
         One object holds every count (:class:`actors.server.metrics.ContextStats`,
         fed by the metrics recorder): ``batches`` (LMDB writes that committed
         submissions), ``transactions`` (the submissions they decided),
-        ``largest_batch``, ``held`` (conflict rejections held for a turn on a hot
+        ``largest_batch``, ``writes`` (every group write, also those carrying only
+        other calls' writes), ``joined`` (observations, claims and deliveries written
+        in a group write), ``held`` (conflict rejections held for a turn on a hot
         frame), ``wire_rejections`` (payloads that did not decode),
         ``governance_passes`` / ``governance_errors``, ``commits``,
         ``rejections``, ``rebases``, ``duplicates`` and (once sampled)

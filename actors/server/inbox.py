@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, TypeGuard
 
 from actors.server.metrics import ContextMetrics
 from protocol.errors import MorphzError
@@ -51,7 +51,11 @@ log = logging.getLogger("morphz.context_actor")
 Submission = ContextTx | SubmittedTx
 """What the inbox commits: a transaction, with the text it was parsed from when there is one."""
 
-_Item = tuple[SubmittedTx, "asyncio.Future[Any]"]
+Step = Callable[[Any], Any]
+"""Another call's write riding the group (:data:`service.transactions.WriteStep`): an
+observation, a claim, a delivery."""
+
+_Item = tuple["SubmittedTx | Step", "asyncio.Future[Any]"]
 
 MAX_BATCH = 256
 """Most transactions one group commit decides in one LMDB write."""
@@ -79,10 +83,13 @@ MAX_DENIAL_KEYS = 4096
 class Inbox:
     """Submitted transactions, committed in groups of at most *max_batch* per durable write.
 
-    *commit_many* runs on the store thread and decides a list of transactions
-    in one write (:meth:`service.context.Context.commit_many`). A group that
-    fails as a whole (nothing written) is decided again one transaction at a
-    time, so one transaction the store refuses cannot take the others down.
+    *commit_group* runs on the store thread and decides a list of items in one
+    write (:func:`service.transactions.commit_group`): transactions, and the writes
+    of other calls (:meth:`write`: observations, claims, deliveries) that ride the
+    same durable write instead of paying one of their own, each answered its own
+    reply or typed error. A group that fails as a whole (nothing written) is
+    decided again one item at a time, so one item the store refuses cannot take
+    the others down.
     *metrics* records each write, the commit latency and the inbox depth.
     *hold* is the longest turn on a hot frame (see the module docstring); 0
     answers every rejection at once. At most *max_held* writers wait for one
@@ -93,7 +100,7 @@ class Inbox:
     def __init__(
         self,
         executor: Executor,
-        commit_many: Callable[[list[SubmittedTx]], list[Receipt]],
+        commit_group: Callable[[list[Any]], list[Any]],
         max_batch: int = MAX_BATCH,
         metrics: ContextMetrics | None = None,
         *,
@@ -102,7 +109,7 @@ class Inbox:
         gather: float = GATHER_SECONDS,
     ) -> None:
         self._executor = executor
-        self._commit_many = commit_many
+        self._commit_group = commit_group
         self.metrics = metrics if metrics is not None else ContextMetrics("", record=False)
         """Where every count of this inbox goes (``metrics.stats``)."""
         self._metrics = self.metrics
@@ -133,17 +140,26 @@ class Inbox:
         """Decide *tx* in the next group; its receipt's dict form once durable, or the
         typed error that refused it. Other exceptions propagate."""
         started = time.perf_counter()
+        result: dict[str, Any] | MorphzError = await self._enqueue(tx)
+        self._metrics.latency(time.perf_counter() - started)
+        return result
+
+    async def write(self, step: Step) -> Any:
+        """Run *step* (``step(view) -> reply``) in the next group's durable write; its reply
+        once durable, or the typed error it raised (it wrote nothing then, and the group's
+        other items are kept). Other exceptions propagate."""
+        return await self._enqueue(step)
+
+    def _enqueue(self, item: SubmittedTx | Step) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((tx, future))
+        self._pending.append((item, future))
         if self._returning:
             self._returning -= 1
             if not self._returning and self._gathered is not None and not self._gathered.done():
                 self._gathered.set_result(True)
         self._wake(loop)
-        result: dict[str, Any] | MorphzError = await future
-        self._metrics.latency(time.perf_counter() - started)
-        return result
+        return future
 
     async def _flush(self) -> None:
         # Runs while anything is pending; what arrives during a write forms the next batch.
@@ -160,8 +176,13 @@ class Inbox:
             except Exception as e:  # the executor itself failed: answer every waiter
                 results = [e] * len(batch)
             answered = 0
-            for (tx, future), result in zip(batch, results, strict=True):
-                if self.hold and isinstance(result, dict) and self._route(tx, future, result):
+            for (item, future), result in zip(batch, results, strict=True):
+                if (
+                    self.hold
+                    and _is_tx(item)
+                    and isinstance(result, dict)
+                    and self._route(item, future, result)
+                ):
                     continue  # held: decided again when its frame changes
                 self._released.discard(future)
                 if future.done():  # the caller went away; its transaction is decided anyway
@@ -266,31 +287,50 @@ class Inbox:
         self._held.pop(frame, None)
         self._turn.pop(frame, None)
 
-    def _commit(self, txs: list[SubmittedTx]) -> list[Any]:
-        """On the store thread: one durable write for *txs*; receipt dicts or exceptions."""
+    def _commit(self, items: list[SubmittedTx | Step]) -> list[Any]:
+        """On the store thread: one durable write for *items*; for each, its receipt's dict
+        form, its step's reply, or an exception."""
         started = time.perf_counter()
         try:
-            receipts = self._commit_many(txs)
+            done = [_answer(r) for r in self._commit_group(items)]
         except Exception as e:
-            if len(txs) == 1:
-                self._metrics.group([e], time.perf_counter() - started)
+            if len(items) == 1:
+                self._count(items, [e], time.perf_counter() - started, wrote=False)
                 return [e]
         else:
-            seconds = time.perf_counter() - started
-            self._metrics.wrote(len(txs))
-            done = [r.to_dict() for r in receipts]
-            self._metrics.group(done, seconds)
+            self._count(items, done, time.perf_counter() - started, wrote=True)
             return done
         out: list[Any] = []
-        for tx in txs:
+        for item in items:
             started = time.perf_counter()
             try:
-                out.append(self._commit_many([tx])[0].to_dict())
-                self._metrics.wrote(1)
+                out.append(_answer(self._commit_group([item])[0]))
+                wrote = True
             except Exception as e:
                 out.append(e)
-            self._metrics.group(out[-1:], time.perf_counter() - started)
+                wrote = False
+            self._count([item], out[-1:], time.perf_counter() - started, wrote=wrote)
         return out
+
+    def _count(self, items: list[Any], results: list[Any], seconds: float, *, wrote: bool) -> None:
+        """Record one durable write of *items* (*wrote*: it committed) in the metrics: the
+        transactions' outcomes, and how many other calls' writes rode it."""
+        txs = [r for item, r in zip(items, results, strict=True) if _is_tx(item)]
+        steps = len(items) - len(txs)
+        if wrote:
+            self._metrics.wrote(len(txs), steps)
+        if txs:
+            self._metrics.group(txs, seconds)
+
+
+def _is_tx(item: SubmittedTx | Step) -> TypeGuard[SubmittedTx]:
+    """A transaction, not another call's write (those are callables)."""
+    return not callable(item)
+
+
+def _answer(result: Any) -> Any:
+    """What a caller is answered: a receipt as its dict form, anything else as it is."""
+    return result.to_dict() if isinstance(result, Receipt) else result
 
 
 def _settle(future: asyncio.Future[bool]) -> None:

@@ -204,6 +204,11 @@ class ContextStats:
     """LMDB writes that committed submissions."""
     transactions: int = 0
     """Submissions those writes decided."""
+    writes: int = 0
+    """Group writes of any kind: those of ``batches`` and those that carried only the writes
+    of other calls (observations, claims, deliveries)."""
+    joined: int = 0
+    """Writes of other calls (observations, claims, deliveries) that rode a group write."""
     largest_batch: int = 0
     """The biggest group so far."""
     held: int = 0
@@ -314,12 +319,15 @@ class ContextMetrics:
 
         self._record(record)
 
-    def wrote(self, n: int) -> None:
-        """One durable write committed *n* submissions (a group)."""
+    def wrote(self, n: int, joined: int = 0) -> None:
+        """One durable group write committed *n* submissions and *joined* other calls' writes."""
         stats = self.stats
-        stats.batches += 1
-        stats.transactions += n
-        stats.largest_batch = max(stats.largest_batch, n)
+        stats.writes += 1
+        stats.joined += joined
+        if n:
+            stats.batches += 1
+            stats.transactions += n
+            stats.largest_batch = max(stats.largest_batch, n)
 
     def held(self) -> None:
         """One conflict rejection held back for a turn on its hot frame."""

@@ -98,6 +98,8 @@ def run_report(
                 "kills": kills_by[handle.name],
                 "batches": result.stats.get("batches"),
                 "largest_batch": result.stats.get("largest_batch"),
+                "writes": result.stats.get("writes"),
+                "joined": result.stats.get("joined"),
                 "history_ok": not found,
                 "violations": len(found),
                 "replayed": result.replayed,
