@@ -23,10 +23,11 @@ before one byte of the body is read:
    refused the moment it passes the cap (never buffered whole first).
 5. **Token** (when the server enforces capabilities). ``Authorization:
    Bearer <token>`` is verified — signature, expiry, revocation, tenant — and
-   must grant the route's operation on the context named in the path, by
-   :attr:`EdgePolicy.authorize`, before the body is read or parsed: ``401``
-   without a token, ``403`` with a bad one. The context actor still checks
-   every call itself (and audits the refusals that reach it).
+   must grant the route's operation on the context named in the path (below the
+   app's mount point, :func:`route_path`), by :attr:`EdgePolicy.authorize`,
+   before the body is read or parsed: ``401`` without a token, ``403`` with a
+   bad one. The context actor still checks every call itself (and audits the
+   refusals that reach it).
 
 Every refusal has the API's one error shape, ``{"error": {"code", "message"}}``,
 and is audited by :attr:`EdgePolicy.audit` (:mod:`servers.edge_audit`: an entry
@@ -59,6 +60,7 @@ __all__ = [
     "bearer",
     "bearer_token",
     "host_name",
+    "route_path",
 ]
 
 MAX_TOKEN_CHARS = 8192
@@ -170,7 +172,7 @@ class EdgeMiddleware:
             self._check_headers(scope, headers)
             token = bearer_token(headers.get("authorization"))
             if self.policy.authorize is not None:
-                path = scope.get("path") or "/"
+                path = route_path(scope) or "/"
                 await self.policy.authorize(token, _context_of(path), scope["method"], path)
             body = await self._read_body(receive, headers)
         except _Refused as e:
@@ -248,6 +250,16 @@ def bearer_token(header: str | None) -> bytes | None:
 def bearer(token: bytes) -> str:
     """The ``Authorization`` header value carrying capability *token*."""
     return "Bearer " + base64.urlsafe_b64encode(token).decode("ascii").rstrip("=")
+
+
+def route_path(scope: Any) -> str:
+    """The request's path below the app's mount point (``root_path``: Serve's route prefix),
+    as the app's routes see it (Starlette's rule)."""
+    path: str = scope.get("path") or ""
+    root = scope.get("root_path") or ""
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path
 
 
 def _context_of(path: str) -> str | None:

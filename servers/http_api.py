@@ -64,6 +64,7 @@ from protocol.errors import (
 )
 from protocol.receipts import Receipt
 from protocol.txwire import submitted_from_dict
+from servers.direct_routes import DirectRoutes
 from servers.edge import EdgeMiddleware, EdgePolicy, bearer, bearer_token
 from servers.edge_audit import ChainedSink, EdgeAudit
 from servers.inspector import HandleSource, create_inspector
@@ -90,6 +91,9 @@ INLINE_PARSE_CHARS = 8192
 """A transaction text longer than this is parsed on a worker thread, off the event loop."""
 MAX_ONGOING_REQUESTS = 256
 """Requests one replica serves at once (Ray Serve's ``max_ongoing_requests``)."""
+REPLICA_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+"""Serve's settings in each replica's process: the app runs on the loop that serves HTTP, so a
+request crosses no thread (it keeps blocking work off that loop; see docs/http.md)."""
 MAX_BATCHERS = 4096
 """Most (context, token) submit batchers a replica keeps; the least recently used goes."""
 INSPECTOR_PREFIX = "/inspect"
@@ -339,7 +343,7 @@ def create_app(
         responses=TX_RESPONSES,
         openapi_extra=TX_OPENAPI,
     )
-    async def transactions(context: str, request: Request) -> Any:
+    async def transactions(context: str, request: Request) -> JSONResponse:
         key = request.headers.get("idempotency-key")
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         tx: Any
@@ -370,7 +374,7 @@ def create_app(
             receipt = await handle.submit_payload_async(payload)
         if not receipt.committed:
             return _rejected(receipt)
-        return receipt.to_dict()
+        return JSONResponse(receipt.to_dict())
 
     @app.get(base + "/frames/{frame_id}", summary="A frame (?version= for an as-of read)")
     async def frame(context: str, frame_id: str, request: Request) -> Any:
@@ -454,6 +458,11 @@ def create_app(
                 f"{cap.holder!r} holds no {op or 'grant'} on context {context!r:.80}"
             )
 
+    # the commit route is answered before FastAPI's routing (servers/direct_routes.py), after
+    # every edge check: added first, it sits inside the edge
+    app.add_middleware(
+        DirectRoutes, routes={("POST", base + "/transactions"): transactions}, on_error=_morphz
+    )
     app.add_middleware(
         EdgeMiddleware,
         policy=EdgePolicy(
@@ -496,13 +505,16 @@ def serve_app(
     hosts: tuple[str, ...] = (),
     max_ongoing_requests: int = MAX_ONGOING_REQUESTS,
     batch: bool = True,
+    access_log: bool = False,
 ) -> Any:
     """The bound Ray Serve application of the HTTP API (pass it to ``serve.run``).
 
     Each of *replicas* replicas builds :func:`create_app` over an
     :class:`ActorResolver` of *store_dir* (made absolute here) and *namespace*,
     serving up to *max_ongoing_requests* requests at once, batching submissions
-    unless *batch* is false.
+    unless *batch* is false. Serve's line per request in the replica's log is written only
+    with *access_log* (refusals are audited at the edge and by the context actors, commits
+    are in the store: docs/http.md).
     """
     # Ray is imported lazily, by name: the layering test lists ray as lazy for servers but
     # not among its third-party roots, so a plain `from ray import serve` here fails it.
@@ -522,7 +534,8 @@ def serve_app(
         serve.ingress()(_Ingress),
         name="morphz-http",
         num_replicas=replicas,
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": REPLICA_ENV}},
         max_ongoing_requests=max_ongoing_requests,
+        logging_config={"enable_access_log": access_log},
     )
     return deployment.bind(settings)

@@ -62,7 +62,13 @@ from actors.client.replies import open_reply
 from actors.cluster.follower import start_follower
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch
-from actors.cluster.spares import ASSIGN_TIMEOUT, SparePool, is_spare, sign_assignment
+from actors.cluster.spares import (
+    ASSIGN_TIMEOUT,
+    SparePool,
+    is_spare,
+    sign_assignment,
+    spares_wanted,
+)
 from actors.server.connect import connect
 from protocol.errors import MorphzError, TransportError
 from storage import context_path
@@ -127,13 +133,17 @@ async def supervise(directory: Any) -> None:
     pool = spares_of(directory.namespace)
     if not entries:
         if pool.idle:
-            pool.tend(directory.roots, set(), wanted=False)
+            pool.tend(directory.roots, set(), wanted=0)
         return
     nodes = await asyncio.to_thread(_nodes)
     live = set(nodes)
     _learn_roots(directory, live)
-    wanted = any(e.replicated and not is_host(e.primary.actor) for e in entries)
-    pool.tend(directory.roots, live, wanted)
+    held: dict[str, int] = {}
+    for e in entries:
+        if e.replicated and not is_host(e.primary.actor):
+            for m in (e.primary, *e.followers):
+                held[m.node_id] = held.get(m.node_id, 0) + 1
+    pool.tend(directory.roots, live, spares_wanted(held))
     looks = [_look(directory, entry, nodes, live) for entry in entries]
     for entry, outcome in zip(
         entries, await asyncio.gather(*looks, return_exceptions=True), strict=True
@@ -403,7 +413,10 @@ async def promote(
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
     info = await asyncio.wait_for(
-        actor.become_primary.remote(epoch, bytes.fromhex(promoted.epoch_signature)), START_TIMEOUT
+        actor.become_primary.remote(
+            epoch, bytes.fromhex(promoted.epoch_signature), [m.actor for m in recruited]
+        ),
+        START_TIMEOUT,
     )
     served = time.monotonic() - started
     record = {

@@ -56,6 +56,12 @@ APP_NAME = "morphz"
     " --port itself (see docs/http.md, direct ingress).",
 )
 @click.option(
+    "--access-log",
+    is_flag=True,
+    help="Write Serve's line per request to the replica's log (off: refusals are audited at"
+    " the edge and by the contexts, commits are in the store; see docs/http.md).",
+)
+@click.option(
     "--allow-host",
     "allow_hosts",
     multiple=True,
@@ -77,6 +83,7 @@ def serve_cmd(
     insecure: bool,
     replicas: int,
     proxy: bool,
+    access_log: bool,
     allow_hosts: tuple[str, ...],
 ) -> None:
     """Serve the HTTP API (OpenAPI at /docs) over the store's context actors."""
@@ -113,6 +120,7 @@ def serve_cmd(
             project=project,
             replicas=replicas,
             hosts=(host, *allow_hosts),
+            access_log=access_log,
         )
         serve.run(app, blocking=False, name=APP_NAME, route_prefix="/")
         _wait_until_answering(host, port)
