@@ -138,6 +138,10 @@ HOST_FULL = "host_full"
 directory to move the idle context to a host with room)."""
 CONTEXT_MOVED = "context_moved"
 """This host gave the context away: the directory names its new host (the client calls it)."""
+NOT_LEADER = "not_leader"
+"""This context directory does not lead its namespace (a standby, or one a newer term
+replaced): it changes nothing and the client asks the leader the signed lead record names
+(docs/cluster.md, "A standby directory")."""
 HOSTED_UNREPLICATED = "hosted_unreplicated"
 """A context on a context host has no followers: asking for both is refused (docs/cluster.md,
 "What a hosted context gives up")."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from actors.client.handle import ContextHandle
 from actors.client.joining import check_text, ray_module
+from actors.client.leader import directory_actor, directory_target
 from actors.client.names import (
     ADVERT_FORMAT,
     DEFAULT_NAMESPACE,
@@ -39,16 +40,6 @@ MAX_ADVERT_BYTES = 4096
 __all__ = ["MAX_ADVERT_BYTES", "advertised", "directory_actor", "directory_entry", "lookup"]
 
 
-def directory_actor(namespace: str = DEFAULT_NAMESPACE) -> Any | None:
-    """The Ray handle of *namespace*'s context directory, or None if it has none."""
-    check_text(namespace, "namespace")
-    ensure_ray()
-    try:
-        return ray_module().get_actor(DIRECTORY_NAME, namespace=namespace)
-    except ValueError:
-        return None
-
-
 def directory_entry(
     name: str, namespace: str = DEFAULT_NAMESPACE, *, retry: RetryPolicy | None = None
 ) -> ContextEntry | None:
@@ -56,11 +47,11 @@ def directory_entry(
     namespace has no directory. ``NotFound`` when the directory has no such entry,
     ``TransportError`` when it cannot be reached after the retries."""
     check_context_name(name)
-    actor = directory_actor(namespace)
-    if actor is None:
+    target = directory_target(namespace)
+    if target is None:
         return None
     transport = Transport(
-        actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace, retry=retry
+        target[1], target[0], label=DIRECTORY_NAME, namespace=namespace, retry=retry
     )
     return transport.call(Call("get", (name,), read_entry, guarded=False))
 
@@ -158,11 +149,11 @@ def _rehosted(
     """The entry of the hosted context *name* after the directory moved it off *host*
     (which no longer runs): ``no_host`` when no other host of its node can take it. The
     call carries *capability* (a closed directory wants a grant on *name*)."""
-    actor = directory_actor(namespace)
-    if actor is None:
+    target = directory_target(namespace)
+    if target is None:
         raise NotFound(f"no context directory in namespace {namespace!r}")
     transport = Transport(
-        actor, DIRECTORY_NAME, label=DIRECTORY_NAME, namespace=namespace, capability=capability
+        target[1], target[0], label=DIRECTORY_NAME, namespace=namespace, capability=capability
     )
     return transport.call(Call("rehost", (name, host), read_entry))
 

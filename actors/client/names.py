@@ -27,7 +27,9 @@ CONTEXT_PREFIX = "ctx:"
 HOST_PREFIX = "host:"
 """Context hosts (one process serving many contexts) are named ``host:<host name>``."""
 DIRECTORY_NAME = "morphz:directory"
-"""The Ray actor name of a namespace's context directory."""
+"""The Ray actor name of a namespace's first context directory (its standbys are named
+``morphz:directory~<random>``; the one leading is named in the lead record:
+:mod:`actors.client.leader`)."""
 MAX_CALL_BYTES = 16 << 20
 """Most payload bytes one ``submit`` / ``submit_many`` call may carry: the context actor
 refuses more with ``overloaded`` (:mod:`actors.server.intake`)."""
@@ -51,6 +53,11 @@ def is_host(actor: str) -> bool:
     """True if *actor* names a context host: calls to a context there go through its
     host's ``call`` with the context's name (:mod:`actors.server.hosting`)."""
     return actor.startswith(HOST_PREFIX)
+
+
+def is_directory(actor: str) -> bool:
+    """True if *actor* names a context directory: the first one or a standby."""
+    return actor == DIRECTORY_NAME or actor.startswith(DIRECTORY_NAME + "~")
 
 
 def primary_actor(name: str, epoch: int) -> str:
@@ -145,6 +152,7 @@ __all__ = [
     "advert_path",
     "follower_actor",
     "host_actor",
+    "is_directory",
     "is_host",
     "member_of",
     "members_of",

@@ -31,7 +31,8 @@ handle writes each method once.
 Every path of a remote call (timeouts, retries, promotions, the translation of Ray's
 errors) is this one seam: a handle of a context in its own actor, of a context on a
 host (calls routed by the context's name) and of the directory all go through the
-same :class:`Transport`.
+same :class:`Transport`. It is kept as one module because those paths share one retry
+loop: following a promotion, a host move and a new directory leader are branches of it.
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ from functools import update_wrapper
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from actors.client.joining import ray_module
+from actors.client.leader import directory_actor, directory_target, leader_name
 from actors.client.names import (
     CONTEXT_PREFIX,
     DEFAULT_NAMESPACE,
-    DIRECTORY_NAME,
     ContextEntry,
+    is_directory,
     is_host,
 )
 from actors.client.replies import open_reply
@@ -57,6 +59,7 @@ from protocol.errors import (
     CONTEXT_MOVED,
     FENCED,
     HOST_FULL,
+    NOT_LEADER,
     PROMOTING,
     STALE_EPOCH,
     MorphzError,
@@ -71,17 +74,26 @@ DIRECTORY_WAIT = 10.0
 """Seconds a handle waits for the directory to say where a context's primary is."""
 FAILOVER_POLL = 0.25
 """Longest pause between two attempts while a replicated context's primary is replaced."""
-WATCH_EVERY = 0.5
+PROMOTING_POLL = 0.05
+"""Pause before calling again a promoted follower that answered ``promoting`` (its promotion
+is under way: the directory names it already)."""
+WATCH_EVERY = 0.2
 """Seconds a call to a replicated context's primary waits for its reply before asking the
-directory whether that primary was replaced (a paused or partitioned primary answers
+directory whether that primary was replaced (a lost, paused or partitioned primary answers
 nothing, and a call without a timeout would wait for it forever); if it was, the call is
-sent again to the new primary, under the same client id. Then again every that many
-seconds while it waits: one directory read per waiting call and half second, paid only
-by calls slower than that."""
+sent again to the new primary at once, under the same client id. Then again every that
+many seconds while it waits: one directory read per waiting call and fifth of a second,
+paid only by calls slower than that."""
 
 
 class PrimaryReplaced(TimeoutError):
-    """The primary a call waits for was replaced meanwhile: retried like a lost reply."""
+    """The primary a call waits for was replaced meanwhile (*entry*: the directory's entry
+    naming its successor; None for a directory's handle, whose successor the lead record
+    names): the call is sent again, to the successor."""
+
+    def __init__(self, message: str, entry: ContextEntry | None) -> None:
+        super().__init__(message)
+        self.entry = entry
 
 
 P = ParamSpec("P")
@@ -215,11 +227,13 @@ class Transport:
         return entry is not None and entry.replicated
 
     def _directory_entry(self) -> ContextEntry | None:
-        """This context's entry in its namespace's context directory (asked by the
-        directory's actor name, :data:`~actors.client.names.DIRECTORY_NAME`), or None."""
+        """This context's entry in its namespace's context directory (the leading one:
+        :func:`~actors.client.leader.directory_actor`), or None."""
         ray = ray_module()
         try:
-            directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
+            directory = directory_actor(self.namespace)
+            if directory is None:
+                return None
             raw = ray.get(directory.get.remote(self.label), timeout=DIRECTORY_WAIT)
             return ContextEntry.model_validate(open_reply(raw))
         except (MorphzError, ValueError):  # no directory, no entry, or not an entry
@@ -230,15 +244,31 @@ class Transport:
     def _wait(self, call: Call[Any]) -> float | None:
         return self.timeout if call.timeout is None else call.timeout
 
-    def _replaced(self) -> bool:
-        """True if the directory names another primary than the actor this handle calls."""
+    def _replaced(self) -> ContextEntry | None:
+        """The directory's entry if it names another primary than the actor this handle
+        calls, else None."""
+        if not self._serves_context():
+            return None
         entry = self._directory_entry()
-        return entry is not None and entry.primary.actor != self.actor_name
+        return entry if entry is not None and entry.primary.actor != self.actor_name else None
+
+    def _leader_moved(self) -> bool:
+        """For a directory's handle: True if the lead record names another directory."""
+        if not is_directory(self.actor_name):
+            return False
+        leader = leader_name(self.namespace)
+        return leader is not None and leader != self.actor_name
+
+    def _successor(self, e: PrimaryReplaced) -> bool:
+        """Switch to the successor *e* names (a directory's: the lead record's); True if the
+        handle now calls another actor."""
+        return self._follow_leader() if e.entry is None else self._switch(e.entry)
 
     def _slices(self, timeout: float | None) -> tuple[float | None, float | None]:
         """The deadline of a call, and how long to wait at once (replicated: a slice)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        return deadline, (WATCH_EVERY if self.replicated else None)
+        watched = self.replicated or is_directory(self.actor_name)
+        return deadline, (WATCH_EVERY if watched else None)
 
     def _await(self, ref: Any, timeout: float | None) -> Any:
         """The reply of *ref*; for a replicated context, :class:`PrimaryReplaced` as soon as
@@ -254,8 +284,11 @@ class Transport:
             except TimeoutError:  # Ray's GetTimeoutError
                 if left is not None and left <= every:
                     raise
-                if self._replaced():
-                    raise PrimaryReplaced(f"{self.actor_name} was replaced") from None
+                if self._leader_moved():
+                    raise PrimaryReplaced(f"{self.actor_name} no longer leads", None) from None
+                entry = self._replaced()
+                if entry is not None:
+                    raise PrimaryReplaced(f"{self.actor_name} was replaced", entry) from None
 
     async def _await_async(self, ref: Any, timeout: float | None) -> Any:
         """:meth:`_await` for event loops."""
@@ -274,9 +307,13 @@ class Transport:
                 if left is not None and left <= every:
                     reply.cancel()
                     raise
-                if await asyncio.to_thread(self._replaced):
+                if await asyncio.to_thread(self._leader_moved):
                     reply.cancel()
-                    raise PrimaryReplaced(f"{self.actor_name} was replaced") from None
+                    raise PrimaryReplaced(f"{self.actor_name} no longer leads", None) from None
+                entry = await asyncio.to_thread(self._replaced)
+                if entry is not None:
+                    reply.cancel()
+                    raise PrimaryReplaced(f"{self.actor_name} was replaced", entry) from None
 
     def _retry_after(self, e: BaseException, retry: int, started: float | None = None) -> float:
         """The delay before the next attempt after *e*; raises the translated error if none."""
@@ -286,6 +323,11 @@ class Transport:
         if lost and self.replicated and started is not None:
             # A replicated context's primary was lost: wait for its promoted successor.
             if time.monotonic() - started < FAILOVER_WAIT:
+                return min(self.retry.delay(min(retry, 2)) or 0.0, FAILOVER_POLL)
+        if lost and is_directory(self.actor_name) and started is not None:
+            # The directory's node was lost: wait for its standby to take over (it claims
+            # the next term within a second or two of the node's loss).
+            if time.monotonic() - started < DIRECTORY_WAIT:
                 return min(self.retry.delay(min(retry, 2)) or 0.0, FAILOVER_POLL)
         if isinstance(e, ActorUnschedulableError):  # its node is gone for good
             delay = self.retry.delay(retry)
@@ -300,7 +342,7 @@ class Transport:
             if isinstance(cause, MorphzError):
                 if cause.code == PROMOTING and started is not None:
                     if time.monotonic() - started < FAILOVER_WAIT:  # opening as the primary
-                        return FAILOVER_POLL
+                        return PROMOTING_POLL
                 raise cause from e
             raise StoreError(
                 f"context actor {self.label!r} failed: {cause or e}", code="actor_error"
@@ -318,17 +360,32 @@ class Transport:
             raise TransportError(f"context actor {self.label!r}: {e}", code="actor_error") from e
         raise e
 
+    def _follow_leader(self) -> bool:
+        """For a directory's handle: switch to the directory the lead record names, if it is
+        another one; True if the handle now calls another actor."""
+        target = directory_target(self.namespace)
+        if target is None or target[0] == self.actor_name:
+            return False
+        self.actor_name, self.actor = target
+        return True
+
     def _follow_promotion(self) -> bool:
         """If the context directory names another primary for this context, switch to it.
+        A directory's handle follows the lead record instead (:meth:`_follow_leader`).
 
         Only a context actor (named ``ctx:…``) in a namespace that has a directory
         with an entry for it is followed; True if the handle now calls another actor.
         """
+        if is_directory(self.actor_name):
+            return self._follow_leader()
         if not self._serves_context():
             return False
         entry = self._directory_entry()
-        if entry is None:
-            return False
+        return entry is not None and self._switch(entry)
+
+    def _switch(self, entry: ContextEntry) -> bool:
+        """Call the primary *entry* names from now on; True if that is another actor (False
+        also when it is not running yet: the next attempt asks again)."""
         self.replicated = entry.replicated
         primary = entry.primary.actor
         if primary == self.actor_name:
@@ -361,7 +418,9 @@ class Transport:
         it names; True if the handle now calls another host."""
         ray = ray_module()
         try:
-            directory = ray.get_actor(DIRECTORY_NAME, namespace=self.namespace)
+            directory = directory_actor(self.namespace)
+            if directory is None:
+                return False
             raw = ray.get(
                 directory.rehost.remote(self.label, self.actor_name, self.capability),
                 timeout=DIRECTORY_WAIT,
@@ -394,6 +453,8 @@ class Transport:
 
     def _fenced(self, e: MorphzError, retry: int) -> float | None:
         """The delay before calling the new primary after *e* said this one was replaced."""
+        if e.code == NOT_LEADER and is_directory(self.actor_name):
+            return self.retry.delay(retry)  # a standby, or deposed: the leader is asked
         if e.code not in (FENCED, STALE_EPOCH) or not self._serves_context():
             return None
         delay = self.retry.delay(retry)
@@ -408,6 +469,9 @@ class Transport:
             try:
                 raw = self._await(self._send(call), self._wait(call))
             except Exception as e:
+                if isinstance(e, PrimaryReplaced) and self._successor(e):
+                    retry += 1  # its successor is known and running: call it now
+                    continue
                 moved = self._redirect(e, retry)
                 if moved is not None:
                     retry += 1
@@ -436,6 +500,11 @@ class Transport:
             try:
                 raw = await self._await_async(self._send(call), self._wait(call))
             except Exception as e:
+                if isinstance(e, PrimaryReplaced) and await asyncio.to_thread(
+                    self._successor, e
+                ):
+                    retry += 1  # its successor is known and running: call it now
+                    continue
                 hosted = is_host(self.actor_name)
                 moved = await asyncio.to_thread(self._redirect, e, retry) if hosted else None
                 if moved is not None:
@@ -555,6 +624,7 @@ __all__ = [
     "DIRECTORY_WAIT",
     "FAILOVER_POLL",
     "FAILOVER_WAIT",
+    "PROMOTING_POLL",
     "WATCH_EVERY",
     "Call",
     "HasTransport",

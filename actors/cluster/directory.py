@@ -41,11 +41,13 @@ import asyncio
 import contextvars
 import logging
 import os
+import uuid
 from typing import Any
 
 from pydantic import ValidationError
 
-from actors.client.joining import check_int, check_text, ray_module
+from actors.client.joining import check_int, check_text, ray_module, remote_class
+from actors.client.leader import DIRECTORY_KV
 from actors.client.names import (
     DEFAULT_NAMESPACE,
     ContextEntry,
@@ -71,18 +73,31 @@ from actors.cluster.directory_admin import (
 )
 from actors.cluster.failover import watch
 from actors.cluster.host_table import HostTable
+from actors.cluster.leadership import (
+    RESTART_AFTER,
+    Leadership,
+    is_lead_key,
+    leading,
+    whoami,
+)
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_nodes
 from actors.cluster.replication import sign_epoch
 from protocol import capabilities
 from protocol.capabilities import PermissionDenied
 from protocol.epochs import BAD_SIGNATURE, open_record, sign_record
-from protocol.errors import STALE_EPOCH, MorphzError, NotFound, RequestError, StoreError
+from protocol.errors import (
+    STALE_EPOCH,
+    MorphzError,
+    NotFound,
+    RequestError,
+    StoreError,
+)
 from storage import check_context_name
 from storage.keys import DIRECTORY_PUBLIC_KEYS_ENV, directory_public_keys, directory_signing_key
 
 log = logging.getLogger("morphz.directory")
 
-KV_NAMESPACE = "morphz-directory/"
+KV_NAMESPACE = DIRECTORY_KV
 """Prefix of the GCS internal-KV namespace holding a directory's state (+ the Ray namespace)."""
 STORE_ENV = "MORPHZ_STORE"
 """The environment variable naming a node's store root (read on that node)."""
@@ -106,7 +121,7 @@ def _probe_root() -> str:
     return os.path.abspath(os.path.expanduser(os.environ.get(STORE_ENV) or DEFAULT_ROOT))
 
 
-class DirectoryActor(HostTable):
+class DirectoryActor(HostTable, Leadership):
     """The directory's actor class (plain; :func:`actors.cluster.directory_handle.directory`
     runs it as a Ray actor).
 
@@ -115,8 +130,21 @@ class DirectoryActor(HostTable):
     in-memory tables change, so a failed write changes nothing.
     """
 
-    def __init__(self, namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(self, namespace: str = DEFAULT_NAMESPACE, standby: bool = False) -> None:
         self.namespace = namespace
+        self.actor_name, self.node_id = whoami()
+        self.incarnation = uuid.uuid4().hex
+        self.term: int | None = None
+        """The leadership term this directory holds (:mod:`actors.cluster.leadership`);
+        None: a standby (or deposed), which serves nothing."""
+        self.led_at: float | None = None
+        """When (wall clock) this directory claimed its term."""
+        self.down: set[str] = set()
+        """Nodes Ray still lists whose raylet was found down at the supervisor's last look
+        (no placement goes there)."""
+        self.standby: tuple[str, str] | None = None
+        """The standby directory this leader keeps: ``(actor name, node id)``."""
+        self.standby_started = -RESTART_AFTER  # (monotonic) when it last started one
         self.roots: dict[str, str] = {}
         self.entries: dict[str, ContextEntry] = {}
         self.stored_keys: dict[str, bytes] = {}
@@ -131,6 +159,7 @@ class DirectoryActor(HostTable):
         """The supervisor's recent promotions, newest last (memory only: see
         :meth:`failovers`)."""
         self._load()
+        self._claim_at_start(standby)
         try:
             self.env_keys = env_admin_keys()
         except MorphzError as e:  # malformed: closed until fixed, never silently open
@@ -178,6 +207,8 @@ class DirectoryActor(HostTable):
             if raw is None:
                 continue
             text = key.decode(errors="replace")
+            if is_lead_key(text):
+                continue  # leadership, not a table (actors.cluster.leadership)
             kind, _, name = text.partition("/")
             try:
                 value = open_record(public, self.namespace, text, raw)
@@ -193,6 +224,7 @@ class DirectoryActor(HostTable):
                 log.error("directory of %r: record %r refused: %s", self.namespace, text, why)
 
     def _put(self, key: str, value: str) -> None:
+        self._check_term()
         record = sign_record(directory_signing_key(), self.namespace, key, value)
         try:
             self._kv()._internal_kv_put(key, record, True, namespace=KV_NAMESPACE + self.namespace)
@@ -201,6 +233,7 @@ class DirectoryActor(HostTable):
             raise StoreError(f"directory: cannot write its state: {e}", code="directory_io") from e
 
     def _delete(self, key: str) -> None:
+        self._check_term()
         try:
             self._kv()._internal_kv_del(key, namespace=KV_NAMESPACE + self.namespace)
             self.refused.pop(key, None)
@@ -233,6 +266,24 @@ class DirectoryActor(HostTable):
         context = contextvars.copy_context()
         context.run(SUPERVISING.set, True)
         self._watch = loop.create_task(watch(self), context=context)
+
+    def start_standby(self, name: str, node: str) -> Any:
+        """Start a standby directory named *name*, pinned to *node* (its Ray handle)."""
+        return (
+            remote_class(DirectoryActor)
+            .options(
+                name=name,
+                namespace=self.namespace,
+                lifetime="detached",
+                max_restarts=-1,
+                max_task_retries=-1,
+                max_concurrency=100,
+                num_cpus=0,
+                memory=1,
+                scheduling_strategy=pinned(node),
+            )
+            .remote(self.namespace, True)
+        )
 
     def _admin(
         self,
@@ -305,6 +356,12 @@ class DirectoryActor(HostTable):
         return ok(
             {
                 "namespace": self.namespace,
+                "actor": self.actor_name,
+                "node": self.node_id,
+                "term": self.term,
+                "leads": self.term is not None,
+                "led_at": self.led_at,
+                "standby": None if self.standby is None else self.standby[0],
                 "nodes": len(self.roots),
                 "contexts": len(self.entries),
                 "admin": "closed" if closed else "open",
@@ -312,6 +369,7 @@ class DirectoryActor(HostTable):
             }
         )
 
+    @leading
     async def recent_failovers(self) -> bytes:
         """The supervisor's recent promotions (at most ``actors.cluster.failover.HISTORY``),
         newest last: each ``{"context", "epoch", "cause", "silent_s", "at", "fenced_s",
@@ -320,6 +378,7 @@ class DirectoryActor(HostTable):
         self._ensure_watch()
         return ok(list(self.failovers))
 
+    @leading
     async def require_admin(self, keys: Any, capability: Any = None) -> bytes:
         """From now on, every write needs an admin capability signed by one of *keys* (hex
         Ed25519 public keys). Setting the first keys needs nothing (it only closes the
@@ -336,6 +395,7 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def register_node(self, node_id: str, store_root: str, capability: Any = None) -> bytes:
         """Record *node_id*'s store root (an absolute path on that node)."""
         try:
@@ -355,16 +415,19 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def node_roots(self) -> bytes:
         """The store root of every live node (probing those not known yet) and known ones."""
         try:
             async with self._guard():
                 for node in alive_nodes():
-                    await self.root_of(node["node_id"])
+                    if node["node_id"] not in self.down:  # a probe there would hang
+                        await self.root_of(node["node_id"])
                 return ok(dict(sorted(self.roots.items())))
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def place(
         self,
         name: str,
@@ -393,7 +456,8 @@ class DirectoryActor(HostTable):
                     isinstance(store_dir, str) and os.path.isabs(store_dir)
                 ):
                     raise RequestError("store_dir must be an absolute path", code="bad_argument")
-                live = {n["node_id"]: n["resources"] for n in alive_nodes()}
+                live = {n["node_id"]: n["resources"] for n in alive_nodes()
+                        if n["node_id"] not in self.down}  # fmt: skip
                 load: dict[str, int] = {}
                 for entry in self.entries.values():
                     for m in (entry.primary, *entry.followers):
@@ -419,6 +483,7 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def get(self, name: str) -> bytes:
         """The entry of *name*; NotFound if the directory has none."""
         self._ensure_watch()
@@ -427,11 +492,13 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def list(self) -> bytes:
         """Every entry, by name."""
         self._ensure_watch()
         return ok([self.entries[n].model_dump() for n in sorted(self.entries)])
 
+    @leading
     async def remove(self, name: str, capability: Any = None) -> bytes:
         """Forget *name*'s entry (its actors and stores are left alone); NotFound if none."""
         try:
@@ -449,6 +516,7 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def promote(
         self, name: str, expected_epoch: int, primary: Any, followers: Any, capability: Any = None
     ) -> bytes:
@@ -473,6 +541,7 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def set_primary(
         self, name: str, epoch: int, primary: Any, capability: Any = None
     ) -> bytes:
@@ -496,6 +565,7 @@ class DirectoryActor(HostTable):
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def set_followers(
         self, name: str, epoch: int, followers: Any, capability: Any = None
     ) -> bytes:

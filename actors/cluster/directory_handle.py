@@ -14,7 +14,8 @@ import os
 from typing import Any
 
 from actors.client.joining import check_int, check_text, remote_class
-from actors.client.lookup import directory_actor, read_entry
+from actors.client.leader import directory_target
+from actors.client.lookup import read_entry
 from actors.client.names import (
     DEFAULT_NAMESPACE,
     DIRECTORY_NAME,
@@ -61,11 +62,12 @@ class DirectoryHandle:
         namespace: str = DEFAULT_NAMESPACE,
         retry: RetryPolicy | None = None,
         capability: bytes | None = None,
+        actor_name: str = DIRECTORY_NAME,
     ) -> None:
         self.namespace = namespace
         self.transport = Transport(
             actor,
-            DIRECTORY_NAME,
+            actor_name,
             label=DIRECTORY_NAME,
             namespace=namespace,
             retry=retry,
@@ -221,14 +223,20 @@ def directory(
     *capability* is the admin token the handle's writes carry (needed once the directory
     has admin keys: :meth:`DirectoryHandle.require_admin`).
 
-    A new directory is detached, restarted by Ray without limit, and started on this
-    process's node; it is not pinned there: when that node is lost, Ray restarts it
-    on a live node, and it reloads its state from the GCS.
+    The handle calls the directory leading the namespace (the one its signed lead record
+    names: a standby that took over from a lost node's directory is that one). A new
+    directory is detached, restarted by Ray without limit, and started on this process's
+    node; it is not pinned there: when that node is lost, its standby on another node
+    takes over, Ray restarts it on a live node later, and it reloads its state from the
+    GCS (docs/cluster.md, "A standby directory").
     """
     check_text(namespace, "namespace")
     if not namespace:
         raise RequestError("namespace must not be empty", code="bad_argument")
     ensure_ray()
+    target = directory_target(namespace)
+    if target is not None:
+        return DirectoryHandle(target[1], namespace, retry, capability, actor_name=target[0])
     actor = (
         remote_class(DirectoryActor)
         .options(
@@ -252,5 +260,7 @@ def directory(
 
 def existing_directory(namespace: str = DEFAULT_NAMESPACE) -> DirectoryHandle | None:
     """The directory of *namespace* if one was created, else None (never creates one)."""
-    actor = directory_actor(namespace)
-    return None if actor is None else DirectoryHandle(actor, namespace)
+    target = directory_target(namespace)
+    if target is None:
+        return None
+    return DirectoryHandle(target[1], namespace, actor_name=target[0])

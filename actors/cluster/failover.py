@@ -60,11 +60,18 @@ from actors.client.names import ContextEntry, Member, follower_actor, is_host
 from actors.client.nodes import pinned
 from actors.client.replies import open_reply
 from actors.cluster.follower import start_follower
+from actors.cluster.leadership import keep_standby, stand_by
 from actors.cluster.probing import PROBERS, probe_primaries, stop_prober, wake
 from actors.cluster.replication import REPLICATION, sign_epoch
-from actors.cluster.spares import ASSIGN_TIMEOUT, SparePool, is_spare, sign_assignment
+from actors.cluster.spares import (
+    ASSIGN_TIMEOUT,
+    SparePool,
+    is_spare,
+    sign_assignment,
+    spares_wanted,
+)
 from actors.server.connect import connect
-from protocol.errors import MorphzError, TransportError
+from protocol.errors import FENCED, MorphzError, TransportError
 from storage import context_path
 
 log = logging.getLogger("morphz.failover")
@@ -102,7 +109,9 @@ __all__ = [
 
 
 async def watch(directory: Any) -> None:
-    """Supervise the replicated contexts of *directory* (a running ``DirectoryActor``)."""
+    """Supervise the replicated contexts of *directory* (a running ``DirectoryActor``) while
+    it leads its namespace; while it stands by, watch its leader's node and take over when
+    it is lost (:mod:`actors.cluster.leadership`)."""
     woken = wake(directory.namespace)
     while True:
         try:
@@ -111,6 +120,10 @@ async def watch(directory: Any) -> None:
             pass
         woken.clear()
         try:
+            if directory.term is None and not await stand_by(directory):
+                continue
+            if not await asyncio.to_thread(directory.still_leads):
+                continue  # a newer term exists: this directory acts no more
             await supervise(directory)
         except asyncio.CancelledError:
             raise
@@ -125,15 +138,22 @@ async def supervise(directory: Any) -> None:
     entries = list(directory.entries.values())
     probe_primaries(directory, entries)
     pool = spares_of(directory.namespace)
+    nodes = await asyncio.to_thread(_nodes)
+    down = set(await asyncio.gather(*(_down(n, *where) for n, where in nodes.items()))) - {""}
+    directory.down = down
+    live = set(nodes) - down
+    _keep_standby(directory, live)
     if not entries:
         if pool.idle:
-            pool.tend(directory.roots, set(), wanted=False)
+            pool.tend(directory.roots, set(), wanted=0)
         return
-    nodes = await asyncio.to_thread(_nodes)
-    live = set(nodes)
     _learn_roots(directory, live)
-    wanted = any(e.replicated and not is_host(e.primary.actor) for e in entries)
-    pool.tend(directory.roots, live, wanted)
+    held: dict[str, int] = {}
+    for e in entries:
+        if e.replicated and not is_host(e.primary.actor):
+            for m in (e.primary, *e.followers):
+                held[m.node_id] = held.get(m.node_id, 0) + 1
+    pool.tend(directory.roots, live, spares_wanted(held))
     looks = [_look(directory, entry, nodes, live) for entry in entries]
     for entry, outcome in zip(
         entries, await asyncio.gather(*looks, return_exceptions=True), strict=True
@@ -153,12 +173,11 @@ async def _look(
         if entry.primary.node_id not in live:
             await restore(directory, entry, live)
         return
-    where = nodes.get(entry.primary.node_id)
     cause = (
         "node lost"
-        if where is None
+        if entry.primary.node_id not in nodes
         else "raylet down"
-        if await asyncio.to_thread(_raylet_down, *where)
+        if entry.primary.node_id in directory.down
         else _primary_lost(directory, entry)
     )
     if cause is not None:
@@ -211,6 +230,30 @@ def _nodes() -> dict[str, tuple[str, int]]:
         for n in ray.nodes()
         if n.get("Alive")
     }
+
+
+_STANDBY: dict[str, asyncio.Task[None]] = {}
+"""Per namespace: the leader's tending of its standby in flight (one at a time)."""
+
+
+def _keep_standby(directory: Any, live: set[str]) -> None:
+    """:func:`~actors.cluster.leadership.keep_standby` in the background: no look waits."""
+    task = _STANDBY.get(directory.namespace)
+    if task is not None and not task.done():
+        return
+
+    async def keep() -> None:
+        try:
+            await keep_standby(directory, live)
+        except Exception as e:  # tried again at the next look
+            log.warning("standby directory not kept: %s", e)
+
+    _STANDBY[directory.namespace] = asyncio.create_task(keep())
+
+
+async def _down(node: str, address: str, port: int) -> str:
+    """*node* if its raylet is down (:func:`_raylet_down`), else ``""``."""
+    return node if await asyncio.to_thread(_raylet_down, address, port) else ""
 
 
 def _raylet_down(address: str, port: int) -> bool:
@@ -362,16 +405,26 @@ async def promote(
         *(_call(actor, "fence", epoch, cert) for _, actor in reachable), return_exceptions=True
     )
     held: list[tuple[int, str, Member, Any]] = []
+    resumed: list[tuple[int, str, Member, Any]] = []
     for (m, actor), status in zip(reachable, fences, strict=True):
+        if isinstance(status, MorphzError) and status.code == FENCED:
+            # Sealed by a promotion to this epoch that stopped before it was recorded (its
+            # directory was lost with the primary's node): that promotion is resumed.
+            log.warning("context %r: follower %s was sealed already: promoting it",
+                        entry.name, m.actor)  # fmt: skip
+            resumed.append((0, m.node_id, m, actor))
+            continue
         if isinstance(status, BaseException):
             log.warning("context %r: follower %s not fenced: %s", entry.name, m.actor, status)
             continue
         held.append((int(status["held_seq"]), m.node_id, m, actor))
-    if not held:
+    if not held and not resumed:
         log.error("context %r: primary lost and no follower answers", entry.name)
         return None
     fenced = time.monotonic() - started
     held.sort(key=lambda t: (-t[0], t[1]))
+    resumed.sort(key=lambda t: t[1])
+    held = resumed[:1] + held  # a sealed follower released its store to be the primary
     _, _, chosen, actor = held[0]
     keep = [m for _, _, m, _ in held[1:]]
     keep += await _replacements(directory, entry, keep, live - {chosen.node_id}, epoch)
@@ -380,7 +433,11 @@ async def promote(
     recruiting = asyncio.ensure_future(_recruit(entry, fresh, ns, epoch))
     started_new: list[Any] = []
     try:
-        await _call(actor, "seal", epoch, sign_epoch(entry.name, epoch, "seal", chosen.actor))
+        if not await asyncio.to_thread(directory.still_leads):
+            raise TransportError(f"context {entry.name!r}: not promoted, a newer directory"
+                                 " term exists", code="not_leader")  # fmt: skip
+        if not resumed:
+            await _call(actor, "seal", epoch, sign_epoch(entry.name, epoch, "seal", chosen.actor))
         recruited, started_new = await recruiting
         keep = [m for m in keep if m in entry.followers] + recruited
         promoted = ContextEntry.model_validate(
@@ -403,7 +460,10 @@ async def promote(
     _tell_replaced(entry.primary.actor, ns)
     # The chosen follower becomes the primary in its own (warm) process, over its store.
     info = await asyncio.wait_for(
-        actor.become_primary.remote(epoch, bytes.fromhex(promoted.epoch_signature)), START_TIMEOUT
+        actor.become_primary.remote(
+            epoch, bytes.fromhex(promoted.epoch_signature), [m.actor for m in recruited]
+        ),
+        START_TIMEOUT,
     )
     served = time.monotonic() - started
     record = {
@@ -416,6 +476,7 @@ async def promote(
         "recorded_s": round(sealed, 3),
         "serving_s": round(served, 3),
         "replacements": len(fresh),
+        "resumed": bool(resumed),
         "spares": sum(1 for m in recruited if is_spare(m.actor)),
     }
     directory.failovers.append(record)

@@ -39,8 +39,8 @@ from actors.client.nodes import pinned
 from actors.client.replies import failed, open_reply
 from actors.client.transport import Call
 from actors.cluster.follower_role import FollowerRole, actor_name, node_id
-from actors.cluster.liveness import LEASE, LEASE_MARGIN
-from actors.cluster.replication import REPLICATION, replicated_entry
+from actors.cluster.liveness import Grants, every_follower_vouches, replaced_lease_over
+from actors.cluster.replication import REPLICATION, DirectoryReplication, replicated_entry
 from actors.cluster.spares import assignment_of, check_assignment, is_spare, record_assignment
 from actors.server.connect import CONCURRENCY_GROUPS, MAX_CONCURRENCY
 from actors.server.context_actor import ContextActor
@@ -121,10 +121,11 @@ class FollowerActor(ContextActor):
             return failed(e)
         return self._as_follower("status")
 
-    def _host(self) -> None:
+    def _host(self, fresh: frozenset[str] = frozenset()) -> None:
         ContextActor.__init__(
             self, self._store_root, self._context_name, create=False,
-            namespace=self._namespace_of, replication=REPLICATION,
+            namespace=self._namespace_of,
+            replication=DirectoryReplication(fresh) if fresh else REPLICATION,
         )  # fmt: skip
         self._promoted = True
 
@@ -225,38 +226,48 @@ class FollowerActor(ContextActor):
             log.warning("context %r: follower read denials not written to the audit log: %s",
                         self._context_name, e)  # fmt: skip
 
-    async def become_primary(self, epoch: int, cert: bytes) -> dict[str, Any]:
+    async def become_primary(
+        self, epoch: int, cert: bytes, fresh: list[str] | None = None
+    ) -> dict[str, Any]:
         """Serve as the primary at *epoch*, over the store this follower holds.
 
         Call once the directory names this actor the primary at *epoch*; the
         follower is sealed first if it was not (everything held applied, its
         store released), then the context opens here as it does in a new
         primary (replication set up from the directory, every other follower
-        snapshotted). Idempotent; answers what ``handshake`` answers. *cert* is the
+        snapshotted: *fresh*, the followers the supervisor recruited for this promotion,
+        at once). Idempotent; answers what ``handshake`` answers. *cert* is the
         directory's certificate that this member is the primary at *epoch* (the entry's
         ``epoch_signature``): without it nothing happens (``bad_signature``), and the one
         the directory publishes for another member cannot promote (or seal) this one.
         """
         check_epoch(self._context_name, epoch, cert, ("epoch",), actor_name())
         if not self._promoted:
+            grants = Grants()  # nothing known (a restarted process): counted from the seal
             if self._role is not None:
                 if self._sealed_at is None:
                     self._sealed_at = time.monotonic()
                 self._role.sealed_for(epoch)  # a failed reply if already sealed
+                grants = self._role.grants
                 self._role = None
-            self._host()
-            self._outwait_lease()
+            self._host(frozenset(str(a) for a in fresh or ()))
+            self._outwait_lease(epoch - 1, grants)
         info: dict[str, Any] = await self.handshake()
         return info
 
-    def _outwait_lease(self) -> None:
-        """Hold the store thread until the replaced primary's read lease has expired:
-        every follower was fenced before this one was sealed, so the old primary's lease
-        was renewed last before that and lapses within ``LEASE`` of it. The first thing
-        on the store thread, before any write or read is served here (the other followers'
-        snapshots were taken while opening, so they are installed meanwhile)."""
+    def _outwait_lease(self, replaced: int, grants: Grants) -> None:
+        """Hold the store thread until the read lease of the primary of epoch *replaced*
+        has expired (:func:`~actors.cluster.liveness.replaced_lease_over`): every follower
+        was fenced before this one was sealed, so that primary renewed its lease last
+        before the seal — and, when every renewal needed this follower's answer, before
+        this follower's last answer to it (*grants*). The first thing on the store thread,
+        before any write or read is served here (the other followers' snapshots were taken
+        while opening, so they are installed meanwhile)."""
         assert self._sealed_at is not None
-        left = self._sealed_at + LEASE + LEASE_MARGIN - time.monotonic()
+        entry = None if self.replicator is None else self.replicator.entry
+        vouches = entry is not None and every_follower_vouches(entry.acks, entry.follower_count)
+        over = replaced_lease_over(self._sealed_at, grants, replaced, vouches)
+        left = over - time.monotonic()
         if left > 0:
             self._executor.submit(time.sleep, left)
 

@@ -25,6 +25,7 @@ from actors.client.joining import ray_module
 from actors.client.names import DEFAULT_NAMESPACE, Member
 from actors.client.replies import failed, ok, open_reply
 from actors.client.transport import Call, Transport
+from actors.cluster.liveness import Grants
 from actors.server.guard import DEFAULT_PROJECT, DEFAULT_TENANT, OPERATION_OF, Guard
 from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, StoreLocked, WireError
 from service.context import Context
@@ -117,6 +118,10 @@ class FollowerRole:
         self._denials: list[dict[str, Any]] = []
         """Reads denied here, not yet sent to the primary (:meth:`take_denials`)."""
         self._denials_over = 0
+        self.grants = Grants()
+        """When this copy last answered its primary as a follower (the promoted follower's
+        wait for the replaced primary's lease:
+        :func:`~actors.cluster.liveness.replaced_lease_over`)."""
         try:
             self._open()
         except MorphzError as e:
@@ -156,10 +161,17 @@ class FollowerRole:
             "head": f.head.hex(),
         }
 
+    def _took(self, reply: Any) -> Any:
+        """*reply*, having recorded that a message of the primary this copy is fenced at
+        was taken and is answered now (:class:`~actors.cluster.liveness.Grants`)."""
+        assert self._follower is not None
+        self.grants.took(self._follower.state.epoch, time.monotonic())
+        return reply
+
     def receive(self, data: bytes) -> bytes:
         """Hold batch *data* durably (apply what is acknowledged); the held sequence number."""
         try:
-            return ok(self._live().receive(data))
+            return ok(self._took(self._live().receive(data)))
         except MorphzError as e:
             return failed(e)
 
@@ -167,7 +179,7 @@ class FollowerRole:
         """Hold the primary's retained batches after this follower's last one, at once
         (:meth:`storage.replication.Follower.catch_up`); the held sequence number."""
         try:
-            return ok(self._live().catch_up(epoch, acked, batches, mac))
+            return ok(self._took(self._live().catch_up(epoch, acked, batches, mac)))
         except MorphzError as e:
             return failed(e)
 
@@ -181,9 +193,12 @@ class FollowerRole:
             return failed(e)
 
     def status(self) -> bytes:
-        """Epoch, applied and held batches, applied version, node."""
+        """Epoch, applied and held batches, applied version, node (an answer a primary of
+        that epoch counts toward its read lease: recorded in :attr:`grants`)."""
         try:
-            return ok(self._status())
+            status = self._status()
+            self.grants.answered(int(status["epoch"]), time.monotonic())
+            return ok(status)
         except MorphzError as e:
             return failed(e)
 
@@ -223,7 +238,7 @@ class FollowerRole:
             install(self._path, data)
             self._open()
             self._live().fence(epoch)
-            return ok(self._status())
+            return ok(self._took(self._status()))
         except MorphzError as e:
             return failed(e)
 

@@ -30,6 +30,7 @@ from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, is_host
 from actors.client.nodes import alive_nodes
 from actors.client.replies import failed, ok
+from actors.cluster.leadership import leading
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_host
 from protocol.capabilities import OPERATIONS
 from protocol.errors import MorphzError, NotFound, RequestError
@@ -47,6 +48,7 @@ class HostTable:
 
     entries: dict[str, ContextEntry]
     namespace: str
+    down: set[str]
     _hosts: dict[str, tuple[float, dict[str, Any]]]
 
     def _host_table(self) -> dict[str, tuple[float, dict[str, Any]]]:
@@ -55,6 +57,7 @@ class HostTable:
             table = self._hosts = {}
         return table
 
+    @leading
     async def report_host(self, report: dict[str, Any], capability: Any = None) -> bytes:
         """Record a host's load report (its ``actor`` name keys it). A closed directory takes
         it only with the operator's admin capability (the one the host was started with):
@@ -84,6 +87,7 @@ class HostTable:
                 counts[actor] = counts.get(actor, 0) + 1
         return counts
 
+    @leading
     async def hosts(self) -> bytes:
         """The hosts that reported recently, each with ``placed`` (contexts the directory
         has placed on it), by actor name."""
@@ -95,6 +99,7 @@ class HostTable:
             ]
         )
 
+    @leading
     async def place_hosted(
         self, name: str, policy: str = POLICY_SPREAD, capability: Any = None
     ) -> bytes:
@@ -106,7 +111,8 @@ class HostTable:
                     return ok(self.entries[name].model_dump())
                 tenant = self._placer(capability, name, "place_hosted")  # type: ignore[attr-defined]
                 policy = check_policy(policy)
-                live = {n["node_id"]: n["resources"] for n in alive_nodes()}
+                live = {n["node_id"]: n["resources"] for n in alive_nodes()
+                        if n["node_id"] not in self.down}  # fmt: skip
                 host = choose_host(policy, self._fresh_hosts(), self._assigned(), live)
                 entry = ContextEntry(
                     name=name,
@@ -173,6 +179,7 @@ class HostTable:
         )
         return self._save_entry(moved)  # type: ignore[attr-defined, no-any-return]
 
+    @leading
     async def rehost(self, name: str, actor: str, capability: Any = None) -> bytes:
         """Move the hosted context *name* off its host *actor* when that host cannot serve
         it: it no longer runs, or it reports itself full and *name* is idle there. The
@@ -196,6 +203,7 @@ class HostTable:
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def move_hosted(self, name: str, to: str | None = None, capability: Any = None) -> bytes:
         """Move the hosted context *name* to host *to* (an actor name; default: the host
         with the least weight among the others of its node and store root), active or
@@ -216,6 +224,7 @@ class HostTable:
         except MorphzError as e:
             return failed(e)
 
+    @leading
     async def rebalance(self, limit: int = 100, capability: Any = None) -> bytes:
         """Move up to *limit* idle contexts off the hosts that report themselves full, each
         to the host with the least weight and room on the same node and store root: the

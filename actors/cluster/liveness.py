@@ -44,8 +44,12 @@ __all__ = [
     "MIN_PATIENCE",
     "MISSES",
     "PROBE_EVERY",
+    "Grants",
     "Lease",
     "Liveness",
+    "every_follower_vouches",
+    "replaced_lease_over",
+    "vouched",
 ]
 
 PROBE_EVERY = 0.25
@@ -167,3 +171,72 @@ class Lease:
     def lapse(self) -> None:
         """End the lease now (this primary learnt it was replaced)."""
         self._until = None
+
+
+def every_follower_vouches(acks: int, follower_count: int) -> bool:
+    """Whether every renewal of a primary's read lease needs an answer of every follower it
+    ships to: it needs ``max(1, acks)`` answers from the followers it holds, and it holds at
+    most *follower_count* (the entry's followers)."""
+    return max(1, acks) >= follower_count
+
+
+def vouched(got: int, acks: int, follower_count: int, followers: int) -> bool:
+    """Whether *got* distinct followers, each answering as a follower of the primary's epoch
+    a question asked at one moment, renew its read lease from that moment: ``max(1, acks)``
+    of them, and all of the *followers* its entry lists when :func:`every_follower_vouches`
+    (so then each of them answered every renewal)."""
+    if got < max(1, acks):
+        return False
+    return not every_follower_vouches(acks, follower_count) or got >= followers
+
+
+class Grants:
+    """What one follower knows of the leases it granted: when it last answered, as a
+    follower of the epoch whose batches it holds, a call a primary counts toward its read
+    lease (a batch, a catch-up or a snapshot taken, a ``status``), and which epoch's primary
+    it took such a message from last (:meth:`took` for a batch, a catch-up or a snapshot;
+    :meth:`answered` for any answer, ``status`` included). On the follower's own monotonic
+    clock, which a restart loses (then nothing is known and the promotion waits from the
+    seal)."""
+
+    def __init__(self) -> None:
+        self.epoch: int | None = None
+        """The epoch of the primary whose batch, catch-up or snapshot this follower took
+        last."""
+        self.at: float | None = None
+        """When it last answered as a follower of :attr:`epoch`."""
+
+    def took(self, epoch: int, now: float) -> None:
+        """A message of the primary of *epoch* was taken and answered at *now*."""
+        if self.epoch != epoch:
+            self.epoch, self.at = epoch, None
+        self.answered(epoch, now)
+
+    def answered(self, epoch: int, now: float) -> None:
+        """A call was answered at *now* as a follower fenced at *epoch* (a status): a grant
+        only for the primary of :attr:`epoch`."""
+        if epoch == self.epoch and (self.at is None or now > self.at):
+            self.at = now
+
+
+def replaced_lease_over(
+    sealed_at: float, grants: Grants, replaced_epoch: int, every_vouches: bool
+) -> float:
+    """When (on the promoted follower's clock) the read lease of the primary of
+    *replaced_epoch* has lapsed, so the promoted follower may serve: :data:`LEASE` +
+    :data:`LEASE_MARGIN` after the last moment that primary could have renewed it.
+
+    That moment is the seal (*sealed_at*: every follower was fenced before it, and a fenced
+    follower renews nothing). It is this follower's own last grant instead, when earlier,
+    if every renewal needed this follower's answer: *every_vouches*
+    (:func:`every_follower_vouches`) and this follower took a message of that primary
+    (*grants* at *replaced_epoch*), so it was among the followers the primary asks. A
+    renewal asked before that primary first sent to this follower was asked before this
+    follower's first answer to it; one asked after needed this follower's answer, given
+    after it was asked. Either way it was asked before ``grants.at``, and a lease runs
+    :data:`LEASE` from when it was asked.
+    """
+    start = sealed_at
+    if every_vouches and grants.epoch == replaced_epoch and grants.at is not None:
+        start = min(start, grants.at)
+    return start + LEASE + LEASE_MARGIN

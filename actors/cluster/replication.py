@@ -57,7 +57,7 @@ from actors.client.joining import ray_module
 from actors.client.lookup import directory_entry
 from actors.client.names import ContextEntry, Member
 from actors.client.replies import open_reply
-from actors.cluster.liveness import Lease
+from actors.cluster.liveness import Lease, vouched
 from protocol.errors import (
     FENCED,
     REPLICA_GAP,
@@ -254,14 +254,16 @@ class Replicator:
             "caught_up": dict(self.caught_up),
         }
 
-    def reach_all(self) -> None:
-        """On an open that goes on with the chain: ask every follower what it holds (for at
-        most :data:`REACH_WAIT` seconds) and send a snapshot, not waited for, to those the
-        log cannot catch up (a replacement holding nothing); the others, and those that did
-        not answer yet, are caught up at the first batch they cannot take
-        (``replica_gap``), from the log if they hold a prefix of this store's chain (a
-        promoted follower's fellow followers), else by snapshot. A snapshot thus travels
-        while a promoted follower waits out the replaced primary's lease."""
+    def reach_all(self, fresh: frozenset[str] = frozenset()) -> None:
+        """On an open that goes on with the chain: send a snapshot, not waited for, to the
+        followers the supervisor recruited for this promotion (*fresh*: actor names; a
+        replacement holds nothing of this chain) without asking them; ask every other
+        follower what it holds (for at most :data:`REACH_WAIT` seconds) and snapshot those
+        the log cannot catch up too; the others, and those that did not answer yet, are
+        caught up at the first batch they cannot take (``replica_gap``), from the log if
+        they hold a prefix of this store's chain (a promoted follower's fellow followers),
+        else by snapshot. A snapshot thus travels while a promoted follower waits out the
+        replaced primary's lease."""
         ray = ray_module()
         assert self.store is not None
         for m in self.entry.followers:
@@ -270,7 +272,8 @@ class Replicator:
                 log.warning("context %r: follower %s not running", self.name, m.actor)
                 continue
             self._actors[m] = actor
-        refs = {a.status.remote(): m for m, a in self._actors.items()}
+        self._sync([m for m in self._actors if m.actor in fresh], wait=False)
+        refs = {a.status.remote(): m for m, a in self._actors.items() if m.actor not in fresh}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=REACH_WAIT)
         stale = []
         for ref in ready:
@@ -369,9 +372,18 @@ class Replicator:
             if int(status["epoch"]) > self.entry.epoch:
                 self._replaced(f"a follower is at epoch {status['epoch']}")
             got += 1
-        if got >= need:
-            self.lease.renewed(asked)
+        self._vouched(got, asked)
         return got, need
+
+    def _vouched(self, got: int, asked: float) -> None:
+        """*got* followers (distinct, each of this primary's entry) answered as followers of
+        its epoch after *asked*: renew the lease if they vouch for it
+        (:func:`~actors.cluster.liveness.vouched`: ``max(1, acks)`` of them, and every
+        follower of the entry when ``acks`` covers them all, which lets a promoted follower
+        count the replaced lease from its own last answer: docs/cluster.md)."""
+        entry = self.entry
+        if vouched(got, entry.acks, entry.follower_count, len(entry.followers)):
+            self.lease.renewed(asked)
 
     def _replaced(self, why: str) -> None:
         """Fence this primary (a newer epoch exists) and raise ``fenced``."""
@@ -422,8 +434,7 @@ class Replicator:
             left = max(0.0, deadline - time.monotonic())
             ray.wait(list(installing.values()), num_returns=len(installing), timeout=min(left, 5.0))
             got += len([m for m in self._hear() if m in installing])
-        if got >= need and got >= 1:
-            self.lease.renewed(asked)
+        self._vouched(got, asked)
         return got, need
 
     def _installing(self) -> dict[Member, Any]:
@@ -552,8 +563,12 @@ def check_not_replaced(name: str, namespace: str | None) -> None:
         )
 
 
-def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
+def enable(
+    ctx: Context, name: str, namespace: str | None, fresh: frozenset[str] = frozenset()
+) -> Replicator | None:
     """Replicate *ctx* if the directory says this actor is its primary (see the module doc).
+    *fresh*: the followers (actor names) recruited for the promotion that opens it, sent a
+    snapshot at once (:meth:`Replicator.reach_all`).
 
     Returns None when the context is not replicated (no directory, no entry,
     ``follower_count == 0``); raises ``RequestError`` ``fenced`` when the directory
@@ -581,7 +596,7 @@ def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
     store.confirm = replicator.confirm
     replicator.store = store
     if store.continued:  # its chain goes on: a follower behind is caught up when it says so
-        replicator.reach_all()
+        replicator.reach_all(fresh)
     else:
         replicator.sync_all()
     ctx.backend = store
@@ -594,7 +609,11 @@ def enable(ctx: Context, name: str, namespace: str | None) -> Replicator | None:
 class DirectoryReplication:
     """The replication hook (:class:`actors.server.host.Replication`) of the contexts
     the cluster side places: what the context directory says decides whether a
-    primary replicates, and to whom, and whether it was replaced."""
+    primary replicates, and to whom, and whether it was replaced. *fresh*: a promoted
+    follower's new followers, snapshotted without being asked (:func:`enable`)."""
+
+    def __init__(self, fresh: frozenset[str] = frozenset()) -> None:
+        self.fresh = fresh
 
     def check_not_replaced(self, name: str, namespace: str | None) -> None:
         """:func:`check_not_replaced`."""
@@ -602,7 +621,7 @@ class DirectoryReplication:
 
     def enable(self, ctx: Context, name: str, namespace: str | None) -> Replicator | None:
         """:func:`enable`."""
-        return enable(ctx, name, namespace)
+        return enable(ctx, name, namespace, self.fresh)
 
 
 REPLICATION = DirectoryReplication()

@@ -44,7 +44,10 @@ from protocol.errors import RequestError
 log = logging.getLogger("morphz.failover")
 
 SPARES_PER_NODE = 1
-"""Idle spares the supervisor keeps on every live node while replicated contexts exist."""
+"""Idle spares the supervisor keeps on every live node while replicated contexts exist, at
+least (:func:`spares_wanted`: more where one node's loss needs more replacements)."""
+MAX_SPARES_PER_NODE = 4
+"""The most idle spares kept on one node."""
 SPARE_PREFIX = "spare:"
 """The start of every spare's actor name: ``spare:<node id>:<random>``."""
 KV_NAMESPACE = "morphz-spares/"
@@ -57,6 +60,7 @@ START_WAIT = 120.0
 __all__ = [
     "ASSIGN_TIMEOUT",
     "KV_NAMESPACE",
+    "MAX_SPARES_PER_NODE",
     "SPARES_PER_NODE",
     "START_WAIT",
     "SPARE_PREFIX",
@@ -69,7 +73,19 @@ __all__ = [
     "record_assignment",
     "sign_assignment",
     "spare_name",
+    "spares_wanted",
 ]
+
+
+def spares_wanted(members_by_node: dict[str, int]) -> int:
+    """Idle spares to keep on every node, given how many members (primaries and followers)
+    of replicated contexts each node holds: as many as one node's loss needs replacements
+    — each member it held is replaced on another node — between :data:`SPARES_PER_NODE`
+    and :data:`MAX_SPARES_PER_NODE`; 0 without any (no spare at all)."""
+    most = max(members_by_node.values(), default=0)
+    if most <= 0:
+        return 0
+    return min(MAX_SPARES_PER_NODE, max(SPARES_PER_NODE, most))
 
 
 def spare_name(node_id: str) -> str:
@@ -164,14 +180,14 @@ class SparePool:
         self._waits: set[asyncio.Task[None]] = set()
         self._tending: asyncio.Task[None] | None = None
 
-    def tend(self, roots: dict[str, str], live: set[str], wanted: bool) -> None:
+    def tend(self, roots: dict[str, str], live: set[str], wanted: int) -> None:
         """:meth:`keep` in the background, one pass at a time: no look of the supervisor
         (a promotion) ever waits for the pool."""
         if self._tending is not None and not self._tending.done():
             return
         self._tending = asyncio.create_task(self._keep_logged(dict(roots), set(live), wanted))
 
-    async def _keep_logged(self, roots: dict[str, str], live: set[str], wanted: bool) -> None:
+    async def _keep_logged(self, roots: dict[str, str], live: set[str], wanted: int) -> None:
         try:
             await self.keep(roots, live, wanted)
         except Exception as e:  # spares only save time: a promotion starts followers anyway
@@ -187,9 +203,10 @@ class SparePool:
                 return name
         return None
 
-    async def keep(self, roots: dict[str, str], live: set[str], wanted: bool) -> None:
-        """Keep :data:`SPARES_PER_NODE` idle spares on every live node with a known store
-        root in *roots* while *wanted*; kill every idle one otherwise."""
+    async def keep(self, roots: dict[str, str], live: set[str], wanted: int) -> None:
+        """Keep *wanted* idle spares (:func:`spares_wanted`) on every live node with a known
+        store root in *roots*; kill every idle one when *wanted* is 0 (a node holding more,
+        as *wanted* fell, keeps them until claimed)."""
         if not self._found:
             self._found = True
             await asyncio.to_thread(self._find)
@@ -207,7 +224,7 @@ class SparePool:
             if root is None:
                 continue
             spares = self.idle.setdefault(node, [])
-            while len(spares) < SPARES_PER_NODE:
+            while len(spares) < wanted:
                 name = spare_name(node)
                 member = Member(node_id=node, actor=name, store_dir=root)
                 actor = await asyncio.to_thread(self._start_actor, member, None, self.namespace)

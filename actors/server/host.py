@@ -687,6 +687,7 @@ class ContextHost:
         """Stop the background governance task and the metrics sampler (on their loop's
         thread: a host calls it there before closing the store on another thread)."""
         self._closing = True
+        self.metrics.flush()  # what was recorded since the sampler's last flush
         if self._sampler is not None and not self._sampler.done():
             try:
                 self._sampler.cancel()

@@ -50,8 +50,9 @@ from typing import Any
 
 from actors.client.handle import ContextHandle
 from actors.client.joining import check_int, check_positive, check_text, ray_module
+from actors.client.leader import directory_actor
 from actors.client.lookup import read_entry
-from actors.client.names import DEFAULT_NAMESPACE, DIRECTORY_NAME, host_actor
+from actors.client.names import DEFAULT_NAMESPACE, host_actor
 from actors.client.nodes import start_pinned
 from actors.client.replies import error_doc, raise_error
 from actors.client.transport import RetryPolicy
@@ -462,7 +463,9 @@ class HostActor:
         if not ray.is_initialized():
             return False
         try:
-            directory = await asyncio.to_thread(ray.get_actor, DIRECTORY_NAME, self._namespace)
+            directory = await asyncio.to_thread(directory_actor, self._namespace)
+            if directory is None:
+                return False
             entry = read_entry(await directory.get.remote(name))
         except (MorphzError, ValueError):  # no directory, or it does not know the context
             return False
@@ -473,14 +476,10 @@ class HostActor:
         ray = ray_module()
         if not ray.is_initialized():
             return
-        if self._directory is None and time.monotonic() - self._directory_looked > 10 * TICK:
+        # The leading directory is looked up again every 10 ticks: a standby may lead now.
+        if time.monotonic() - self._directory_looked > 10 * TICK:
             self._directory_looked = time.monotonic()
-            try:
-                self._directory = await asyncio.to_thread(
-                    ray.get_actor, DIRECTORY_NAME, self._namespace
-                )
-            except ValueError:
-                return
+            self._directory = await asyncio.to_thread(directory_actor, self._namespace)
         if self._directory is not None:
             self._directory.report_host.remote(await self.load(), self._report_capability)
 

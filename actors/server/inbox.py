@@ -168,7 +168,6 @@ class Inbox:
             await self._gather(loop)
             batch = self._pending[: self.max_batch]
             del self._pending[: self.max_batch]
-            self._metrics.inbox_depth(len(self._pending))
             txs = [tx for tx, _ in batch]
             started = loop.time()
             try:

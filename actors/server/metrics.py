@@ -13,9 +13,14 @@ Ray metric objects are made once per process (:func:`_instruments`) and shared
 by every context the process serves; Ray is never imported here, only looked up
 in ``sys.modules`` (an actor process has imported it already).
 
-Recording is kept off the per-transaction path where it can be: a group commit
-records its counters once per durable write (one ``inc`` per outcome, not per
-transaction); only the commit latency is observed per submission.
+Recording is kept off the commit path: what a write or a submission records is
+added up in memory (counters by tag, histogram observations in order) and sent
+to Ray by :meth:`ContextMetrics.flush`, which the actor's sampler calls every
+:data:`SAMPLE_EVERY` seconds, beside the gauges, and which runs at once when
+:data:`MAX_PENDING` observations wait; closing the actor flushes too. So Ray
+receives the same counts, sums and observations, up to a second later, and a
+process killed outright loses at most that second of metrics (never a count of
+``stats()``, which is kept at once).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -36,7 +42,10 @@ PREFIX = "morphz_"
 ENV = "MORPHZ_METRICS"
 """Set to ``0`` in an actor's environment to record nothing (for overhead measurements)."""
 SAMPLE_EVERY = 1.0
-"""Seconds between two samples of the gauges (inbox depth, index lag)."""
+"""Seconds between two samples of the gauges (inbox depth, index lag) and two flushes
+of what was recorded in between."""
+MAX_PENDING = 4096
+"""Most histogram observations kept in memory before they are flushed to Ray at once."""
 
 SECONDS_BOUNDARIES = (
     0.0005,
@@ -259,6 +268,11 @@ class ContextMetrics:
         self._m: dict[str, Any] = made or {}
         self._by: dict[tuple[str, str], dict[str, str]] = {}
         self._failed = False
+        # Recorded, not sent to Ray yet (see the module docstring); the store thread and
+        # the event loop both record, so changes and the flush's swap hold the lock.
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str], float] = {}  # (metric, tag, value) -> sum
+        self._observed: list[tuple[str, float]] = []  # (histogram, value), in order
         self.stats = ContextStats()
         """Every count, kept with or without Ray (the one place an actor counts)."""
 
@@ -303,21 +317,22 @@ class ContextMetrics:
         stats.rejections += sum(codes.values())
         if not self.enabled:
             return
-        m, tags = self._m, self.tags
-
-        def record() -> None:
-            if commits:
-                m[COMMITS.name].inc(commits, tags)
-            if rebases:
-                m[REBASES.name].inc(rebases, tags)
+        with self._lock:
+            counts = self._counts
+            for name, n in ((COMMITS.name, commits), (REBASES.name, rebases)):
+                if n:
+                    counts[(name, "", "")] = counts.get((name, "", ""), 0) + n
             if duplicates:
-                m[DUPLICATES.name].inc(duplicates, tags)
+                key = (DUPLICATES.name, "", "")
+                counts[key] = counts.get(key, 0) + duplicates
             for code, n in codes.items():
-                m[REJECTIONS.name].inc(n, self._tags("code", code))
-            m[BATCH_SIZE.name].observe(size, tags)
-            m[WRITE_SECONDS.name].observe(write_seconds, tags)
-
-        self._record(record)
+                key = (REJECTIONS.name, "code", code)
+                counts[key] = counts.get(key, 0) + n
+            self._observed.append((BATCH_SIZE.name, size))
+            self._observed.append((WRITE_SECONDS.name, write_seconds))
+            full = len(self._observed) >= MAX_PENDING
+        if full:
+            self.flush()
 
     def wrote(self, n: int, joined: int = 0) -> None:
         """One durable group write committed *n* submissions and *joined* other calls' writes."""
@@ -349,12 +364,38 @@ class ContextMetrics:
         """*n* submissions rejected with *code* outside a group write (e.g. ``wire_error``)."""
         self.stats.rejections += n
         if self.enabled:
-            self._record(lambda: self._m[REJECTIONS.name].inc(n, self._tags("code", code)))
+            with self._lock:
+                key = (REJECTIONS.name, "code", code)
+                self._counts[key] = self._counts.get(key, 0) + n
 
     def latency(self, seconds: float) -> None:
         """One submission's time from arrival to its durable receipt."""
         if self.enabled:
-            self._record(lambda: self._m[COMMIT_LATENCY.name].observe(seconds, self.tags))
+            with self._lock:
+                self._observed.append((COMMIT_LATENCY.name, seconds))
+                full = len(self._observed) >= MAX_PENDING
+            if full:
+                self.flush()
+
+    def flush(self) -> None:
+        """Send Ray what was recorded since the last flush: each counter's sum by tag, each
+        histogram observation (see the module docstring). Never raises."""
+        if not self.enabled:
+            return
+        with self._lock:
+            counts, self._counts = self._counts, {}
+            observed, self._observed = self._observed, []
+        if not counts and not observed:
+            return
+        m, tags = self._m, self.tags
+
+        def record() -> None:
+            for (name, key, tag), n in counts.items():
+                m[name].inc(n, self._tags(key, tag) if key else tags)
+            for name, value in observed:
+                m[name].observe(value, tags)
+
+        self._record(record)
 
     def inbox_depth(self, n: int) -> None:
         """Submissions waiting now."""
@@ -403,6 +444,7 @@ class ContextMetrics:
             while True:
                 with contextlib.suppress(Exception):
                     await sample()
+                self.flush()
                 await asyncio.sleep(every)
 
         return loop.create_task(run())
@@ -415,6 +457,7 @@ NO_METRICS = ContextMetrics("", record=False)
 __all__ = [
     "BATCH_BOUNDARIES",
     "ENV",
+    "MAX_PENDING",
     "METRICS",
     "NO_METRICS",
     "PREFIX",

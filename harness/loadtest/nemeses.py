@@ -57,8 +57,9 @@ PROBE = 0.1
 """Seconds between two reads of the faulted context's version (the window's resolution)."""
 WINDOW_LIMIT = 60.0
 """Seconds a fault's window is looked for before it is given up (``unavailable_s`` None)."""
-CALL_TIMEOUT = 1.0
-"""Seconds one read of a version may take (a paused primary never answers)."""
+IN_FLIGHT = 64
+"""Reads of a version a window keeps waiting for at most (the oldest are given up: a read
+sent to a paused or lost primary may never be answered)."""
 
 
 @dataclass(frozen=True)
@@ -189,21 +190,48 @@ class Nemesis:
         return measure_window(name, self.namespace, at, end)
 
 
-def measure_window(name: str, namespace: str, at: float, end: float) -> float | None:
+def measure_window(
+    name: str, namespace: str, at: float, end: float, lost: str | None = None
+) -> float | None:
     """Seconds from *at* (monotonic) to the first commit seen applied after it on context
-    *name*'s current primary, looked for until *end* (None if none by then)."""
+    *name*'s current primary, looked for until *end* (None if none by then). Answers of the
+    actor *lost* (a primary whose node is being removed: it may serve a moment after *at*)
+    do not count.
+
+    Every :data:`PROBE` seconds a read of the version is sent to the primary the directory
+    names then, without waiting for the reads sent before (one sent to a paused or lost
+    primary is never answered, and must not hold up the next one); the window ends when
+    two answers of one actor differ: both reads were served after *at*, so a commit was
+    applied between them."""
+    import ray
+
     seen: dict[str, int] = {}
+    pending: dict[Any, str] = {}  # read in flight -> the actor it was sent to
+    due = time.monotonic()
     while True:
         now = time.monotonic()
         if now >= end:
             return None
-        read = _read_version(name, namespace)
-        if read is not None:
-            actor, version = read
-            if actor in seen and version > seen[actor]:
+        if now >= due:
+            due = now + PROBE
+            sent = _send_read(name, namespace)
+            if sent is not None:
+                pending[sent[0]] = sent[1]
+            while len(pending) > IN_FLIGHT:
+                del pending[next(iter(pending))]
+        wait = max(0.0, min(due, end) - time.monotonic())
+        if not pending:
+            time.sleep(wait)
+            continue
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
+        for ref in ready:
+            actor = pending.pop(ref)
+            version = _version_of(ref)
+            if version is None or actor == lost:
+                continue
+            if seen.get(actor, version) != version:
                 return time.monotonic() - at
             seen.setdefault(actor, version)
-        time.sleep(PROBE)
 
 
 def promotion_of(d: Any, name: str, epoch_before: int, wall_at: float) -> dict[str, Any]:
@@ -228,21 +256,26 @@ def promotion_of(d: Any, name: str, epoch_before: int, wall_at: float) -> dict[s
     return {}
 
 
-def _read_version(name: str, namespace: str) -> tuple[str, int] | None:
-    """The current primary's actor name and version, or None if it does not answer soon."""
-    import ray
-
+def _send_read(name: str, namespace: str) -> tuple[Any, str] | None:
+    """A read of the version sent to the primary the directory names now (its object ref
+    and the actor's name), or None if it cannot be sent."""
     from actors.client.lookup import lookup
 
     try:
         handle = lookup(name, namespace)
-        raw = ray.get(handle.actor.version.remote(), timeout=CALL_TIMEOUT)
+        return handle.actor.version.remote(), handle.transport.actor_name
     except Exception:
         return None
+
+
+def _version_of(ref: Any) -> int | None:
+    """The version a read answered (it is ready), or None if it failed."""
+    import ray
+
     from actors.client.replies import open_reply
 
     try:
-        return handle.transport.actor_name, int(open_reply(raw))
+        return int(open_reply(ray.get(ref, timeout=0)))
     except Exception:
         return None
 

@@ -140,16 +140,19 @@ class NodeKiller:
             return
         entry["at_s"] = round(now - self._started, 3)
         entry["primaries"] = []
-        for name, epoch in primaries:
+        for name, epoch, actor in primaries:
             thread = threading.Thread(
-                target=self._measure, args=(entry, name, epoch, now, time.time()), daemon=True
+                target=self._measure,
+                args=(entry, name, epoch, actor, now, time.time()),
+                daemon=True,
             )
             thread.start()
             self._measuring.append(thread)
         self._down = (i, entry, now + self.every / 2)
 
-    def _primaries_on(self, node_id: str) -> list[tuple[str, int]]:
-        """The contexts (name, epoch) of the directory whose primary is on *node_id*."""
+    def _primaries_on(self, node_id: str) -> list[tuple[str, int, str]]:
+        """The contexts (name, epoch, primary's actor) of the directory whose primary is on
+        *node_id*."""
         if self.namespace is None:
             return []
         from actors.cluster.directory_handle import existing_directory
@@ -157,18 +160,21 @@ class NodeKiller:
         d = existing_directory(self.namespace)
         if d is None:
             return []
-        return [(e.name, e.epoch) for e in d.list() if e.primary.node_id == node_id]
+        return [
+            (e.name, e.epoch, e.primary.actor) for e in d.list() if e.primary.node_id == node_id
+        ]
 
     def _measure(
-        self, entry: dict[str, Any], name: str, epoch: int, at: float, wall_at: float
+        self, entry: dict[str, Any], name: str, epoch: int, actor: str, at: float, wall_at: float
     ) -> None:
-        """The unavailability window of context *name* whose primary's node went at *at*,
-        and where its time went (see :mod:`harness.loadtest.nemeses`), into *entry*."""
+        """The unavailability window of context *name* whose primary (*actor*) lost its node
+        at *at* (its answers do not count: it may serve until its process is killed), and
+        where its time went (see :mod:`harness.loadtest.nemeses`), into *entry*."""
         from actors.cluster.directory_handle import directory
         from harness.loadtest.nemeses import WINDOW_LIMIT, measure_window, promotion_of
 
         assert self.namespace is not None
-        window = measure_window(name, self.namespace, at, at + WINDOW_LIMIT)
+        window = measure_window(name, self.namespace, at, at + WINDOW_LIMIT, lost=actor)
         d = directory(self.namespace)
         found: dict[str, Any] = {
             "context": name,

@@ -524,6 +524,83 @@ def test_a_follower_that_lost_batches_is_caught_up_from_the_log_with_acks_0(
     _until("the idle spares stopped", lambda: not _spares(namespace), timeout=30)
 
 
+def test_a_directory_whose_term_was_taken_over_writes_nothing_and_its_standby_leads(
+    placed: DirectoryHandle, ray_cluster: RayCluster, namespace: str
+) -> None:
+    """On the session's two nodes, the directory (on the head node) keeps a standby
+    directory on the other node. A newer leadership term is claimed for that standby (as
+    its watch does when the leader's node is lost): from then on the old directory writes
+    nothing — a place sent straight to it answers ``not_leader`` and no record reaches the
+    GCS — and stands by; the standby sees a term naming it that it did not claim (as after
+    its own restart), claims the next one and leads with the tables it reloads: handles
+    follow the signed lead record, find what was placed before and place anew there. A lead
+    record written without the directory's key is skipped."""
+    import ray
+    from ray.experimental import internal_kv
+
+    from actors.client.leader import DIRECTORY_KV, lead_key, read_leader
+    from actors.client.names import DIRECTORY_NAME
+    from actors.cluster.leadership import claim
+    from protocol.epochs import sign_record
+
+    before = place("led-before", namespace=namespace)
+    lead = read_leader(namespace)
+    assert lead is not None and lead.actor == DIRECTORY_NAME
+    assert lead.node_id == ray_cluster.head_node_id and placed.ping()["term"] == lead.term
+    standby = _until("a standby directory on the other node", lambda: _standby_of(namespace))
+    assert standby["node"] == ray_cluster.node2_id and not standby["leads"]
+    old = ray.get_actor(DIRECTORY_NAME, namespace=namespace)
+
+    forged = lead.model_copy(update={"term": lead.term + 1, "actor": standby["actor"]})
+    kv = DIRECTORY_KV + namespace
+    key = lead_key(lead.term + 1)
+    internal_kv._internal_kv_put(  # signed by another key: not a lead record
+        key, sign_record(b"f" * 32, namespace, key, forged.model_dump_json()), False, namespace=kv
+    )
+    assert read_leader(namespace) == lead
+    assert open_reply(ray.get(old.ping.remote(), timeout=30))["leads"]
+    internal_kv._internal_kv_del(key, namespace=kv)
+
+    taken = claim(namespace, standby["actor"], standby["node"], "another incarnation")
+    assert taken is not None and taken.term == lead.term + 1
+    with pytest.raises(RequestError) as refused:
+        open_reply(ray.get(old.place.remote("zombie"), timeout=30))
+    assert refused.value.code == "not_leader"
+    assert internal_kv._internal_kv_get("ctx/zombie", namespace=kv) is None
+    assert not open_reply(ray.get(old.ping.remote(), timeout=30))["leads"]
+    now = _until(
+        "the standby leading under a term of its own",
+        lambda: (r := read_leader(namespace)) is not None and r.term > taken.term and r,
+    )
+    assert now.actor == standby["actor"] and now.node_id == ray_cluster.node2_id
+    after = place("led-after", namespace=namespace)  # through the lead record
+    assert placed.get("led-before").primary.node_id == before.describe()["node_id"]
+    assert {e.name for e in directory(namespace).list()} == {"led-before", "led-after"}
+    assert placed.ping()["actor"] == standby["actor"]  # the handle followed the leader
+    assert after.submit("(context-tx (base-version 0) (derive x (y)))").committed
+    with pytest.raises(RequestError) as still:
+        open_reply(ray.get(old.get.remote("led-after"), timeout=30))
+    assert still.value.code == "not_leader"
+
+
+def _standby_of(namespace: str) -> dict[str, Any] | None:
+    """The ping of a standby directory of *namespace* (not leading), if one runs."""
+    import ray
+
+    from actors.client.names import DIRECTORY_NAME
+
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == namespace and a["name"].startswith(DIRECTORY_NAME + "~"):
+            try:
+                actor = ray.get_actor(a["name"], namespace=namespace)
+                status = dict(open_reply(ray.get(actor.ping.remote(), timeout=5)))
+            except Exception:
+                continue
+            if not status["leads"]:
+                return status
+    return None
+
+
 def _spares(namespace: str) -> list[str]:
     import ray
 

@@ -390,3 +390,47 @@ def test_spare_assignments_act_only_when_the_directory_signed_them() -> None:
         with pytest.raises(RequestError) as e:
             open_assignment([mine], "ns", spare, bad)
         assert e.value.code == "bad_signature", value
+
+
+def test_a_follower_records_when_it_last_vouched_for_its_primary(tmp_path: Path) -> None:
+    """The grants a promoted follower counts the replaced lease from: every batch taken and
+    every status answered as a follower of that primary's epoch; nothing once it is fenced
+    at a newer one, nor a refused batch."""
+    import time
+
+    follower = FollowerRole(str(tmp_path / "follower"), "c")
+    assert follower.grants.at is None  # new: it vouched for nobody yet
+    shipped: list[bytes] = []
+
+    def ship(seq: int, data: bytes) -> None:
+        shipped.append(data)
+        open_reply(follower.receive(data))
+
+    store, ctx = _primary(tmp_path, ship)
+    try:
+        ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
+        first = follower.grants.at
+        assert follower.grants.epoch == 0 and first is not None
+        open_reply(follower.status())
+        after_status = follower.grants.at
+        assert after_status is not None and after_status > first
+        open_reply(follower.fence(1, sign_epoch("c", 1)))
+        open_reply(follower.status())  # answered at epoch 1: no grant to the primary of 0
+        with pytest.raises(MorphzError) as refused:  # the old primary's batch is refused
+            ctx.submit("(context-tx (base-version 1) (derive b))", client_id="b")
+        assert refused.value.code in ("stale_epoch", "fenced")
+        assert (follower.grants.epoch, follower.grants.at) == (0, after_status)
+        assert after_status <= time.monotonic()
+    finally:
+        ctx.close()
+        follower._close()
+
+
+def test_spares_cover_what_one_lost_node_needs_replaced() -> None:
+    from actors.cluster.spares import MAX_SPARES_PER_NODE, SPARES_PER_NODE, spares_wanted
+
+    assert spares_wanted({}) == 0  # no replicated context: no spare at all
+    assert spares_wanted({"a": 1, "b": 1}) == SPARES_PER_NODE
+    # two primaries on one node: its loss needs two replacements on another node at once
+    assert spares_wanted({"a": 2, "b": 1, "c": 1}) == 2
+    assert spares_wanted({"a": 40}) == MAX_SPARES_PER_NODE

@@ -12,9 +12,11 @@ tests/actors/test_failover.py):
   during the pause, served first thing on resume) answers a state older than the new
   primary's: its read lease lapsed, and every commit acknowledged to
   the following client is there exactly once;
-* **the directory's node lost**: the directory (started on a non-head node, as any
-  process there would) is restarted by Ray on a live node, reloads its state, places a
-  new context and promotes the follower of a context whose primary was on that node.
+* **the directory's node lost**, with Ray's default health checks: the directory (started
+  on a non-head node, as any process there would) has a standby on another node, which
+  finds the node's raylet down, takes over under a newer leadership term (the lost one's
+  term can write nothing more), places a new context and promotes the follower of a
+  context whose primary was on that node.
 """
 
 from __future__ import annotations
@@ -42,16 +44,6 @@ from tests.actors.multinode import (
 from tests.actors.test_failover import WAIT, _log_of, _tx, _until
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
-
-FAST_DEATH = {
-    # Ray's GCS marks a node dead after missing health checks (15 s and more by default);
-    # the directory restarts elsewhere only then. A deployment that wants the directory
-    # back quickly sets these for its GCS, as this cluster does.
-    "RAY_health_check_initial_delay_ms": "1000",
-    "RAY_health_check_period_ms": "500",
-    "RAY_health_check_timeout_ms": "500",
-    "RAY_health_check_failure_threshold": "3",
-}
 
 
 class Writer(threading.Thread):
@@ -233,9 +225,17 @@ def _acked_after(writer: Writer, t: float) -> bool:
 
 
 def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
-    """The directory's node is removed: it comes back elsewhere, places and promotes."""
+    """The directory's node is removed, with Ray's default health checks (the GCS declares
+    it dead only 15 to 18 s later): its standby on another node finds the node's raylet
+    down and takes over under a newer term; a new context is placed and the follower of a
+    context whose primary was on that node is promoted, through handles that follow the
+    signed lead record. With ``MORPHZ_DIRECTORY_STANDBY=0`` (the benchmark's baseline) no
+    standby runs and both wait for Ray to restart the directory elsewhere."""
+    from actors.client.leader import read_leader
     from actors.client.lookup import lookup
+    from actors.client.names import DIRECTORY_NAME
     from actors.cluster.directory_handle import directory
+    from actors.cluster.leadership import newer_term, standby_wanted
     from actors.cluster.placing import place
     from protocol.errors import MorphzError
 
@@ -245,21 +245,43 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     assert _directory_node(d) == lost
     handle = place("dir-rep", followers=1, placement=f"node:{lost}", namespace=NAMESPACE)
     acked = [handle.submit(_tx("a", i), client_id=f"a-{i}") for i in range(10)]
+    old = read_leader(NAMESPACE)
+    assert old is not None and old.actor == DIRECTORY_NAME and old.node_id == lost
+    if standby_wanted():
+        standby = _until("a standby directory on another node", lambda: d.ping()["standby"])
     multi.remove_node(1)
-    removed_at = time.monotonic()
-    placed_after = promoted_after = None
-    new = None
-    while placed_after is None or promoted_after is None:
+    removed_at, removed_wall = time.monotonic(), time.time()
+    done: dict[str, float] = {}
+
+    def placing() -> None:  # placement and promotion are timed apart, each as it happens
+        while "placed" not in done and time.monotonic() - removed_at < WAIT:
+            try:
+                outcome["new"] = place("dir-new", namespace=NAMESPACE)
+                done["placed"] = time.monotonic() - removed_at
+            except MorphzError:
+                time.sleep(0.2)
+
+    outcome: dict[str, Any] = {}
+    placer = threading.Thread(target=placing, daemon=True)
+    placer.start()
+    while "promoted" not in done:
         assert time.monotonic() - removed_at < WAIT, "the directory did not come back"
         try:
-            if placed_after is None:
-                new = place("dir-new", namespace=NAMESPACE)
-                placed_after = time.monotonic() - removed_at
-            if promoted_after is None and directory(NAMESPACE).get("dir-rep").epoch >= 1:
-                promoted_after = time.monotonic() - removed_at
+            if directory(NAMESPACE).get("dir-rep").epoch >= 1:
+                done["promoted"] = time.monotonic() - removed_at
         except MorphzError:
             time.sleep(0.2)
+    placer.join(timeout=WAIT)
+    assert "placed" in done, "no placement after the directory's node was lost"
+    new = outcome["new"]
     assert new is not None and new.submit(_tx("n", 0), client_id="n-0").committed
+    leader = read_leader(NAMESPACE)
+    assert leader is not None and leader.term > old.term
+    if standby_wanted():
+        # the standby leads under a newer term: the lost directory's term writes nothing
+        assert leader.actor == standby and leader.node_id != lost, (leader, standby)
+        assert newer_term(NAMESPACE, old.term) == leader
+        assert directory(NAMESPACE).ping()["term"] == leader.term
     where = _directory_node(directory(NAMESPACE))
     assert where != lost, where
     promoted = lookup("dir-rep", NAMESPACE)
@@ -267,10 +289,17 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     logged = _log_of(promoted)
     for r in acked:
         assert logged[str(r.client_id)] == r.version, r
+    led_at = directory(NAMESPACE).ping()["led_at"]
+    failovers = directory(NAMESPACE).failovers()
     return {
-        "placed_after_s": round(placed_after, 2),
-        "promoted_after_s": round(promoted_after, 2),
+        "placed_after_s": round(done["placed"], 2),
+        "promoted_after_s": round(done["promoted"], 2),
+        "taken_over_after_s": round(led_at - removed_wall, 2),
+        "promotion_decided_after_s": round(failovers[0]["at"] - removed_wall, 2),
+        "leader_after": leader.actor,
+        "terms": [old.term, leader.term],
         "directory_node_after": where[:12],
+        "failover": failovers[0],
     }
 
 
@@ -297,8 +326,12 @@ def test_a_paused_primary_never_acknowledges_after_the_promotion() -> None:
 
 
 def test_the_directory_survives_its_node() -> None:
-    verdict = run_scenario("tests.actors.test_faults:directory_node_lost", env=FAST_DEATH)
+    """Ray's default health checks: the standby takes over long before Ray would restart
+    the directory (its times are in the verdict; benchmarks/bench_directory_failover.py
+    measures them against the same run without a standby)."""
+    verdict = run_scenario("tests.actors.test_faults:directory_node_lost")
     assert verdict["ok"], verdict.get("traceback", verdict)
+    print(json.dumps(verdict))
 
 
 @pytest.mark.parametrize("nemesis", ["pause-primary"])

@@ -3,15 +3,26 @@ simulated clock (no Ray)."""
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from actors.cluster.liveness import (
     FIRST_ANSWER_WAIT,
     HANG_AFTER,
+    LEASE,
+    LEASE_MARGIN,
     MAX_HANG_AFTER,
     MIN_PATIENCE,
     PROBE_EVERY,
+    Grants,
     Lease,
     Liveness,
+    every_follower_vouches,
+    replaced_lease_over,
+    vouched,
 )
+from tests.examples import examples
 
 STEP = PROBE_EVERY
 
@@ -121,3 +132,123 @@ def test_a_lease_lives_from_the_newest_answered_question() -> None:
     assert lease.live(1.85)
     lease.lapse()
     assert not lease.live(1.5)
+
+
+# -- the replaced primary's lease, seen from the follower promoted in its place ---------
+
+
+def test_the_promoted_follower_counts_the_replaced_lease_from_its_own_last_answer() -> None:
+    grants = Grants()
+    grants.took(3, 10.0)  # the last batch of the primary of epoch 3, answered at 10.0
+    grants.answered(4, 10.3)  # fenced at 4: this status vouches for nobody at 3
+    over = replaced_lease_over(10.35, grants, 3, every_follower_vouches(1, 1))
+    assert over == pytest.approx(10.0 + LEASE + LEASE_MARGIN)
+    # acks below the followers: the primary renewed without this follower's answer
+    assert replaced_lease_over(10.35, grants, 3, every_follower_vouches(1, 2)) == (
+        pytest.approx(10.35 + LEASE + LEASE_MARGIN)
+    )
+    # no message of that primary taken (a replacement it never reached, a restart)
+    assert replaced_lease_over(10.35, grants, 4, True) == pytest.approx(
+        10.35 + LEASE + LEASE_MARGIN
+    )
+    assert replaced_lease_over(10.35, Grants(), 3, True) == pytest.approx(
+        10.35 + LEASE + LEASE_MARGIN
+    )
+    # a later grant than the seal cannot happen (fenced first), but never lengthens the wait
+    late = Grants()
+    late.took(3, 11.0)
+    assert replaced_lease_over(10.35, late, 3, True) == pytest.approx(10.35 + LEASE + LEASE_MARGIN)
+
+
+def test_a_status_vouches_only_for_the_primary_whose_messages_were_taken() -> None:
+    grants = Grants()
+    grants.answered(3, 1.0)  # a status before any message of that primary: no grant
+    assert grants.at is None
+    grants.took(3, 2.0)
+    grants.answered(3, 2.5)
+    assert (grants.epoch, grants.at) == (3, 2.5)
+    grants.took(4, 3.0)  # a newer primary's snapshot: grants to epoch 3 are forgotten
+    assert (grants.epoch, grants.at) == (4, 3.0)
+
+
+def test_a_lease_renews_only_with_every_follower_when_acks_covers_them() -> None:
+    assert vouched(2, 2, 2, 2) and not vouched(1, 2, 2, 2)
+    assert vouched(1, 1, 1, 1) and not vouched(0, 0, 1, 1)  # acks 0: one answer still
+    assert vouched(1, 1, 2, 2)  # acks < followers: any one of them
+    # more followers listed than the count (set by hand): every one must answer
+    assert not vouched(1, 1, 1, 2) and vouched(2, 1, 1, 2)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(
+    follower_count=st.integers(1, 3),
+    acks_less=st.integers(0, 3),
+    questions=st.lists(
+        st.tuples(st.floats(0.0, 6.0), st.lists(st.floats(0.0, 0.4), min_size=4, max_size=4)),
+        max_size=30,
+    ),
+    lost=st.one_of(
+        st.none(), st.tuples(st.integers(0, 2), st.floats(0.0, 4.0), st.floats(0.0, 1.0))
+    ),
+    fence_at=st.floats(1.0, 6.0),
+    seal_after=st.floats(0.0, 0.5),
+    promoted=st.integers(0, 3),
+)
+def test_the_replaced_primary_serves_no_read_once_the_promoted_follower_may(
+    follower_count: int,
+    acks_less: int,
+    questions: list[tuple[float, list[float]]],
+    lost: tuple[int, float, float] | None,
+    fence_at: float,
+    seal_after: float,
+    promoted: int,
+) -> None:
+    """A primary renews its lease as the replicator does (a question asked at *a*, answered
+    by the followers its entry lists then, each after a delay, refused once fenced); one
+    follower may be lost (at *d*) and replaced (listed from *d + j*); every follower is
+    fenced at *fence_at*, the promoted one sealed after. Whichever live follower is
+    promoted, the old lease is over by the moment it may serve (its clock = the primary's:
+    the margin is for clock rates only)."""
+    acks = max(0, follower_count - acks_less)
+    members = list(range(follower_count))
+    died: dict[int, float] = {}
+    joined: dict[int, float] = {m: -1.0 for m in members}
+    replacement = None
+    if lost is not None and lost[0] < follower_count:
+        died[lost[0]] = lost[1]
+        replacement = follower_count
+        joined[replacement] = lost[1] + lost[2]  # listed from then on, in the lost one's place
+
+    def listed_at(t: float) -> list[int]:
+        if replacement is not None and t >= joined[replacement]:
+            return [m for m in members if m not in died] + [replacement]
+        return members  # a lost follower stays listed until its replacement is
+
+    grants = {m: Grants() for m in joined}
+    lease = Lease()
+    answers = []
+    for asked, delays in sorted(questions):
+        if asked >= fence_at:
+            continue  # a fenced follower answers no question of the old primary
+        listed = listed_at(asked)
+        got = 0
+        for m in listed:
+            at = asked + delays[m]
+            if at >= fence_at or (m in died and at >= died[m]):
+                continue  # fenced, or lost, before it answered
+            answers.append((at, m))
+            got += 1
+        if vouched(got, acks, follower_count, len(listed)):
+            lease.renewed(asked)
+    for at, m in sorted(answers):
+        grants[m].took(7, at)
+    for m in grants:
+        grants[m].answered(8, fence_at)  # the fence's answer, at the new epoch
+    alive = [m for m in joined if m not in died]
+    chosen = alive[promoted % len(alive)]
+    sealed = fence_at + seal_after
+    over = replaced_lease_over(
+        sealed, grants[chosen], 7, every_follower_vouches(acks, follower_count)
+    )
+    assert not lease.live(over - LEASE_MARGIN)
+    assert over <= sealed + LEASE + LEASE_MARGIN

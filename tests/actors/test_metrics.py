@@ -191,3 +191,56 @@ def test_a_known_load_shows_on_the_prometheus_endpoint(
         assert (stats["commits"], stats["rejections"]) == (7, 4)
     finally:
         guarded.shutdown()
+
+
+def test_recorded_counts_reach_ray_when_flushed_and_exactly(ray_cluster: RayCluster) -> None:
+    """A write's counters and observations wait in memory until a flush (the actor's sampler
+    runs one every second, closing runs one): then Ray gets the same counts, once."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Recorder:
+        def __init__(self, context: str) -> None:
+            self.m = ContextMetrics(context, "metrics-flush")
+
+        def record(self) -> bool:
+            self.m.group([_receipt("committed")] * 3 + [_receipt("rejected", code="x")], 0.001)
+            self.m.latency(0.002)
+            self.m.latency(0.003)
+            self.m.denied("admin")  # a denial is sent at once: it shows that Ray exported
+            return self.m.enabled
+
+        def flush(self) -> None:
+            self.m.flush()
+
+        def node(self) -> str:
+            return str(ray.get_runtime_context().get_node_id())
+
+    context = f"flush-{time.time_ns()}"
+    recorder = Recorder.remote(context)  # type: ignore[attr-defined]
+    assert ray.get(recorder.record.remote())
+    url = _endpoint(ray.get(recorder.node.remote()))
+    commits = ("ray_" + PREFIX + "commits_total", "")
+    latency = ("ray_" + PREFIX + "commit_latency_seconds_count", "")
+    deadline = time.monotonic() + EXPORT_DEADLINE
+    seen: dict[tuple[str, str], float] = {}
+    while time.monotonic() < deadline:
+        seen = _samples(url, context)
+        if ("ray_" + PREFIX + "audit_denials_total", "admin") in seen:
+            break
+        time.sleep(1.0)
+    assert seen.get(("ray_" + PREFIX + "audit_denials_total", "admin")) == 1.0, seen
+    assert commits not in seen and latency not in seen  # recorded, not flushed yet
+
+    ray.get(recorder.flush.remote())
+    ray.get(recorder.flush.remote())  # nothing new: sends nothing twice
+    deadline = time.monotonic() + EXPORT_DEADLINE
+    while time.monotonic() < deadline:
+        seen = _samples(url, context)
+        if seen.get(commits) == 3.0 and seen.get(latency) == 2.0:
+            break
+        time.sleep(1.0)
+    assert seen.get(commits) == 3.0 and seen.get(latency) == 2.0, seen
+    assert seen.get(("ray_" + PREFIX + "rejections_total", "x")) == 1.0
+    assert seen.get(("ray_" + PREFIX + "group_commit_size_count", "")) == 1.0
+    ray.kill(recorder)
