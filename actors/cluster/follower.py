@@ -141,6 +141,26 @@ class FollowerActor(ContextActor):
             )
         super()._ensure_worker()
 
+    async def replicate(self) -> bytes:
+        """The primary's :meth:`~actors.server.host.ContextHost.replicate` once promoted;
+        ``promoting`` before (the supervisor may call it as soon as the directory names
+        this actor)."""
+        try:
+            self._ensure_worker()
+        except RequestError as e:
+            return failed(e)
+        return await super().replicate()
+
+    async def follower_denials(self, message: bytes) -> bytes:
+        """The primary's :meth:`~actors.server.host.ContextHost.follower_denials` once
+        promoted; ``promoting`` before (a fellow follower may send them as soon as the
+        directory names this actor)."""
+        try:
+            self._ensure_worker()
+        except RequestError as e:
+            return failed(e)
+        return await super().follower_denials(message)
+
     def _follower(self) -> FollowerRole:
         if not self._context_name:
             raise RequestError("this spare follows no context yet", code="not_found")

@@ -27,7 +27,15 @@ from actors.client.replies import failed, ok, open_reply
 from actors.client.transport import Call, Transport
 from actors.cluster.liveness import Grants
 from actors.server.guard import DEFAULT_PROJECT, DEFAULT_TENANT, OPERATION_OF, Guard
-from protocol.errors import FENCED, STALE_EPOCH, MorphzError, RequestError, StoreLocked, WireError
+from protocol.errors import (
+    FENCED,
+    REPLICA_GAP,
+    STALE_EPOCH,
+    MorphzError,
+    RequestError,
+    StoreLocked,
+    WireError,
+)
 from service.context import Context
 from storage import LmdbStore, context_path
 from storage.replication import Follower, install
@@ -237,7 +245,7 @@ class FollowerRole:
             self._close()
             install(self._path, data)
             self._open()
-            self._live().fence(epoch)
+            self._live().installed(epoch)
             return ok(self._took(self._status()))
         except MorphzError as e:
             return failed(e)
@@ -262,7 +270,7 @@ class FollowerRole:
         try:
             f = self._live()
             f.drain()
-            f.fence(epoch)
+            f.sealed(epoch)
             status = self._status()
             self._close()
             self._error = RequestError(
@@ -336,6 +344,12 @@ class FollowerRole:
             if method not in READS:
                 raise RequestError(f"a follower serves {sorted(READS)}, not {method!r}")
             f = self._live()
+            if not f.holds_copy:
+                raise RequestError(
+                    f"this follower of {self._name!r} holds no copy of its primary's data yet "
+                    "(its snapshot or first batch has not landed): read from the primary",
+                    code=REPLICA_GAP,
+                )
             refused = self._guard().check(OPERATION_OF.get(method, "read"), method, capability)
             if refused is not None:
                 log.warning("context %r: follower read %s denied: %s",

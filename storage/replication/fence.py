@@ -19,6 +19,13 @@ store whose data and replication record disagree.
   are the *retained log*, the last batches applied or written, kept so a
   follower that fell behind catches up from them (:func:`kept`, :func:`prune`).
 
+* ``repl:copy`` — present while the store holds a follower's copy of its primary's
+  data: written with the first batch or catch-up a follower holds and with every
+  snapshot it installs, removed when the follower is sealed to become the primary
+  (:func:`mark_copy`, :func:`holds_copy`). The epoch is no such marker: a follower of
+  an ``acks = 0`` context holds a valid copy at epoch 0, and an empty new store reads
+  as epoch 0 too.
+
 A store that was never replicated reads as ``ReplicationState(0, 0, 0)``.
 
 This module works on the LMDB transaction under a view
@@ -43,6 +50,7 @@ from storage.replication.codec import CHAIN_START
 
 STATE_KEY = b"repl:state"
 HELD_PREFIX = b"repl:held:"
+COPY_KEY = b"repl:copy"
 _SEQ = struct.Struct(">Q")
 
 
@@ -94,6 +102,23 @@ def written_last(store: LmdbStore) -> bool:
         return False
     fields = msgpack.unpackb(data)
     return len(fields) > 4 and fields[4] == last
+
+
+def mark_copy(view: WriteView, copy: bool) -> None:
+    """Record inside the current write whether the store holds a follower's copy."""
+
+    def run(txn: lmdb.Transaction[bytes], db: Mapping[str, lmdb._Database]) -> None:
+        if copy:
+            txn.put(COPY_KEY, b"1", db=db["meta"])
+        else:
+            txn.delete(COPY_KEY, db=db["meta"])
+
+    in_transaction(view, run)
+
+
+def holds_copy(view: ReadView) -> bool:
+    """Whether the store holds a follower's copy of its primary's data (:func:`mark_copy`)."""
+    return in_transaction(view, lambda txn, db: txn.get(COPY_KEY, db=db["meta"])) is not None
 
 
 def store_state(store: LmdbStore) -> ReplicationState:

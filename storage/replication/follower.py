@@ -54,7 +54,9 @@ from storage.replication.fence import (
     ack_outbox,
     held,
     hold,
+    holds_copy,
     kept,
+    mark_copy,
     prune,
     read_state,
     store_state,
@@ -72,6 +74,7 @@ class Follower:
         self._store = store
         self._key = key if key is not None else replication_key(os.path.basename(store.path))
         self._state = store_state(store)
+        self._copy = store.read(holds_copy)
         self._held = self._state.seq
         self._head = self._state.digest
         pending = store.read(held)
@@ -98,6 +101,41 @@ class Follower:
     def held_seq(self) -> int:
         """The last batch held durably (applied or not): what the follower acknowledges."""
         return self._held
+
+    @property
+    def holds_copy(self) -> bool:
+        """Whether this store holds a copy of the primary's data: a snapshot installed, or
+        a batch or catch-up held (a new store, or a sealed one, does not: its reads would
+        show what no primary acknowledged, or nothing at all)."""
+        return self._copy
+
+    def installed(self, epoch: int) -> ReplicationState:
+        """After a snapshot was installed over this store: fence at *epoch* and record that
+        it holds a copy, in one durable write."""
+        state = self._state.at(epoch=max(epoch, self._state.epoch))
+
+        def run(view: WriteView) -> None:
+            write_state(view, state)
+            mark_copy(view, True)
+
+        self._store.transact(run)
+        self._state, self._copy = state, True
+        return state
+
+    def sealed(self, epoch: int) -> ReplicationState:
+        """Before this store opens as the primary's: fence at *epoch* and record that it no
+        longer holds a follower's copy (the primary writes outside batches; deposed, it
+        must not be read as a copy), in one durable write that is the store's last (so the
+        promoted primary goes on with the chain: ``written_last``)."""
+        state = self._state.at(epoch=max(epoch, self._state.epoch))
+
+        def run(view: WriteView) -> None:
+            write_state(view, state)
+            mark_copy(view, False)
+
+        self._store.transact(run)
+        self._state, self._copy = state, False
+        return state
 
     @property
     def head(self) -> bytes:
@@ -195,12 +233,15 @@ class Follower:
             for seq, data in rows:
                 hold(view, seq, data)
             write_state(view, fence)
+            if not self._copy:
+                mark_copy(view, True)
             self._apply_held(view, acked, decoded)
 
         self._store.transact(run)
         self._held = rows[-1][0]
         self._head = opened(rows[-1][1])[0]
         self._state = self._store.read(read_state)
+        self._copy = True
 
     def confirm(self, acked: int) -> ReplicationState:
         """Apply the held batches numbered *acked* and below (the primary acknowledged them)."""

@@ -379,15 +379,16 @@ def test_a_denied_follower_read_is_written_to_the_primarys_chained_audit_log(
     try:
         entry = placed.get("watched")
         follower = follower_handle(entry.followers[0], namespace)
-        # the primary's snapshot is not waited for: until it lands, the follower's store is
-        # empty (nothing to leak) and carries no enforcement; from then on reads are guarded
+        # the primary's snapshot is not waited for: until it lands, the follower holds no
+        # copy and refuses every read (replica_gap); from then on reads are guarded
         deadline = time.monotonic() + 20
         while True:
             try:
                 follower.read("state")
             except RequestError as e:
-                denied = e
-                break
+                if e.code != "replica_gap":
+                    denied = e
+                    break
             assert time.monotonic() < deadline, "the follower never enforced its copy's grants"
             time.sleep(0.1)
         assert denied.code == "permission_denied"

@@ -102,6 +102,15 @@ def test_member_promoted_in_place_serves_as_primary_and_refuses_old_batches(
     ctx.close()
 
     async def promoted() -> None:
+        # named the primary by the directory, not promoted yet: every primary call that
+        # reaches it first answers ``promoting`` (the caller calls again), none fails
+        for early in (member.replicate(), member.follower_denials(b"x")):
+            with pytest.raises(RequestError) as promoting:
+                open_reply(await early)
+            assert promoting.value.code == "promoting"
+        with pytest.raises(RequestError) as promoting:
+            await member.handshake()
+        assert promoting.value.code == "promoting"
         info = await member.become_primary(1, sign_epoch("c", 1))
         assert info["open_error"] is None, info
         assert open_reply(await member.frame("a"))["id"] == "a"
@@ -434,3 +443,45 @@ def test_spares_cover_what_one_lost_node_needs_replaced() -> None:
     # two primaries on one node: its loss needs two replacements on another node at once
     assert spares_wanted({"a": 2, "b": 1, "c": 1}) == 2
     assert spares_wanted({"a": 40}) == MAX_SPARES_PER_NODE
+
+
+def test_a_follower_serves_reads_only_once_it_holds_a_copy(tmp_path: Path) -> None:
+    """A new follower's store is empty until its primary's snapshot or first batch lands: it
+    answers ``replica_gap`` (read from the primary) rather than an empty state, at epoch 0
+    too (an ``acks = 0`` follower's valid copy is at epoch 0, so the epoch cannot tell). A
+    sealed follower's store, opened as a follower again (a deposed primary's disk), is no
+    copy either until a snapshot replaces it."""
+    follower = FollowerRole(str(tmp_path / "follower"), "c")
+
+    def refused(role: FollowerRole) -> str:
+        with pytest.raises(RequestError) as e:
+            open_reply(role.read("version", []))
+        return e.value.code
+
+    assert refused(follower) == "replica_gap"
+    store, ctx = _primary(tmp_path, lambda seq, data: open_reply(follower.receive(data)))
+    try:
+        ctx.submit("(context-tx (base-version 0) (derive a (x 1)))", client_id="a")
+        acked = ctx.backend.acked  # type: ignore[attr-defined]
+        open_reply(follower.confirm(0, acked, _confirm(0, acked)))
+        read = FollowerRead.model_validate(open_reply(follower.read("version", [])))
+        assert read.epoch == 0 and read.applied_version == 1  # a copy at epoch 0
+        open_reply(follower.seal(1, sign_epoch("c", 1, "seal")))
+        deposed = FollowerRole(str(tmp_path / "follower"), "c")
+        try:
+            assert refused(deposed) == "replica_gap"
+            data, _ = snapshot(store)
+            open_reply(deposed.install(data, 1, sign_epoch("c", 1), install_mac(KEY(), 1, data)))
+            read = FollowerRead.model_validate(open_reply(deposed.read("version", [])))
+            assert read.applied_version == 1
+        finally:
+            deposed._close()
+        fresh = FollowerRole(str(tmp_path / "other"), "c")
+        try:
+            data, _ = snapshot(store)
+            open_reply(fresh.install(data, 0, sign_epoch("c", 0), install_mac(KEY(), 0, data)))
+            assert FollowerRead.model_validate(open_reply(fresh.read("version", []))).epoch == 0
+        finally:
+            fresh._close()
+    finally:
+        ctx.close()

@@ -39,7 +39,7 @@ from storage.replication.codec import (
     opened,
     seal,
 )
-from storage.replication.fence import HELD_PREFIX, STATE_KEY, kept_range
+from storage.replication.fence import COPY_KEY, HELD_PREFIX, STATE_KEY, kept_range
 from tests.examples import examples
 
 TABLES_COMPARED = (
@@ -49,14 +49,19 @@ TABLES_COMPARED = (
 
 
 def dump(store: LmdbStore) -> dict[str, list[tuple[bytes, bytes]]]:
-    """Every row of the compared tables, and the engine's own meta rows."""
+    """Every row of the compared tables, and the engine's own meta rows (not the
+    replication record, the batches kept or a follower's copy marker)."""
 
     def run(view: ReadView) -> dict[str, list[tuple[bytes, bytes]]]:
         out = {}
         for name in TABLES_COMPARED:
             out[name] = list(view._txn.cursor(db=view._db[name]))  # type: ignore[attr-defined]
         meta = view._txn.cursor(db=view._db["meta"])  # type: ignore[attr-defined]
-        out["meta"] = [(k, v) for k, v in meta if k != STATE_KEY and not k.startswith(HELD_PREFIX)]
+        out["meta"] = [
+            (k, v)
+            for k, v in meta
+            if k not in (STATE_KEY, COPY_KEY) and not k.startswith(HELD_PREFIX)
+        ]
         # The Meta record and the outbox counter (in LMDB's main database since format 4).
         main = view._txn.cursor(db=view._db["main"])  # type: ignore[attr-defined]
         out["main"] = [(k, v) for k, v in main if k.startswith(b"\x00")]
