@@ -121,14 +121,70 @@ async def _handle_round(handle: ContextHandle, n: int, count: int) -> dict[str, 
     return await _clients(n, count, submit, "r" + uuid.uuid4().hex[:6])
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def _merge(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    rates = sorted(r["rate"] for r in rounds)
-    return {
-        "rate": rates[len(rates) // 2],
-        "p50_ms": sorted(r["p50_ms"] for r in rounds)[len(rounds) // 2],
+    out = {
+        "rate": _median([r["rate"] for r in rounds]),
+        "p50_ms": _median([r["p50_ms"] for r in rounds]),
         "p99_ms": max(r["p99_ms"] for r in rounds),
         "rounds": len(rounds),
     }
+    if all("replica_cpu_ms" in r for r in rounds):
+        out["replica_cpu_ms"] = _median([r["replica_cpu_ms"] for r in rounds])
+    return out
+
+
+def _paired(http: list[dict[str, Any]], base: list[dict[str, Any]]) -> float:
+    """The median over rounds of each HTTP round's rate ÷ the handle round run just before it
+    (drift on a shared machine hits a pair less than the whole run)."""
+    return round(_median([h["rate"] / b["rate"] for h, b in zip(http, base, strict=True)]), 2)
+
+
+def _replica_pids() -> dict[str, int]:
+    """The process of each application's replica on a cluster this run started (children of
+    its raylet), by application name: their CPU time is read around each HTTP round."""
+    import ray
+
+    node: Any = ray._private.worker._global_node
+    raylet = node.all_processes["raylet"][0].process.pid
+    pids: dict[str, int] = {}
+    for task in os.listdir(f"/proc/{raylet}/task"):
+        try:
+            children = open(f"/proc/{raylet}/task/{task}/children").read().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                command = open(f"/proc/{child}/cmdline").read()
+            except OSError:
+                continue
+            for app in ("morphz-bench-unbatched", "morphz-bench"):
+                if f"ServeReplica:{app}:" in command:
+                    pids.setdefault(app, int(child))
+                    break
+    return pids
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process *pid* so far (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(pid: int | None, url: str, n: int, count: int) -> dict[str, Any]:
+    """An HTTP round's figures, with the CPU milliseconds its replica *pid* spent per commit."""
+    before = _cpu_seconds(pid)
+    got = asyncio.run(_http_round(url, n, count))
+    if pid is not None:
+        got["replica_cpu_ms"] = round(1000 * (_cpu_seconds(pid) - before) / got["commits"], 3)
+    return got
 
 
 def _roots(port: int) -> tuple[str, str]:
@@ -166,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from servers.http_api import serve_app
 
     commits = 15 if args.quick else 60
-    rounds = 2 if args.quick else 3
+    rounds = args.rounds or (2 if args.quick else 3)
     parent = args.dir or testbed.scratch_parent()
     store = tempfile.mkdtemp(prefix="morphz-bench-http-", dir=parent)
     started = init_ray(args.address)
@@ -197,6 +253,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for warm in (url, url_single, proxied):  # the replica finds the actor
             if warm is not None:
                 asyncio.run(_http_round(warm, 1, 3))
+        pids = _replica_pids() if started else {}
+        pid, pid_single = pids.get("morphz-bench"), pids.get("morphz-bench-unbatched")
         for n in LEVELS:
             count = max(3, commits // max(1, n // 4))
             http: list[dict[str, Any]] = []
@@ -205,8 +263,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             proxy: list[dict[str, Any]] = []
             for _ in range(rounds):
                 base.append(asyncio.run(_handle_round(handle, n, count)))
-                http.append(asyncio.run(_http_round(url, n, count)))
-                unbatched.append(asyncio.run(_http_round(url_single, n, count)))
+                http.append(_measured(pid, url, n, count))
+                unbatched.append(_measured(pid_single, url_single, n, count))
                 if proxied is not None:
                     proxy.append(asyncio.run(_http_round(proxied, n, count)))
             h, b, u = _merge(http), _merge(base), _merge(unbatched)
@@ -216,6 +274,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "handle": b,
                 "ratio": round(h["rate"] / b["rate"], 2) if b["rate"] else None,
                 "ratio_unbatched": round(u["rate"] / b["rate"], 2) if b["rate"] else None,
+                "ratio_paired": _paired(http, base),
             }
             if proxy:
                 p = _merge(proxy)
@@ -227,8 +286,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"{n:>3} clients  http {h['rate']:>7.1f} tx/s (p50 {h['p50_ms']:.1f},"
                     f" p99 {h['p99_ms']:.1f} ms)  unbatched {u['rate']:>7.1f}"
                     f"  handle {b['rate']:>7.1f} (p50 {b['p50_ms']:.1f}, p99 {b['p99_ms']:.1f})"
-                    f"  ratio {got['ratio']} (unbatched {got['ratio_unbatched']}"
-                    + (f", through the proxy {got['ratio_proxy']})" if proxy else ")"),
+                    f"  ratio {got['ratio']} (paired rounds {got['ratio_paired']},"
+                    f" unbatched {got['ratio_unbatched']}"
+                    + (f", through the proxy {got['ratio_proxy']})" if proxy else ")")
+                    + (
+                        f"  replica CPU {h['replica_cpu_ms']:.2f} ms/commit"
+                        f" (unbatched {u['replica_cpu_ms']:.2f})"
+                        if "replica_cpu_ms" in h and "replica_cpu_ms" in u
+                        else ""
+                    ),
                     flush=True,
                 )
         handle.shutdown()
@@ -247,6 +313,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document of figures")
     parser.add_argument("--address", default=None, help="Ray cluster (default: a new local one)")
     parser.add_argument("--dir", default=None, help="scratch parent directory for the store")
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="rounds per level (default 2 quick, else 3)"
+    )
     parser.add_argument("--replicas", type=int, default=1, help="Serve replicas (default 1)")
     parser.add_argument(
         "--max-ongoing", type=int, default=256, help="max_ongoing_requests per replica"

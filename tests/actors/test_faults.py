@@ -256,7 +256,10 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     def placing() -> None:  # placement and promotion are timed apart, each as it happens
         while "placed" not in done and time.monotonic() - removed_at < WAIT:
             try:
-                outcome["new"] = place("dir-new", namespace=NAMESPACE)
+                if "recorded" not in done:  # the directory's part: the entry recorded
+                    directory(NAMESPACE).place("dir-new")
+                    done["recorded"] = time.monotonic() - removed_at
+                outcome["new"] = place("dir-new", namespace=NAMESPACE)  # its actor serving
                 done["placed"] = time.monotonic() - removed_at
             except MorphzError:
                 time.sleep(0.2)
@@ -292,14 +295,18 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     led_at = directory(NAMESPACE).ping()["led_at"]
     failovers = directory(NAMESPACE).failovers()
     return {
+        "placement_recorded_after_s": round(done["recorded"], 2),
         "placed_after_s": round(done["placed"], 2),
         "promoted_after_s": round(done["promoted"], 2),
         "taken_over_after_s": round(led_at - removed_wall, 2),
-        "promotion_decided_after_s": round(failovers[0]["at"] - removed_wall, 2),
+        # (none when the lost directory recorded the promotion itself before it went)
+        "promotion_decided_after_s": (
+            round(failovers[0]["at"] - removed_wall, 2) if failovers else None
+        ),
         "leader_after": leader.actor,
         "terms": [old.term, leader.term],
         "directory_node_after": where[:12],
-        "failover": failovers[0],
+        "failover": failovers[0] if failovers else None,
     }
 
 
