@@ -9,10 +9,27 @@ never at module import.
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from actors.client.joining import init_ray, ray_module, remote_class
 from protocol.errors import NotFound, RequestError
+
+RAYLET_TIMEOUT = 1.0
+"""Seconds :func:`raylet_down` waits for a node's raylet to accept a connection."""
+
+
+def raylet_down(address: str, port: int) -> bool:
+    """True if the raylet at *address*:*port* refuses connections or does not accept one
+    within :data:`RAYLET_TIMEOUT` (Ray's node table lags a lost node by its heartbeat
+    timeout); False when the address is unknown. Blocks: call it off an event loop."""
+    if not address or not port:
+        return False
+    try:
+        socket.create_connection((address, port), timeout=RAYLET_TIMEOUT).close()
+    except OSError:
+        return True
+    return False
 
 
 def ensure_ray() -> None:

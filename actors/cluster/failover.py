@@ -6,8 +6,9 @@ restarts with the directory. Every :data:`POLL` seconds it compares each
 placed context's members with the live nodes (Ray's node table):
 
 * **the primary's node is gone** (Ray's node table says so, its raylet refuses
-  connections or does not answer within :data:`RAYLET_TIMEOUT`, or its actor is reported
-  unreachable — Ray answering "unavailable" or "dead" — to its prober), or it is
+  connections or does not answer within :data:`~actors.client.nodes.RAYLET_TIMEOUT`, or
+  its actor is reported unreachable — Ray answering "unavailable" or "dead" — to its
+  prober), or it is
   **hung**: its prober (:mod:`actors.cluster.probing`) found it missing its pings by the
   rule of :class:`actors.cluster.liveness.Liveness`, as a paused process (SIGSTOP, a long
   GC pause, a starved VM) does while its node looks alive — :func:`promote`: every
@@ -51,13 +52,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from typing import Any
 
 from actors.client.joining import ray_module
 from actors.client.names import ContextEntry, Member, follower_actor, is_host
-from actors.client.nodes import pinned
+from actors.client.nodes import pinned, raylet_down
 from actors.client.replies import open_reply
 from actors.cluster.follower import start_follower
 from actors.cluster.leadership import keep_standby, stand_by
@@ -79,8 +79,6 @@ log = logging.getLogger("morphz.failover")
 POLL = 0.5
 """Seconds between two looks at the cluster (a prober that sees its primary hung or
 unreachable starts the next look at once)."""
-RAYLET_TIMEOUT = 1.0
-"""Seconds a look waits for the primary's node to accept a connection to its raylet."""
 PING_TIMEOUT = 1.0
 """Seconds the supervisor waits for a replaced primary to answer that it was told."""
 SUSPECT_LOOKS = 1
@@ -97,7 +95,6 @@ __all__ = [
     "HISTORY",
     "PING_TIMEOUT",
     "POLL",
-    "RAYLET_TIMEOUT",
     "START_TIMEOUT",
     "SUSPECT_LOOKS",
     "promote",
@@ -252,20 +249,8 @@ def _keep_standby(directory: Any, live: set[str]) -> None:
 
 
 async def _down(node: str, address: str, port: int) -> str:
-    """*node* if its raylet is down (:func:`_raylet_down`), else ``""``."""
-    return node if await asyncio.to_thread(_raylet_down, address, port) else ""
-
-
-def _raylet_down(address: str, port: int) -> bool:
-    """True if the node's raylet refuses connections or does not answer within
-    :data:`RAYLET_TIMEOUT` (Ray's node table lags a lost node by its heartbeat timeout)."""
-    if not address or not port:
-        return False
-    try:
-        socket.create_connection((address, port), timeout=RAYLET_TIMEOUT).close()
-    except OSError:
-        return True
-    return False
+    """*node* if its raylet is down (:func:`~actors.client.nodes.raylet_down`), else ``""``."""
+    return node if await asyncio.to_thread(raylet_down, address, port) else ""
 
 
 def _primary_lost(directory: Any, entry: ContextEntry) -> str | None:

@@ -34,12 +34,12 @@ import asyncio
 import functools
 import logging
 import os
-import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from actors.client import nodes
 from actors.client.joining import ray_module
 from actors.client.leader import (
     DIRECTORY_KV,
@@ -59,8 +59,6 @@ log = logging.getLogger("morphz.directory")
 
 WATCH_EVERY = 0.5
 """Seconds between two looks of a standby at its leader's node."""
-RAYLET_TIMEOUT = 1.0
-"""Seconds a standby waits for the leader's raylet to accept a connection."""
 STANDBY_ENV = "MORPHZ_DIRECTORY_STANDBY"
 """``0`` in the directory's environment: run no standby (a directory whose signing key is
 on one node only; its node's loss then waits for Ray's restart, as before)."""
@@ -72,7 +70,6 @@ KEEP_TERMS = 8
 __all__ = [
     "KEEP_TERMS",
     "Leadership",
-    "RAYLET_TIMEOUT",
     "RESTART_AFTER",
     "STANDBY_ENV",
     "WATCH_EVERY",
@@ -166,20 +163,14 @@ def newer_term(namespace: str, term: int) -> Lead | None:
 
 def raylet_down(node_id: str) -> bool:
     """True if Ray's node table says *node_id* is dead (or does not know it), or its raylet
-    refuses connections or does not answer within :data:`RAYLET_TIMEOUT`."""
+    refuses connections or does not answer within :data:`~actors.client.nodes.RAYLET_TIMEOUT`."""
     for node in ray_module().nodes():
         if str(node.get("NodeID")) != node_id:
             continue
         if not node.get("Alive"):
             return True
         address, port = str(node.get("NodeManagerAddress", "")), int(node.get("NodeManagerPort", 0))
-        if not address or not port:
-            return False
-        try:
-            socket.create_connection((address, port), timeout=RAYLET_TIMEOUT).close()
-        except OSError:
-            return True
-        return False
+        return nodes.raylet_down(address, port)
     return True
 
 
