@@ -9,11 +9,14 @@ never at module import.
 
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 from actors.client.joining import init_ray, ray_module, remote_class
 from protocol.errors import NotFound, RequestError
+
+log = logging.getLogger("morphz.nodes")
 
 RAYLET_TIMEOUT = 1.0
 """Seconds :func:`raylet_down` waits for a node's raylet to accept a connection."""
@@ -30,6 +33,16 @@ def raylet_down(address: str, port: int) -> bool:
     except OSError:
         return True
     return False
+
+
+def stop_named(name: str, namespace: str) -> None:
+    """Kill the named actor *name* of *namespace* for good (Ray does not restart it); an
+    actor already gone is logged, not raised. Blocks: call it off an event loop."""
+    ray = ray_module()
+    try:
+        ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+    except Exception as e:  # gone already
+        log.info("actor %s not stopped: %s", name, e)
 
 
 def ensure_ray() -> None:
@@ -107,7 +120,10 @@ __all__ = [
     "node_with_resource",
     "pinned",
     "preferring",
+    "RAYLET_TIMEOUT",
+    "raylet_down",
     "start_pinned",
+    "stop_named",
 ]
 
 

@@ -113,6 +113,7 @@ __all__ = [
     "STORE_ENV",
     "DirectoryActor",
     "signed",
+    "start_directory",
 ]
 
 
@@ -269,21 +270,7 @@ class DirectoryActor(HostTable, Leadership):
 
     def start_standby(self, name: str, node: str) -> Any:
         """Start a standby directory named *name*, pinned to *node* (its Ray handle)."""
-        return (
-            remote_class(DirectoryActor)
-            .options(
-                name=name,
-                namespace=self.namespace,
-                lifetime="detached",
-                max_restarts=-1,
-                max_task_retries=-1,
-                max_concurrency=100,
-                num_cpus=0,
-                memory=1,
-                scheduling_strategy=pinned(node),
-            )
-            .remote(self.namespace, True)
-        )
+        return start_directory(name, self.namespace, pinned(node), standby=True)
 
     def _admin(
         self,
@@ -598,3 +585,27 @@ def _check_epoch(entry: ContextEntry, epoch: int) -> None:
         raise RequestError(
             f"context {entry.name!r} is at epoch {entry.epoch}, not {epoch}", code=STALE_EPOCH
         )
+
+
+def start_directory(name: str, namespace: str, strategy: Any, *, standby: bool = False) -> Any:
+    """Start (or, under a name already taken, get) the directory actor *name* of *namespace*,
+    placed by *strategy*: detached, restarted by Ray without end, its calls retried; the Ray
+    handle. The one way a directory, leader or standby, is started."""
+    return (
+        remote_class(DirectoryActor)
+        .options(
+            name=name,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            max_task_retries=-1,
+            max_concurrency=100,
+            num_cpus=0,
+            # A requirement that is not empty: Ray places an actor needing no resource at
+            # all on a random node, whatever its soft node affinity says.
+            memory=1,
+            scheduling_strategy=strategy,
+        )
+        .remote(namespace, standby)
+    )

@@ -13,7 +13,7 @@ import builtins
 import os
 from typing import Any
 
-from actors.client.joining import check_int, check_text, remote_class
+from actors.client.joining import check_int, check_text
 from actors.client.leader import directory_target
 from actors.client.lookup import read_entry
 from actors.client.names import (
@@ -27,7 +27,7 @@ from actors.client.names import (
 from actors.client.nodes import check_node, current_node_id, ensure_ray, preferring
 from actors.client.replies import open_reply
 from actors.client.transport import Call, RetryPolicy, Transport
-from actors.cluster.directory import DirectoryActor
+from actors.cluster.directory import start_directory
 from actors.cluster.directory_admin import parse_keys
 from actors.cluster.placement import POLICY_SPREAD, check_policy
 from protocol.errors import RequestError
@@ -237,24 +237,7 @@ def directory(
     target = directory_target(namespace)
     if target is not None:
         return DirectoryHandle(target[1], namespace, retry, capability, actor_name=target[0])
-    actor = (
-        remote_class(DirectoryActor)
-        .options(
-            name=DIRECTORY_NAME,
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime="detached",
-            max_restarts=-1,
-            max_task_retries=-1,
-            max_concurrency=100,
-            num_cpus=0,
-            # A requirement that is not empty: Ray places an actor needing no resource at
-            # all on a random node, whatever its soft node affinity says.
-            memory=1,
-            scheduling_strategy=preferring(current_node_id()),
-        )
-        .remote(namespace)
-    )
+    actor = start_directory(DIRECTORY_NAME, namespace, preferring(current_node_id()))
     return DirectoryHandle(actor, namespace, retry, capability)
 
 

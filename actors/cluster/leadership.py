@@ -187,7 +187,7 @@ async def stand_by(directory: Any) -> bool:
             if not await asyncio.to_thread(_exists, lead.actor, ns):
                 log.info("directory %s of %r: its leader %s was stopped: stopping too",
                          directory.actor_name, ns, lead.actor)  # fmt: skip
-                await asyncio.to_thread(_stop, directory.actor_name, ns)
+                await asyncio.to_thread(nodes.stop_named, directory.actor_name, ns)
             return False
         log.warning(
             "directory %s of %r: the leader %s (term %d) is on node %s, which is down:"
@@ -220,7 +220,7 @@ async def keep_standby(directory: Any, live: set[str]) -> None:
         if await asyncio.to_thread(_poke, current[0], directory.namespace):
             return
     if current is not None:
-        await asyncio.to_thread(_stop, current[0], directory.namespace)
+        await asyncio.to_thread(nodes.stop_named, current[0], directory.namespace)
         directory.standby = None
     if not others or time.monotonic() - directory.standby_started < RESTART_AFTER:
         return  # (a standby that cannot start, e.g. without the key there, is not churned)
@@ -258,13 +258,6 @@ def _exists(name: str, namespace: str) -> bool:
         return False
     return True
 
-
-def _stop(name: str, namespace: str) -> None:
-    ray = ray_module()
-    try:
-        ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
-    except Exception as e:  # gone already
-        log.info("standby %s not stopped: %s", name, e)
 
 
 def _find_standby(directory: Any, nodes: set[str]) -> tuple[str, str] | None:

@@ -38,6 +38,7 @@ from typing import Any
 
 from actors.client.joining import ray_module
 from actors.client.names import Member
+from actors.client.nodes import stop_named
 from protocol.epochs import BAD_SIGNATURE, open_record, sign_record
 from protocol.errors import RequestError
 
@@ -215,7 +216,7 @@ class SparePool:
             self.idle.clear()
             self.ready.clear()
             for name in names:
-                await asyncio.to_thread(_kill, name, self.namespace)
+                await asyncio.to_thread(stop_named, name, self.namespace)
             return
         for node in [n for n in self.idle if n not in live]:
             self.ready.difference_update(self.idle.pop(node))  # gone with its node
@@ -243,7 +244,7 @@ class SparePool:
                 for names in self.idle.values():
                     if name in names:
                         names.remove(name)
-                        await asyncio.to_thread(_kill, name, self.namespace)
+                        await asyncio.to_thread(stop_named, name, self.namespace)
                 return
             if any(name in names for names in self.idle.values()):
                 self.ready.add(name)
@@ -271,10 +272,3 @@ class SparePool:
             except Exception as e:
                 log.info("spare %s: assignment unknown: %s", name, e)
 
-
-def _kill(name: str, namespace: str) -> None:
-    ray = ray_module()
-    try:
-        ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
-    except Exception as e:  # gone already
-        log.info("spare %s not stopped: %s", name, e)
