@@ -1,10 +1,9 @@
 """The context directory: where every context of a cluster lives, by name.
 
-One detached Ray actor per namespace, ``morphz:directory``, started on the node
-of the process that first creates it (the head node when a driver there asks
-first) and restarted by Ray when its process dies (``max_restarts=-1``) — on
-another live node when its own is lost (a soft node affinity). It holds two
-tables:
+One detached Ray actor per namespace leads (``morphz:directory``, started near the
+process that first creates it; :func:`start_directory`), restarted by Ray when its
+process dies; a standby on another node takes over when the leader's node is lost
+(:mod:`actors.cluster.leadership`). It holds two tables:
 
 * the **store root of each node** — registered with
   :meth:`~actors.cluster.directory_handle.DirectoryHandle.register_node`,
@@ -13,26 +12,19 @@ tables:
 * one :class:`ContextEntry` per **placed context** — its epoch, replication
   factor, primary :class:`Member` and followers.
 
-Its state lives in Ray's GCS internal key-value store
-(``ray.experimental.internal_kv``, namespace ``morphz-directory/<namespace>``),
-written before the in-memory table changes, so a restarted directory reloads
-it in its constructor. Any process of the cluster can write that store, so every
-value is kept with the directory's Ed25519 signature of it (its key, its namespace
-and its value: :func:`protocol.epochs.sign_record`), and a record that does not verify on load — one
-written before records were signed, or by another process — is refused: logged,
-left out, and named in the error a call on it answers (``bad_signature``). Losing the
-directory loses nothing a context holds: the stores are on the nodes, and a context
-actor already running keeps serving; only placing, looking up by directory and
-promotions wait until Ray has restarted it. Losing the GCS (the head node) loses the
-Ray cluster itself.
+Its state lives in Ray's GCS key-value store (namespace ``morphz-directory/<namespace>``),
+written before the in-memory table changes, so a restarted or standby directory reloads
+it. Any process of the cluster can write that store, so every value is kept with the
+directory's Ed25519 signature of it (:func:`protocol.epochs.sign_record`); a record that
+does not verify on load is refused: logged, left out, and named in the error a call on it
+answers (``bad_signature``). Losing the directory loses nothing a context holds: the
+stores are on the nodes and running context actors keep serving.
 
-The directory only records: it does not start context actors. ``actors.cluster.placing.place``
-asks it where a context goes, then starts the primary there. Errors travel as
-reply envelopes (``actors.client.replies``), never pickled. Ray is imported when a
-function runs, never at import. See docs/cluster.md.
-
-This module is the actor side; its caller side, the handle every port uses and the
-functions that get or create the directory, is :mod:`actors.cluster.directory_handle`.
+The directory only records: ``actors.cluster.placing.place`` asks it where a context
+goes, then starts the primary there. Errors travel as reply envelopes
+(``actors.client.replies``), never pickled; Ray is imported when a function runs. This
+module is the actor side; the caller side is :mod:`actors.cluster.directory_handle`.
+See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -588,9 +580,8 @@ def _check_epoch(entry: ContextEntry, epoch: int) -> None:
 
 
 def start_directory(name: str, namespace: str, strategy: Any, *, standby: bool = False) -> Any:
-    """Start (or, under a name already taken, get) the directory actor *name* of *namespace*,
-    placed by *strategy*: detached, restarted by Ray without end, its calls retried; the Ray
-    handle. The one way a directory, leader or standby, is started."""
+    """Start (or get) the directory actor *name* of *namespace*, placed by *strategy*: the
+    one way a directory, leader or standby, is started; its Ray handle."""
     return (
         remote_class(DirectoryActor)
         .options(
@@ -602,9 +593,7 @@ def start_directory(name: str, namespace: str, strategy: Any, *, standby: bool =
             max_task_retries=-1,
             max_concurrency=100,
             num_cpus=0,
-            # A requirement that is not empty: Ray places an actor needing no resource at
-            # all on a random node, whatever its soft node affinity says.
-            memory=1,
+            memory=1,  # not empty: Ray places an actor needing nothing on any node
             scheduling_strategy=strategy,
         )
         .remote(namespace, standby)
