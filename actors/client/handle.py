@@ -45,7 +45,8 @@ from actors.client.names import DEFAULT_NAMESPACE, actor_name
 from actors.client.replies import open_reply, raise_error
 from actors.client.transport import Call, Remote, RetryPolicy, Transport
 from actors.client.updates import UpdateFn, Updater, UpdateResult
-from protocol.errors import MorphzError, RequestError
+from protocol import wire
+from protocol.errors import MorphzError, RequestError, WireError
 from protocol.receipts import Receipt
 from protocol.tx import ContextTx
 from protocol.txwire import submitted_from_msgpack
@@ -98,9 +99,22 @@ def _bare(raw: Any) -> Any:
 @cache
 def carried(op: Operation[Any, T]) -> Callable[[Any], T]:
     """The decoder of an operation the actor serves in its own method (``carry=``): the
-    packed reply as it is, or a list of them, each item packed on its own."""
+    packed reply as it is, or a list of them, each item packed on its own.
+
+    A receipt (or a list of them: ``submit``, ``submit_many``, ``check``) is validated
+    at once by its declared type; only a reply that fails that validation takes the
+    general way (the payload type check, an error map's typed error, then the
+    validation again), so every reply decodes and fails as it would that way: a reply
+    that is a valid receipt passes the payload type check too (docs/actors.md)."""
+    receipts = op.reply in (Receipt, list[Receipt])
 
     def decode(raw: Any) -> T:
+        if receipts:
+            try:
+                docs = [wire.decode(i) for i in raw] if isinstance(raw, list) else wire.decode(raw)
+                return op.decode(docs)
+            except WireError:
+                pass  # not a valid receipt: the general way says why
         value = [_bare(item) for item in raw] if isinstance(raw, list) else _bare(raw)
         return op.decode(value)
 

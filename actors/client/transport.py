@@ -175,6 +175,16 @@ class Transport:
         while its successor is promoted."""
         self._origin: Transport | None = None
         """The transport this one was copied from (:meth:`with_capability`), if any."""
+        self._methods: dict[tuple[str, bool], Any] = {}
+        """The Ray methods of :attr:`actor` called so far, with their options, by name and
+        whether the context is replicated (:meth:`_method`)."""
+        self._methods_of: Any = None
+        """The actor handle :attr:`_methods` belong to."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_methods"], state["_methods_of"] = {}, None  # rebuilt on first use
+        return state
 
     def with_capability(self, capability: bytes | None) -> Transport:
         """The same actor and policy, calls carrying *capability*.
@@ -207,13 +217,25 @@ class Transport:
                 self.replicated = self._is_replicated()  # a directory call: once per context
                 if origin is not None:
                     origin.replicated = self.replicated
-        hosted = is_host(self.actor_name)
-        method = self.actor.call if hosted else getattr(self.actor, call.method)
-        if self.replicated:
-            method = method.options(max_task_retries=0)
-        if hosted:  # a context among many in one host process: routed by its name
-            return method.remote(self.label, call.method, list(call.args), kwargs)
-        return method.remote(*call.args, **kwargs)
+        if is_host(self.actor_name):  # a context among many in one host process: by name
+            return self._method("call").remote(self.label, call.method, list(call.args), kwargs)
+        return self._method(call.method).remote(*call.args, **kwargs)
+
+    def _method(self, name: str) -> Any:
+        """The Ray method *name* of :attr:`actor`, with this context's options (a replicated
+        one's calls are not retried by Ray). Kept per actor handle: reading a method off a
+        Ray actor handle builds a new bound method each time, and ``options`` another
+        wrapper; a new handle (a promotion, a restart) starts afresh."""
+        actor, replicated = self.actor, bool(self.replicated)
+        if self._methods_of is not actor:
+            self._methods, self._methods_of = {}, actor
+        method = self._methods.get((name, replicated))
+        if method is None:
+            method = getattr(actor, name)
+            if replicated:
+                method = method.options(max_task_retries=0)
+            self._methods[name, replicated] = method
+        return method
 
     def _serves_context(self) -> bool:
         """True if this transport calls a context (its own actor, or the host it is on)."""
@@ -294,9 +316,12 @@ class Transport:
         """:meth:`_await` for event loops."""
         deadline, every = self._slices(timeout)
         if every is None:
-            # Without a timeout the reference is awaited as it is: wait_for would wrap it
-            # in a task of its own on every call.
-            return await (ref if timeout is None else asyncio.wait_for(ref, timeout))
+            # The reference is awaited as it is: wait_for would wrap it in a task of its
+            # own on every call (asyncio.timeout cancels this task's await instead).
+            if timeout is None:
+                return await ref
+            async with asyncio.timeout(timeout):
+                return await ref
         reply = asyncio.wrap_future(ref.future())
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -500,9 +525,7 @@ class Transport:
             try:
                 raw = await self._await_async(self._send(call), self._wait(call))
             except Exception as e:
-                if isinstance(e, PrimaryReplaced) and await asyncio.to_thread(
-                    self._successor, e
-                ):
+                if isinstance(e, PrimaryReplaced) and await asyncio.to_thread(self._successor, e):
                     retry += 1  # its successor is known and running: call it now
                     continue
                 hosted = is_host(self.actor_name)
