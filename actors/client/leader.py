@@ -37,6 +37,11 @@ LEAD_PREFIX = "lead/"
 """Key prefix of the lead records: ``lead/<term>``."""
 MAX_LEAD_BYTES = 4096
 """A lead record longer than this is not one."""
+MAX_TERM_DIGITS = 18
+"""A term key with more digits than this is not one (a term fits a signed 64-bit int)."""
+_REPORTED_MAX = 256
+"""Distinct skipped keys logged at warning level per process (then at debug level)."""
+_reported: set[tuple[str, str, str]] = set()
 
 __all__ = [
     "DIRECTORY_KV",
@@ -47,8 +52,10 @@ __all__ = [
     "lead_key",
     "lead_terms",
     "leader_name",
+    "open_lead",
     "read_lead",
     "read_leader",
+    "term_of",
 ]
 
 
@@ -56,7 +63,7 @@ class Lead(BaseModel):
     """One leadership term of a namespace's directory: which actor leads, from which node,
     and which incarnation of it (a restarted actor keeps its name, not its term)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     term: int
     actor: str
@@ -75,14 +82,44 @@ def _kv() -> Any:
     return internal_kv
 
 
+def _skipped(namespace: str, key: str, why: str) -> None:
+    """Log that *namespace*'s key *key* is skipped as no lead record: a warning the first
+    time in this process (each check lists the keys again: no log line per look), then at
+    debug level."""
+    seen = (namespace, key, why)
+    if seen in _reported:
+        log.debug("directory of %r: lead record %r skipped: %s", namespace, key, why)
+        return
+    if len(_reported) >= _REPORTED_MAX:
+        _reported.clear()
+    _reported.add(seen)
+    log.warning("directory of %r: lead record %r skipped: %s", namespace, key, why)
+
+
+def term_of(namespace: str, key: bytes | str) -> int | None:
+    """The term a KV key ``lead/<term>`` of *namespace* names (ASCII digits, canonical: no
+    sign, no leading zero, at most :data:`MAX_TERM_DIGITS`), else None with a log line."""
+    text = key.decode(errors="replace") if isinstance(key, bytes) else key
+    digits = text[len(LEAD_PREFIX) :] if text.startswith(LEAD_PREFIX) else ""
+    if (
+        not digits.isascii()
+        or not digits.isdigit()
+        or len(digits) > MAX_TERM_DIGITS
+        or lead_key(int(digits)) != text
+    ):
+        _skipped(namespace, text[: 2 * MAX_TERM_DIGITS], "its key names no term")
+        return None
+    return int(digits)
+
+
 def lead_terms(namespace: str) -> list[int]:
     """Every term with a lead record under its key in *namespace* (verified or not), newest
-    first."""
+    first; a key that names no term is skipped (:func:`term_of`)."""
     terms = []
     for key in _kv()._internal_kv_list(LEAD_PREFIX, namespace=DIRECTORY_KV + namespace):
-        text = bytes(key).decode(errors="replace")[len(LEAD_PREFIX) :]
-        if text.isdigit() and len(text) < 19:
-            terms.append(int(text))
+        term = term_of(namespace, bytes(key))
+        if term is not None:
+            terms.append(term)
     return sorted(terms, reverse=True)
 
 
@@ -92,28 +129,38 @@ def _public_keys() -> list[bytes]:
     return list(directory_public_keys().values())
 
 
+def open_lead(namespace: str, term: int, raw: bytes, public: list[bytes]) -> Lead | None:
+    """The lead record *raw* kept under *term*'s key once it verifies under *public*, else
+    None with a log line (too long, unsigned, forged, moved from another key, not a lead
+    record of the right fields and types, or naming another term or a non-directory actor).
+    Pure: no I/O; it never raises on any *raw*."""
+    key = lead_key(term)
+    if len(raw) > MAX_LEAD_BYTES:
+        _skipped(namespace, key, f"longer than {MAX_LEAD_BYTES} bytes")
+        return None
+    try:
+        lead = Lead.model_validate_json(open_record(public, namespace, key, bytes(raw)))
+    except (MorphzError, ValidationError) as e:
+        _skipped(namespace, key, e.message if isinstance(e, MorphzError) else "not a lead record")
+        return None
+    if lead.term != term or not is_directory(lead.actor):
+        _skipped(namespace, key, "it names another term or a non-directory actor")
+        return None
+    return lead
+
+
 def read_lead(namespace: str, term: int, public: list[bytes] | None = None) -> Lead | None:
     """*term*'s lead record once it verifies under the directory's public keys (*public*,
-    default :func:`storage.keys.directory_public_keys`), else None (absent, unsigned, forged,
-    moved from another term's key, malformed)."""
-    key = lead_key(term)
-    raw = _kv()._internal_kv_get(key, namespace=DIRECTORY_KV + namespace)
-    if raw is None or len(raw) > MAX_LEAD_BYTES:
+    default :func:`storage.keys.directory_public_keys`), else None (absent, or skipped by
+    :func:`open_lead`)."""
+    raw = _kv()._internal_kv_get(lead_key(term), namespace=DIRECTORY_KV + namespace)
+    if raw is None:
         return None
     try:
         keys = _public_keys() if public is None else public
     except MorphzError:  # this process trusts no directory key: no record verifies
         return None
-    try:
-        lead = Lead.model_validate_json(open_record(keys, namespace, key, bytes(raw)))
-    except (MorphzError, ValidationError) as e:
-        why = e.message if isinstance(e, MorphzError) else "not a lead record"
-        log.warning("directory of %r: lead record %r skipped: %s", namespace, key, why)
-        return None
-    if lead.term != term or not is_directory(lead.actor):
-        log.warning("directory of %r: lead record %r names another term or actor", namespace, key)
-        return None
-    return lead
+    return open_lead(namespace, term, bytes(raw), keys)
 
 
 def read_leader(namespace: str, public: list[bytes] | None = None) -> Lead | None:

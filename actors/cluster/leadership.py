@@ -64,6 +64,8 @@ STANDBY_ENV = "MORPHZ_DIRECTORY_STANDBY"
 on one node only; its node's loss then waits for Ray's restart, as before)."""
 RESTART_AFTER = 30.0
 """Seconds a leader waits after starting a standby before it starts another."""
+SWEEP_EVERY = 30.0
+"""Seconds between two looks of a leader for idle directories beyond its one standby."""
 KEEP_TERMS = 8
 """Lead records kept below the current term (older ones are deleted by the leader)."""
 
@@ -72,6 +74,7 @@ __all__ = [
     "Leadership",
     "RESTART_AFTER",
     "STANDBY_ENV",
+    "SWEEP_EVERY",
     "WATCH_EVERY",
     "claim",
     "exists",
@@ -82,6 +85,7 @@ __all__ = [
     "raylet_down",
     "stand_by",
     "standby_name",
+    "standbys_kept",
     "standby_wanted",
     "whoami",
 ]
@@ -209,12 +213,32 @@ async def stand_by(directory: Any) -> bool:
     return True
 
 
+def standbys_kept(
+    current: str | None, idle: dict[str, str], others: set[str]
+) -> tuple[tuple[str, str] | None, list[str]]:
+    """Of the idle directories *idle* (actor name -> node) beside a leader, the one it keeps
+    as its standby and the ones it stops: it keeps *current* (the standby it started or
+    adopted) if it is idle on one of the nodes *others* (live, not the leader's), else the
+    first idle one there by node and name; every other idle directory is stopped (after a
+    takeover, Ray's restart of the lost directory stands by beside the standby the new
+    leader started). ``((name, node) or None, names to stop)``."""
+    fit = sorted((node, name) for name, node in idle.items() if node in others)
+    kept = next(((n, name) for n, name in fit if name == current), fit[0] if fit else None)
+    stop = sorted(name for name in idle if kept is None or name != kept[1])
+    return (None if kept is None else (kept[1], kept[0])), stop
+
+
 async def keep_standby(directory: Any, live: set[str]) -> None:
     """Keep one standby directory on a live node other than the leader's, while there is
-    one: start it (pinned to that node) if the one started before is gone or its node is."""
+    one: start it (pinned to that node) if the one started before is gone or its node is;
+    every :data:`SWEEP_EVERY` seconds, stop the idle directories beyond it
+    (:func:`standbys_kept`)."""
     if not standby_wanted():
         return
     others = sorted(live - {directory.node_id} - directory.down)
+    if time.monotonic() - directory.standby_swept >= SWEEP_EVERY:
+        directory.standby_swept = time.monotonic()
+        await asyncio.to_thread(_sweep, directory, set(others))
     current = directory.standby
     if current is not None and current[1] in others:
         if await asyncio.to_thread(_poke, current[0], directory.namespace):
@@ -234,6 +258,21 @@ async def keep_standby(directory: Any, live: set[str]) -> None:
     actor.ping.remote()  # its watch starts with its first call
     directory.standby = (name, node)
     log.info("directory of %r: standby %s started on node %s", directory.namespace, name, node)
+
+
+def _sweep(directory: Any, others: set[str]) -> None:
+    """Stop the idle directories of the namespace beyond the one standby kept (none while
+    this directory does not lead: a newer term's leader keeps its own)."""
+    current = None if directory.standby is None else directory.standby[0]
+    kept, stop = standbys_kept(current, _idle_directories(directory), others)
+    if not stop or not directory.still_leads():
+        return
+    for name in stop:
+        log.warning("directory of %r: idle directory %s stopped (standby kept: %s)",
+                    directory.namespace, name, None if kept is None else kept[0])  # fmt: skip
+        nodes.stop_named(name, directory.namespace)
+    if kept is not None:
+        directory.standby = kept
 
 
 def _poke(name: str, namespace: str) -> bool:
@@ -263,11 +302,19 @@ def _exists(name: str, namespace: str) -> bool:
 def _find_standby(directory: Any, nodes: set[str]) -> tuple[str, str] | None:
     """A standby already running on one of *nodes* (a directory restarted by Ray, or one a
     previous leader started), found by name: ``(name, node)``."""
+    return standbys_kept(None, _idle_directories(directory), nodes)[0]
+
+
+def _idle_directories(directory: Any) -> dict[str, str]:
+    """The directories of the namespace other than *directory* that answer a ping and do
+    not lead (or hold a term older than this leader's: they step down at their next
+    check): actor name -> node."""
     ray = ray_module()
     try:
         named = ray.util.list_named_actors(all_namespaces=True)
     except Exception:
-        return None
+        return {}
+    idle = {}
     for item in named:
         name = str(item.get("name", ""))
         if item.get("namespace") != directory.namespace or name == directory.actor_name:
@@ -279,9 +326,10 @@ def _find_standby(directory: Any, nodes: set[str]) -> tuple[str, str] | None:
             status = open_reply(ray.get(actor.ping.remote(), timeout=2))
         except Exception:
             continue
-        if status["node"] in nodes and not status["leads"]:
-            return name, str(status["node"])
-    return None
+        term, ours = status["term"], directory.term
+        if term is None or (ours is not None and isinstance(term, int) and term < ours):
+            idle[name] = str(status["node"])
+    return idle
 
 
 def is_lead_key(key: str) -> bool:
@@ -325,6 +373,8 @@ class Leadership:
     led_at: float | None
     standby: tuple[str, str] | None
     standby_started: float
+    standby_swept: float = -SWEEP_EVERY
+    """(monotonic) When this leader last stopped idle directories beyond its standby."""
     roots: dict[str, str]
     entries: dict[str, Any]
     refused: dict[str, str]

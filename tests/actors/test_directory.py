@@ -535,13 +535,17 @@ def test_a_directory_whose_term_was_taken_over_writes_nothing_and_its_standby_le
     GCS — and stands by; the standby sees a term naming it that it did not claim (as after
     its own restart), claims the next one and leads with the tables it reloads: handles
     follow the signed lead record, find what was placed before and place anew there. A lead
-    record written without the directory's key is skipped."""
+    record written without the directory's key is skipped, and so are keys and records that
+    are no lead record. The new leader keeps the old directory as its one standby and stops
+    an extra idle directory; ``morphz contexts --cluster`` lists the new leader's tables."""
     import ray
     from ray.experimental import internal_kv
 
     from actors.client.leader import DIRECTORY_KV, lead_key, read_leader
     from actors.client.names import DIRECTORY_NAME
-    from actors.cluster.leadership import claim
+    from actors.client.nodes import pinned
+    from actors.cluster.directory import start_directory
+    from actors.cluster.leadership import claim, exists
     from protocol.epochs import sign_record
 
     before = place("led-before", namespace=namespace)
@@ -562,6 +566,11 @@ def test_a_directory_whose_term_was_taken_over_writes_nothing_and_its_standby_le
     assert open_reply(ray.get(old.ping.remote(), timeout=30))["leads"]
     internal_kv._internal_kv_del(key, namespace=kv)
 
+    # an idle directory beyond the one standby (as Ray's restart of a lost directory is)
+    extra = DIRECTORY_NAME + "~extra"
+    start_directory(extra, namespace, pinned(ray_cluster.head_node_id), standby=True)
+    assert not open_reply(ray.get(ray.get_actor(extra, namespace=namespace).ping.remote()))["leads"]
+
     taken = claim(namespace, standby["actor"], standby["node"], "another incarnation")
     assert taken is not None and taken.term == lead.term + 1
     with pytest.raises(RequestError) as refused:
@@ -574,6 +583,12 @@ def test_a_directory_whose_term_was_taken_over_writes_nothing_and_its_standby_le
         lambda: (r := read_leader(namespace)) is not None and r.term > taken.term and r,
     )
     assert now.actor == standby["actor"] and now.node_id == ray_cluster.node2_id
+    # keys and records that are no lead record, one past the leader's term: skipped by
+    # lookups and by the leader's check of its term before each write below
+    junk = {"lead/x": b"x", "lead/007": b"\x00", lead_key(now.term + 1): b"y" * 5000}
+    for k, v in junk.items():
+        internal_kv._internal_kv_put(k, v, True, namespace=kv)
+    assert read_leader(namespace) == now
     after = place("led-after", namespace=namespace)  # through the lead record
     assert placed.get("led-before").primary.node_id == before.describe()["node_id"]
     assert {e.name for e in directory(namespace).list()} == {"led-before", "led-after"}
@@ -582,6 +597,21 @@ def test_a_directory_whose_term_was_taken_over_writes_nothing_and_its_standby_le
     with pytest.raises(RequestError) as still:
         open_reply(ray.get(old.get.remote("led-after"), timeout=30))
     assert still.value.code == "not_leader"
+    # the new leader keeps one standby (the old directory, first by node and name) and
+    # stops the extra idle one
+    _until("the extra idle directory stopped", lambda: not exists(extra, namespace), timeout=30)
+    assert placed.ping()["standby"] == DIRECTORY_NAME and exists(DIRECTORY_NAME, namespace)
+    # `morphz contexts --cluster` reads the new leader's tables
+    r = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace, "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["directory"] is True
+    rows = {c["name"]: c for c in doc["contexts"]}
+    assert set(rows) == {"led-before", "led-after"}
+    assert rows["led-after"]["primary"]["version"] == after.version() > 0
+    human = CliRunner().invoke(cli, ["contexts", "--cluster", "--namespace", namespace])
+    assert human.exit_code == 0, human.output
+    assert {w for line in human.stdout.splitlines()[1:] for w in line.split()[:1]} >= set(rows)
 
 
 def _standby_of(namespace: str) -> dict[str, Any] | None:
