@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,13 +29,6 @@ from protocol.wire import MAX_PAYLOAD_BYTES, WIRE_VERSION, pack
 from storage import check_context_name
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def actor(tmp_path: Path) -> Iterator[ContextActor]:
-    a = ContextActor(str(tmp_path), "ctx")
-    yield a
-    a.close()
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

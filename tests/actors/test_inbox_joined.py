@@ -10,11 +10,9 @@ on the inbox's own figures alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from actors.client.handle import ContextHandle, decode_receipt
 from actors.client.replies import open_reply
@@ -24,13 +22,6 @@ from service.observations import new_event_id
 from service.store import open_context
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-def actor(tmp_path: Path) -> Iterator[ContextActor]:
-    a = ContextActor(str(tmp_path), "ctx")
-    yield a
-    a.close()
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
