@@ -1,4 +1,5 @@
-"""English irregular inflection: the forms of one word that no suffix-stripping stemmer joins.
+"""English word forms that no suffix-stripping stemmer joins: irregular inflection, and nouns
+made from verbs with endings Snowball keeps.
 
 Snowball's English stemmer conflates ``run``/``runs``/``running`` but not ``ran``;
 ``go`` and ``went``, ``buy`` and ``bought``, ``child`` and ``children`` stay apart. A
@@ -15,13 +16,22 @@ verbs whose forms are all one (``cut``, ``put``) need no entry. Auxiliaries (``b
 ``have``, ``do``, ``get``) are not listed: they are function words of a question
 (:mod:`storage.search.questions`).
 
-A query word of a group also looks up the group's other forms, at the weight of a stem
+Derivation (:func:`derived`): Snowball strips ``-ance``, ``-al``, ``-ation`` and ``-ness``
+but keeps a short word's ``-ment`` (``payment``, ``agreement``), ``-ure`` (``departure``,
+``closure``), ``-ery`` (``delivery``), ``-ial`` (``denial``) and ``-sion`` (``decision``):
+"when does the flight **depart**?" is answered by "**departure** at 10:15". A word with
+such an ending gives the verbs it may come from, any other word the nouns it may make;
+most candidates are no word at all, and a candidate no document holds adds nothing.
+
+A query word also looks up these relatives (and their stem terms) at the weight of a stem
 match (:data:`~storage.search.ranking.STEM_WEIGHT`), so a turn with the form the question
 used still ranks first. Query side only: the index is unchanged, and each query word adds
-at most a handful of lookups (:func:`forms`).
+at most a handful of lookups.
 """
 
 from __future__ import annotations
+
+from storage.search.questions import FUNCTION_WORDS
 
 _LIST = """
 arise arose arisen | awake awoke awoken | beat beaten | become became | begin began begun
@@ -75,3 +85,59 @@ def forms(word: str) -> tuple[str, ...]:
     if not group:
         return ()
     return tuple(f for f in group if f != word)
+
+
+DERIVED = True
+"""Whether :func:`derived` relatives are looked up (a switch for measuring)."""
+
+_TO_VERB = (
+    ("ment", ""),
+    ("ment", "e"),
+    ("ure", ""),
+    ("ure", "e"),
+    ("ery", "er"),
+    ("ial", "y"),
+    ("sion", "de"),
+    ("ission", "it"),
+)
+"""A noun's ending and what replaces it in the verb it comes from (``payment`` → ``pay``,
+``departure`` → ``depart``, ``closure`` → ``close``, ``delivery`` → ``deliver``, ``denial``
+→ ``deny``, ``decision`` → ``decide``, ``permission`` → ``permit``)."""
+_TO_NOUN = (
+    ("", "ment"),
+    ("", "ure"),
+    ("e", "ure"),
+    ("er", "ery"),
+    ("y", "ial"),
+    ("de", "sion"),
+    ("it", "ission"),
+)
+"""The same pairs read the other way: a verb's ending and what replaces it in its noun."""
+
+
+def derived(word: str) -> tuple[str, ...]:
+    """Candidate derivational relatives of *word* (lower case) that Snowball's English stemmer
+    does not join: ``payment`` ↔ ``pay``, ``departure`` ↔ ``depart``, ``delivery`` ↔
+    ``deliver``, ``denial`` ↔ ``deny``, ``decision`` ↔ ``decide`` (its other suffixes,
+    ``-ance``, ``-al``, ``-ation``, ``-ness`` …, it already strips).
+
+    Candidates only: most are not words, and a candidate no document holds costs one
+    read and adds nothing. A word with one of the noun endings of :data:`_TO_VERB`
+    (and at least three letters before it; a plural too) gives its verbs, any other its
+    nouns; at most four candidates, function words none.
+    """
+    if not DERIVED or len(word) < 3 or word in FUNCTION_WORDS:
+        return ()
+    noun = word[:-1] if word.endswith("s") and not word.endswith("ss") else word  # payments
+    verbs = [
+        noun[: -len(end)] + new
+        for end, new in _TO_VERB
+        if noun.endswith(end) and len(noun) >= len(end) + 3
+    ]
+    if verbs:
+        return tuple(dict.fromkeys(verbs))
+    return tuple(
+        dict.fromkeys(
+            word[: len(word) - len(end)] + new for end, new in _TO_NOUN if word.endswith(end)
+        )
+    )

@@ -16,8 +16,9 @@ next to the word's exact term, and only where the stem differs from the word
 ``s``, and the exact term ``s`` when ``s`` is a word of its own (its stem is
 ``s``): together those find every word that stems to ``s``. Stemming is
 PyStemmer (the Snowball algorithms in C); results are cached per word. An English
-query word also looks up its irregular forms (``went`` for ``go``,
-:mod:`storage.search.irregular`), which no stemmer joins.
+query word also looks up its irregular forms (``went`` for ``go``) and derivational
+relatives (``departure`` for ``depart``, :mod:`storage.search.irregular`), which no
+stemmer joins.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import NamedTuple
 import Stemmer
 
 from protocol.errors import RequestError
+from storage.search.irregular import derived
 from storage.search.irregular import forms as irregular_forms
 
 DEFAULT_LANGUAGES = ("english",)
@@ -44,7 +46,7 @@ STEM_MARK = "\x01"
 PART_MARK = "\x02"
 """First character of every identifier-part term (:func:`part_term`)."""
 IRREGULAR = True
-"""Whether an English query word also looks up its irregular forms
+"""Whether an English query word also looks up its irregular forms and derivational relatives
 (:mod:`storage.search.irregular`)."""
 CACHE_WORDS = 1 << 18
 """Words whose stems are cached per :class:`Morphology`; the cache is emptied when full."""
@@ -256,7 +258,8 @@ class Morphology:
         Per language: the stem term, plus the stem as a word of its own when
         the stem is not *word* and is its own stem (words equal to their stem
         get no stem term, only their exact one). In English, also the word's
-        irregular forms (:mod:`storage.search.irregular`) and their stem terms.
+        irregular forms and derivational relatives (:mod:`storage.search.irregular`) and
+        their stem terms.
         """
         out: list[QueryStem] = []
         for k, (lang, _) in enumerate(self._stemmers):
@@ -267,13 +270,17 @@ class Morphology:
             if stem != word and self._stem(k, stem) == stem:
                 out.append(QueryStem(stem, False, False))
             if lang == "english" and IRREGULAR:
-                # The word's irregular forms (went → go, gone) and the words with their stems
-                # (going).
-                for form in irregular_forms(word):
-                    out.append(QueryStem(form, False, False))
+                # The word's irregular forms (went → go, gone) and derivational relatives
+                # (departure → depart), with the words of their stems (going, departs).
+                relatives = [(f, "stem") for f in irregular_forms(word)]
+                relatives += [(f, "derived") for f in derived(word)]
+                if stem != word and self._stem(k, stem) == stem:
+                    relatives += [(f, "derived") for f in derived(stem)]  # departs → departure
+                for form, kind in dict.fromkeys(relatives):
+                    out.append(QueryStem(form, False, False, kind))
                     other = self._stem(k, form)
                     if other:
-                        out.append(QueryStem(stem_term(lang, other), True, False))
+                        out.append(QueryStem(stem_term(lang, other), True, False, kind))
         return out
 
 

@@ -61,7 +61,7 @@ from storage.search.format import (
     _event_session,
     _frame_id,
 )
-from storage.search.morphology import QueryStem
+from storage.search.morphology import PART_MARK, QueryStem
 from storage.search.postings import _chunks_newest, _probe
 from storage.search.questions import ORDER_WEIGHT, SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
 
@@ -89,7 +89,14 @@ PART_WEIGHT = 0.5
 """Weight of a query word found as a part of an identifier (``meal`` in ``meal_preference``)."""
 CHAR_WEIGHT = 0.25
 """Weight of a lone ideograph of the query that its bigrams cover (``鞋`` of ``运动鞋``)."""
-_KIND_WEIGHT = {"stem": STEM_WEIGHT, "part": PART_WEIGHT, "char": CHAR_WEIGHT}
+DERIVED_WEIGHT = 0.25
+"""Weight of a query word found as a derivational relative (``departure`` for ``depart``)."""
+_KIND_WEIGHT = {
+    "stem": STEM_WEIGHT,
+    "derived": DERIVED_WEIGHT,
+    "part": PART_WEIGHT,
+    "char": CHAR_WEIGHT,
+}
 NEIGHBOUR_WEIGHT = 0.1
 """Share of a turn's score lent to each adjacent turn of the same session (0: none)."""
 SESSION_WEIGHT = 0.1
@@ -370,7 +377,7 @@ def _rank(
         weight = _KIND_WEIGHT[extra.kind] * min(idf, word_idf.get(source, idf))
         if weight > found.get(extra.term, (0.0, 0))[0]:
             found[extra.term] = (weight, df)
-            if extra.kind != "part":  # part terms are not words the highlighter marks
+            if not extra.term.startswith(PART_MARK):  # not words the highlighter marks
                 (ranked.stems if extra.stem else ranked.weights)[extra.term] = weight
     # A document with an inflected query word also holds its stem term: the word's
     # own term scores what is left, so the two together score as the word alone.

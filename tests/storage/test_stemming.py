@@ -116,6 +116,24 @@ def test_irregular_forms_find_each_other(c: Ctx) -> None:
     assert "I «went» to" in hit.snippet
 
 
+def test_derivational_relatives_the_stemmer_keeps_apart_find_each_other(c: Ctx) -> None:
+    departure, departs, payment, delivered, decision, slip = c.add(
+        "scheduled departure at 10:15",
+        "the train departs at noon",
+        "the payment went through",
+        "the parcel was delivered",
+        "the decision is final",
+        "the pay slip",
+    )
+    assert set(c.ids("depart")) == {departure, departs}
+    assert set(c.ids("departures")) == set(c.ids("departed")) == {departure, departs}
+    assert c.ids("delivery") == [delivered]
+    assert c.ids("decide") == [decision]
+    # The form itself (or its stem) first: a relative weighs half a stem match.
+    assert c.ids("payments") == [payment, slip]
+    assert c.ids("pay") == [slip, payment]
+
+
 def test_an_inflected_query_word_weighs_what_it_weighed_without_stems(tmp_path: Path) -> None:
     corpus = [f"note {i} warning" for i in range(5)] + ["zqmarker one", "zqmarker warning two"]
     corpus += [f"filler {i}" for i in range(20)]
