@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import random
 import shutil
@@ -420,3 +421,44 @@ def test_state_bench_conversations(s: Setup) -> None:
         for order in order_ids:
             found = s.search(order, limit=20).hits
             assert any(owner[h.id] == name for h in found)
+
+
+def test_probes_and_pruning_match_their_plain_definitions(
+    s: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe adds a term's score to exactly the documents holding it, wherever they fall
+    among its chunks (before the first, in gaps, past the last, far ahead); the documents
+    MaxScore keeps are those its plain definition keeps, ties to the earlier found."""
+    monkeypatch.setattr(postings_module, "CHUNK_POSTINGS", 4)
+    rng = random.Random(11)
+    s.ctx.observe_many(
+        [
+            {"kind": "tool_result", "text": " ".join(rng.choices(WORDS[:6], k=rng.randint(1, 5)))}
+            for _ in range(300)
+        ]
+    )
+    s.index.catch_up()
+    shared = s.index._shared
+    postings = dump(s.index)["postings"]
+    tn = ranking_module._TfNorm(3.0)
+    with shared.env.begin() as txn:
+        for term in (b"alpha", b"gamma", b"absent"):
+            held = dict(postings.get(term, []))
+            for trial in range(40):
+                docs = sorted(rng.sample(range(0, 330), rng.randint(1, 1 + trial * 5)))
+                acc = {d: 0.5 for d in docs}
+                ranking_module._probe(txn, shared.dbs["postings"], term, 2.0, tn, acc, docs)
+                assert acc == {d: 0.5 + 2.0 * tn[held[d]] if d in held else 0.5 for d in docs}
+    for trial in range(60):
+        # Small and large (over ARRAY_DOCS: the arrays' path) maps, scores with many ties.
+        size = rng.randint(1, 900) if trial % 2 else rng.randint(4000, 9000)
+        acc = {rng.randrange(10**7): float(rng.randint(0, 12)) for _ in range(size)}
+        rest, theta = float(rng.randint(0, 6)), float(rng.randint(1, 14))
+        plain = [d for d, sc in acc.items() if sc + rest >= theta]
+        cap = rng.choice([5, 64, 512])
+        if len(plain) > cap:
+            plain = heapq.nlargest(cap, plain, key=acc.__getitem__)
+        alive, cut = ranking_module._alive(acc, rest, theta, cap)
+        assert alive == sorted(plain) and cut == (
+            len(alive) == cap < sum(sc + rest >= theta for sc in acc.values())
+        )
