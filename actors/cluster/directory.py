@@ -276,6 +276,7 @@ class DirectoryActor(HostTable, Leadership):
         """Refuse *method* on *context* (owned by *tenant*; None: the operator's) without an
         admin capability, once the directory has admin keys
         (:func:`~actors.cluster.directory_admin.check_admin`); the verified capability."""
+        keys = self.admin_keys
         if ADMIN_KEYS in self.refused and not SUPERVISING.get():
             if not self.env_keys:
                 raise PermissionDenied(
@@ -283,9 +284,8 @@ class DirectoryActor(HostTable, Leadership):
                     f" ({self.refused[ADMIN_KEYS]}); it stays closed until an operator of the"
                     " keys in MORPHZ_DIRECTORY_ADMIN_KEYS sets them again (require_admin)"
                 )
-            # the record in the GCS is not trusted: the environment's keys alone decide
-            return check_admin(self.env_keys, capability, context, method, tenant=tenant, ops=ops)
-        return check_admin(self.admin_keys, capability, context, method, tenant=tenant, ops=ops)
+            keys = self.env_keys  # the GCS's record is not trusted: the environment's decides
+        return check_admin(keys, capability, context, method, tenant=tenant, ops=ops)
 
     def _placer(self, capability: Any, name: str, method: str) -> str | None:
         """Check a new placement of *name* (an admin of any tenant may place a new name in

@@ -112,29 +112,25 @@ class Follower:
     def installed(self, epoch: int) -> ReplicationState:
         """After a snapshot was installed over this store: fence at *epoch* and record that
         it holds a copy, in one durable write."""
-        state = self._state.at(epoch=max(epoch, self._state.epoch))
-
-        def run(view: WriteView) -> None:
-            write_state(view, state)
-            mark_copy(view, True)
-
-        self._store.transact(run)
-        self._state, self._copy = state, True
-        return state
+        return self._fence(epoch, copy=True)
 
     def sealed(self, epoch: int) -> ReplicationState:
         """Before this store opens as the primary's: fence at *epoch* and record that it no
         longer holds a follower's copy (the primary writes outside batches; deposed, it
         must not be read as a copy), in one durable write that is the store's last (so the
         promoted primary goes on with the chain: ``written_last``)."""
+        return self._fence(epoch, copy=False)
+
+    def _fence(self, epoch: int, *, copy: bool) -> ReplicationState:
+        """Fence at *epoch* (never lower) and set or clear the copy marker, in one write."""
         state = self._state.at(epoch=max(epoch, self._state.epoch))
 
         def run(view: WriteView) -> None:
             write_state(view, state)
-            mark_copy(view, False)
+            mark_copy(view, copy)
 
         self._store.transact(run)
-        self._state, self._copy = state, False
+        self._state, self._copy = state, copy
         return state
 
     @property

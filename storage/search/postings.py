@@ -15,7 +15,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lmdb
@@ -24,6 +24,8 @@ from storage.search.format import _DF, _U32, _decode, _encode, norm_code
 
 CHUNK_POSTINGS = 256
 """Most postings in one stored chunk (1.5 KiB: it stays inside an LMDB leaf page)."""
+PROBE_STEPS = 8
+"""A probe seeks rather than steps when its next document is more chunks ahead than this."""
 
 
 class _Postings:
@@ -211,3 +213,63 @@ def _chunks_newest(txn: lmdb.Transaction[bytes], db: Any, tk: bytes) -> Iterable
         yield bytes(cursor.value())
         if not cursor.prev() or not bytes(cursor.key()).startswith(prefix):
             return
+
+
+def _probe(
+    txn: lmdb.Transaction[bytes],
+    db: Any,
+    tk: bytes,
+    weight: float,
+    tn: Mapping[int, float],
+    acc: dict[int, float],
+    docs: list[int],
+) -> None:
+    """Add ``weight * tn[code]`` (its posting's code) to each of *docs* (ascending, every
+    one in *acc*) that contains the term *tk*.
+
+    One cursor walks the term's chunks forward: a chunk is decoded only if a
+    document falls in its range, and a document beyond the next chunk's start
+    moves the cursor on by one chunk, or seeks when the document is further
+    ahead than :data:`PROBE_STEPS` chunks' worth of docnums.
+    """
+    if not docs:
+        return
+    cursor = txn.cursor(db=db)
+    prefix = tk + b"\x00"
+    at = len(prefix)
+    unpack = _U32.unpack_from
+    if not _seek(cursor, prefix, docs[0]):
+        return
+    first = unpack(cursor.key(), at)[0]
+    value: bytes = cursor.value()
+    more = cursor.next() and cursor.key().startswith(prefix)
+    end = unpack(cursor.key(), at)[0] if more else 1 << 32  # the next chunk's first docnum
+    cd: array[int] | None = None
+    cc: array[int] = array("H")
+    for doc in docs:
+        while doc >= end:
+            # The cursor is on the chunk starting at `end`: step onto it, or seek far ahead.
+            if doc - end > PROBE_STEPS * max(1, end - first):
+                if not _seek(cursor, prefix, doc):
+                    return
+            first = unpack(cursor.key(), at)[0]
+            value = cursor.value()
+            cd = None
+            more = cursor.next() and cursor.key().startswith(prefix)
+            end = unpack(cursor.key(), at)[0] if more else 1 << 32
+        if doc < first:
+            continue  # before the term's first chunk
+        if cd is None:
+            cd, cc = _decode(value)
+        i = bisect_left(cd, doc)
+        if i < len(cd) and cd[i] == doc:
+            acc[doc] += weight * tn[cc[i]]
+
+
+def _seek(cursor: lmdb.Cursor[bytes], prefix: bytes, doc: int) -> bool:
+    """Put *cursor* on the chunk of a term (``prefix`` = term 00) where *doc* belongs: the
+    last starting at or before it, else the term's first; False if the term has none."""
+    after = cursor.set_range(prefix + _U32.pack(doc + 1)) if doc < 0xFFFFFFFF else False
+    if (cursor.prev() if after else cursor.last()) and cursor.key().startswith(prefix):
+        return True
+    return bool(cursor.set_range(prefix)) and bool(cursor.key().startswith(prefix))

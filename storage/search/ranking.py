@@ -25,7 +25,10 @@ stem.
 The conversation's rules (:mod:`storage.search.questions` says what they are: a turn's
 neighbours, its session, the speaker, the order of its turns) add to the scores of the
 best matches here too. Kept as one module: the BM25 pass, the pool it selects and the rules
-that add to the pool's scores are one pipeline over one accumulator (about 640 lines).
+that add to the pool's scores are one pipeline over one accumulator (about 670 lines).
+A query that finds thousands of documents keeps that accumulator in arrays
+(:mod:`storage.search.accumulator`) until the pool is selected; probes of a term's
+postings for documents already found are :func:`storage.search.postings._probe`.
 
 Names with a leading underscore are shared between the modules of
 :mod:`storage.search` only; :mod:`storage.search` lists the public ones.
@@ -35,11 +38,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 
@@ -60,9 +61,12 @@ from storage.search.format import (
     _event_session,
     _frame_id,
 )
-from storage.search.morphology import QueryStem
-from storage.search.postings import _chunks_newest, _locate
+from storage.search.morphology import PART_MARK, QueryStem
+from storage.search.postings import _chunks_newest, _probe
 from storage.search.questions import ORDER_WEIGHT, SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
+
+if TYPE_CHECKING:
+    from storage.search.accumulator import ScoreArrays
 
 K1 = 1.2
 """BM25 term-frequency saturation."""
@@ -72,6 +76,11 @@ SCAN_CAP = 6_000
 """Most postings of one term scanned per query (the newest ones)."""
 PROBE_CAP = 512
 """Most already-found documents looked up in a term's postings per query term."""
+ARRAY_DOCS = 4096
+"""Past this many documents found, a query's scores are kept in arrays
+(:mod:`storage.search.accumulator`, numpy) rather than a dict."""
+ALIVE_DOCS = 1024
+"""Past this many documents found, MaxScore selects those it keeps over arrays."""
 PRUNE_DF = 1024
 """MaxScore pruning is tried before terms in more documents than this."""
 STEM_WEIGHT = 0.5
@@ -80,7 +89,14 @@ PART_WEIGHT = 0.5
 """Weight of a query word found as a part of an identifier (``meal`` in ``meal_preference``)."""
 CHAR_WEIGHT = 0.25
 """Weight of a lone ideograph of the query that its bigrams cover (``鞋`` of ``运动鞋``)."""
-_KIND_WEIGHT = {"stem": STEM_WEIGHT, "part": PART_WEIGHT, "char": CHAR_WEIGHT}
+DERIVED_WEIGHT = 0.25
+"""Weight of a query word found as a derivational relative (``departure`` for ``depart``)."""
+_KIND_WEIGHT = {
+    "stem": STEM_WEIGHT,
+    "derived": DERIVED_WEIGHT,
+    "part": PART_WEIGHT,
+    "char": CHAR_WEIGHT,
+}
 NEIGHBOUR_WEIGHT = 0.1
 """Share of a turn's score lent to each adjacent turn of the same session (0: none)."""
 SESSION_WEIGHT = 0.1
@@ -231,11 +247,12 @@ def _scan(
     """Add the term's score to every document of its newest *cap* postings.
 
     Returns the lowest docnum scanned if the cap cut the scan short, else 0.
-    The docnums scanned are added to *found* if given.
+    The docnums scanned that pass the filter's docnum test are added to *found* if given.
     """
     get = acc.get
     remaining = cap
-    only = None if filt.frames and filt.events else (FRAME_BASE if filt.frames else 0)
+    only = _only(filt)
+    frames = only == FRAME_BASE
     wt = _Weights(weight, tn)
     # A term's postings hold each document once: into an empty accumulator they
     # can go in one C-level update.
@@ -246,7 +263,7 @@ def _scan(
             docs = docs[len(docs) - remaining :]
             codes = codes[len(codes) - remaining :]
         if found is not None:
-            found.update(docs)
+            found.update(docs if only is None else [d for d in docs if (d >= FRAME_BASE) == frames])
         if only is None and first:
             acc.update(zip(docs, map(wt.__getitem__, codes), strict=True))
         elif only is None:
@@ -254,7 +271,7 @@ def _scan(
                 acc[doc] = get(doc, 0.0) + wt[code]
         else:
             for doc, code in zip(docs, codes, strict=True):
-                if (doc >= FRAME_BASE) == (only == FRAME_BASE):
+                if (doc >= FRAME_BASE) == frames:
                     acc[doc] = get(doc, 0.0) + wt[code]
         remaining -= len(docs)
         if remaining <= 0:
@@ -262,35 +279,27 @@ def _scan(
     return 0
 
 
-def _probe(
-    txn: lmdb.Transaction[bytes],
-    db: Any,
-    tk: bytes,
-    weight: float,
-    tn: _TfNorm,
-    acc: dict[int, float],
-    docs: list[int],
-) -> None:
-    """Add the term's score to each of *docs* (ascending) that contains the term."""
-    cursor = txn.cursor(db=db)
-    prefix = tk + b"\x00"
-    key: bytes | None = None
-    cd: array[int] = array("I")
-    cc: array[int] = array("H")
-    for doc in docs:
-        if key is None or not cd or doc > cd[-1] or doc < cd[0]:
-            found = _locate(cursor, prefix, doc)
-            if found is None:
-                return
-            if found != key:
-                key = found
-                raw = txn.get(key, db=db)
-                if raw is None:
-                    continue
-                cd, cc = _decode(raw)
-        i = bisect_left(cd, doc)
-        if i < len(cd) and cd[i] == doc:
-            acc[doc] += weight * tn[cc[i]]
+def _only(filt: _Filter) -> int | None:
+    """None when the filter takes frames and events, else the kind it keeps:
+    ``FRAME_BASE`` (frames) or 0 (events)."""
+    return None if filt.frames and filt.events else (FRAME_BASE if filt.frames else 0)
+
+
+def _alive(acc: dict[int, float], rest: float, theta: float, cap: int) -> tuple[list[int], bool]:
+    """The documents of *acc* that the terms left (worth at most *rest*) could lift to
+    *theta*, ascending; when more than *cap*, the *cap* best (ties: the earlier found),
+    and True."""
+    alive = [d for d, s in acc.items() if s + rest >= theta]
+    cut = len(alive) > cap
+    if cut:
+        alive = heapq.nlargest(cap, alive, key=acc.__getitem__)
+    alive.sort()
+    return alive, cut
+
+
+def _top_score(acc: dict[int, float], arrays: ScoreArrays | None) -> float:
+    """The best score found so far."""
+    return max(acc.values()) if arrays is None else arrays.top()
 
 
 def _kth(
@@ -368,7 +377,7 @@ def _rank(
         weight = _KIND_WEIGHT[extra.kind] * min(idf, word_idf.get(source, idf))
         if weight > found.get(extra.term, (0.0, 0))[0]:
             found[extra.term] = (weight, df)
-            if extra.kind != "part":  # part terms are not words the highlighter marks
+            if not extra.term.startswith(PART_MARK):  # not words the highlighter marks
                 (ranked.stems if extra.stem else ranked.weights)[extra.term] = weight
     # A document with an inflected query word also holds its stem term: the word's
     # own term scores what is left, so the two together score as the word alone.
@@ -384,34 +393,59 @@ def _rank(
     bounds = [idf * (K1 + 1) for idf, _, _ in infos]
     rest = [sum(bounds[i:]) for i in range(len(bounds))]
     acc: dict[int, float] = {}
+    # Once a term would take the documents found past ARRAY_DOCS, they move to arrays.
+    arrays: ScoreArrays | None = None
     rare: set[int] = set()  # documents found by terms scanned in full
     for i, (idf, term, df) in enumerate(infos):
         tk = term.encode()
         # MaxScore, tried only where skipping the scan saves real work, and only
         # if the terms left could not even lift the best document found so far.
-        if acc and df > PRUNE_DF and rest[i] <= max(acc.values()):
-            theta = _kth(txn, dbs, acc, limit, filt)
+        found_any = len(arrays) if arrays is not None else len(acc)
+        if found_any and df > PRUNE_DF and rest[i] <= _top_score(acc, arrays):
+            theta = _kth(txn, dbs, acc if arrays is None else arrays.best(4 * limit), limit, filt)
             if theta > 0 and rest[i] <= theta:
                 # No document not found yet can reach the top: finish the ones found.
-                alive = [d for d, s in acc.items() if s + rest[i] >= theta]
-                if len(alive) > PROBE_CAP:
-                    alive = heapq.nlargest(PROBE_CAP, alive, key=acc.__getitem__)
-                    ranked.approximate = True
-                acc = {d: acc[d] for d in alive}
-                alive.sort()
+                if arrays is None and len(acc) <= ALIVE_DOCS:
+                    alive, cut = _alive(acc, rest[i], theta, PROBE_CAP)
+                    acc = {d: acc[d] for d in alive}
+                else:
+                    if arrays is None:
+                        from storage.search.accumulator import ScoreArrays
+
+                        arrays = ScoreArrays.of(acc, indexed=False)
+                    acc, cut = arrays.alive(rest[i], theta, PROBE_CAP)
+                    alive, arrays = list(acc), None
+                ranked.approximate = ranked.approximate or cut
                 for idf_j, term_j, _ in infos[i:]:
                     _probe(txn, postings_db, term_j.encode(), idf_j, tn, acc, alive)
                 break
         capped = df > SCAN_CAP
-        lowest = _scan(txn, postings_db, tk, idf, tn, acc, filt, SCAN_CAP, None if capped else rare)
+        if arrays is None and len(acc) + min(df, SCAN_CAP) > ARRAY_DOCS:
+            from storage.search.accumulator import ScoreArrays
+
+            arrays = ScoreArrays.of(acc)
+        full = None if capped else rare
+        if arrays is None:
+            lowest = _scan(txn, postings_db, tk, idf, tn, acc, filt, SCAN_CAP, full)
+        else:
+            wt = _Weights(idf, tn)
+            lowest = arrays.scan(txn, postings_db, tk, wt, SCAN_CAP, _only(filt), full)
         if lowest:
             ranked.approximate = True
             # Documents that rarer terms found get this term's score even if older.
             older = [d for d in rare if d < lowest]
+            scores = acc if arrays is None else arrays.scores_of(older)
             if len(older) > PROBE_CAP:
-                older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
+                older = heapq.nlargest(PROBE_CAP, older, key=scores.__getitem__)
             older.sort()
-            _probe(txn, postings_db, tk, idf, tn, acc, older)
+            if arrays is None:
+                _probe(txn, postings_db, tk, idf, tn, acc, older)
+            else:
+                scores = {d: scores[d] for d in older}
+                _probe(txn, postings_db, tk, idf, tn, scores, older)
+                arrays.update(scores)
+    if arrays is not None:
+        acc = arrays.to_dict()
     probed: list[int] = []
     if when and acc:
         probed = _when(txn, dbs, state, tn, acc, idf_of)

@@ -417,7 +417,9 @@ def query_plan(
     stems = [(term, q) for term in exact if term in plain for q in morphology.query_stems(term)]
     # The stem as a word of its own is looked up as a part too (seating → seat_type).
     extra.extend(
-        (term, QueryStem(part_term(q.term), True, False, "part")) for term, q in stems if not q.stem
+        (term, QueryStem(part_term(q.term), True, False, "part" if q.kind == "stem" else q.kind))
+        for term, q in stems
+        if not q.stem
     )
     return exact, stems + extra
 

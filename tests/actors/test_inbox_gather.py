@@ -16,7 +16,7 @@ from protocol.txwire import SubmittedTx
 from service.context import Context
 from storage.memory import MemoryBackend
 
-WRITE_SECONDS = 0.05
+WRITE_SECONDS = 0.15
 """How long each write takes here (a slow disk): callers answered by a write come back
 long before the next one would end."""
 

@@ -1,6 +1,7 @@
 """``morphz serve`` as a user runs it: it says where it serves only once it answers there,
-the replica itself listening on --port (direct ingress), and SIGTERM (what a process
-manager sends) stops it cleanly with exit 0.
+the replica itself listening on --port (direct ingress), Serve's line per request kept
+out of the replica's log unless ``--access-log``, and SIGTERM (what a process manager
+sends) stops it cleanly with exit 0.
 
 It runs as a child process that starts its own local Ray cluster (no address given), as
 the walk-through in docs/http.md does.
@@ -8,6 +9,7 @@ the walk-through in docs/http.md does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -31,22 +33,11 @@ def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
     with open_context(store, "default", create=True):
         pass
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "morphz", "--store", str(store), "serve", "--port", str(port)],
-        env=server_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _serve(store, port)
     assert proc.stderr is not None
     try:
         deadline = time.monotonic() + 180
-        while True:
-            line = proc.stderr.readline()
-            assert line or proc.poll() is None, f"morphz serve exited {proc.returncode}"
-            if "morphz: serving" in line:
-                break
-            assert time.monotonic() < deadline, "morphz serve never said it serves"
+        line = _serving(proc, deadline)
         assert f"http://127.0.0.1:{port}/v1" in line
         # said only once it answers: the very next request is served
         r = httpx.get(f"http://127.0.0.1:{port}/v1/contexts", timeout=10)
@@ -59,7 +50,12 @@ def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
             timeout=30,
         )
         assert r.status_code == 200 and r.json()["status"] == "committed", r.text
-        assert _listener(port).startswith("ray::ServeRepli")  # not Serve's proxy
+        replica = _listener(port)
+        assert _comm(replica).startswith("ray::ServeRepli")  # not Serve's proxy
+        # no access log by default: the replica's log has its own lines, none per request
+        log = _replica_log(replica)
+        assert "replica" in log.name and log.read_text(errors="replace").strip()
+        assert not _access_lines(log), _access_lines(log)
         # a refusal at the edge lands in the chained edge log, which verifies
         forged = httpx.get(
             f"http://127.0.0.1:{port}/v1/contexts", headers={"host": "evil.example"}, timeout=10
@@ -88,8 +84,87 @@ def test_serve_prints_its_address_when_it_answers_and_sigterm_exits_cleanly(
     assert "interrupted" not in rest and "morphz: stopped (SIGTERM)" in rest
 
 
-def _listener(port: int) -> str:
-    """The name (``/proc/PID/comm``) of the process listening on TCP *port* of loopback."""
+def test_serve_access_log_writes_a_line_per_request(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with open_context(store, "default", create=True):
+        pass
+    port = free_port()
+    proc = _serve(store, port, "--access-log")
+    assert proc.stderr is not None
+    try:
+        _serving(proc, time.monotonic() + 180)
+        for i in range(2):
+            r = httpx.post(
+                f"http://127.0.0.1:{port}/v1/contexts/default/transactions",
+                content=f"(context-tx (base-version {i}) (derive note{i} (said hi)))",
+                headers={"content-type": "text/plain", "x-morphz-request": "1"},
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+        log = _replica_log(_listener(port))
+        deadline = time.monotonic() + 30
+        while len(_access_lines(log)) < 2:  # a logging handler writes as it goes
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stderr.close()
+
+
+ACCESS_LINE = "POST /v1/contexts/{context}/transactions 200 "
+"""How Serve's access log writes a commit: method, route (its pattern), status, latency."""
+
+
+def _access_lines(log: Path) -> list[str]:
+    return [x for x in log.read_text(errors="replace").splitlines() if ACCESS_LINE in x]
+
+
+def _serve(store: Path, port: int, *options: str) -> subprocess.Popen[str]:
+    """``morphz --store STORE serve --port PORT [options]`` in a child process."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "morphz", "--store", str(store), "serve", "--port", str(port),
+         *options],
+        env=server_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def _serving(proc: subprocess.Popen[str], deadline: float) -> str:
+    """The line *proc* prints once it answers (failing when it exits or never says it)."""
+    assert proc.stderr is not None
+    while True:
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, f"morphz serve exited {proc.returncode}"
+        if "morphz: serving" in line:
+            return line
+        assert time.monotonic() < deadline, "morphz serve never said it serves"
+
+
+def _replica_log(pid: int) -> Path:
+    """The log file Serve's replica (process *pid*) writes: the one it holds open under
+    the Ray session's ``logs/serve``."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = fd.readlink()
+            if target.parent.name == "serve" and target.name.startswith("replica_"):
+                return target
+    raise AssertionError(f"process {pid} holds no replica log open")
+
+
+def _comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def _listener(port: int) -> int:
+    """The process listening on TCP *port* of loopback."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for row in Path(table).read_text().splitlines()[1:]:
@@ -102,7 +177,7 @@ def _listener(port: int) -> str:
             continue
         try:
             if any(str(fd.readlink()) in inodes for fd in (proc / "fd").iterdir()):
-                return (proc / "comm").read_text().strip()
+                return int(proc.name)
         except OSError:  # gone, or not ours to read
             continue
     raise AssertionError(f"no process holds the listener on {port}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import random
 import shutil
@@ -16,6 +17,7 @@ import storage.search.postings as postings_module
 import storage.search.ranking as ranking_module
 from protocol.errors import OutOfRange, RequestError
 from storage.search import FRAME_BASE, IndexWorker, LexicalIndex, SearchResult
+from storage.search.accumulator import ScoreArrays
 from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.trajectories import SAMPLE
 
@@ -420,3 +422,87 @@ def test_state_bench_conversations(s: Setup) -> None:
         for order in order_ids:
             found = s.search(order, limit=20).hits
             assert any(owner[h.id] == name for h in found)
+
+
+def test_probes_and_pruning_match_their_plain_definitions(
+    s: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe adds a term's score to exactly the documents holding it, wherever they fall
+    among its chunks (before the first, in gaps, past the last, far ahead); the documents
+    MaxScore keeps are those its plain definition keeps, ties to the earlier found."""
+    monkeypatch.setattr(postings_module, "CHUNK_POSTINGS", 4)
+    rng = random.Random(11)
+    s.ctx.observe_many(
+        [
+            {"kind": "tool_result", "text": " ".join(rng.choices(WORDS[:6], k=rng.randint(1, 5)))}
+            for _ in range(300)
+        ]
+    )
+    s.index.catch_up()
+    shared = s.index._shared
+    postings = dump(s.index)["postings"]
+    tn = ranking_module._TfNorm(3.0)
+    with shared.env.begin() as txn:
+        for term in (b"alpha", b"gamma", b"absent"):
+            held = dict(postings.get(term, []))
+            for trial in range(40):
+                docs = sorted(rng.sample(range(0, 330), rng.randint(1, 1 + trial * 5)))
+                acc = {d: 0.5 for d in docs}
+                postings_module._probe(txn, shared.dbs["postings"], term, 2.0, tn, acc, docs)
+                assert acc == {d: 0.5 + 2.0 * tn[held[d]] if d in held else 0.5 for d in docs}
+    for trial in range(60):
+        # Small and large maps, scores with many ties.
+        size = rng.randint(1, 900) if trial % 2 else rng.randint(4000, 9000)
+        acc = {rng.randrange(10**7): float(rng.randint(0, 12)) for _ in range(size)}
+        rest, theta = float(rng.randint(0, 6)), float(rng.randint(1, 14))
+        plain = [d for d, sc in acc.items() if sc + rest >= theta]
+        cap = rng.choice([5, 64, 512])
+        if len(plain) > cap:
+            plain = heapq.nlargest(cap, plain, key=acc.__getitem__)
+        cut = len(plain) == cap < sum(sc + rest >= theta for sc in acc.values())
+        assert ranking_module._alive(acc, rest, theta, cap) == (sorted(plain), cut)
+        kept, arrays_cut = ScoreArrays.of(acc).alive(rest, theta, cap)
+        assert (list(kept), arrays_cut) == (sorted(plain), cut)
+        assert kept == {d: acc[d] for d in sorted(plain)}
+
+
+def test_scores_in_arrays_rank_as_scores_in_a_dict(
+    s: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a query's scores are kept in a dict or (past ARRAY_DOCS / ALIVE_DOCS
+    documents) in arrays, every answer is the same: hits, scores, signals, flags,
+    with filters, capped scans and probes."""
+    monkeypatch.setattr(postings_module, "CHUNK_POSTINGS", 3)
+    monkeypatch.setattr(ranking_module, "SCAN_CAP", 7)
+    monkeypatch.setattr(ranking_module, "PROBE_CAP", 5)
+    monkeypatch.setattr(ranking_module, "PRUNE_DF", 2)
+    # Old documents with a rare word: a capped scan of a common word must probe them.
+    s.ctx.observe_many(
+        [{"kind": "tool_result", "text": f"zebra alpha {'beta ' * i}"} for i in range(4)]
+    )
+    churn(s, random.Random(5), 120)
+    s.index.catch_up()
+    kwargs: list[dict[str, Any]] = [
+        {},
+        {"kinds": "frame"},
+        {"kinds": ["tool_result"]},
+        {"questions": False, "neighbours": False},
+        {"limit": 3},
+    ]
+
+    def every_answer() -> list[Any]:
+        out = []
+        for q in [*QUERIES, "zebra alpha", "what did alpha say about beta", "when was gamma"]:
+            for kw in kwargs:
+                r = s.search(q, explain=True, **kw)
+                out.append((r.hits, r.approximate))
+        return out
+
+    monkeypatch.setattr(ranking_module, "ARRAY_DOCS", 10**9)
+    monkeypatch.setattr(ranking_module, "ALIVE_DOCS", 10**9)
+    in_dicts = every_answer()
+    assert any(hits for hits, _ in in_dicts) and any(approx for _, approx in in_dicts)
+    for arrays, alive in ((0, 0), (5, 10**9), (10**9, 0), (12, 3)):
+        monkeypatch.setattr(ranking_module, "ARRAY_DOCS", arrays)
+        monkeypatch.setattr(ranking_module, "ALIVE_DOCS", alive)
+        assert every_answer() == in_dicts, (arrays, alive)

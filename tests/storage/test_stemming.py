@@ -93,6 +93,47 @@ def test_exact_form_ranks_above_stem_only_matches(c: Ctx) -> None:
     assert c.ids("run")[0] == run
 
 
+def test_irregular_forms_find_each_other(c: Ctx) -> None:
+    went, group, bought, buy, children, going = c.add(
+        "I went to the support group yesterday",
+        "the support group meets on Fridays",
+        "they bought the blender",
+        "they buy the blender",
+        "the children loved it",
+        "we are going there",
+    )
+    # No stemmer joins go and went: the irregular forms do, both ways, with the words
+    # of their stems (going).
+    assert set(c.ids("go")) == set(c.ids("gone")) == {went, going}
+    assert c.ids("went") == [went, going]
+    assert c.ids("child") == [children]
+    assert c.ids("When did Caroline go to the support group?")[0] == went
+    assert group in c.ids("go support group")
+    # The form the query used ranks first; another form scores as a stem match would.
+    assert c.ids("bought") == [bought, buy]
+    assert c.ids("buy") == [buy, bought]
+    hit = next(h for h in c.index.search("go").hits if h.id == went)
+    assert "I «went» to" in hit.snippet
+
+
+def test_derivational_relatives_the_stemmer_keeps_apart_find_each_other(c: Ctx) -> None:
+    departure, departs, payment, delivered, decision, slip = c.add(
+        "scheduled departure at 10:15",
+        "the train departs at noon",
+        "the payment went through",
+        "the parcel was delivered",
+        "the decision is final",
+        "the pay slip",
+    )
+    assert set(c.ids("depart")) == {departure, departs}
+    assert set(c.ids("departures")) == set(c.ids("departed")) == {departure, departs}
+    assert c.ids("delivery") == [delivered]
+    assert c.ids("decide") == [decision]
+    # The form itself (or its stem) first: a relative weighs half a stem match.
+    assert c.ids("payments") == [payment, slip]
+    assert c.ids("pay") == [slip, payment]
+
+
 def test_an_inflected_query_word_weighs_what_it_weighed_without_stems(tmp_path: Path) -> None:
     corpus = [f"note {i} warning" for i in range(5)] + ["zqmarker one", "zqmarker warning two"]
     corpus += [f"filler {i}" for i in range(20)]

@@ -1,0 +1,182 @@
+"""The BM25 accumulator of a query that finds thousands of documents, held in numpy arrays.
+
+:func:`storage.search.ranking._rank` adds each query term's score to the documents
+its postings hold. While few documents are found it keeps them in a dict (a
+Python loop per posting is cheapest then); once a term would take the count past
+:data:`storage.search.ranking.ARRAY_DOCS`, it moves them here, where a term's
+newest postings are read, weighed and merged in a few array operations.
+
+Everything here computes what the dict does, bit for bit: a document's score
+is the same sum of the same floats in the same order (one addition per term),
+documents keep the order in which they were first found (ties are broken by
+it), and the selections (:meth:`ScoreArrays.alive`, :meth:`ScoreArrays.best`)
+are those of the dict's definitions. This module imports numpy, so it is only
+imported when a query needs it: a small context's search never loads numpy.
+
+Names with a leading underscore are shared between the modules of
+:mod:`storage.search` only; this module is internal to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from storage.search.format import FRAME_BASE
+from storage.search.postings import _chunks_newest
+
+
+class ScoreArrays:
+    """Documents found so far and their scores, in the order they were first found.
+
+    ``docs[i]`` scored ``scores[i]``; ``index`` lists the positions of ``docs``
+    in ascending docnum order (``docs[index]`` is sorted), so a term's documents
+    are matched against those found by binary search.
+    """
+
+    def __init__(self, docs: Any, scores: Any, indexed: bool = True) -> None:
+        self.docs = np.asarray(docs, dtype=np.int64)
+        self.scores = np.asarray(scores, dtype=np.float64)
+        self.index = np.argsort(self.docs, kind="stable") if indexed else self.docs
+        self.sorted = self.docs[self.index] if indexed else self.docs
+
+    @classmethod
+    def of(cls, acc: Mapping[int, float], indexed: bool = True) -> ScoreArrays:
+        """The arrays of a dict accumulator (its order kept); without *indexed*, only
+        for :meth:`alive`, :meth:`best` and :meth:`top` (no docnum index is built)."""
+        n = len(acc)
+        docs = np.fromiter(acc.keys(), dtype=np.int64, count=n)
+        return cls(docs, np.fromiter(acc.values(), dtype=np.float64, count=n), indexed)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def top(self) -> float:
+        """The best score (0.0 when nothing was found)."""
+        return float(self.scores.max()) if len(self.scores) else 0.0
+
+    def scan(
+        self,
+        txn: lmdb.Transaction[bytes],
+        db: Any,
+        tk: bytes,
+        weights: Mapping[int, float],
+        cap: int,
+        only: int | None,
+        found: set[int] | None,
+    ) -> int:
+        """Add term *tk*'s score (``weights[code]`` per posting code) to the documents of its
+        newest *cap* postings; *only* (``FRAME_BASE`` or 0) keeps frames or events only.
+
+        The documents kept are added to *found* if given, in the order scanned.
+        Returns the lowest docnum scanned if the cap cut the scan short, else 0.
+        """
+        remaining = cap
+        lowest = 0
+        docs_parts: list[Any] = []
+        code_parts: list[Any] = []
+        for value in _chunks_newest(txn, db, tk):
+            n = len(value) // 6
+            d = np.frombuffer(value, dtype=np.uint32, count=n)
+            c = np.frombuffer(value, dtype=np.uint16, count=n, offset=4 * n)
+            if n > remaining:
+                d, c = d[n - remaining :], c[n - remaining :]
+            docs_parts.append(d)
+            code_parts.append(c)
+            remaining -= len(d)
+            if remaining <= 0:
+                lowest = int(d[0]) if len(d) else 0
+                break
+        if not docs_parts:
+            return lowest
+        docs = np.concatenate(docs_parts).astype(np.int64)
+        codes = np.concatenate(code_parts)
+        if only is not None:
+            keep = (docs >= FRAME_BASE) == (only == FRAME_BASE)
+            docs, codes = docs[keep], codes[keep]
+        if found is not None:
+            found.update(docs.tolist())
+        # Each distinct posting code is weighed once, by the same Python float as the dict's.
+        distinct, which = np.unique(codes, return_inverse=True)
+        table = np.array([weights[c] for c in distinct.tolist()], dtype=np.float64)
+        self.add(docs, table[which])
+        return lowest
+
+    def add(self, docs: Any, weights: Any) -> None:
+        """Add *weights* to the scores of *docs* (distinct), appending those not found yet
+        in the order given."""
+        if not len(docs):
+            return
+        n = len(self.sorted)
+        if n:
+            at = np.minimum(np.searchsorted(self.sorted, docs), n - 1)
+            known = self.sorted[at] == docs
+            self.scores[self.index[at[known]]] += weights[known]
+            fresh = ~known
+            docs, weights = docs[fresh], weights[fresh]
+            if not len(docs):
+                return
+        base = len(self.docs)
+        self.docs = np.concatenate((self.docs, docs))
+        self.scores = np.concatenate((self.scores, weights))
+        order = np.argsort(docs, kind="stable")
+        ranked = docs[order]
+        slots = np.searchsorted(self.sorted, ranked)
+        self.sorted = np.insert(self.sorted, slots, ranked)
+        self.index = np.insert(self.index, slots, base + order)
+
+    def best(self, n: int) -> dict[int, float]:
+        """The documents scoring at least the *n*-th best score (every one if *n* or fewer):
+        what the *n* best by any tie-break are chosen among."""
+        if len(self.scores) > n:
+            cut = len(self.scores) - n
+            keep = np.flatnonzero(self.scores >= np.partition(self.scores, cut)[cut])
+        else:
+            keep = np.arange(len(self.scores))
+        return dict(zip(self.docs[keep].tolist(), self.scores[keep].tolist(), strict=True))
+
+    def alive(self, rest: float, theta: float, cap: int) -> tuple[dict[int, float], bool]:
+        """The documents that the terms left (worth at most *rest*) could lift to *theta*,
+        ascending, with their scores; when more than *cap*, the *cap* best (ties: the
+        earlier found), and True.
+
+        As ``[d for d, s in acc.items() if s + rest >= theta]``, then
+        ``heapq.nlargest(cap, alive, key=acc.__getitem__)`` over the dict.
+        """
+        keep = np.flatnonzero(self.scores + rest >= theta)
+        cut = len(keep) > cap
+        if cut:
+            kept = self.scores[keep]
+            floor = np.partition(kept, len(kept) - cap)[len(kept) - cap]
+            # Those above the cap's score, then the earliest found of those at it.
+            above = keep[kept > floor]
+            keep = np.concatenate((above, keep[kept == floor][: cap - len(above)]))
+        keep = keep[np.argsort(self.docs[keep], kind="stable")]
+        return dict(zip(self.docs[keep].tolist(), self.scores[keep].tolist(), strict=True)), cut
+
+    def scores_of(self, docs: Iterable[int]) -> dict[int, float]:
+        """The scores of *docs* (every one found), in the order given."""
+        wanted = np.fromiter(docs, dtype=np.int64)
+        if not len(wanted):
+            return {}
+        at = np.searchsorted(self.sorted, wanted)
+        if at.max() >= len(self.sorted) or not np.array_equal(self.sorted[at], wanted):
+            raise KeyError("a document asked for was not found")
+        return dict(zip(wanted.tolist(), self.scores[self.index[at]].tolist(), strict=True))
+
+    def update(self, scores: Mapping[int, float]) -> None:
+        """Set the scores of documents found (*scores* as :meth:`scores_of` gave, raised)."""
+        if not scores:
+            return
+        docs = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
+        at = np.searchsorted(self.sorted, docs)
+        self.scores[self.index[at]] = np.fromiter(
+            scores.values(), dtype=np.float64, count=len(scores)
+        )
+
+    def to_dict(self) -> dict[int, float]:
+        """The dict accumulator these arrays stand for (same order, same floats)."""
+        return dict(zip(self.docs.tolist(), self.scores.tolist(), strict=True))
