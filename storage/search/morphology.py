@@ -16,9 +16,8 @@ next to the word's exact term, and only where the stem differs from the word
 ``s``, and the exact term ``s`` when ``s`` is a word of its own (its stem is
 ``s``): together those find every word that stems to ``s``. Stemming is
 PyStemmer (the Snowball algorithms in C); results are cached per word. An English
-query word also looks up its irregular forms (``went`` for ``go``) and derivational
-relatives (``departure`` for ``depart``, :mod:`storage.search.irregular`), which no
-stemmer joins.
+query word also looks up its derivational relatives (``departure`` for ``depart``,
+:mod:`storage.search.derivation`), which the stemmer does not join.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ from typing import NamedTuple
 import Stemmer
 
 from protocol.errors import RequestError
-from storage.search.irregular import derived
-from storage.search.irregular import forms as irregular_forms
+from storage.search.derivation import derived
 
 DEFAULT_LANGUAGES = ("english",)
 """The languages an index is built for unless told otherwise (or by :data:`LANGUAGES_ENV`)."""
@@ -45,9 +43,6 @@ STEM_MARK = "\x01"
 """First character of every stem term: no word term can start with it."""
 PART_MARK = "\x02"
 """First character of every identifier-part term (:func:`part_term`)."""
-IRREGULAR = True
-"""Whether an English query word also looks up its irregular forms and derivational relatives
-(:mod:`storage.search.irregular`)."""
 CACHE_WORDS = 1 << 18
 """Words whose stems are cached per :class:`Morphology`; the cache is emptied when full."""
 
@@ -258,8 +253,7 @@ class Morphology:
         Per language: the stem term, plus the stem as a word of its own when
         the stem is not *word* and is its own stem (words equal to their stem
         get no stem term, only their exact one). In English, also the word's
-        irregular forms and derivational relatives (:mod:`storage.search.irregular`) and
-        their stem terms.
+        derivational relatives (:mod:`storage.search.derivation`) and their stem terms.
         """
         out: list[QueryStem] = []
         for k, (lang, _) in enumerate(self._stemmers):
@@ -269,18 +263,17 @@ class Morphology:
             out.append(QueryStem(stem_term(lang, stem), True, stem != word))
             if stem != word and self._stem(k, stem) == stem:
                 out.append(QueryStem(stem, False, False))
-            if lang == "english" and IRREGULAR:
-                # The word's irregular forms (went → go, gone) and derivational relatives
-                # (departure → depart), with the words of their stems (going, departs).
-                relatives = [(f, "stem") for f in irregular_forms(word)]
-                relatives += [(f, "derived") for f in derived(word)]
+            if lang == "english":
+                # Derivational relatives (departure → depart), with the words of their stems
+                # (departs) and identifier parts (departure_time).
+                relatives = derived(word)
                 if stem != word and self._stem(k, stem) == stem:
-                    relatives += [(f, "derived") for f in derived(stem)]  # departs → departure
-                for form, kind in dict.fromkeys(relatives):
-                    out.append(QueryStem(form, False, False, kind))
+                    relatives += derived(stem)  # departs → depart → departure
+                for form in dict.fromkeys(relatives):
+                    out.append(QueryStem(form, False, False, "derived"))
                     other = self._stem(k, form)
                     if other:
-                        out.append(QueryStem(stem_term(lang, other), True, False, kind))
+                        out.append(QueryStem(stem_term(lang, other), True, False, "derived"))
         return out
 
 
