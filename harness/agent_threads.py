@@ -115,7 +115,10 @@ class AgentThread:
     def __init__(self) -> None:
         self._handles: dict[tuple[str, str], ContextHandle] = {}
         self.bookkeeping_s = 0.0
-        """Seconds spent on bookkeeping (see :meth:`costs`)."""
+        """CPU seconds spent on bookkeeping (see :meth:`costs`)."""
+        self.calls = 0
+        """Remote calls the synthetic threads made to contexts: submissions, reads,
+        observations and claims (see :meth:`costs`)."""
 
     def _handle(self, context: str, namespace: str) -> ContextHandle:
         key = (context, namespace)
@@ -144,9 +147,9 @@ class AgentThread:
         """Run logical thread *number*: the steps of its plan, or *steps* (taken one at a
         time, as they come); its records."""
         if steps is None:
-            clock = time.perf_counter()
+            clock = time.thread_time()
             steps = plan_thread(spec, number)
-            self.bookkeeping_s += time.perf_counter() - clock
+            self.bookkeeping_s += time.thread_time() - clock
         state = _ThreadState(
             rng=random.Random(f"{spec.seed}:{number}:backoff"), since_read=spec.read_every
         )
@@ -176,6 +179,7 @@ class AgentThread:
         if step.kind == "observe":
             try:
                 text = f"{step.thread} step {step.index}: tool finished"
+                self.calls += 2
                 event = await handle.observe.aio("tool_result", text, session=step.thread)
                 await handle.claim.aio()
             except MorphzError as e:
@@ -186,6 +190,7 @@ class AgentThread:
         base = state.base
         for attempt in range(1, spec.max_attempts + 1):
             if _read_due(spec, step, state):
+                self.calls += 1
                 try:
                     snap = await handle.snapshot.aio(step.frames())
                 except MorphzError as e:
@@ -197,15 +202,16 @@ class AgentThread:
                 state.since_read = 0
             if spec.think_ms:
                 await asyncio.sleep(spec.think_ms / 1000)
-            clock = time.perf_counter()
+            clock = time.thread_time()
             tx = build_tx(step, known, base, new_client_id(), event_ref=event_ref)
             fields: dict[str, Any] = {
                 "client_id": tx.client_id,
                 "base_version": base,
                 "footprint": footprint_keys(tx),
             }
+            self.bookkeeping_s += time.thread_time() - clock
+            self.calls += 1
             started = time.perf_counter()
-            self.bookkeeping_s += started - clock
             try:
                 receipt = await handle.submit_async(tx, timeout=spec.timeout_s)
             except MorphzError as e:
@@ -222,12 +228,12 @@ class AgentThread:
                 )
                 state.since_read = spec.read_every
                 return
-            clock = time.perf_counter()
-            latency = (clock - started) * 1000
+            latency = (time.perf_counter() - started) * 1000
+            clock = time.thread_time()
             records.append(
                 submission_record(step, attempt, **fields, **receipt_fields(receipt, latency))
             )
-            self.bookkeeping_s += time.perf_counter() - clock
+            self.bookkeeping_s += time.thread_time() - clock
             code = receipt.errors[0].code if receipt.errors else None
             if receipt.committed:
                 for frame in written_frames(tx):
@@ -245,11 +251,19 @@ class AgentThread:
             delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
             await asyncio.sleep(delay * (0.5 + state.rng.random()) / 1000)
 
-    def costs(self) -> dict[str, float]:
-        """This process's CPU seconds so far (``cpu_s``) and the seconds its threads spent
-        on the load test's own bookkeeping (``bookkeeping_s``: planning steps, building
-        transactions and their footprints, recording submissions)."""
-        return {"cpu_s": time.process_time(), "bookkeeping_s": self.bookkeeping_s}
+    async def costs(self) -> dict[str, float]:
+        """This process's CPU seconds so far (``cpu_s``: every thread, Ray's own included),
+        its event loop's (``loop_cpu_s``: the thread every logical thread's Python runs
+        on, as an async method answers on it), the CPU seconds its threads spent on the
+        load test's own bookkeeping (``bookkeeping_s``: planning steps, building
+        transactions and their footprints, recording submissions) and the remote
+        ``calls`` its synthetic threads made."""
+        return {
+            "cpu_s": time.process_time(),
+            "loop_cpu_s": time.thread_time(),
+            "bookkeeping_s": self.bookkeeping_s,
+            "calls": float(self.calls),
+        }
 
     def node_id(self) -> str:
         """The id of the Ray node this agent runs on."""

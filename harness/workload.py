@@ -25,6 +25,12 @@ on that version, so when other threads committed meanwhile it is rebased (no
 overlap) or rejected (overlap), and the thread rebuilds it from what the
 rejection's receipt carries (its version and the conflicting frames as they
 stand now), re-reading only when the receipt cannot tell (``too_old``).
+Its models are built without running their validators (``model_construct``):
+what it builds is valid by construction (``tests/harness/test_workload.py``
+validates every kind of step's transaction against the checked models), the
+context actor validates every transaction it decodes, and the checks cost an
+agent thread more CPU per step than the rest of its bookkeeping
+(docs/loadtest.md, "Where the agent's CPU goes").
 """
 
 from __future__ import annotations
@@ -132,8 +138,8 @@ def _write(
     frame: str, exists: bool, body: tuple[object, ...], sources: tuple[str, ...] = ()
 ) -> Derive | Revise:
     if exists:
-        return Revise(id=frame, sources=sources, body=body)
-    return Derive(id=frame, sources=sources, body=body)
+        return Revise.model_construct(id=frame, sources=sources, body=body)
+    return Derive.model_construct(id=frame, sources=sources, body=body)
 
 
 def build_tx(
@@ -157,8 +163,8 @@ def build_tx(
         assert step.other is not None
         for frame in (step.target, step.other):
             if not known.get(frame, False):
-                ops.append(Derive(id=frame, body=((S("note"), *stamp),)))
-        ops.append(Relate(subject=step.target, label="refines", object=step.other))
+                ops.append(Derive.model_construct(id=frame, body=((S("note"), *stamp),)))
+        ops.append(Relate.model_construct(subject=step.target, label="refines", object=step.other))
     elif step.kind == "shared":
         assert step.other is not None
         has_note = known.get(step.other, False)
@@ -166,14 +172,16 @@ def build_tx(
         body = ((S("owner"), S(step.thread)), (S("stage"), S("step"), step.index))
         ops.append(_write(step.target, known.get(step.target, False), body, sources))
         if has_note:
-            ops.append(Relate(subject=step.other, label="supports", object=step.target))
+            ops.append(
+                Relate.model_construct(subject=step.other, label="supports", object=step.target)
+            )
     else:
         if event_ref is None:
             raise ValueError("an observe step needs the reference of its observation")
         observed = ((S("observed"), *stamp),)
         ops.append(_write(step.target, known.get(step.target, False), observed, (event_ref,)))
-        ops.append(Retire(refs=(event_ref,)))
-    return ContextTx(
+        ops.append(Retire.model_construct(refs=(event_ref,)))
+    return ContextTx.model_construct(
         base_version=base_version,
         reason=f"{step.thread} step {step.index} ({step.kind})",
         client_id=client_id,

@@ -240,28 +240,40 @@ def recall_recorded(
     """
     if not isinstance(request, RecallRequest):
         request = RecallRequest.parse(request)
+    return ctx.backend.transact(
+        lambda w: recall_recorded_in(w, request, cursor, view_version, session=session)
+    )
+
+
+def recall_recorded_in(
+    w: WriteView,
+    request: RecallArg,
+    cursor: str | None = None,
+    view_version: int | None = None,
+    *,
+    session: str = "main",
+) -> tuple[RecallPage, Event]:
+    """``recall_recorded``'s read and write inside *w* (a write it may share with other
+    calls): the page is read from *w*, so it sees what the calls before it in that write
+    changed."""
+    if not isinstance(request, RecallRequest):
+        request = RecallRequest.parse(request)
     req = for_model(request)
-    now = time.time()
-    eid = new_event_id()
-
-    def run(w: WriteView) -> tuple[RecallPage, Event]:
-        page = recall(w, req, cursor, view_version)
-        recalled = [
-            str(n["id"]) for n in page.nodes if n["type"] == "frame" and n["lifecycle"] != "missing"
-        ]
-        e, cs = observe_event(
-            w,
-            kind="recall_result",
-            text=as_recall_observation(page, req),
-            session=session,
-            now=now,
-            event_id=eid,
-            extra={"recalled": recalled},
-        )
-        w.apply(cs)
-        return page, e
-
-    return ctx.backend.transact(run)
+    page = recall(w, req, cursor, view_version)
+    recalled = [
+        str(n["id"]) for n in page.nodes if n["type"] == "frame" and n["lifecycle"] != "missing"
+    ]
+    e, cs = observe_event(
+        w,
+        kind="recall_result",
+        text=as_recall_observation(page, req),
+        session=session,
+        now=time.time(),
+        event_id=new_event_id(),
+        extra={"recalled": recalled},
+    )
+    w.apply(cs)
+    return page, e
 
 
 def recall_observation(
@@ -278,7 +290,26 @@ def recall_observation(
     ids it returned (``recalled``) and the next cursor; ``recall_recorded`` answers
     the page itself.
     """
-    page, e = recall_recorded(ctx, request, cursor, view_version, session=session)
+    if not isinstance(request, RecallRequest):
+        request = RecallRequest.parse(request)
+    return ctx.backend.transact(
+        lambda w: recall_observation_in(
+            w, request, session=session, cursor=cursor, view_version=view_version
+        )
+    )
+
+
+def recall_observation_in(
+    w: WriteView,
+    request: RecallArg,
+    *,
+    session: str = "main",
+    cursor: str | None = None,
+    view_version: int | None = None,
+) -> RecallReply:
+    """``recall_observation``'s read and write inside *w* (a write it may share with other
+    calls)."""
+    page, e = recall_recorded_in(w, request, cursor, view_version, session=session)
     return RecallReply(
         ref=e.ref,
         nodes=len(page.nodes),

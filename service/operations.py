@@ -106,12 +106,14 @@ class Operations(Reads):
         observations.recall_observation,
         permission="recall",
         writes=True,
+        step=observations.recall_observation_in,
         example=Example({"frame_id": "release"}, session="s"),
     )
     recall_recorded = Operation(
         observations.recall_recorded,
         permission="recall",
         writes=True,
+        step=observations.recall_recorded_in,
         example=Example({"frame_id": "release"}, session="s"),
     )
     search = Operation(

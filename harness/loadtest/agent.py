@@ -216,9 +216,9 @@ class LoadAgent(AgentThread):
                 plan = s.model_copy(
                     update={"transactions": ROUND_STEPS, "seed": s.seed * 1_000_003 + rounds}
                 )
-                clock = time.perf_counter()
+                clock = time.thread_time()
                 batch = plan_thread(plan, number)
-                self.bookkeeping_s += time.perf_counter() - clock
+                self.bookkeeping_s += time.thread_time() - clock
                 for step in batch:
                     index = rounds * ROUND_STEPS + step.index
                     if not more(index):

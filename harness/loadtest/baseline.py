@@ -87,10 +87,10 @@ class BaselineClient:
         self, echo: Any, payload: bytes, lanes: list[int | None], seconds: float | None
     ) -> dict[str, Any]:
         """Lane *i* makes ``lanes[i]`` calls (None: calls for *seconds*); their latencies
-        (ms) and this process's CPU seconds over them."""
+        (ms), this process's CPU seconds over them and its event loop's (``loop_cpu_s``)."""
         for _ in range(WARM_CALLS):
             await echo.noop.remote(payload)
-        cpu = time.process_time()
+        cpu, loop_cpu = time.process_time(), time.thread_time()
         started = time.perf_counter()
         deadline = None if seconds is None else started + seconds
         latencies: list[float] = []
@@ -110,6 +110,7 @@ class BaselineClient:
             "latencies": latencies,
             "seconds": time.perf_counter() - started,
             "cpu_s": time.process_time() - cpu,
+            "loop_cpu_s": time.thread_time() - loop_cpu,
         }
 
     def ready(self) -> bool:
@@ -133,7 +134,8 @@ def measure_baseline(
     on *server_node*, client *j* on ``client_nodes[j % len]``. Answers ``clients``,
     ``lanes``, ``calls``, ``duration_s``, ``calls_s``, ``latency_ms`` (p50/p99) and
     ``cpu_ms_per_call`` of the ``server`` (None when its process is on
-    another machine) and of the ``clients`` together.
+    another machine), of the ``clients`` together and of their event loops
+    (``clients_loop``: the thread their callers' Python runs on).
     """
     import ray
 
@@ -185,6 +187,7 @@ def measure_baseline(
             # the server's CPU also served the clients' warm-up calls
             "server": round(server_cpu * 1000 / max(1, done + WARM_CALLS * clients), 3),
             "clients": round(sum(r["cpu_s"] for r in runs) * 1000 / max(1, done), 3),
+            "clients_loop": round(sum(r["loop_cpu_s"] for r in runs) * 1000 / max(1, done), 3),
         },
         "payload_bytes": len(payload),
         "reply_bytes": len(reply),
@@ -196,7 +199,8 @@ def load_costs(
 ) -> dict[str, float | None]:
     """CPU seconds so far of the context actors' processes (``contexts``; None when one
     is on another machine or cannot be asked; a process hosting several contexts counted
-    once), of the *agents* (``agents``), and the agents' ``bookkeeping`` seconds."""
+    once), of the *agents* (``agents``) and of their event loops (``agents_loop``), the
+    agents' ``bookkeeping`` CPU seconds and the remote ``calls`` their threads made."""
     import ray
 
     contexts: float | None = 0.0
@@ -214,7 +218,9 @@ def load_costs(
     return {
         "contexts": contexts,
         "agents": sum(a["cpu_s"] for a in got),
+        "agents_loop": sum(a["loop_cpu_s"] for a in got),
         "bookkeeping": sum(a["bookkeeping_s"] for a in got),
+        "calls": sum(a["calls"] for a in got),
     }
 
 

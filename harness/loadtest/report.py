@@ -35,6 +35,7 @@ REPORT_KEYS = (
     "throughput_tx_s",
     "latency_ms",
     "cpu_ms_per_commit",
+    "calls_per_commit",
     "bookkeeping",
     "baseline",
     "ratio_to_baseline",
@@ -59,9 +60,10 @@ the history check cover what was submitted until then. ``store_kept`` is false
 when the run made a temporary store and removed it. ``contention`` holds the
 shared-frame mode, the ``conflict`` rejections, how many of them were *false*
 (:func:`conflict_counts`), and rejections and false conflicts per 1,000 commits.
-``cpu_ms_per_commit`` and ``bookkeeping`` are :func:`cost_figures`; ``baseline`` is
-what :func:`~harness.loadtest.baseline.measure_baseline` measured in the same run
-(None without ``baseline``), ``ratio_to_baseline`` the commits/s over its calls/s."""
+``cpu_ms_per_commit``, ``calls_per_commit`` and ``bookkeeping`` are
+:func:`cost_figures`; ``baseline`` is what
+:func:`~harness.loadtest.baseline.measure_baseline` measured in the same run (None
+without ``baseline``), ``ratio_to_baseline`` the commits/s over its calls/s."""
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -110,9 +112,12 @@ def figures(records: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, A
 
 def cost_figures(costs: Mapping[str, float | None], committed: int) -> dict[str, Any]:
     """``cpu_ms_per_commit`` of the context actors' processes (None when one is on
-    another machine) and of the agents, and ``bookkeeping``: the agents' seconds spent
-    on the load test's own work (planning, building transactions, recording), per
-    commit and as a share of the agents' CPU, from the CPU *costs* spent over the load."""
+    another machine), of the agents and of the agents' event loops (``agents_loop``,
+    None when not measured), ``calls_per_commit`` (the agents' remote calls to
+    contexts per commit, None when not counted: trajectory replays), and
+    ``bookkeeping``: the agents' CPU seconds spent on the load test's own work
+    (planning, building transactions, recording), per commit and as a share of the
+    agents' CPU, from the *costs* spent over the load."""
     n = max(1, committed)
 
     def per(value: float | None) -> float | None:
@@ -120,8 +125,14 @@ def cost_figures(costs: Mapping[str, float | None], committed: int) -> dict[str,
 
     agents = costs.get("agents") or 0.0
     book = costs.get("bookkeeping") or 0.0
+    calls = costs.get("calls")
     return {
-        "cpu_ms_per_commit": {"contexts": per(costs.get("contexts")), "agents": per(agents)},
+        "cpu_ms_per_commit": {
+            "contexts": per(costs.get("contexts")),
+            "agents": per(agents),
+            "agents_loop": per(costs.get("agents_loop")),
+        },
+        "calls_per_commit": round(calls / n, 3) if calls else None,
         "bookkeeping": {
             "seconds": round(book, 3),
             "ms_per_commit": per(book),

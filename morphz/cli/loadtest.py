@@ -163,11 +163,13 @@ def _human(doc: Mapping[str, Any]) -> None:
 
 
 def cpu_text(cpu: Mapping[str, Any]) -> str:
-    """CPU milliseconds per commit of the context actors and of the agents, in words."""
-    ctx = cpu.get("contexts")
+    """CPU milliseconds per commit of the context actors and of the agents (of it, their
+    event loops'), in words."""
+    ctx, loop = cpu.get("contexts"), cpu.get("agents_loop")
     return (
         f"{'?' if ctx is None else f'{ctx:.2f}'} ms context actor(s), "
         f"{cpu.get('agents') or 0:.2f} ms agents"
+        + ("" if loop is None else f" ({loop:.2f} ms in their event loops)")
     )
 
 

@@ -141,3 +141,39 @@ def test_a_batch_refused_halfway_writes_nothing_and_the_others_still_commit(
     # nothing of the refused batch: the original and the one kept, no more
     assert len(open_reply(run(actor.state()))["events"]) == 2
     assert open_reply(run(actor.read_event("@e2")))["text"] == "kept"
+
+
+def test_recalls_recorded_as_observations_share_the_write_of_what_arrives_with_them(
+    actor: ContextActor,
+) -> None:
+    assert decode_receipt(
+        run(actor.submit(payload("(context-tx (base-version 0) (derive note (n 1)))")))
+    ).committed
+
+    async def together() -> list[bytes]:
+        return await asyncio.gather(
+            actor.recall_observation({"frame_id": "note"}, session="s"),
+            actor.submit(payload("(context-tx (base-version 1) (derive other (n 2)))")),
+            actor.recall_recorded({"frame_id": "note"}, session="s"),
+            actor.recall_observation({"frame_id": "nowhere"}),  # refused: no such frame
+            actor.claim(),
+        )
+
+    before = lmdb_writes(actor)
+    observed, tx, recorded, missing, claimed = run(together())
+    assert lmdb_writes(actor) == before + 1  # the recalls rode the transaction's write
+
+    observed = open_reply(observed)
+    assert observed["recalled"] == ["note"] and observed["nodes"] >= 1
+    page, event = open_reply(recorded)
+    assert [n["id"] for n in page["nodes"] if n["type"] == "frame"] == ["note"]
+    assert event["kind"] == "recall_result" and event["extra"]["recalled"] == ["note"]
+    assert isinstance(outcome(missing), NotFound)
+    assert decode_receipt(tx).committed
+    # both recalls are observations waiting for the claim that came with them
+    refs = [observed["ref"], "@e" + str(event["seq"])]
+    assert sorted(open_reply(claimed)["claimed"]) == sorted(refs)
+    stats = run(actor.stats())
+    assert stats["joined"] == 4 and stats["batches"] == 2  # three recalls and the claim
+    # what the model was shown is the recorded observation's text
+    assert "note" in open_reply(run(actor.read_event(observed["ref"])))["text"]

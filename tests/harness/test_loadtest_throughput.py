@@ -29,11 +29,14 @@ class _Counting(LocalHandle):
     def __init__(self, actor: ContextActor) -> None:
         super().__init__(actor)
         self.reads = 0
+        self.calls = 0
         self.flying: list[tuple[str, set[str]]] = []
         self.most = 0
         self.overlaps = 0
 
     async def invoke_async(self, op: Any, args: Any) -> Any:
+        if op.carry is None:  # a submission is counted by submit_async
+            self.calls += 1
         if op.name == "snapshot":
             self.reads += 1
         return await super().invoke_async(op, args)
@@ -42,6 +45,7 @@ class _Counting(LocalHandle):
         self, tx: ContextTx | str, client_id: str | None = None, *, timeout: float | None = None
     ) -> Receipt:
         assert isinstance(tx, ContextTx)
+        self.calls += 1
         reads, writes = tx.footprint()
         mine = (tx.reason.split()[0], {k for k in reads | writes if k.startswith("f:")})
         self.overlaps += sum(1 for t, f in self.flying if t == mine[0] and f & mine[1])
@@ -77,7 +81,9 @@ def test_a_pipelined_thread_keeps_steps_in_flight_never_two_on_one_frame(
     assert handle.overlaps == 0  # a thread's steps on one frame waited for each other
     steps = {(r["thread"], r["step"]) for r in records}
     assert len(steps) == 120
-    assert agent.costs()["bookkeeping_s"] > 0
+    costs = asyncio.run(agent.costs())
+    assert costs["bookkeeping_s"] > 0
+    assert costs["calls"] == handle.calls > len(records)  # submissions, reads, observe steps
 
 
 def test_own_frames_are_not_read_again_unless_asked(tmp_path: Path) -> None:
@@ -104,13 +110,17 @@ def test_a_pipeline_is_for_the_synthetic_workload() -> None:
 
 
 def test_costs_per_commit_and_the_sample_payloads() -> None:
-    figures = cost_figures({"contexts": 0.5, "agents": 2.0, "bookkeeping": 0.25}, 1000)
+    costs = {"contexts": 0.5, "agents": 2.0, "agents_loop": 1.5, "bookkeeping": 0.25}
+    figures = cost_figures({**costs, "calls": 1200.0}, 1000)
     assert figures == {
-        "cpu_ms_per_commit": {"contexts": 0.5, "agents": 2.0},
+        "cpu_ms_per_commit": {"contexts": 0.5, "agents": 2.0, "agents_loop": 1.5},
+        "calls_per_commit": 1.2,
         "bookkeeping": {"seconds": 0.25, "ms_per_commit": 0.25, "share_of_agent_cpu": 0.125},
     }
     unknown = cost_figures({"contexts": None, "agents": 0.0, "bookkeeping": 0.0}, 0)
     assert unknown["cpu_ms_per_commit"]["contexts"] is None
+    assert unknown["cpu_ms_per_commit"]["agents_loop"] is None
+    assert unknown["calls_per_commit"] is None  # not counted (a trajectory replay)
     assert unknown["bookkeeping"]["share_of_agent_cpu"] is None
     assert spent({"a": 1.0, "b": None}, {"a": 3.5, "b": 2.0}) == {"a": 2.5, "b": None}
     payload, reply = sample_payloads()
@@ -176,7 +186,11 @@ def test_the_baseline_and_the_costs_are_measured_in_the_same_run(
     assert base["calls_s"] > 0 and base["latency_ms"]["p99"] >= base["latency_ms"]["p50"] > 0
     assert base["cpu_ms_per_call"]["clients"] > 0
     assert doc["ratio_to_baseline"] == round(doc["throughput_tx_s"] / base["calls_s"], 3)
-    assert doc["cpu_ms_per_commit"]["agents"] > 0
+    cpu = doc["cpu_ms_per_commit"]
+    assert cpu["agents"] > cpu["agents_loop"] > 0  # the loop is one of the agents' threads
+    assert base["cpu_ms_per_call"]["clients"] > base["cpu_ms_per_call"]["clients_loop"] > 0
+    # every step submits at least once; observe steps observe and claim too
+    assert doc["calls_per_commit"] >= doc["submitted"] / doc["committed"]
     assert doc["bookkeeping"]["seconds"] > 0
     _human(doc)
     out = capsys.readouterr().out
