@@ -76,7 +76,7 @@ SCAN_CAP = 6_000
 """Most postings of one term scanned per query (the newest ones)."""
 PROBE_CAP = 512
 """Most already-found documents looked up in a term's postings per query term."""
-ARRAY_DOCS = 4096
+ARRAY_DOCS = 1024
 """Past this many documents found, a query's scores are kept in arrays
 (:mod:`storage.search.accumulator`, numpy) rather than a dict."""
 ALIVE_DOCS = 1024
