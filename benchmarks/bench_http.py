@@ -290,7 +290,8 @@ def _roots(port: int, direct: bool, apps: tuple[str, ...]) -> list[str]:
     roots = []
     for app in apps:
         for _ in range(100):
-            groups = ray.get(controller.get_target_groups.remote(app))
+            # as an ingress in front asks (HAProxy mode answers itself to anyone else)
+            groups = ray.get(controller.get_target_groups.remote(app, True))
             http = [g for g in groups if str(g.protocol).endswith("HTTP") and g.targets]
             if http and http[0].targets[0].port != port:
                 break
@@ -303,12 +304,11 @@ def _roots(port: int, direct: bool, apps: tuple[str, ...]) -> list[str]:
     return roots
 
 
-def _haproxy_env(scratch: str) -> dict[str, str]:
+def _haproxy_env(files: str) -> dict[str, str]:
     """What ``RAY_SERVE_ENABLE_HA_PROXY=1`` needs to run beside other clusters on one
-    machine: its files in *scratch* (not the shared ``/tmp/haproxy-serve``) and free ports
+    machine: its files in *files* (not the shared ``/tmp/haproxy-serve``; a short path, as
+    Serve adds a 56-character directory and a socket path holds at most 97) and free ports
     for its stats page and metrics."""
-    files = os.path.join(scratch, "haproxy")
-    os.makedirs(files, exist_ok=True)
     return {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": os.path.join(files, "haproxy.cfg"),
@@ -346,8 +346,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds = args.rounds or (2 if args.quick else 3)
     parent = args.dir or testbed.scratch_parent()
     store = tempfile.mkdtemp(prefix="morphz-bench-http-", dir=parent)
-    if args.haproxy:
-        os.environ.update(_haproxy_env(store))
+    haproxy = tempfile.mkdtemp(prefix="mzh-", dir="/tmp") if args.haproxy else None
+    if haproxy is not None:
+        os.environ.update(_haproxy_env(haproxy))
     started = init_ray(args.address)
     port = _free_port()
     direct = _direct()
@@ -431,6 +432,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if started:
             ray.shutdown()
         shutil.rmtree(store, ignore_errors=True)
+        if haproxy is not None:
+            shutil.rmtree(haproxy, ignore_errors=True)
     return results
 
 

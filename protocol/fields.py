@@ -175,10 +175,11 @@ def changed_fields(old: tuple[Form, ...] | None, new: tuple[Form, ...]) -> set[s
     None when either body is not keyed: the body was rewritten as a whole.
     """
     after = field_index(new)
-    before: dict[str, int] | None = {} if old is None else field_index(old)
+    if old is None:  # a new frame: every field it has changed
+        return None if after is None else set(after)
+    before = field_index(old)
     if after is None or before is None:
         return None
-    assert old is not None or not before
     out: set[str] = set()
     for name, i in after.items():
         j = before.get(name)

@@ -5,9 +5,11 @@ Error codes in :class:`OpError` are stable strings; see :data:`ERROR_CODES`.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+from protocol.models import trusted
 
 ERROR_CODES = {
     "conflict": "something the transaction references changed after its base version",
@@ -35,9 +37,6 @@ and the rejection, the list is empty and the writer reads again."""
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-_M = TypeVar("_M", bound=_Model)
 
 
 class OpError(_Model):
@@ -169,28 +168,14 @@ class Receipt(_Model):
         return cls.model_validate(data)
 
 
-_set = object.__setattr__
-
-
-def _trusted(cls: type[_M], values: dict[str, Any]) -> _M:
-    # pydantic's model_construct without its per-field bookkeeping: the engine
-    # builds these values itself, every field present and of the right type.
-    obj = cls.__new__(cls)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", set(values))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
-_NO_RELIEF = _trusted(Relief, {"events": (), "frames": (), "tokens": 0})
+_NO_RELIEF = trusted(Relief, {"events": (), "frames": (), "tokens": 0})
 """The relief of a receipt that releases nothing: frozen, so one instance serves them all."""
 
 
 def _relief(events: list[str], frames: list[str], tokens: int) -> Relief:
     if not events and not frames and not tokens:
         return _NO_RELIEF
-    return _trusted(Relief, {"events": tuple(events), "frames": tuple(frames), "tokens": tokens})
+    return trusted(Relief, {"events": tuple(events), "frames": tuple(frames), "tokens": tokens})
 
 
 def committed_receipt(
@@ -235,7 +220,7 @@ def committed_receipt(
         doc["edits"] = [
             {"op": i, "id": f, "field": n, "revision": r, "outcome": o} for i, f, n, r, o in edits
         ]
-    receipt = _trusted(
+    receipt = trusted(
         Receipt,
         {
             "status": "committed",
@@ -246,7 +231,7 @@ def committed_receipt(
             "duplicate": False,
             "tick": tick,
             "retired_now": tuple(retired_now),
-            "retiring": tuple(_trusted(Retiring, {"id": i, "due_tick": d}) for i, d in retiring)
+            "retiring": tuple(trusted(Retiring, {"id": i, "due_tick": d}) for i, d in retiring)
             if retiring
             else (),
             "retirement_cancelled": tuple(cancelled),
@@ -258,7 +243,7 @@ def committed_receipt(
             "changed_since_base": (),
             "current": (),
             "edits": tuple(
-                _trusted(Edit, {"op": i, "id": f, "field": n, "revision": r, "outcome": o})
+                trusted(Edit, {"op": i, "id": f, "field": n, "revision": r, "outcome": o})
                 for i, f, n, r, o in edits
             )
             if edits

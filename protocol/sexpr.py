@@ -250,6 +250,59 @@ def read_located(text: str, max_depth: int, track: int) -> tuple[list[Form], lis
     return top, top_where
 
 
+_PLAIN_TOKEN = re.compile(
+    r"[()]"  # a parenthesis
+    r'|"[^"\\\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]*"'  # a string without escapes
+    r'|[^\s()";\\]+'  # an atom
+    r"|\S"  # anything else that is not a blank: a comment, an escape, a stray quote
+)
+
+
+def read_plain(text: str, max_depth: int) -> list[Form] | None:
+    """``read_located(text, max_depth, 0)[0]`` for text in the common shape; None for the rest.
+
+    The common shape: no comment, no escape in a string, nothing too deep, too
+    long or unprintable, every list closed. One ``findall`` splits it into tokens
+    (the blanks are the only characters it skips), without the located reader's
+    match objects and offsets. For any other text, valid or not, it answers None
+    and :func:`read_located` decides: the error and its place are that reader's.
+    Linear in the text: one pass of a regular expression without backtracking
+    between alternatives of different lengths, then one pass over the tokens.
+    """
+    _check_size(text)
+    top: list[Form] = []
+    items = top
+    stack: list[list[Form]] = []
+    for tok in _PLAIN_TOKEN.findall(text):
+        first = tok[0]
+        if first == "(":
+            if len(stack) > max_depth:
+                return None
+            stack.append(items)
+            items = []
+        elif first == ")":
+            if not stack:
+                return None
+            form = tuple(items)
+            items = stack.pop()
+            items.append(form)
+        elif first == '"':
+            if len(tok) == 1 or len(stack) > max_depth or len(tok) - 2 > MAX_STRING_CHARS:
+                return None
+            items.append(tok[1:-1])
+        elif first == ";" or first == "\\":
+            return None
+        elif len(stack) > max_depth or len(tok) > MAX_ATOM_CHARS or not tok.isprintable():
+            return None
+        elif first in "-0123456789" and is_int_text(tok):
+            items.append(int(tok))
+        else:
+            items.append(Symbol(tok))
+    if stack:
+        return None
+    return top
+
+
 def read_forms(text: str) -> list[Form]:
     """Read every top-level form of *text*.
 

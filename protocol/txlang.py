@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from protocol.errors import ParseError
 from protocol.forms import MAX_DEPTH, Form, Symbol
-from protocol.sexpr import Located, describe, emit, error_at, offset_of, read_located
+from protocol.sexpr import Located, describe, emit, error_at, offset_of, read_located, read_plain
 from protocol.tx import (
     ALL_OP_NAMES,
     ENVELOPE_FIELDS,
@@ -42,6 +42,7 @@ from protocol.tx import (
     Unrelate,
     UnsetField,
     misplaced_form,
+    new_tx,
 )
 
 _ENVELOPE_CLAUSES = {name.replace("_", "-"): name for name in ENVELOPE_FIELDS}
@@ -61,8 +62,17 @@ def _validation_message(e: ValidationError) -> str:
     return msg
 
 
+class _Unlocated(Exception):
+    """An error found by a reader without locations: the text is read again with them."""
+
+
 class _TxReader:
-    """Turns the forms of one ``(context-tx …)`` into a :class:`ContextTx`."""
+    """Turns the forms of one ``(context-tx …)`` into a :class:`ContextTx`.
+
+    Where a location is None (forms read by :func:`~protocol.sexpr.read_plain`, which
+    keeps none), an error raises :class:`_Unlocated` instead, and :func:`parse_tx`
+    reads the text again with locations: the error is the same either way.
+    """
 
     def __init__(self, text: str, *, legacy: bool = False) -> None:
         self.text = text
@@ -70,6 +80,8 @@ class _TxReader:
         self.clause_index = 0
 
     def fail(self, where: Any, message: str) -> ParseError:
+        if where is None:
+            raise _Unlocated
         return error_at(self.text, offset_of(where), message)
 
     def atom(self, op: str, form: Form, where: Any, what: str) -> str:
@@ -78,24 +90,31 @@ class _TxReader:
         return str(form)
 
     def parse(self) -> ContextTx:
+        """Read the text with locations and build the transaction."""
+        forms, wheres = read_located(self.text, MAX_DEPTH + 1, 4)
+        return self.build(forms, wheres)
+
+    def build(self, forms: list[Form], wheres: list[Any] | None) -> ContextTx:
+        """The transaction *forms* hold; *wheres* are their locations, None if unknown."""
         text = self.text
-        forms, wheres = read_located(text, MAX_DEPTH + 1, 4)
         if not forms:
             raise error_at(text, len(text), "expected (context-tx …), found no form")
         if len(forms) > 1:
-            raise self.fail(wheres[1], "unexpected content after the (context-tx …) form")
-        tx, tx_where = forms[0], wheres[0]
+            where = None if wheres is None else wheres[1]
+            raise self.fail(where, "unexpected content after the (context-tx …) form")
+        tx = forms[0]
+        tx_where: Any = None if wheres is None else wheres[0]
         if (
             not (isinstance(tx, tuple) and tx and isinstance(tx[0], Symbol))
             or tx[0] != "context-tx"
         ):
             raise self.fail(tx_where, "expected (context-tx …)")
-        items = tx_where.items
+        items = tx_where.items[1:] if tx_where is not None else [None] * (len(tx) - 1)
         fields: dict[str, Any] = {}
         field_where: dict[str, Any] = {}
         ops: list[AnyOp] = []
         op_wheres: list[Any] = []
-        for index, (clause, where) in enumerate(zip(tx[1:], items[1:], strict=True)):
+        for index, (clause, where) in enumerate(zip(tx[1:], items, strict=True)):
             self.clause_index = index + 1
             if not (isinstance(clause, tuple) and clause and isinstance(clause[0], Symbol)):
                 raise self.fail(
@@ -129,7 +148,7 @@ class _TxReader:
         if not ops:
             raise self.fail(tx_where, "a transaction needs at least one operation")
         try:
-            return ContextTx(ops=tuple(ops), **fields)
+            return new_tx(tuple(ops), **fields)
         except ValidationError as e:
             if self.legacy and isinstance(e.errors()[0].get("ctx", {}).get("error"), MisplacedForm):
                 # The ops were read leniently above; the transaction was valid when logged.
@@ -143,7 +162,7 @@ class _TxReader:
             label = key.replace("_", "-") if key in field_where else "context-tx"
             raise self.fail(where, f"{label}: {_validation_message(e)}") from e
 
-    def clause(self, name: str, clause: tuple[Form, ...], where: Located) -> Any:
+    def clause(self, name: str, clause: tuple[Form, ...], where: Located | None) -> Any:
         args = clause[1:]
         if name == "base-version":
             if len(args) != 1 or not isinstance(args[0], int) or args[0] < 0:
@@ -157,9 +176,15 @@ class _TxReader:
             raise self.fail(where, 'client-id takes one string or atom: (client-id "…")')
         return str(args[0])
 
-    def operation(self, name: str, form: tuple[Form, ...], where: Located) -> AnyOp:
+    def operation(self, name: str, form: tuple[Form, ...], where: Located | None) -> AnyOp:
         args = form[1:]
-        arg_wheres = where.items[1:] if where.items is not None else [where.offset] * len(args)
+        arg_wheres: list[Any]
+        if where is None:
+            arg_wheres = [None] * len(args)
+        elif where.items is not None:
+            arg_wheres = where.items[1:]
+        else:
+            arg_wheres = [where.offset] * len(args)
         try:
             if name in ("derive", "revise"):
                 return self.frame_op(name, args, arg_wheres, where)
@@ -197,7 +222,7 @@ class _TxReader:
             raise self.fail(where, f"{name}: {_validation_message(e)}") from e
 
     def frame_op(
-        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
+        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located | None
     ) -> AnyOp:
         shape = f"({name} ID (from REF…) BODY…)"
         if not args:
@@ -251,7 +276,7 @@ class _TxReader:
         )
 
     def field_op(
-        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
+        self, name: str, args: tuple[Form, ...], arg_wheres: list[Any], where: Located | None
     ) -> FieldEdit:
         shape = (
             f"({name} ID [(from REF…)] FIELD)"
@@ -284,7 +309,7 @@ class _TxReader:
         )
         return cast(FieldEdit, edit)
 
-    def locate(self, path: tuple[int, ...], first: int, where: Located) -> Any:
+    def locate(self, path: tuple[int, ...], first: int, where: Located | None) -> Any:
         """Where the body form at *path* starts; *first* is the body's index in the op list.
 
         Lists deep in a body are not tracked on the fast path, so the text is read
@@ -299,7 +324,7 @@ class _TxReader:
         return at
 
     def envelope_op(
-        self, args: tuple[Form, ...], arg_wheres: list[Any], where: Located
+        self, args: tuple[Form, ...], arg_wheres: list[Any], where: Located | None
     ) -> Envelope:
         if not args:
             raise self.fail(where, "envelope needs a frame id: (envelope ID (kind K) …)")
@@ -377,6 +402,12 @@ def parse_tx(text: str, *, legacy: bool = False) -> ContextTx:
     reads back exactly as it was committed instead of failing. Never use it for
     new input.
     """
+    forms = read_plain(text, MAX_DEPTH + 1)
+    if forms is not None:  # the common shape: read without locations, found only on error
+        try:
+            return _TxReader(text, legacy=legacy).build(forms, None)
+        except _Unlocated:
+            pass
     return _TxReader(text, legacy=legacy).parse()
 
 

@@ -76,6 +76,7 @@ from protocol.tx import (
     Revise,
     Unprotect,
     Unrelate,
+    new_tx,
 )
 from protocol.wire import MAX_PAYLOAD_BYTES, SURROGATE, check_plain, decode, encode
 
@@ -386,7 +387,8 @@ def _tx_from_dict(d: Any) -> SubmittedTx:
     fields["ops"] = tuple(_op_from_dict(op, i) for i, op in enumerate(ops))
     text = d.get("text")
     try:
-        return SubmittedTx(ContextTx(**fields), None if text is None else _tx_text(text))
+        tx = new_tx(fields.pop("ops"), **fields)
+        return SubmittedTx(tx, None if text is None else _tx_text(text))
     except ValidationError as e:
         loc = e.errors()[0].get("loc", ())
         field = str(loc[0]) if loc else "transaction"

@@ -34,6 +34,16 @@ class Overlay:
     unchanged while it is the very object in ``initial_frames``/``initial_events``.
     """
 
+    __slots__ = (
+        "view",
+        "frames",
+        "initial_frames",
+        "events",
+        "initial_events",
+        "rel_add",
+        "rel_del",
+    )
+
     def __init__(self, view: ReadView) -> None:
         self.view = view
         self.frames: dict[str, Frame | None] = {}

@@ -66,16 +66,17 @@ def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, 
     @functools.wraps(method)
     def guarded(self: _V, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._closed:  # self._check(), inline: this runs on every store read and write
-            raise StoreError("a store view was used outside its read()/transact() callback")
+            raise _used_outside()
         try:
             return method(self, *args, **kwargs)
-        except lmdb.MapFullError as e:
-            self._map_full = True
-            raise MapFull("the LMDB map is full; the write will be retried") from e
         except lmdb.Error as e:
-            raise _store_error(e) from e
+            raise self._failed(e) from e
 
     return guarded
+
+
+def _used_outside() -> StoreError:
+    return StoreError("a store view was used outside its read()/transact() callback")
 
 
 class _LmdbReadView:
@@ -104,7 +105,15 @@ class _LmdbReadView:
 
     def _check(self) -> None:
         if self._closed:
-            raise StoreError("a store view was used outside its read()/transact() callback")
+            raise _used_outside()
+
+    def _failed(self, e: lmdb.Error) -> StoreError:
+        """The error *e* becomes at the view boundary: a full map is noted and becomes
+        :class:`MapFull` (the store grows the map and runs the write again)."""
+        if isinstance(e, lmdb.MapFullError):
+            self._map_full = True
+            return MapFull("the LMDB map is full; the write will be retried")
+        return _store_error(e)
 
     def _scan(self, db: str, start: bytes, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """Rows of *db* from key *start* on, while keys begin with *prefix*."""
@@ -145,10 +154,16 @@ class _LmdbReadView:
         self._decoded.meta = (data, meta.copy())
         return meta
 
-    @_guard
     def frame(self, frame_id: str) -> Frame | None:
+        # The reads and the write a commit makes (frame, event, has_relation, client,
+        # apply) hold _guard's checks written out: one Python call less each.
+        if self._closed:
+            raise _used_outside()
         key = _enc(frame_id, 400)
-        data = self._txn.get(key, db=self._db["frames"])
+        try:
+            data = self._txn.get(key, db=self._db["frames"])
+        except lmdb.Error as e:
+            raise self._failed(e) from e
         if data is None:
             return None
         known = self._decoded.frames.get(key)
@@ -202,9 +217,14 @@ class _LmdbReadView:
         start = offset - first * CHUNK_CHARS
         return b"".join(parts).decode()[start : start + length]
 
-    @_guard
     def has_relation(self, subject: str, label: str, obj: str) -> bool:
-        return self._txn.get(_fwd_key(subject, label, obj), db=self._db["rel_fwd"]) is not None
+        if self._closed:  # _guard, written out (see frame)
+            raise _used_outside()
+        key = _fwd_key(subject, label, obj)
+        try:
+            return self._txn.get(key, db=self._db["rel_fwd"]) is not None
+        except lmdb.Error as e:
+            raise self._failed(e) from e
 
     @_guard
     def relations_from(self, subject: str) -> list[tuple[str, str]]:
@@ -247,9 +267,14 @@ class _LmdbReadView:
                 data = self._txn.get(_enc(key, 400), db=self._db["lastmod"])
         return 0 if data is None else int(_U64.unpack(data)[0])
 
-    @_guard
     def client(self, client_id: str) -> tuple[int, bytes] | None:
-        data = self._txn.get(_enc(client_id, 400), db=self._db["clients"])
+        if self._closed:  # _guard, written out (see frame)
+            raise _used_outside()
+        key = _enc(client_id, 400)
+        try:
+            data = self._txn.get(key, db=self._db["clients"])
+        except lmdb.Error as e:
+            raise self._failed(e) from e
         if data is None:
             return None
         version, digest = _unpack(data)
@@ -417,15 +442,18 @@ class _LmdbWriteView(_LmdbReadView):
                     indexed[seq] = event.id
         for seq, text in changes.contents:
             self._put_content(seq, text)
-        for s, label, o in changes.rel_del:
-            txn.delete(_fwd_key(s, label, o), db=db["rel_fwd"])
-            txn.delete(_rev_key(s, label, o), db=db["rel_rev"])
-        for s, label, o in changes.rel_add:
-            edge = pack([s, label, o])
-            put(_fwd_key(s, label, o), edge, db=db["rel_fwd"])
-            put(_rev_key(s, label, o), edge, db=db["rel_rev"])
+        rel_rev = db["rel_rev"]
+        if changes.rel_del or changes.rel_add:
+            rel_fwd = db["rel_fwd"]
+            for s, label, o in changes.rel_del:
+                txn.delete(_fwd_key(s, label, o), db=rel_fwd)
+                txn.delete(_rev_key(s, label, o), db=rel_rev)
+            for s, label, o in changes.rel_add:
+                edge = pack([s, label, o])
+                put(_fwd_key(s, label, o), edge, db=rel_fwd)
+                put(_rev_key(s, label, o), edge, db=rel_rev)
         for source, frame_id in changes.cites_add:
-            put(_cite_prefix(source) + _enc(frame_id, 250), pack(frame_id), db=db["rel_rev"])
+            put(_cite_prefix(source) + _enc(frame_id, 250), pack(frame_id), db=rel_rev)
         if changes.lastmod:
             # A changeset's keys all carry its one version: encode it once.
             last_version: int | None = None
@@ -434,7 +462,19 @@ class _LmdbWriteView(_LmdbReadView):
                 if version != last_version or last_version is None:
                     last_version, value = version, _u64(version)
                 # Beside the frame, edge or observation it names (format 3), so it
-                # dirties a page the commit writes anyway.
+                # dirties a page the commit writes anyway. A frame this changeset
+                # writes has its key encoded already: _lastmod_place's rule, inline.
+                kind = key[:2]
+                if kind == "f:" or kind == "l:":
+                    ident = key[2:]
+                    known = written.get(ident)
+                    if known is not None and ident.isprintable():
+                        put(
+                            known + (b"\x02f" if kind == "f:" else b"\x02l"),
+                            value,
+                            db=frames_db,
+                        )
+                        continue
                 place = _lastmod_place(key, written)
                 if place is None:
                     put(_enc(key, 400), value, db=db["lastmod"])
@@ -452,8 +492,12 @@ class _LmdbWriteView(_LmdbReadView):
         if changes.client is not None:
             client_id, version, digest = changes.client
             put(_enc(client_id, 400), pack([version, bytes(digest)]), db=db["clients"])
-        if changes.txlog is not None:
-            put(_u64(_txlog_version(changes.txlog)), pack(changes.txlog), db=db["txlog"])
+        txlog = changes.txlog
+        if txlog is not None:
+            number = txlog.get("version")
+            if type(number) is not int or not 0 <= number <= _U64_MAX:
+                number = _txlog_version(txlog)  # raises: not a version
+            put(_U64.pack(number), pack(txlog), db=db["txlog"])
         for frame_id, version in changes.history:
             # Beside the frame's current record (format 2): its bytes as just written.
             known = written.get(frame_id)
@@ -496,18 +540,23 @@ class _LmdbWriteView(_LmdbReadView):
         for record in rw.txlog:
             txn.put(_u64(_txlog_version(record)), pack(record), db=db["txlog"])
 
-    @_guard
     def event(self, seq: int) -> Event | None:
         # _LmdbReadView.event, inlined (every transaction that cites or retires an
-        # observation reads it here), noting the event's id as known to event_ids.
+        # observation reads it here), noting the event's id as known to event_ids;
+        # _guard written out (see frame).
+        if self._closed:
+            raise _used_outside()
         if not 0 <= seq <= _U64_MAX:
             return None
-        data = self._txn.get(_U64.pack(seq), db=self._db["events"])
+        try:
+            data = self._txn.get(_U64.pack(seq), db=self._db["events"])
+        except lmdb.Error as e:
+            raise self._failed(e) from e
         if data is None:
             return None
-        e = Event.from_record(_unpack(data))
-        self._indexed[e.seq] = e.id
-        return e
+        event = Event.from_record(_unpack(data))
+        self._indexed[event.seq] = event.id
+        return event
 
     def _finish(self) -> None:
         """Write what is kept per write rather than per changeset (the outbox counter)."""

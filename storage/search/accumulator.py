@@ -100,33 +100,45 @@ class ScoreArrays:
         if found is not None:
             found.update(docs.tolist())
         # Each distinct posting code is weighed once, by the same Python float as the dict's.
-        distinct, which = np.unique(codes, return_inverse=True)
-        table = np.array([weights[c] for c in distinct.tolist()], dtype=np.float64)
-        self.add(docs, table[which])
+        if len(codes):
+            table = np.zeros(int(codes.max()) + 1, dtype=np.float64)
+            distinct = np.flatnonzero(np.bincount(codes))
+            table[distinct] = [weights[c] for c in distinct.tolist()]
+            self.add(docs, table[codes])
         return lowest
 
     def add(self, docs: Any, weights: Any) -> None:
         """Add *weights* to the scores of *docs* (distinct), appending those not found yet
-        in the order given."""
+        in the order given.
+
+        One merge of two sorted runs (the documents found, by docnum, and *docs* sorted)
+        pairs each document already found with its new weight.
+        """
         if not len(docs):
             return
+        by_doc = np.argsort(docs, kind="stable")
+        ranked = docs[by_doc]
         n = len(self.sorted)
-        if n:
-            at = np.minimum(np.searchsorted(self.sorted, docs), n - 1)
-            known = self.sorted[at] == docs
-            self.scores[self.index[at[known]]] += weights[known]
-            fresh = ~known
-            docs, weights = docs[fresh], weights[fresh]
-            if not len(docs):
-                return
-        base = len(self.docs)
-        self.docs = np.concatenate((self.docs, docs))
-        self.scores = np.concatenate((self.scores, weights))
-        order = np.argsort(docs, kind="stable")
-        ranked = docs[order]
-        slots = np.searchsorted(self.sorted, ranked)
-        self.sorted = np.insert(self.sorted, slots, ranked)
-        self.index = np.insert(self.index, slots, base + order)
+        if not n:
+            self.docs, self.scores = docs, weights
+            self.index, self.sorted = by_doc, ranked
+            return
+        both = np.concatenate((self.sorted, ranked))
+        order = np.argsort(both, kind="stable")  # a found document sorts before its twin
+        merged = both[order]
+        twins = np.flatnonzero(merged[1:] == merged[:-1])
+        again = order[twins + 1] - n  # positions in `ranked` of the documents found before
+        self.scores[self.index[order[twins]]] += weights[by_doc[again]]
+        fresh = np.ones(len(docs), dtype=bool)
+        fresh[by_doc[again]] = False
+        slot = np.cumsum(fresh) - 1  # where each new document goes among those appended
+        positions = np.concatenate((self.index, len(self.docs) + slot[by_doc]))
+        self.docs = np.concatenate((self.docs, docs[fresh]))
+        self.scores = np.concatenate((self.scores, weights[fresh]))
+        keep = np.ones(len(merged), dtype=bool)
+        keep[twins + 1] = False
+        self.sorted = merged[keep]
+        self.index = positions[order][keep]
 
     def best(self, n: int) -> dict[int, float]:
         """The documents scoring at least the *n*-th best score (every one if *n* or fewer):

@@ -207,8 +207,10 @@ class QueryStem(NamedTuple):
     """True if a document with the query word holds this term too (its stem is not the word)."""
     kind: str = "stem"
     """What the lookup is, which sets its weight in ranking: ``"stem"`` (another form of the
-    word), ``"part"`` (the word as a part of an identifier, :func:`part_term`) or ``"char"``
-    (one ideograph of a query word that bigrams alone would not find)."""
+    word), ``"derived"`` (a word derived from it or it from, ``departure`` for ``depart``),
+    ``"number"`` (a number's other writing, ``8`` for ``eight``), ``"part"`` (the word as a
+    part of an identifier, :func:`part_term`) or ``"char"`` (one ideograph of a query word
+    that bigrams alone would not find)."""
 
 
 class Morphology:

@@ -76,7 +76,7 @@ SCAN_CAP = 6_000
 """Most postings of one term scanned per query (the newest ones)."""
 PROBE_CAP = 512
 """Most already-found documents looked up in a term's postings per query term."""
-ARRAY_DOCS = 4096
+ARRAY_DOCS = 1024
 """Past this many documents found, a query's scores are kept in arrays
 (:mod:`storage.search.accumulator`, numpy) rather than a dict."""
 ALIVE_DOCS = 1024
@@ -91,9 +91,12 @@ CHAR_WEIGHT = 0.25
 """Weight of a lone ideograph of the query that its bigrams cover (``鞋`` of ``运动鞋``)."""
 DERIVED_WEIGHT = 0.25
 """Weight of a query word found as a derivational relative (``departure`` for ``depart``)."""
+NUMBER_WEIGHT = 1.0
+"""Weight of a number's other writing (``8`` for ``eight``): the same number, so as the word."""
 _KIND_WEIGHT = {
     "stem": STEM_WEIGHT,
     "derived": DERIVED_WEIGHT,
+    "number": NUMBER_WEIGHT,
     "part": PART_WEIGHT,
     "char": CHAR_WEIGHT,
 }

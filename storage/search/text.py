@@ -48,6 +48,7 @@ from typing import NamedTuple
 from icu4py.breakers import WordBreaker
 
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
+from storage.search.numerals import numeral
 from storage.search.questions import (
     asks_order,
     asks_speaker,
@@ -387,8 +388,9 @@ def query_plan(
     :func:`index_terms` applies to documents), the terms that find the other
     words with its stem (:meth:`~storage.search.morphology.Morphology.query_stems`);
     for every exact term, its part term (kind ``"part"``: the word inside
-    identifiers); and each single Han/Kana/Hangul character that
-    :func:`query_terms` leaves out, as its own source (kind ``"char"``).
+    identifiers); each single Han/Kana/Hangul character that
+    :func:`query_terms` leaves out, as its own source (kind ``"char"``); and a number's
+    other writing (kind ``"number"``: ``eight`` ↔ ``8``, :mod:`storage.search.numerals`).
     """
     every = analyze(text)
     tokens = _query_tokens(text, every)
@@ -408,6 +410,14 @@ def query_plan(
         t.term for t in every if len(t.term) == 1 and t.term not in kept and _SPECIAL.match(t.term)
     )
     extra.extend((c, QueryStem(c, False, False, "char")) for c in lone)
+    # A number in words also looks up its digits, and digits the words (eight ↔ 8); not
+    # inside a name (us-east-1).
+    numbers: dict[str, str] = {}
+    for t in tokens:
+        other = numeral(t.term)
+        if other and t.term in kept and other not in kept and _plain_word(text, t.start, t.end):
+            numbers[t.term] = other
+    extra.extend((term, QueryStem(n, False, False, "number")) for term, n in numbers.items())
     if morphology is None:
         return exact, extra
     plain: dict[str, None] = {}

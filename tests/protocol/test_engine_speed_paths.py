@@ -9,17 +9,20 @@ body must still be refused.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from protocol.engine.conflicts import _dump, tx_digest
 from protocol.errors import WireError
 from protocol.forms import Symbol, check_form, is_atom_text
 from protocol.sexpr import print_form, read_forms
-from protocol.tx import ContextTx, Revise
+from protocol.tx import ContextTx, Revise, new_tx
 from protocol.txwire import tx_from_msgpack, tx_to_msgpack
 from protocol.wire import ext_default
 from tests.examples import examples
@@ -178,3 +181,42 @@ def test_a_frame_record_for_encoding_packs_as_its_record(
     copied = frame.to_record()
     assert copied["envelope"] is not frame.envelope
     assert copied["envelope"]["keys"] is not frame.envelope.get("keys")
+
+
+def _made(make: Callable[[], ContextTx]) -> object:
+    try:
+        tx = make()
+    except ValidationError as e:
+        return e.errors(include_url=False)
+    return (tx, tx.model_fields_set, tx.model_dump())
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(transactions, st.data())
+def test_new_tx_is_the_validated_constructor(tx: ContextTx, data: st.DataObject) -> None:
+    """``new_tx`` skips pydantic's pass over operations that are models already: the
+    model, its set fields and its dump are the validated constructor's, and out-of-bounds
+    fields get the very same errors."""
+    fields: dict[str, Any] = {"base_version": tx.base_version}
+    if tx.reason is not None or data.draw(st.booleans()):
+        fields["reason"] = tx.reason
+    if tx.client_id is not None:
+        fields["client_id"] = tx.client_id
+    bad: dict[str, Any] = data.draw(
+        st.sampled_from(
+            [
+                {},
+                {"base_version": 1 << 63},
+                {"base_version": -1},
+                {"base_version": True},
+                {"reason": "r" * 4097},
+                {"client_id": ""},
+                {"client_id": "c" * 201},
+                {"reason": Symbol("atom")},
+            ]
+        )
+    )
+    ops: Any = data.draw(st.sampled_from([tx.ops, (), tx.ops * 300, tx.ops + ("no op",)]))
+    fields = {**fields, **bad}
+    got = _made(lambda: new_tx(ops, **fields))
+    assert got == _made(lambda: ContextTx(ops=ops, **fields))

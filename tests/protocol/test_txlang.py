@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from protocol.errors import ParseError
 from protocol.forms import MAX_DEPTH, Symbol, check_form
 from protocol.ids import is_event_ref, is_ref
-from protocol.sexpr import MAX_TEXT_BYTES, print_form, read_forms
+from protocol.sexpr import MAX_TEXT_BYTES, print_form, read_forms, read_located, read_plain
 from protocol.tx import (
     OP_NAMES,
     ContextTx,
@@ -26,7 +26,7 @@ from protocol.tx import (
     Unrelate,
     misplaced_form,
 )
-from protocol.txlang import parse_tx, print_tx
+from protocol.txlang import _TxReader, parse_tx, print_tx
 from tests.examples import examples
 from tests.protocol.strategies import (
     event_refs,
@@ -719,7 +719,21 @@ _TOKENS = [
 syntaxish = st.lists(st.sampled_from(_TOKENS), max_size=40).map("".join)
 
 
+def _outcome(parse: Any, text: str) -> Any:
+    try:
+        return strict_key(parse(text))
+    except ParseError as e:
+        return (str(e), e.line, e.column)
+
+
 def _only_parse_errors(text: str) -> None:
+    # parse_tx reads the common shape without locations (read_plain): the outcome, an
+    # error's message and place included, is the located reader's.
+    assert _outcome(parse_tx, text) == _outcome(lambda t: _TxReader(t).parse(), text)
+    plain = read_plain(text, MAX_DEPTH + 1)
+    if plain is not None:
+        located = read_located(text, MAX_DEPTH + 1, 0)[0]
+        assert [typed(f) for f in plain] == [typed(f) for f in located]
     try:
         tx = parse_tx(text)
     except ParseError as e:

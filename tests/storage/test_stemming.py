@@ -432,3 +432,20 @@ def test_unknown_languages_are_refused_and_change_nothing(
     monkeypatch.delenv(LANGUAGES_ENV)
     assert languages_from(None) == ("english",)
     assert languages_from([]) == () and languages_from("none") == ()
+
+
+def test_numbers_in_words_and_in_digits_find_each_other(c: Ctx) -> None:
+    digits, words, other, _ = c.add(
+        "a restocking fee of $8 was taken off",
+        "the order had five headsets in it",
+        "a fee of $80 applies",
+        "nothing related here",
+    )
+    assert c.ids("eight") == [digits]
+    assert c.ids("Why was eight dollars deducted?")[0] == digits
+    assert c.ids("5 headsets") == [words]
+    assert c.ids("eighty") == [other]
+    hit = c.index.search("eight").hits[0]
+    assert "$«8» was" in hit.snippet
+    # The same number: the other writing scores as the word would.
+    assert c.index.search("eight").hits[0].score == pytest.approx(c.index.search("8").hits[0].score)
