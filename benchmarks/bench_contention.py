@@ -188,7 +188,7 @@ class Writer:
         rejections = trips = 0
         committed: list[str] = []
         one = self.api == "one-trip" and hasattr(self.handle, "update_async")
-        cpu = time.process_time()
+        cpu, loop_cpu = time.process_time(), time.thread_time()
         started = time.perf_counter()
         for i in range(updates):
             token = f"w{k}-{i}"
@@ -206,6 +206,7 @@ class Writer:
             "round_trips": trips,
             "committed": committed,
             "cpu": time.process_time() - cpu,
+            "loop_cpu": time.thread_time() - loop_cpu,
         }
 
     async def own(self, k: int, updates: int, window: int, start_at: float) -> dict[str, Any]:
@@ -271,7 +272,7 @@ class Writer:
                         else:
                             rejections += 1
 
-        cpu = time.process_time()
+        cpu, loop_cpu = time.process_time(), time.thread_time()
         started = time.perf_counter()
         if self.api == "one-trip" and hasattr(self.handle, "submit_many_async"):
             await batches()
@@ -285,6 +286,7 @@ class Writer:
             "round_trips": trips,
             "committed": committed,
             "cpu": time.process_time() - cpu,
+            "loop_cpu": time.thread_time() - loop_cpu,
         }
 
     async def edits(
@@ -321,7 +323,7 @@ class Writer:
                 latencies.append((time.perf_counter() - t) * 1000)
                 committed.append(f"w{k}-{i}")
 
-        cpu = time.process_time()
+        cpu, loop_cpu = time.process_time(), time.thread_time()
         started = time.perf_counter()
         # A writer's own field is set by one submission at a time: two of its sets in
         # flight would be concurrent changes of one field, which the second rightly loses.
@@ -335,6 +337,7 @@ class Writer:
             "round_trips": trips,
             "committed": committed,
             "cpu": time.process_time() - cpu,
+            "loop_cpu": time.thread_time() - loop_cpu,
         }
 
 
@@ -356,6 +359,10 @@ def _merge(parts: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
     if all("cpu" in p for p in parts) and committed:
         cpu = sum(p["cpu"] for p in parts)
         summary["writers_cpu_us_per_update"] = round(cpu / len(committed) * 1e6)
+    if all("loop_cpu" in p for p in parts) and committed:
+        # the writers' event loops alone: what their calls cost, without Ray's own threads
+        loop = sum(p["loop_cpu"] for p in parts)
+        summary["writers_loop_cpu_us_per_update"] = round(loop / len(committed) * 1e6)
     return summary, committed
 
 
@@ -603,7 +610,8 @@ class Bench:
                 f"          actor: {a['writes']} writes, {a['decided']} decided "
                 f"({a['decided_per_write']}/write), {a['held']} rejections held for a turn; "
                 f"CPU µs/update: actor {got.get('actor_cpu_us_per_update', '-')}, "
-                f"writers {got.get('writers_cpu_us_per_update', '-')}"
+                f"writers {got.get('writers_cpu_us_per_update', '-')} (their event loops "
+                f"{got.get('writers_loop_cpu_us_per_update', '-')})"
             )
 
     def run(self) -> None:
@@ -638,7 +646,8 @@ class Bench:
                         "morphz_over_sqlite": testbed.ratio(mz["rate"], sq["rate"]),
                         "morphz_over_1_writer": testbed.ratio(mz["rate"], single.get(api, 0.0)),
                     }
-                    self.report["runs"][-1].update(ratios)
+                    entry = self.report["runs"][-1]
+                    entry.update(ratios)
                     self.say(
                         f"          {api}: ratio to SQLite CAS {ratios['morphz_over_sqlite']:.3f}"
                         + (
@@ -647,6 +656,8 @@ class Bench:
                             else ""
                         )
                     )
+                    if self.args.bare:
+                        entry["morphz_over_bare_ray"] = self.bare(n, updates, mz["rate"])
             self.say()
         if self.args.grow:
             self.grow(self.args.grow)
@@ -655,6 +666,35 @@ class Bench:
             self.say("!!! NONZERO LOST OR DUPLICATED COUNTS:")
             for line in self.loud:
                 self.say("!!! " + line)
+
+    def bare(self, writers: int, updates: int, rate: float) -> float:
+        """The same-run Ray yardstick: *writers* client actors each calling one no-op actor
+        *updates* times, one call after the other, with a transaction-sized payload
+        (:func:`harness.loadtest.baseline.measure_baseline`, what ``morphz loadtest
+        --baseline`` measures); printed beside the Morphz run, answered as Morphz's
+        *rate* over its calls/s."""
+        from harness.loadtest.baseline import measure_baseline
+
+        got = measure_baseline(
+            [[updates]] * writers,
+            seconds=None,
+            server_node=self.node,
+            client_nodes=[self.node],
+            namespace=NAMESPACE,
+        )
+        got["system"], got["writers"] = "bare-ray", writers
+        self.report["runs"].append(got)
+        cpu = got["cpu_ms_per_call"]
+        self.say(
+            f"  bare Ray {writers:>3} writers {got['calls']:>6} calls   {got['calls_s']:>9.1f}/s"
+            f"  p50 {got['latency_ms']['p50']:>8.2f} ms  p99 {got['latency_ms']['p99']:>8.2f} ms"
+            f"  CPU µs/call: no-op actor {cpu['server'] * 1000:.0f},"
+            f" clients {cpu['clients'] * 1000:.0f} (their event loops"
+            f" {cpu['clients_loop'] * 1000:.0f})"
+        )
+        ratio = testbed.ratio(rate, got["calls_s"])
+        self.say(f"          morphz ÷ bare Ray {ratio:.3f}")
+        return ratio
 
     def grow(self, appends: int) -> None:
         """(e): one writer appends *appends* times to one frame of an embedded context."""
@@ -745,6 +785,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--updates", type=_positive, default=None, help="updates per writer")
     parser.add_argument(
         "--window", type=_positive, default=8, help="own-frame submissions in flight per writer"
+    )
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="also measure bare Ray (the writers calling a no-op actor) at each writer count",
     )
     parser.add_argument(
         "--grow",
