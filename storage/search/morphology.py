@@ -208,7 +208,8 @@ class QueryStem(NamedTuple):
     kind: str = "stem"
     """What the lookup is, which sets its weight in ranking: ``"stem"`` (another form of the
     word), ``"derived"`` (a word derived from it or it from, ``departure`` for ``depart``),
-    ``"number"`` (a number's other writing, ``8`` for ``eight``), ``"part"`` (the word as a
+    ``"variant"`` (another writing of it, ``8`` for ``eight``, ``neighbor`` for ``neighbour``),
+    ``"part"`` (the word as a
     part of an identifier, :func:`part_term`) or ``"char"`` (one ideograph of a query word
     that bigrams alone would not find)."""
 

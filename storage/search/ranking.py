@@ -91,12 +91,13 @@ CHAR_WEIGHT = 0.25
 """Weight of a lone ideograph of the query that its bigrams cover (``鞋`` of ``运动鞋``)."""
 DERIVED_WEIGHT = 0.25
 """Weight of a query word found as a derivational relative (``departure`` for ``depart``)."""
-NUMBER_WEIGHT = 1.0
-"""Weight of a number's other writing (``8`` for ``eight``): the same number, so as the word."""
+VARIANT_WEIGHT = 1.0
+"""Weight of a word's other writing (``8`` for ``eight``, ``neighbor`` for ``neighbour``): the
+same word, so as much as the word."""
 _KIND_WEIGHT = {
     "stem": STEM_WEIGHT,
     "derived": DERIVED_WEIGHT,
-    "number": NUMBER_WEIGHT,
+    "variant": VARIANT_WEIGHT,
     "part": PART_WEIGHT,
     "char": CHAR_WEIGHT,
 }

@@ -48,7 +48,6 @@ from typing import NamedTuple
 from icu4py.breakers import WordBreaker
 
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
-from storage.search.numerals import numeral
 from storage.search.questions import (
     asks_order,
     asks_speaker,
@@ -57,6 +56,7 @@ from storage.search.questions import (
     temporal_terms,
     term_weights,
 )
+from storage.search.variants import variants
 
 MAX_TERM_CHARS = 64
 """Longest term kept; longer words are cut to this many characters."""
@@ -389,8 +389,9 @@ def query_plan(
     words with its stem (:meth:`~storage.search.morphology.Morphology.query_stems`);
     for every exact term, its part term (kind ``"part"``: the word inside
     identifiers); each single Han/Kana/Hangul character that
-    :func:`query_terms` leaves out, as its own source (kind ``"char"``); and a number's
-    other writing (kind ``"number"``: ``eight`` ↔ ``8``, :mod:`storage.search.numerals`).
+    :func:`query_terms` leaves out, as its own source (kind ``"char"``); and a word's
+    other writings (kind ``"variant"``: ``eight`` ↔ ``8``, ``neighbour`` ↔ ``neighbor``,
+    :mod:`storage.search.variants`) with their stem terms.
     """
     every = analyze(text)
     tokens = _query_tokens(text, every)
@@ -410,14 +411,23 @@ def query_plan(
         t.term for t in every if len(t.term) == 1 and t.term not in kept and _SPECIAL.match(t.term)
     )
     extra.extend((c, QueryStem(c, False, False, "char")) for c in lone)
-    # A number in words also looks up its digits, and digits the words (eight ↔ 8); not
-    # inside a name (us-east-1).
-    numbers: dict[str, str] = {}
+    # Other writings of the same word, as much as the word: a number in words or digits
+    # (eight ↔ 8), British or American spelling (neighbour ↔ neighbor); not inside a name.
+    others: dict[str, tuple[str, ...]] = {}
     for t in tokens:
-        other = numeral(t.term)
-        if other and t.term in kept and other not in kept and _plain_word(text, t.start, t.end):
-            numbers[t.term] = other
-    extra.extend((term, QueryStem(n, False, False, "number")) for term, n in numbers.items())
+        if t.term in kept and t.term not in others and _plain_word(text, t.start, t.end):
+            others[t.term] = variants(t.term)
+    for term, found in others.items():
+        for other in found:
+            if other in kept:
+                continue
+            extra.append((term, QueryStem(other, False, False, "variant")))
+            if morphology is not None:  # and the words with its stem (neighbors)
+                extra.extend(
+                    (term, QueryStem(q.term, True, False, "variant"))
+                    for q in morphology.query_stems(other)
+                    if q.stem and q.kind == "stem"
+                )
     if morphology is None:
         return exact, extra
     plain: dict[str, None] = {}

@@ -434,7 +434,7 @@ def test_unknown_languages_are_refused_and_change_nothing(
     assert languages_from([]) == () and languages_from("none") == ()
 
 
-def test_numbers_in_words_and_in_digits_find_each_other(c: Ctx) -> None:
+def test_numbers_in_words_and_in_digits_and_spellings_find_each_other(c: Ctx) -> None:
     digits, words, other, _ = c.add(
         "a restocking fee of $8 was taken off",
         "the order had five headsets in it",
@@ -449,3 +449,13 @@ def test_numbers_in_words_and_in_digits_find_each_other(c: Ctx) -> None:
     assert "$«8» was" in hit.snippet
     # The same number: the other writing scores as the word would.
     assert c.index.search("eight").hits[0].score == pytest.approx(c.index.search("8").hits[0].score)
+    # British and American spellings, with their inflections; never inside a name.
+    neighbor, colours, centre = c.add(
+        "R. Patel, my neighbor, signed for it",
+        "the colours were off",
+        "the service centre called",
+    )
+    assert c.ids("Who took delivery at the neighbour's?")[0] == neighbor
+    assert c.ids("color") == [colours]
+    assert c.ids("center") == [centre]
+    assert c.ids("v2-eight") == [] and c.ids("ORD-5") == []
