@@ -270,6 +270,8 @@ def read_plain(text: str, max_depth: int) -> list[Form] | None:
     between alternatives of different lengths, then one pass over the tokens.
     """
     _check_size(text)
+    if "\\" in text:  # an escape, or a stray backslash: decided by read_located
+        return None
     top: list[Form] = []
     items = top
     stack: list[list[Form]] = []

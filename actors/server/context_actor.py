@@ -55,7 +55,7 @@ from actors.server.host import ContextHost
 from protocol.errors import MorphzError, Overloaded, RequestError, WireError
 from protocol.receipts import OpError, Receipt, without_reads
 from protocol.txwire import SubmittedTx
-from protocol.wire import pack
+from protocol.wire import encode, pack
 from service.context import Context
 from service.operations import operations
 from service.registry import Caller, Operation
@@ -194,7 +194,9 @@ class ContextActor(ContextHost):
         result = await self._inbox.submit(tx)
         if isinstance(result, MorphzError):
             return failed(result)
-        return pack(result if reads else without_reads(result))
+        # A receipt's dict form is its model's JSON dump: plain by construction, so it is
+        # encoded without walking it first (``pack``'s check, a few µs per commit).
+        return encode(result if reads else without_reads(result))
 
 
 def serve(op: Operation[Any, Any]) -> Any:

@@ -144,8 +144,9 @@ def commit(d: Decision, rebased: bool, digest: bytes, now: float, text: str | No
             names = fields_changed[fid]
             if names is None:
                 moved.append(shape_key(fid))
-            else:
-                moved.extend(field_key(fid, n) for n in names)
+            elif names:
+                prefix = field_key(fid, "")  # field_key(fid, n) is prefix + n
+                moved.extend([prefix + n for n in names])
         was = initial.lifecycle if initial is not None else None
         life = f.lifecycle
         if initial is not None and (was != life or initial.protected != f.protected):

@@ -475,6 +475,15 @@ class _LmdbWriteView(_LmdbReadView):
                             db=frames_db,
                         )
                         continue
+                elif kind == "b:":
+                    ident, sep, rest = key[2:].partition("\x00")
+                    known = written.get(ident)
+                    if known is not None and sep and ident.isprintable():
+                        tail = rest.encode()
+                        if len(tail) > 40:
+                            tail = _enc(rest, 40)
+                        put(known + b"\x02b" + tail, value, db=frames_db)
+                        continue
                 place = _lastmod_place(key, written)
                 if place is None:
                     put(_enc(key, 400), value, db=db["lastmod"])

@@ -242,8 +242,8 @@ def _probe(
         return
     first = unpack(cursor.key(), at)[0]
     value: bytes = cursor.value()
-    more = cursor.next() and cursor.key().startswith(prefix)
-    end = unpack(cursor.key(), at)[0] if more else 1 << 32  # the next chunk's first docnum
+    key = cursor.key() if cursor.next() else b""
+    end = unpack(key, at)[0] if key.startswith(prefix) else 1 << 32  # the next chunk's start
     cd: array[int] | None = None
     cc: array[int] = array("H")
     for doc in docs:
@@ -252,11 +252,13 @@ def _probe(
             if doc - end > PROBE_STEPS * max(1, end - first):
                 if not _seek(cursor, prefix, doc):
                     return
-            first = unpack(cursor.key(), at)[0]
+                first = unpack(cursor.key(), at)[0]
+            else:
+                first = end
             value = cursor.value()
             cd = None
-            more = cursor.next() and cursor.key().startswith(prefix)
-            end = unpack(cursor.key(), at)[0] if more else 1 << 32
+            key = cursor.key() if cursor.next() else b""
+            end = unpack(key, at)[0] if key.startswith(prefix) else 1 << 32
         if doc < first:
             continue  # before the term's first chunk
         if cd is None:
