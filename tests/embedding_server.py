@@ -23,6 +23,9 @@ Faults a test can switch on, each thread-safe:
 - :meth:`~EmbeddingServer.require_key` — answer 401 unless ``Authorization: Bearer KEY``
   (the message echoes the header it got, so a client's scrubbing is tested);
 - :meth:`~EmbeddingServer.set_delay` — wait before every answer (for timeouts);
+- :meth:`~EmbeddingServer.hold` / :meth:`~EmbeddingServer.release` — leave the requests
+  with an input containing a given text unanswered until released (a worker kept behind
+  for as long as a test needs, whatever the machine's load, while queries are answered);
 - :meth:`~EmbeddingServer.shuffle` — return ``data`` in reverse order (``index`` fields
   still right), as servers are allowed to;
 - :meth:`~EmbeddingServer.omit_index` — leave ``index`` out of every item;
@@ -183,6 +186,9 @@ class EmbeddingServer:
         self._shuffle = False
         self._omit_index = False
         self._closing = threading.Event()
+        self._released = threading.Event()
+        self._released.set()
+        self._held = ""
         self._lock = threading.Lock()
         server = self
 
@@ -207,6 +213,9 @@ class EmbeddingServer:
                 call.status = status
                 if server._delay and server._closing.wait(server._delay):
                     return
+                while server._holds(body) and not server._released.wait(0.05):
+                    if server._closing.is_set():
+                        return
                 if payload is None:  # drop the connection unanswered
                     self.close_connection = True
                     return
@@ -292,6 +301,16 @@ class EmbeddingServer:
         """Wait *seconds* before every answer (the wait ends early when the server stops)."""
         self._delay = seconds
 
+    def hold(self, containing: str) -> None:
+        """Leave every request with an input containing *containing* waiting until
+        :meth:`release` or the server stops (the others are answered)."""
+        self._held = containing
+        self._released.clear()
+
+    def release(self) -> None:
+        """Answer the requests :meth:`hold` kept waiting, and every later one."""
+        self._released.set()
+
     def omit_index(self, on: bool = True) -> None:
         """Leave the ``index`` fields out of ``data`` (items stay in input order)."""
         self._omit_index = on
@@ -306,9 +325,18 @@ class EmbeddingServer:
             self._faults.clear()
             self.calls.clear()
         self._dimension, self._key, self._delay = self._initial_dimension, None, 0.0
+        self._released.set()
         self._shuffle = self._omit_index = False
 
     # -- the server --------------------------------------------------------------
+
+    def _holds(self, body: Any) -> bool:
+        """Whether :meth:`hold` keeps this request's answer back."""
+        if self._released.is_set() or not isinstance(body, dict):
+            return False
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else inputs if isinstance(inputs, list) else []
+        return any(isinstance(t, str) and self._held in t for t in texts)
 
     def _record(self, call: Call) -> None:
         with self._lock:

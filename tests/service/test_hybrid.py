@@ -241,12 +241,12 @@ def test_workers_report_the_semantic_lag(tmp_path: Path, embedding_server: Embed
         fill(ctx)
         ctx.searcher.start_worker()
         assert ctx.searcher.catch_up(30)
-        embedding_server.set_delay(1.0)  # the worker falls behind; commits do not wait
+        embedding_server.hold("late")  # the worker falls behind; commits do not wait
         ctx.observe("tool_result", "a late tablet note")
         # The searcher's own search does not wait for the workers (a port's search does).
         reply = ctx.searcher.search(ctx, {"query": "tablet note"})
         assert reply["semantic_lag"] is not None and reply["semantic_lag"] >= 1
-        embedding_server.set_delay(0.0)
+        embedding_server.release()
         assert ctx.searcher.catch_up(30)
         assert ctx.searcher.find("tablet note").semantic.lag == 0  # type: ignore[union-attr]
 
