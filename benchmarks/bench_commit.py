@@ -26,8 +26,9 @@ Rounds interleave the measured and baseline runs so drift on a shared machine
 hits both. Timings are printed, never asserted.
 
 ``--instructions`` counts instructions instead, which do not move with the
-machine's load: each kind of write (single commit, group commit, and their raw
-put baselines) runs in a child under ``valgrind --tool=callgrind`` twice, once
+machine's load: each kind of write (single commit, group commit, group commit as a
+context actor hands it, and their raw put baselines) runs in a child under
+``valgrind --tool=callgrind`` twice, once
 writing nothing and once writing N transactions after the same setup; the
 difference over N is the instructions per transaction (Python included).
 """
@@ -388,6 +389,7 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "benchmark": "bench_commit",
         "machine": testbed.machine(where),
+        "compiled": compiled_modules(),
         "transaction": TX,
         "write": sizes,
         "baseline_value_bytes": sizes["bytes"],
@@ -551,7 +553,7 @@ def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]
     }
 
 
-INSTRUCTION_KINDS = ("single", "group", "raw_single", "raw_group")
+INSTRUCTION_KINDS = ("single", "group", "actor", "raw_single", "raw_group")
 
 
 def instructions_child(kind: str, n: int, total: int, batch: int, where: str) -> None:
@@ -567,13 +569,17 @@ def instructions_child(kind: str, n: int, total: int, batch: int, where: str) ->
         work = Workload(ctx, observe_all(ctx, total + WARM_UP + 1))
         size = write_size(store, parse_tx(work.texts(1)[0]))["bytes"]
         commit_each(ctx, [parse_tx(t) for t in work.texts(WARM_UP)])
-        txs = [parse_tx(t) for t in work.texts(total)]
+        texts = work.texts(total)
+        txs = [parse_tx(t) for t in texts]
+        sent = submitted(texts)
         raw = RawLmdb(os.path.join(where, "raw"), size)
         raw.puts(WARM_UP, 1)
         if kind == "single":
             commit_each(ctx, txs[:n])
         elif kind == "group":
             commit_groups(ctx, txs[:n], batch)
+        elif kind == "actor":
+            commit_groups_as_actor(ctx, sent[:n], batch)
         elif kind == "raw_single":
             raw.puts(n, 1)
         else:
@@ -615,6 +621,16 @@ def _callgrind(kind: str, n: int, total: int, batch: int, parent: str) -> int:
         shutil.rmtree(where, ignore_errors=True)
 
 
+def compiled_modules() -> list[str]:
+    """The commit path's modules this run loads compiled (``./dev compile``), if any."""
+    import protocol.engine.records
+    import protocol.state
+    import storage.lmdb.views
+
+    mods = (protocol.engine.records, protocol.state, storage.lmdb.views)
+    return [m.__name__ for m in mods if not (m.__file__ or "").endswith(".py")]
+
+
 def count_instructions(n: int, batch: int, parent: str) -> dict[str, Any]:
     """Instructions per transaction of each kind of write, by difference of two children."""
     per_tx: dict[str, int] = {}
@@ -624,6 +640,7 @@ def count_instructions(n: int, batch: int, parent: str) -> dict[str, Any]:
         per_tx[kind] = round((full - empty) / n)
     return {
         "benchmark": "bench_commit --instructions",
+        "compiled": compiled_modules(),
         "transactions": n,
         "batch": batch,
         "instructions_per_tx": per_tx,
@@ -645,6 +662,7 @@ def report(f: dict[str, Any]) -> str:
     lines = [
         "bench_commit: durable commits (sync=True) of one typical transaction",
         "  " + testbed.describe(f["machine"]),
+        "  compiled modules (./dev compile): " + (", ".join(f["compiled"]) or "none"),
         f"  one commit writes {w['puts']} puts + {w['deletes']} deletes, "
         f"{w['bytes']:,} bytes of keys and values; its txlog record alone is "
         f"{w['txlog_record_bytes']:,} bytes (msgpack)",
@@ -773,7 +791,10 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(counts, indent=2))
         else:
             per = counts["instructions_per_tx"]
-            print(f"instructions per transaction over {args.instructions} (callgrind):")
+            print(
+                f"instructions per transaction over {args.instructions} (callgrind; compiled "
+                f"modules: {', '.join(counts['compiled']) or 'none'}):"
+            )
             for kind in INSTRUCTION_KINDS:
                 print(f"  {kind:<12}{per[kind]:>12,}")
             print(
