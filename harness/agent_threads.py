@@ -250,6 +250,15 @@ class AgentThread:
             delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
             await asyncio.sleep(delay * (0.5 + state.rng.random()) / 1000)
 
+    async def warm(self, context: str, namespace: str, calls: int) -> None:
+        """Read *context* *calls* times, one read after the other, before a load: the
+        handle, Ray's connection to the context actor and the code paths a step takes are
+        warm when the load's clock starts, as the bare baseline's clients warm theirs.
+        Reads only: the history a load is checked against is unchanged."""
+        handle = self._handle(context, namespace)
+        for _ in range(calls):
+            await handle.snapshot.aio(["warm"])
+
     async def costs(self) -> dict[str, float]:
         """This process's CPU seconds so far (``cpu_s``: every thread, Ray's own included),
         its event loop's (``loop_cpu_s``: the thread every logical thread's Python runs
