@@ -179,9 +179,8 @@ class AgentThread:
         if step.kind == "observe":
             try:
                 text = f"{step.thread} step {step.index}: tool finished"
-                self.calls += 2
-                event = await handle.observe.aio("tool_result", text, session=step.thread)
-                await handle.claim.aio()
+                self.calls += 1
+                event = await handle.observe_and_claim.aio("tool_result", text, session=step.thread)
             except MorphzError as e:
                 records.append(submission_record(step, 0, error_code=e.code))
                 state.since_read = spec.read_every
