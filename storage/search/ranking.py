@@ -100,6 +100,9 @@ of the word is in the index: it stands in for the word, as another form of it wo
 PAST_WEIGHT = STEM_WEIGHT
 """Weight of a past form of a question's verb after ``did`` (``went`` for ``go``): another
 form of the word, as a stem match is."""
+PLURAL_WEIGHT = STEM_WEIGHT
+"""Weight of a noun's irregular plural or singular (``children`` for ``child``): another form
+of the word, as a stem match is."""
 _KIND_WEIGHT = {
     "stem": STEM_WEIGHT,
     "derived": DERIVED_WEIGHT,
@@ -108,6 +111,7 @@ _KIND_WEIGHT = {
     "char": CHAR_WEIGHT,
     "synonym": SYNONYM_WEIGHT,
     "past": PAST_WEIGHT,
+    "plural": PLURAL_WEIGHT,
 }
 NEIGHBOUR_WEIGHT = 0.1
 """Share of a turn's score lent to each adjacent turn of the same session (0: none)."""

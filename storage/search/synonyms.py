@@ -15,6 +15,10 @@ WordNet's licence):
   ``go`` and ``went``. A question's ``did`` makes its main verb (the first irregular verb
   after ``did``, before an infinitive's ``to`` or another clause) look up its past forms.
 
+* **Irregular plurals** (:func:`plural_forms`, kind ``"plural"``): ``children`` ↔
+  ``child``, ``feet`` ↔ ``foot``, ``women`` ↔ ``woman``, which Snowball keeps apart; always,
+  as another form of the word.
+
 The tables are read on first use (about 13,000 synonym sets; a few milliseconds). Without
 the data files (a stripped install) both rules look up nothing and search is as before.
 """
@@ -30,6 +34,8 @@ SYNONYMS = True
 """Whether synonyms are looked up (a switch for measuring)."""
 PAST_FORMS = True
 """Whether a verb after ``did`` looks up its past forms (a switch for measuring)."""
+PLURALS = True
+"""Whether a noun looks up its irregular plurals, and a plural its singular (a switch)."""
 MAX_SYNONYMS = 4
 """Most synonyms one query word looks up."""
 PAST_AUX = frozenset({"did", "didn't", "didn\u2019t", "didnt"})
@@ -89,6 +95,22 @@ def _verb_table() -> dict[str, tuple[str, ...]]:
     return {words[0]: tuple(words[1:]) for words in map(str.split, text.splitlines()) if words}
 
 
+@functools.cache
+def _plural_table() -> dict[str, tuple[str, ...]]:
+    """Each noun's irregular plurals and each plural's singulars, from ``wordnet-plurals.txt``
+    (empty without it)."""
+    try:
+        text = (DATA / "wordnet-plurals.txt").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for base, *forms in map(str.split, text.splitlines()):
+        out.setdefault(base, []).extend(forms)
+        for form in forms:
+            out.setdefault(form, []).append(base)
+    return {w: tuple(dict.fromkeys(f)) for w, f in out.items()}
+
+
 def _content(word: str) -> bool:
     return len(word) >= 2 and word.isalpha() and word.isascii() and word not in FUNCTION_WORDS
 
@@ -117,3 +139,11 @@ def past_forms(word: str) -> tuple[str, ...]:
     if not PAST_FORMS or not _content(word):
         return ()
     return _verb_table().get(word, ())
+
+
+def plural_forms(word: str) -> tuple[str, ...]:
+    """The irregular plurals of a noun *word* (``child`` → ``children``) or the singulars of
+    an irregular plural (``feet`` → ``foot``), else ``()``."""
+    if not PLURALS or not _content(word):
+        return ()
+    return _plural_table().get(word, ())

@@ -57,7 +57,7 @@ from storage.search.questions import (
     temporal_terms,
     term_weights,
 )
-from storage.search.synonyms import PAST_AUX, VERB_ENDS, past_forms, synonyms
+from storage.search.synonyms import PAST_AUX, VERB_ENDS, past_forms, plural_forms, synonyms
 from storage.search.variants import variants
 
 MAX_TERM_CHARS = 64
@@ -422,12 +422,13 @@ def query_plan(
     for term, found in others.items():
         extra.extend(_other_word(term, found, "variant", kept, morphology))
     # Synonyms (faulty → defective; ranking counts them only for a word the index lacks in
-    # every form), and the past forms of a question's main verb after "did" (go → went);
-    # neither for a name (a word with a capital after the query's first word: Chicago).
+    # every form), irregular plurals (children ↔ child), and the past forms of a question's
+    # main verb after "did" (go → went); none for a name (a capital after the first word).
     named = {t.term for i, t in enumerate(tokens) if i and not text[t.start : t.end].islower()}
     for term in others:
         if term not in named:
             extra.extend(_other_word(term, synonyms(term), "synonym", kept, morphology))
+            extra.extend(_other_word(term, plural_forms(term), "plural", kept, morphology))
     verb = _past_verb(tokens, others.keys() - named)
     if verb is not None:
         extra.extend(_other_word(verb, past_forms(verb), "past", kept, morphology))

@@ -18,6 +18,8 @@ reads a WordNet 3.0 ``dict`` directory (``data.*``, ``index.*``, ``index.sense``
 * ``wordnet-verb-forms.txt``: an irregular verb a line, then its past forms
   (``go gone went``), from ``verb.exc``: only forms Snowball's English stemmer does not
   already join to the verb (``stopped`` stems to ``stop`` and is left out).
+* ``wordnet-plurals.txt``: a noun a line, then its irregular plurals (``child children``),
+  the same way from ``noun.exc`` (:func:`plurals`).
 
 Both are derived data of WordNet 3.0 (its licence, which allows redistribution with the
 notice, is ``storage/search/data/WORDNET-LICENSE``).
@@ -113,16 +115,36 @@ def verb_forms(dict_dir: Path) -> dict[str, tuple[str, ...]]:
     return {base: tuple(sorted(forms)) for base, forms in sorted(out.items())}
 
 
+def plurals(dict_dir: Path) -> dict[str, tuple[str, ...]]:
+    """Each noun and its irregular plurals that Snowball's English stemmer keeps apart: those
+    of ``noun.exc`` (``child`` → ``children``, ``foot`` → ``feet``, ``wife`` → ``wives``) and
+    ``-men`` for a noun in ``-man`` (``woman`` → ``women``; WordNet derives these by rule)."""
+    stem = Stemmer.Stemmer("english").stemWord
+    pairs: set[tuple[str, str]] = set()
+    for line in _lines(dict_dir / "noun.exc"):
+        form, *bases = line.split()
+        pairs.update((base, form) for base in bases)
+    for line in _lines(dict_dir / "index.noun"):
+        lemma = line.split(" ", 1)[0]
+        if lemma.endswith("man"):
+            pairs.add((lemma, lemma[:-3] + "men"))
+    out: dict[str, set[str]] = {}
+    for base, form in pairs:
+        if _WORD.fullmatch(form) and _WORD.fullmatch(base) and stem(form) != stem(base):
+            out.setdefault(base, set()).add(form)
+    return {base: tuple(sorted(forms)) for base, forms in sorted(out.items())}
+
+
 def write(dict_dir: Path, out_dir: Path) -> None:
     """Write both tables of *dict_dir*'s WordNet into *out_dir*."""
     sets = synonym_sets(dict_dir)
     (out_dir / "wordnet-synonyms.txt").write_text(
         "".join(" ".join(s) + "\n" for s in sets), encoding="utf-8"
     )
-    forms = verb_forms(dict_dir)
-    (out_dir / "wordnet-verb-forms.txt").write_text(
-        "".join(f"{base} {' '.join(f)}\n" for base, f in forms.items()), encoding="utf-8"
-    )
+    for name, table in (("verb-forms", verb_forms(dict_dir)), ("plurals", plurals(dict_dir))):
+        (out_dir / f"wordnet-{name}.txt").write_text(
+            "".join(f"{base} {' '.join(f)}\n" for base, f in table.items()), encoding="utf-8"
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover - run by hand

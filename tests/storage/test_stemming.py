@@ -513,6 +513,24 @@ def test_a_past_question_finds_its_verb_in_the_past_tense(
     assert past("When does she go to the class?") == set()
 
 
+def test_irregular_plurals_and_singulars_find_each_other(
+    c: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = {
+        "child": "the children loved the zoo",
+        "foot": "my feet hurt after the hike",
+        "women": "a woman from the club called",
+    }
+    refs = dict(zip(texts, c.add(*texts.values(), "nothing related here"), strict=False))
+    for query, ref in refs.items():
+        assert c.ids(query) == [ref], query
+    # Another form of the word: ranked below the form itself.
+    (child,) = c.add("the child loved the zoo")
+    assert c.ids("child") == [child, refs["child"]]
+    monkeypatch.setattr(synonyms_module, "PLURALS", False)
+    assert c.ids("foot") == [] and c.ids("women") == []
+
+
 def test_the_wordnet_tables_are_built_from_dominant_senses(tmp_path: Path) -> None:
     # A WordNet 3.0 dict directory in miniature: three noun synsets, one verb exception.
     (tmp_path / "data.noun").write_text(
@@ -526,7 +544,8 @@ def test_the_wordnet_tables_are_built_from_dominant_senses(tmp_path: Path) -> No
         "parcel n 2 0 2 0 00000001 00000002\n"
         "package n 2 0 2 0 00000001 00000003\n"
         "lot n 1 0 1 0 00000002\n"
-        "software_package n 1 0 1 0 00000003\n",
+        "software_package n 1 0 1 0 00000003\n"
+        "chairman n 1 0 1 0 00000004\n",
         encoding="latin-1",
     )
     (tmp_path / "index.sense").write_text(
@@ -539,6 +558,7 @@ def test_the_wordnet_tables_are_built_from_dominant_senses(tmp_path: Path) -> No
         encoding="latin-1",
     )
     (tmp_path / "verb.exc").write_text("went go\nstopped stop\n", encoding="latin-1")
+    (tmp_path / "noun.exc").write_text("children child\nbases base\n", encoding="latin-1")
     for name in ("data.verb", "data.adj", "index.verb", "index.adj"):
         (tmp_path / name).write_text("", encoding="latin-1")
     # parcel/package share their dominant sense; "lot" mostly means something else (an
@@ -546,3 +566,4 @@ def test_the_wordnet_tables_are_built_from_dominant_senses(tmp_path: Path) -> No
     assert wordnet.synonym_sets(tmp_path) == [("parcel", "package")]  # the most used first
     # Snowball already joins "stopped" to "stop".
     assert wordnet.verb_forms(tmp_path) == {"go": ("went",)}
+    assert wordnet.plurals(tmp_path) == {"chairman": ("chairmen",), "child": ("children",)}
