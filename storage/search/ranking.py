@@ -16,6 +16,8 @@ a document with the exact word ranks above one with only another form of it
 (other things equal). The same holds for a query word found as a part of an
 identifier (:data:`PART_WEIGHT`) and for a lone ideograph of a Chinese or
 Japanese query that only its bigrams would look up (:data:`CHAR_WEIGHT`).
+A query word's WordNet synonyms (:data:`SYNONYM_WEIGHT`) count only when no form of
+the word is in the index: they stand in for a word the context never uses.
 A document with an inflected query word (``refunded``)
 also holds its stem term; the word's own term then scores its idf less the
 stem term's weight, so the two add up to what the word scored without

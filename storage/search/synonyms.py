@@ -26,8 +26,10 @@ the data files (a stripped install) both rules look up nothing and search is as 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from pathlib import Path
 
+from storage.search.morphology import Morphology, QueryStem
 from storage.search.questions import FUNCTION_WORDS
 
 SYNONYMS = True
@@ -147,3 +149,54 @@ def plural_forms(word: str) -> tuple[str, ...]:
     if not PLURALS or not _content(word):
         return ()
     return _plural_table().get(word, ())
+
+
+def past_verb(terms: list[str], plain: Iterable[str]) -> str | None:
+    """The main verb of a past question (its *terms* in order): the first term after ``did``
+    (before any of :data:`VERB_ENDS`) that has irregular past forms, if it is among *plain*
+    words; else None."""
+    words = set(plain)
+    after = False
+    for term in terms:
+        if term in PAST_AUX:
+            after = True
+        elif after and term in VERB_ENDS:
+            return None
+        elif after and term in words and past_forms(term):
+            return term
+    return None
+
+
+def lookups_of(
+    term: str,
+    found: tuple[str, ...],
+    kind: str,
+    kept: set[str],
+    morphology: Morphology | None,
+) -> list[tuple[str, QueryStem]]:
+    """The lookups of other words *found* for query *term* (its other writings, synonyms,
+    plurals or past forms, of *kind*), each word not already a query term (in *kept*).
+
+    An other writing (``"variant"``) looks up its exact term and its stem term. The others
+    look up what finds every word with their stem, each document once: the stem term and
+    the stem as a word (``defective`` → ``\\x01english:defect``, ``defect``), and the exact
+    term only where it is its own stem (``holiday``, ``went``), as a document with it holds
+    no stem term then.
+    """
+    out: list[tuple[str, QueryStem]] = []
+    for other in found:
+        if other in kept:
+            continue
+        stems = (
+            [q for q in morphology.query_stems(other) if q.kind == "stem"]
+            if morphology is not None
+            else []
+        )
+        if kind == "variant":  # and the words with its stem (neighbors)
+            out.append((term, QueryStem(other, False, False, kind)))
+            out.extend((term, QueryStem(q.term, True, False, kind)) for q in stems if q.stem)
+            continue
+        if not any(q.with_word for q in stems):
+            out.append((term, QueryStem(other, False, False, kind)))
+        out.extend((term, QueryStem(q.term, q.stem, False, kind)) for q in stems)
+    return out

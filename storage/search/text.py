@@ -43,7 +43,6 @@ import re
 import unicodedata
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable
 from typing import NamedTuple
 
 from icu4py.breakers import WordBreaker
@@ -57,7 +56,7 @@ from storage.search.questions import (
     temporal_terms,
     term_weights,
 )
-from storage.search.synonyms import PAST_AUX, VERB_ENDS, past_forms, plural_forms, synonyms
+from storage.search.synonyms import lookups_of, past_forms, past_verb, plural_forms, synonyms
 from storage.search.variants import variants
 
 MAX_TERM_CHARS = 64
@@ -393,7 +392,10 @@ def query_plan(
     identifiers); each single Han/Kana/Hangul character that
     :func:`query_terms` leaves out, as its own source (kind ``"char"``); and a word's
     other writings (kind ``"variant"``: ``eight`` ↔ ``8``, ``neighbour`` ↔ ``neighbor``,
-    :mod:`storage.search.variants`) with their stem terms.
+    :mod:`storage.search.variants`) with their stem terms; and, from WordNet
+    (:mod:`storage.search.synonyms`), a word's synonyms (kind ``"synonym"``), its irregular
+    plurals or singular (``"plural"``) and, for the main verb after ``did``, its past forms
+    (``"past"``), none for a name (a word with a capital after the query's first word).
     """
     every = analyze(text)
     tokens = _query_tokens(text, every)
@@ -420,18 +422,18 @@ def query_plan(
         if t.term in kept and t.term not in others and _plain_word(text, t.start, t.end):
             others[t.term] = variants(t.term)
     for term, found in others.items():
-        extra.extend(_other_word(term, found, "variant", kept, morphology))
+        extra.extend(lookups_of(term, found, "variant", kept, morphology))
     # Synonyms (faulty → defective; ranking counts them only for a word the index lacks in
     # every form), irregular plurals (children ↔ child), and the past forms of a question's
     # main verb after "did" (go → went); none for a name (a capital after the first word).
     named = {t.term for i, t in enumerate(tokens) if i and not text[t.start : t.end].islower()}
     for term in others:
         if term not in named:
-            extra.extend(_other_word(term, synonyms(term), "synonym", kept, morphology))
-            extra.extend(_other_word(term, plural_forms(term), "plural", kept, morphology))
-    verb = _past_verb(tokens, others.keys() - named)
+            extra.extend(lookups_of(term, synonyms(term), "synonym", kept, morphology))
+            extra.extend(lookups_of(term, plural_forms(term), "plural", kept, morphology))
+    verb = past_verb([t.term for t in tokens], others.keys() - named)
     if verb is not None:
-        extra.extend(_other_word(verb, past_forms(verb), "past", kept, morphology))
+        extra.extend(lookups_of(verb, past_forms(verb), "past", kept, morphology))
     if morphology is None:
         return exact, extra
     plain: dict[str, None] = {}
@@ -446,57 +448,6 @@ def query_plan(
         if not q.stem
     )
     return exact, stems + extra
-
-
-def _other_word(
-    term: str,
-    found: tuple[str, ...],
-    kind: str,
-    kept: set[str],
-    morphology: Morphology | None,
-) -> list[tuple[str, QueryStem]]:
-    """The lookups of another word *found* for query *term* (its other writings, synonyms or
-    past forms, of *kind*), each word not already a query term.
-
-    An other writing (``"variant"``) looks up its exact term and its stem term. A synonym or
-    past form looks up what finds every word with its stem, each document once: its stem
-    term and the stem as a word (``defective`` → ``\x01english:defect``, ``defect``), and its
-    exact term only where it is its own stem (``holiday``, ``went``), as a document with it
-    holds no stem term then.
-    """
-    out: list[tuple[str, QueryStem]] = []
-    for other in found:
-        if other in kept:
-            continue
-        stems = (
-            [q for q in morphology.query_stems(other) if q.kind == "stem"]
-            if morphology is not None
-            else []
-        )
-        if kind == "variant":  # and the words with its stem (neighbors)
-            out.append((term, QueryStem(other, False, False, kind)))
-            out.extend((term, QueryStem(q.term, True, False, kind)) for q in stems if q.stem)
-            continue
-        if not any(q.with_word for q in stems):
-            out.append((term, QueryStem(other, False, False, kind)))
-        out.extend((term, QueryStem(q.term, q.stem, False, kind)) for q in stems)
-    return out
-
-
-def _past_verb(tokens: list[Token], plain: Iterable[str]) -> str | None:
-    """The main verb of a past question: the first term after ``did`` (before any of
-    :data:`~storage.search.synonyms.VERB_ENDS`) that has irregular past forms, if it is among
-    *plain* words; else None."""
-    words = set(plain)
-    after = False
-    for t in tokens:
-        if t.term in PAST_AUX:
-            after = True
-        elif after and t.term in VERB_ENDS:
-            return None
-        elif after and t.term in words and past_forms(t.term):
-            return t.term
-    return None
 
 
 class QueryIntent(NamedTuple):
