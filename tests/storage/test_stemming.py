@@ -531,6 +531,29 @@ def test_irregular_plurals_and_singulars_find_each_other(
     assert c.ids("foot") == [] and c.ids("women") == []
 
 
+def test_without_the_wordnet_tables_search_answers_as_without_the_rules(
+    c: Ctx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kettle, _ = c.add("the kettle arrived defective", "the children loved it")
+    tables = (
+        synonyms_module._synonym_table,
+        synonyms_module._verb_table,
+        synonyms_module._plural_table,
+    )
+    monkeypatch.setattr(synonyms_module, "DATA", tmp_path / "missing")
+    for table in tables:
+        table.cache_clear()
+    try:
+        assert synonyms_module.synonyms("faulty") == ()
+        assert synonyms_module.past_forms("go") == synonyms_module.plural_forms("child") == ()
+        assert c.ids("faulty") == [] and c.ids("child") == [] and c.ids("defective") == [kettle]
+    finally:
+        monkeypatch.undo()
+        for table in tables:
+            table.cache_clear()
+    assert c.ids("faulty") == [kettle]
+
+
 def test_the_wordnet_tables_are_built_from_dominant_senses(tmp_path: Path) -> None:
     # A WordNet 3.0 dict directory in miniature: three noun synsets, one verb exception.
     (tmp_path / "data.noun").write_text(
