@@ -179,9 +179,8 @@ class AgentThread:
         if step.kind == "observe":
             try:
                 text = f"{step.thread} step {step.index}: tool finished"
-                self.calls += 2
-                event = await handle.observe.aio("tool_result", text, session=step.thread)
-                await handle.claim.aio()
+                self.calls += 1
+                event = await handle.observe_and_claim.aio("tool_result", text, session=step.thread)
             except MorphzError as e:
                 records.append(submission_record(step, 0, error_code=e.code))
                 state.since_read = spec.read_every
@@ -250,6 +249,15 @@ class AgentThread:
                 return
             delay = min(spec.backoff_max_ms, spec.backoff_ms * 2 ** (attempt - 1))
             await asyncio.sleep(delay * (0.5 + state.rng.random()) / 1000)
+
+    async def warm(self, context: str, namespace: str, calls: int) -> None:
+        """Read *context* *calls* times, one read after the other, before a load: the
+        handle, Ray's connection to the context actor and the code paths a step takes are
+        warm when the load's clock starts, as the bare baseline's clients warm theirs.
+        Reads only: the history a load is checked against is unchanged."""
+        handle = self._handle(context, namespace)
+        for _ in range(calls):
+            await handle.snapshot.aio(["warm"])
 
     async def costs(self) -> dict[str, float]:
         """This process's CPU seconds so far (``cpu_s``: every thread, Ray's own included),

@@ -11,9 +11,10 @@ seeded random generator (seed and thread number), so a plan is reproducible:
   ``shared/release`` or ``shared/plan-<i>`` — derive it on first touch, revise
   it afterwards — citing the thread's ``t<k>/note-0`` when it exists and
   relating it (``supports``) to the shared frame. Threads collide here.
-* ``observe`` (``observe_rate``): record a tool result, claim the inputs (one
-  cognitive tick), then derive or revise ``t<k>/log`` from the observation and
-  retire the observation in the same transaction.
+* ``observe`` (``observe_rate``): record a tool result and claim the inputs in one
+  call (``observe_and_claim``: one cognitive tick), then derive or revise
+  ``t<k>/log`` from the observation and retire the observation in the same
+  transaction.
 * ``relate`` (``relate_rate``): relate two of the thread's own notes
   (``refines``), deriving whichever does not exist yet.
 * ``note`` (the rest): derive or revise one of the thread's notes

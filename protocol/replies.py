@@ -125,6 +125,22 @@ class ClaimReply(Reply):
     version: int
 
 
+class ObserveClaimReply(Reply):
+    """An observation recorded and the input batch claimed with it, in one write: the
+    observation's reference, event id and ``duplicate`` (as :class:`ObserveReply`), then
+    the claim's tick, ``advanced``, refs claimed, frames finalized and version after it
+    (as :class:`ClaimReply`)."""
+
+    ref: str
+    id: str
+    duplicate: bool
+    tick: int
+    advanced: bool
+    claimed: list[str]
+    finalized: list[str]
+    version: int
+
+
 class FrameReply(Reply):
     """A frame as the API shows it. ``due_tick``, ``marked_tick`` and
     ``retire_reason`` are sent while it is retiring, ``retired_version`` once
@@ -445,6 +461,7 @@ __all__ = [
     "FrameReply",
     "HistoryEntry",
     "MetaReply",
+    "ObserveClaimReply",
     "ObserveReply",
     "PendingReply",
     "RecallReply",

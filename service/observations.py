@@ -22,7 +22,13 @@ from protocol.engine import observe as observe_event
 from protocol.errors import RequestError
 from protocol.ids import is_event_id
 from protocol.recall import RecallPage, RecallRequest, as_recall_observation, for_model, recall
-from protocol.replies import ClaimReply, DeliverReply, ObserveReply, RecallReply
+from protocol.replies import (
+    ClaimReply,
+    DeliverReply,
+    ObserveClaimReply,
+    ObserveReply,
+    RecallReply,
+)
 from protocol.state import Event
 from protocol.view import WriteView
 from service.registry import Count, Cursor, EventRef, Session, Text
@@ -200,6 +206,55 @@ def claim_in(w: WriteView) -> ClaimReply:
     result, cs = claim_inputs(w, now=time.time())
     w.apply(cs)
     return ClaimReply.of(result.to_dict())
+
+
+def observe_and_claim(
+    ctx: Context,
+    kind: Text,
+    text: Text,
+    *,
+    session: Session = "main",
+    event_id: EventId | None = None,
+    risky: bool = False,
+) -> ObserveClaimReply:
+    """Record an observation and claim every waiting input with it, in one durable write:
+    ``observe``'s reply and ``claim``'s in one map.
+
+    What ``observe`` then ``claim`` would write and answer, for one call and one
+    write (an agent's step that records a tool result and evaluates it). A refused
+    observation (``event_id_reused``) claims nothing and writes nothing. Under the
+    same *event_id* a retry records nothing twice (``duplicate``); its claim, like a
+    repeated ``claim``, claims whatever waits then.
+    """
+    return ctx.backend.transact(
+        lambda w: observe_and_claim_in(
+            w, kind, text, session=session, event_id=event_id, risky=risky
+        )
+    )
+
+
+def observe_and_claim_in(
+    w: WriteView,
+    kind: str,
+    text: str,
+    *,
+    session: str = "main",
+    event_id: str | None = None,
+    risky: bool = False,
+) -> ObserveClaimReply:
+    """``observe_and_claim``'s write inside *w* (a write it may share with other calls)."""
+    observed = observe_in(w, kind, text, session=session, event_id=event_id, risky=risky)
+    claimed = claim_in(w)
+    return ObserveClaimReply(
+        ref=observed.ref,
+        id=observed.id,
+        duplicate=observed.duplicate,
+        tick=claimed.tick,
+        advanced=claimed.advanced,
+        claimed=claimed.claimed,
+        finalized=claimed.finalized,
+        version=claimed.version,
+    )
 
 
 def deliver(ctx: Context, ref: EventRef) -> DeliverReply:

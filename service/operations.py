@@ -95,6 +95,14 @@ class Operations(Reads):
         step=observations.claim_in,
         example=Example(),
     )
+    observe_and_claim = Operation(
+        observations.observe_and_claim,
+        permission="commit",
+        writes=True,
+        step=observations.observe_and_claim_in,
+        keyed=observations.keyed,
+        example=Example("tool_result", "one more", session="side"),
+    )
     deliver = Operation(
         observations.deliver,
         permission="commit",

@@ -364,8 +364,7 @@ class _Replay:
     async def observe(self, kind: str, text: str, session: str) -> str | None:
         """Record and claim an observation; its reference, or None (the step is skipped)."""
         try:
-            event = await self.handle.observe.aio(kind, text, session=session)
-            await self.handle.claim.aio()
+            event = await self.handle.observe_and_claim.aio(kind, text, session=session)
         except MorphzError as e:
             self.records.append(
                 _record(_Step(self.thread, self.steps, kind, "x", ()), 0, error_code=e.code)

@@ -23,7 +23,7 @@ from actors.client.handle import ContextHandle
 from actors.client.nodes import alive_nodes, pinned
 from actors.client.replies import open_reply
 from harness.loadtest.agent import ROUND_STEPS, LoadAgent, TrajectorySpec, TrajectoryThread
-from harness.loadtest.baseline import load_costs, measure_baseline, spent
+from harness.loadtest.baseline import WARM_CALLS, load_costs, measure_baseline, spent
 from harness.loadtest.cluster import (
     Killer,
     connect_ray,
@@ -178,6 +178,7 @@ class _Run:
                     client_nodes=everywhere,
                     namespace=opts.namespace,
                 )
+            self._warm(work)
             before = self._costs()
             records, elapsed, killer = self._load(work)
             costs = spent(before, self._costs())
@@ -197,6 +198,20 @@ class _Run:
                     forget_contexts(names, opts.namespace)
                 except MorphzError:  # the directory is unreachable: entries stay behind
                     pass
+
+    def _warm(self, work: list[_Work]) -> None:
+        """Each agent reads each context it will load :data:`WARM_CALLS` times before the
+        clock starts and the costs are sampled, as the baseline's clients warm up: the
+        report's figures are the steady state's, not each process's first connection."""
+        import ray
+
+        pairs = sorted({(w.agent, w.context) for w in work})
+        ray.get(
+            [
+                self.agents[a].warm.remote(self.handles[c].name, self.opts.namespace, WARM_CALLS)
+                for a, c in pairs
+            ]
+        )
 
     def _layout(self, n_agents: int) -> list[list[int | None]]:
         """For each agent, its threads' steps (None: for the duration): the baseline's

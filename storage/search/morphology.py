@@ -209,6 +209,8 @@ class QueryStem(NamedTuple):
     """What the lookup is, which sets its weight in ranking: ``"stem"`` (another form of the
     word), ``"derived"`` (a word derived from it or it from, ``departure`` for ``depart``),
     ``"variant"`` (another writing of it, ``8`` for ``eight``, ``neighbor`` for ``neighbour``),
+    ``"synonym"`` (``defective`` for ``faulty``), ``"past"`` (``went`` for the ``go`` of "when
+    did she go"), ``"plural"`` (``children`` for ``child``; :mod:`storage.search.synonyms`),
     ``"part"`` (the word as a
     part of an identifier, :func:`part_term`) or ``"char"`` (one ideograph of a query word
     that bigrams alone would not find)."""

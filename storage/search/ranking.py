@@ -16,6 +16,8 @@ a document with the exact word ranks above one with only another form of it
 (other things equal). The same holds for a query word found as a part of an
 identifier (:data:`PART_WEIGHT`) and for a lone ideograph of a Chinese or
 Japanese query that only its bigrams would look up (:data:`CHAR_WEIGHT`).
+A query word's WordNet synonyms (:data:`SYNONYM_WEIGHT`) count only when no form of
+the word is in the index: they stand in for a word the context never uses.
 A document with an inflected query word (``refunded``)
 also holds its stem term; the word's own term then scores its idf less the
 stem term's weight, so the two add up to what the word scored without
@@ -94,12 +96,24 @@ DERIVED_WEIGHT = 0.25
 VARIANT_WEIGHT = 1.0
 """Weight of a word's other writing (``8`` for ``eight``, ``neighbor`` for ``neighbour``): the
 same word, so as much as the word."""
+SYNONYM_WEIGHT = 0.5
+"""Weight of a query word's synonym (``defective`` for ``faulty``), counted only when no form
+of the word is in the index: it stands in for the word, as another form of it would."""
+PAST_WEIGHT = STEM_WEIGHT
+"""Weight of a past form of a question's verb after ``did`` (``went`` for ``go``): another
+form of the word, as a stem match is."""
+PLURAL_WEIGHT = STEM_WEIGHT
+"""Weight of a noun's irregular plural or singular (``children`` for ``child``): another form
+of the word, as a stem match is."""
 _KIND_WEIGHT = {
     "stem": STEM_WEIGHT,
     "derived": DERIVED_WEIGHT,
     "variant": VARIANT_WEIGHT,
     "part": PART_WEIGHT,
     "char": CHAR_WEIGHT,
+    "synonym": SYNONYM_WEIGHT,
+    "past": PAST_WEIGHT,
+    "plural": PLURAL_WEIGHT,
 }
 NEIGHBOUR_WEIGHT = 0.1
 """Share of a turn's score lent to each adjacent turn of the same session (0: none)."""
@@ -370,13 +384,19 @@ def _rank(
             found[term] = (word_idf[term], df)
             ranked.weights[term] = word_idf[term]
     exact = set(qterms)
-    for source, extra in stems:
+    formed = {term for term in qterms if term in found}  # query words the index holds
+    # Synonyms last: they count only for a query word no form of which was found.
+    for source, extra in sorted(stems, key=lambda s: s[1].kind == "synonym"):
         if extra.term in exact:
             continue  # an exact term of the query scores as one
+        if extra.kind == "synonym" and source in formed:
+            continue
         raw = txn.get(extra.term.encode(), db=terms_db)
         if raw is None:
             continue
         df = _DF.unpack(raw)[0]
+        if extra.kind == "stem":
+            formed.add(source)
         idf = idf_of(df)
         weight = _KIND_WEIGHT[extra.kind] * min(idf, word_idf.get(source, idf))
         if weight > found.get(extra.term, (0.0, 0))[0]:

@@ -56,6 +56,7 @@ from storage.search.questions import (
     temporal_terms,
     term_weights,
 )
+from storage.search.synonyms import lookups_of, past_forms, past_verb, plural_forms, synonyms
 from storage.search.variants import variants
 
 MAX_TERM_CHARS = 64
@@ -391,7 +392,10 @@ def query_plan(
     identifiers); each single Han/Kana/Hangul character that
     :func:`query_terms` leaves out, as its own source (kind ``"char"``); and a word's
     other writings (kind ``"variant"``: ``eight`` ↔ ``8``, ``neighbour`` ↔ ``neighbor``,
-    :mod:`storage.search.variants`) with their stem terms.
+    :mod:`storage.search.variants`) with their stem terms; and, from WordNet
+    (:mod:`storage.search.synonyms`), a word's synonyms (kind ``"synonym"``), its irregular
+    plurals or singular (``"plural"``) and, for the main verb after ``did``, its past forms
+    (``"past"``), none for a name (a word with a capital after the query's first word).
     """
     every = analyze(text)
     tokens = _query_tokens(text, every)
@@ -418,16 +422,18 @@ def query_plan(
         if t.term in kept and t.term not in others and _plain_word(text, t.start, t.end):
             others[t.term] = variants(t.term)
     for term, found in others.items():
-        for other in found:
-            if other in kept:
-                continue
-            extra.append((term, QueryStem(other, False, False, "variant")))
-            if morphology is not None:  # and the words with its stem (neighbors)
-                extra.extend(
-                    (term, QueryStem(q.term, True, False, "variant"))
-                    for q in morphology.query_stems(other)
-                    if q.stem and q.kind == "stem"
-                )
+        extra.extend(lookups_of(term, found, "variant", kept, morphology))
+    # Synonyms (faulty → defective; ranking counts them only for a word the index lacks in
+    # every form), irregular plurals (children ↔ child), and the past forms of a question's
+    # main verb after "did" (go → went); none for a name (a capital after the first word).
+    named = {t.term for i, t in enumerate(tokens) if i and not text[t.start : t.end].islower()}
+    for term in others:
+        if term not in named:
+            extra.extend(lookups_of(term, synonyms(term), "synonym", kept, morphology))
+            extra.extend(lookups_of(term, plural_forms(term), "plural", kept, morphology))
+    verb = past_verb([t.term for t in tokens], others.keys() - named)
+    if verb is not None:
+        extra.extend(lookups_of(verb, past_forms(verb), "past", kept, morphology))
     if morphology is None:
         return exact, extra
     plain: dict[str, None] = {}

@@ -177,3 +177,70 @@ def test_recalls_recorded_as_observations_share_the_write_of_what_arrives_with_t
     assert stats["joined"] == 4 and stats["batches"] == 2  # three recalls and the claim
     # what the model was shown is the recorded observation's text
     assert "note" in open_reply(run(actor.read_event(observed["ref"])))["text"]
+
+
+def test_observe_and_claim_is_one_call_and_one_write_with_the_history_of_the_two(
+    actor: ContextActor, tmp_path: Path
+) -> None:
+    # the same inputs through the two calls, on a second store
+    two = ContextActor(str(tmp_path / "two"), "ctx")
+    try:
+        eid = new_event_id()
+        for a in (actor, two):
+            receipt = decode_receipt(
+                run(a.submit(payload("(context-tx (base-version 0) (derive note (n 1)))", "c-1")))
+            )
+            assert receipt.committed
+            open_reply(run(a.observe("user_message", "first", session="s")))  # waits
+
+        before = lmdb_writes(actor)
+        both = open_reply(
+            run(actor.observe_and_claim("tool_result", "412", session="s", event_id=eid))
+        )
+        assert lmdb_writes(actor) == before + 1  # one call, one durable write
+        before = lmdb_writes(two)
+        observed = open_reply(run(two.observe("tool_result", "412", session="s", event_id=eid)))
+        claimed = open_reply(run(two.claim()))
+        assert lmdb_writes(two) == before + 2
+
+        assert both == {**observed, **claimed}  # the two replies in one map
+        assert both["claimed"] == ["@e1", "@e2"] and both["advanced"] is True
+        for a in (actor, two):  # the same history: events, tick, version
+            assert open_reply(run(a.meta()))["tick"] == both["tick"]
+            assert open_reply(run(a.version())) == both["version"]
+            event = open_reply(run(a.read_event("@e2")))
+            assert (event["id"], event["text"]) == (eid, "412")
+        events = open_reply(run(actor.state()))["events"]
+        assert events == open_reply(run(two.state()))["events"]
+        assert [(e["ref"], e["kind"]) for e in events] == [
+            ("@e1", "user_message"),
+            ("@e2", "tool_result"),
+        ]
+
+        # a retry under the same event id records nothing twice; it claims what waits then
+        again = open_reply(
+            run(actor.observe_and_claim("tool_result", "412", session="s", event_id=eid))
+        )
+        assert again["duplicate"] is True and again["ref"] == "@e2"
+        assert again["claimed"] == [] and again["advanced"] is False
+    finally:
+        two.close()
+
+
+def test_a_refused_observe_and_claim_commits_nothing(actor: ContextActor) -> None:
+    eid = new_event_id()
+    open_reply(run(actor.observe("tool_result", "original", event_id=eid)))
+    waiting = open_reply(run(actor.observe("user_message", "still waiting")))
+    meta = open_reply(run(actor.meta()))
+    before = lmdb_writes(actor)
+
+    reused = outcome(run(actor.observe_and_claim("tool_result", "other text", event_id=eid)))
+    assert isinstance(reused, RequestError) and reused.code == "event_id_reused"
+    bad = outcome(run(actor.observe_and_claim("tool_result", 412)))  # not text
+    assert isinstance(bad, RequestError) and bad.code == "bad_argument"
+
+    assert lmdb_writes(actor) == before  # nothing written, not even the claim
+    assert open_reply(run(actor.meta())) == meta
+    assert len(open_reply(run(actor.state()))["events"]) == 2
+    # the input that waited is still waiting: the refused call claimed nothing
+    assert open_reply(run(actor.claim()))["claimed"] == ["@e1", waiting["ref"]]

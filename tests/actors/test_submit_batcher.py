@@ -18,16 +18,21 @@ from protocol.errors import NotFound, TransportError
 
 class _Direct:
     """A transport calling a plain ContextActor in this event loop (the actor is real:
-    its inbox, its LMDB store); it counts the calls and the transactions in each."""
+    its inbox, its LMDB store); it counts the calls and the transactions in each. With
+    *hold*, a call waits for ``release`` before it reaches the actor, so a test decides
+    what arrives while a call is out instead of racing a clock."""
 
-    def __init__(self, actor: ContextActor, fail: bool = False) -> None:
+    def __init__(self, actor: ContextActor, fail: bool = False, hold: bool = False) -> None:
         self.actor = actor
         self.sizes: list[int] = []
         self.fail = fail
+        self.release = asyncio.Event() if hold else None
 
     async def call_async(self, call: Call[Any]) -> Any:
         assert call.method == "submit_many"
         self.sizes.append(len(call.args[0]))
+        if self.release is not None:
+            await self.release.wait()
         if self.fail:
             raise TransportError("the actor is gone", code="actor_unavailable")
         return call.decode(await self.actor.submit_many(*call.args))
@@ -41,34 +46,39 @@ def test_transactions_arriving_together_share_calls_each_its_own_receipt(
     tmp_path: Path,
 ) -> None:
     actor = ContextActor(str(tmp_path), "ctx")
-    transport = _Direct(actor)
-    batcher = SubmitBatcher(transport)  # type: ignore[arg-type]
 
-    async def crowd() -> list[Any]:
-        texts = [f"(context-tx (base-version 0) (derive n{i} (step {i})))" for i in range(40)]
+    async def crowd() -> tuple[_Direct, SubmitBatcher, list[Any]]:
+        transport = _Direct(actor, hold=True)
+        batcher = SubmitBatcher(transport)  # type: ignore[arg-type]
+        texts = [f"(context-tx (base-version 0) (derive n{i} (step {i})))" for i in range(45)]
         texts[7] = "(context-tx (base-version 0) (revise missing (step 7)))"  # rejected
         payloads = [_payload(t) for t in texts]
         payloads[9] = b"\x01not msgpack"  # undecodable: its own wire rejection
-
-        async def later(i: int) -> Any:  # the first 20 together, then one every 2 ms
-            await asyncio.sleep(max(0, i - 19) * 0.002)
-            return await batcher.submit(payloads[i])
-
-        return await asyncio.gather(*(later(i) for i in range(40)), return_exceptions=True)
+        first = [asyncio.ensure_future(batcher.submit(p)) for p in payloads[:20]]
+        while not transport.sizes:  # one turn of the loop: the first 20 are one call
+            await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(batcher.submit(p)) for p in payloads[20:]]
+        await asyncio.sleep(0)
+        assert transport.release is not None
+        transport.release.set()
+        got = await asyncio.gather(*first, *rest, return_exceptions=True)
+        lone = await batcher.submit(_payload("(context-tx (base-version 0) (derive alone))"))
+        return transport, batcher, [*got, lone]
 
     try:
-        got = asyncio.run(crowd())
+        transport, batcher, got = asyncio.run(crowd())
     finally:
         actor.close()
-    assert sum(transport.sizes) == 40
-    assert transport.sizes[0] == 20  # arrived in one turn of the loop: one call
-    assert 2 <= len(transport.sizes) < 21  # the rest: what arrived while a call was out
-    assert batcher.calls == len(transport.sizes)
+    # the first 20 arrived in one turn: one call; the 25 that arrived while it was out:
+    # the next call; a caller arriving alone later waits for no one
+    assert transport.sizes == [20, 25, 1]
+    assert batcher.calls == 3
     committed = [r for r in got if not isinstance(r, BaseException) and r.committed]
-    assert len(committed) == 38
-    assert sorted(r.version for r in committed) == list(range(1, 39))
+    assert len(committed) == 44
+    assert sorted(r.version for r in committed) == list(range(1, 45))
     assert not got[7].committed and got[7].errors
     assert not got[9].committed and got[9].errors[0].code == "wire_error"
+    assert got[-1].committed and got[-1].version == 44
 
 
 def test_a_call_that_fails_as_a_whole_fails_every_caller_in_it(tmp_path: Path) -> None:

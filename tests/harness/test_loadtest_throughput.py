@@ -156,6 +156,21 @@ def test_a_stopped_pipelined_agent_answers_its_records(tmp_path: Path) -> None:
     assert steps == list(range(len(steps)))  # step numbers run on across planning rounds
 
 
+def test_an_agent_warms_up_with_reads_that_change_nothing(tmp_path: Path) -> None:
+    actor = ContextActor(str(tmp_path), "ctx")
+    handle = _Counting(actor)
+    agent = AgentThread()
+    agent._handles[("ctx", "morphz")] = handle  # type: ignore[assignment]
+    try:
+        asyncio.run(agent.warm("ctx", "morphz", 5))
+        assert handle.reads == 5 and handle.calls == 5  # reads, one after the other
+        assert agent.calls == 0  # not the load's calls: calls per commit leaves them out
+        assert open_reply(asyncio.run(actor.version())) == 0
+        assert open_reply(asyncio.run(actor.state()))["events"] == []
+    finally:
+        actor.close()
+
+
 @pytest.mark.ray
 def test_the_baseline_and_the_costs_are_measured_in_the_same_run(
     ray_cluster: RayCluster,

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import storage.search.format as format_module
+import storage.search.synonyms as synonyms_module
 import tests.storage.test_search_index as search_tests
 from protocol.errors import RequestError
-from storage.search import INDEX_FORMAT, LexicalIndex
+from storage.search import INDEX_FORMAT, LexicalIndex, wordnet
 from storage.search.morphology import (
     LANGUAGES_ENV,
     PART_MARK,
@@ -459,3 +460,133 @@ def test_numbers_in_words_and_in_digits_and_spellings_find_each_other(c: Ctx) ->
     assert c.ids("color") == [colours]
     assert c.ids("center") == [centre]
     assert c.ids("v2-eight") == [] and c.ids("ORD-5") == []
+
+
+def test_synonyms_stand_in_for_a_question_word_the_context_never_uses(
+    c: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kettle, holiday, _ = c.add(
+        "the kettle arrived defective",
+        "we booked a holiday in Spain",
+        "nothing related here",
+    )
+    # WordNet synonyms (both words mostly mean it), of the word or of its base form.
+    assert c.ids("faulty appliance") == [kettle]
+    assert c.ids("vacations") == [holiday]
+    assert "arrived «defective»" in c.index.search("faulty").hits[0].snippet
+    # Weaker than the word: a synonym scores half what the word itself would.
+    assert c.index.search("faulty").hits[0].score == pytest.approx(
+        0.5 * c.index.search("defective").hits[0].score
+    )
+    # Not for a name (a capital after the first word).
+    assert c.ids("Lost Vacation") == []
+    # A word the context uses, in any form, is taken at its word: no synonyms.
+    monkeypatch.setattr(synonyms_module, "SYNONYMS", False)
+    assert c.ids("vacations") == [] and c.ids("faulty appliance") == []
+    monkeypatch.setattr(synonyms_module, "SYNONYMS", True)
+    (plans,) = c.add("our vacation plans fell through")
+    assert c.ids("vacations") == [plans]
+
+
+def test_a_past_question_finds_its_verb_in_the_past_tense(
+    c: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    went, group = c.add(
+        "I went to the pottery class with my sister",
+        "to the pottery class",
+    )
+    question = "When did she go to the pottery class?"
+    assert c.ids(question)[0] == went
+    assert "I «went» «to»" in c.index.search(question).hits[0].snippet
+    monkeypatch.setattr(synonyms_module, "PAST_FORMS", False)
+    assert c.ids(question)[0] == group  # the shorter turn, without the rule
+    monkeypatch.setattr(synonyms_module, "PAST_FORMS", True)
+
+    def past(query: str) -> set[str]:
+        return {q.term for _, q in query_plan(query, ENGLISH)[1] if q.kind == "past" and not q.stem}
+
+    # Only the main verb after "did": not an infinitive, not another clause, not a name.
+    assert past("What did Mel buy for her daughter?") == {"bought"}
+    assert past("Where did the customer come across the slip?") == {"came"}
+    assert past("Did she offer to help find it?") == set()
+    assert past("Which flight did she pick and when does it leave?") == set()
+    assert past("When does she go to the class?") == set()
+
+
+def test_irregular_plurals_and_singulars_find_each_other(
+    c: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = {
+        "child": "the children loved the zoo",
+        "foot": "my feet hurt after the hike",
+        "women": "a woman from the club called",
+    }
+    refs = dict(zip(texts, c.add(*texts.values(), "nothing related here"), strict=False))
+    for query, ref in refs.items():
+        assert c.ids(query) == [ref], query
+    # Another form of the word: ranked below the form itself.
+    (child,) = c.add("the child loved the zoo")
+    assert c.ids("child") == [child, refs["child"]]
+    monkeypatch.setattr(synonyms_module, "PLURALS", False)
+    assert c.ids("foot") == [] and c.ids("women") == []
+
+
+def test_without_the_wordnet_tables_search_answers_as_without_the_rules(
+    c: Ctx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kettle, _ = c.add("the kettle arrived defective", "the children loved it")
+    tables = (
+        synonyms_module._synonym_table,
+        synonyms_module._verb_table,
+        synonyms_module._plural_table,
+    )
+    monkeypatch.setattr(synonyms_module, "DATA", tmp_path / "missing")
+    for table in tables:
+        table.cache_clear()
+    try:
+        assert synonyms_module.synonyms("faulty") == ()
+        assert synonyms_module.past_forms("go") == synonyms_module.plural_forms("child") == ()
+        assert c.ids("faulty") == [] and c.ids("child") == [] and c.ids("defective") == [kettle]
+    finally:
+        monkeypatch.undo()
+        for table in tables:
+            table.cache_clear()
+    assert c.ids("faulty") == [kettle]
+
+
+def test_the_wordnet_tables_are_built_from_dominant_senses(tmp_path: Path) -> None:
+    # A WordNet 3.0 dict directory in miniature: three noun synsets, one verb exception.
+    (tmp_path / "data.noun").write_text(
+        "  1 licence header line\n"
+        "00000001 06 n 02 parcel 0 package 0 000 | a wrapped container\n"
+        "00000002 06 n 02 parcel 0 lot 0 000 | a piece of land\n"
+        "00000003 06 n 02 package 0 software_package 0 000 | a program\n",
+        encoding="latin-1",
+    )
+    (tmp_path / "index.noun").write_text(
+        "parcel n 2 0 2 0 00000001 00000002\n"
+        "package n 2 0 2 0 00000001 00000003\n"
+        "lot n 1 0 1 0 00000002\n"
+        "software_package n 1 0 1 0 00000003\n"
+        "chairman n 1 0 1 0 00000004\n",
+        encoding="latin-1",
+    )
+    (tmp_path / "index.sense").write_text(
+        "parcel%1:06:00:: 00000001 1 8\n"
+        "parcel%1:06:01:: 00000002 2 2\n"
+        "package%1:06:00:: 00000001 1 5\n"
+        "package%1:06:01:: 00000003 2 1\n"
+        "lot%1:06:00:: 00000002 1 1\n"
+        "lot%4:02:00:: 00000009 1 9\n",
+        encoding="latin-1",
+    )
+    (tmp_path / "verb.exc").write_text("went go\nstopped stop\n", encoding="latin-1")
+    (tmp_path / "noun.exc").write_text("children child\nbases base\n", encoding="latin-1")
+    for name in ("data.verb", "data.adj", "index.verb", "index.adj"):
+        (tmp_path / name).write_text("", encoding="latin-1")
+    # parcel/package share their dominant sense; "lot" mostly means something else (an
+    # adverb's 9 uses of 10); "software_package" is no single word.
+    assert wordnet.synonym_sets(tmp_path) == [("parcel", "package")]  # the most used first
+    # Snowball already joins "stopped" to "stop".
+    assert wordnet.verb_forms(tmp_path) == {"go": ("went",)}
+    assert wordnet.plurals(tmp_path) == {"chairman": ("chairmen",), "child": ("children",)}
