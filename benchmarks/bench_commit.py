@@ -624,10 +624,10 @@ def _callgrind(kind: str, n: int, total: int, batch: int, parent: str) -> int:
 def compiled_modules() -> list[str]:
     """The commit path's modules this run loads compiled (``./dev compile``), if any."""
     import protocol.engine.records
-    import protocol.state
+    import protocol.view
     import storage.lmdb.views
 
-    mods = (protocol.engine.records, protocol.state, storage.lmdb.views)
+    mods = (protocol.engine.records, protocol.view, storage.lmdb.views)
     return [m.__name__ for m in mods if not (m.__file__ or "").endswith(".py")]
 
 
