@@ -30,11 +30,12 @@ def _compiled() -> tuple[list[str], list[str]]:
     """The modules ``./dev compile`` built (Python loads them instead of their sources) and
     the sources changed since (what the tests would not be testing)."""
     root = Path(__file__).resolve().parent.parent
-    groups = sorted(root.glob("*__mypyc.cpython-*.so"))
+    groups = sorted(root.glob("protocol/_compiled__mypyc.cpython-*.so"))
     built = sorted(
         str(p.relative_to(root)).split(".", 1)[0].replace("/", ".")
         for d in ("protocol", "storage")
         for p in (root / d).rglob("*.cpython-*.so")
+        if not p.name.startswith("_compiled__mypyc.")
     )
     if not groups:
         return built, []
