@@ -26,8 +26,9 @@ Rounds interleave the measured and baseline runs so drift on a shared machine
 hits both. Timings are printed, never asserted.
 
 ``--instructions`` counts instructions instead, which do not move with the
-machine's load: each kind of write (single commit, group commit, and their raw
-put baselines) runs in a child under ``valgrind --tool=callgrind`` twice, once
+machine's load: each kind of write (single commit, group commit, group commit as a
+context actor hands it, and their raw put baselines) runs in a child under
+``valgrind --tool=callgrind`` twice, once
 writing nothing and once writing N transactions after the same setup; the
 difference over N is the instructions per transaction (Python included).
 """
@@ -388,6 +389,7 @@ def run(args: argparse.Namespace, where: str) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "benchmark": "bench_commit",
         "machine": testbed.machine(where),
+        "compiled": compiled_modules(),
         "transaction": TX,
         "write": sizes,
         "baseline_value_bytes": sizes["bytes"],
@@ -551,7 +553,7 @@ def anatomy(where: str, commits: int, batch: int, groups: int) -> dict[str, Any]
     }
 
 
-INSTRUCTION_KINDS = ("single", "group", "raw_single", "raw_group")
+INSTRUCTION_KINDS = ("single", "group", "actor", "raw_single", "raw_group")
 
 
 def instructions_child(kind: str, n: int, total: int, batch: int, where: str) -> None:
@@ -567,13 +569,17 @@ def instructions_child(kind: str, n: int, total: int, batch: int, where: str) ->
         work = Workload(ctx, observe_all(ctx, total + WARM_UP + 1))
         size = write_size(store, parse_tx(work.texts(1)[0]))["bytes"]
         commit_each(ctx, [parse_tx(t) for t in work.texts(WARM_UP)])
-        txs = [parse_tx(t) for t in work.texts(total)]
+        texts = work.texts(total)
+        txs = [parse_tx(t) for t in texts]
+        sent = submitted(texts)
         raw = RawLmdb(os.path.join(where, "raw"), size)
         raw.puts(WARM_UP, 1)
         if kind == "single":
             commit_each(ctx, txs[:n])
         elif kind == "group":
             commit_groups(ctx, txs[:n], batch)
+        elif kind == "actor":
+            commit_groups_as_actor(ctx, sent[:n], batch)
         elif kind == "raw_single":
             raw.puts(n, 1)
         else:
@@ -615,6 +621,16 @@ def _callgrind(kind: str, n: int, total: int, batch: int, parent: str) -> int:
         shutil.rmtree(where, ignore_errors=True)
 
 
+def compiled_modules() -> list[str]:
+    """The commit path's modules this run loads compiled (``./dev compile``), if any."""
+    import protocol.engine.records
+    import protocol.view
+    import storage.lmdb.views
+
+    mods = (protocol.engine.records, protocol.view, storage.lmdb.views)
+    return [m.__name__ for m in mods if not (m.__file__ or "").endswith(".py")]
+
+
 def count_instructions(n: int, batch: int, parent: str) -> dict[str, Any]:
     """Instructions per transaction of each kind of write, by difference of two children."""
     per_tx: dict[str, int] = {}
@@ -624,11 +640,155 @@ def count_instructions(n: int, batch: int, parent: str) -> dict[str, Any]:
         per_tx[kind] = round((full - empty) / n)
     return {
         "benchmark": "bench_commit --instructions",
+        "compiled": compiled_modules(),
         "transactions": n,
         "batch": batch,
         "instructions_per_tx": per_tx,
         "single_over_raw": testbed.ratio(per_tx["single"], per_tx["raw_single"]),
         "group_over_raw": testbed.ratio(per_tx["group"], per_tx["raw_group"]),
+    }
+
+
+# -- --phases: the group commit's instructions phase by phase ----------------------------
+
+PHASES: tuple[tuple[str, str, str], ...] = (
+    # (phase, module, attribute the commit path calls it by)
+    ("prepare", "service.transactions", "prepare"),
+    ("evaluate", "service.transactions", "evaluate"),
+    ("digest", "protocol.engine.evaluation", "tx_digest"),
+    ("check_client", "protocol.engine.evaluation", "check_client"),
+    ("check_base", "protocol.engine.evaluation", "check_base"),
+    ("decision", "protocol.engine.evaluation", "Decision"),
+    ("successor_rule", "protocol.engine.evaluation", "successor_rule"),
+    ("records", "protocol.engine.evaluation", "commit"),
+    ("receipt", "protocol.engine.records", "committed_receipt"),
+    ("net_relations", "protocol.engine.records", "_net_relations"),
+    ("changeset", "protocol.engine.records", "Changeset"),
+)
+OPERATION_PHASES = ("derive", "relate", "retire")
+PHASE_NAMES = (
+    ("total",) + tuple(p[0] for p in PHASES) + OPERATION_PHASES + ("apply", "flush", "to_dict")
+)
+
+
+def _marker_source() -> str:
+    """C source of a module of one-line trampolines, one per phase: ``name(fn, *args)``
+    calls ``fn(*args)`` from a C function of its own, which callgrind counts inclusively."""
+    out = ["#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n"]
+    for name in PHASE_NAMES:
+        out.append(
+            f"__attribute__((noinline)) static PyObject *ph_{name}(PyObject *self, "
+            "PyObject *args, PyObject *kw) {\n"
+            "  PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));\n"
+            "  if (rest == NULL) return NULL;\n"
+            "  PyObject *r = PyObject_Call(PyTuple_GET_ITEM(args, 0), rest, kw);\n"
+            "  Py_DECREF(rest);\n  return r;\n}\n"
+        )
+    table = "".join(
+        f'  {{"{n}", (PyCFunction)(void (*)(void))ph_{n}, METH_VARARGS | METH_KEYWORDS, NULL}},\n'
+        for n in PHASE_NAMES
+    )
+    out.append(f"static PyMethodDef methods[] = {{\n{table}  {{NULL, NULL, 0, NULL}}}};\n")
+    out.append(
+        'static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "phase_markers", NULL, -1, '
+        "methods};\nPyMODINIT_FUNC PyInit_phase_markers(void) "
+        "{ return PyModule_Create(&module); }\n"
+    )
+    return "".join(out)
+
+
+def _build_markers(where: str) -> None:
+    """Compile the trampolines into *where* with the C compiler Python was built with."""
+    import sysconfig
+
+    source = os.path.join(where, "phase_markers.c")
+    with open(source, "w", encoding="ascii") as f:
+        f.write(_marker_source())
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-g", "-fno-ipa-icf", f"-I{include}", source, "-o"]
+        + [os.path.join(where, "phase_markers" + suffix)],
+        check=True,
+    )
+
+
+def phases_child(n: int, batch: int, where: str) -> None:
+    """Group-commit *n* transactions as a context actor hands them, each phase wrapped in
+    its trampoline (run under callgrind)."""
+    import importlib
+
+    sys.path.insert(0, where)
+    markers = importlib.import_module("phase_markers")
+    store = LmdbStore.open(os.path.join(where, "context"), sync=False)
+    try:
+        ctx = Context(store)
+        _check(ctx.commit(BASE_TX))
+        work = Workload(ctx, observe_all(ctx, n + WARM_UP))
+        commit_each(ctx, [parse_tx(t) for t in work.texts(WARM_UP)])
+        sent = submitted(work.texts(n))
+
+        def wrapped(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            mark = getattr(markers, name)
+            return lambda *a, **k: mark(fn, *a, **k)
+
+        for name, module, attr in PHASES:
+            mod = importlib.import_module(module)
+            setattr(mod, attr, wrapped(name, getattr(mod, attr)))
+        from protocol.engine.operations import HANDLERS
+        from protocol.tx import Derive, Relate, Retire
+        from protocol.view import BatchView
+
+        for cls, name in ((Derive, "derive"), (Relate, "relate"), (Retire, "retire")):
+            HANDLERS[cls] = wrapped(name, HANDLERS[cls])
+        for name, attr in (("apply", "apply"), ("flush", "flush")):
+            setattr(BatchView, attr, wrapped(name, getattr(BatchView, attr)))
+
+        def run() -> None:
+            for k in range(0, n, batch):
+                for receipt in ctx.commit_many(sent[k : k + batch]):
+                    _check(receipt)
+                    markers.to_dict(receipt.to_dict)
+
+        markers.total(run)
+    finally:
+        store.close()
+
+
+def count_phases(n: int, batch: int, parent: str) -> dict[str, Any]:
+    """Instructions per transaction of each phase (inclusive), from one callgrind run."""
+    import re
+
+    where = tempfile.mkdtemp(prefix="morphz-bench-commit-phases-", dir=parent)
+    out = os.path.join(where, "callgrind.out")
+    try:
+        _build_markers(where)
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+            + [os.path.abspath(__file__), "--phases-child", str(n), str(batch), where],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        text = subprocess.run(
+            ["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) .*phase_markers\.c:ph_(\w+) ", line)
+        if m and m.group(2) not in found:
+            found[m.group(2)] = round(int(m.group(1).replace(",", "")) / n)
+    return {
+        "benchmark": "bench_commit --phases",
+        "transactions": n,
+        "batch": batch,
+        "instructions_per_tx": {name: found.get(name, 0) for name in PHASE_NAMES},
     }
 
 
@@ -645,6 +805,7 @@ def report(f: dict[str, Any]) -> str:
     lines = [
         "bench_commit: durable commits (sync=True) of one typical transaction",
         "  " + testbed.describe(f["machine"]),
+        "  compiled modules (./dev compile): " + (", ".join(f["compiled"]) or "none"),
         f"  one commit writes {w['puts']} puts + {w['deletes']} deletes, "
         f"{w['bytes']:,} bytes of keys and values; its txlog record alone is "
         f"{w['txlog_record_bytes']:,} bytes (msgpack)",
@@ -747,7 +908,15 @@ def main(argv: list[str] | None = None) -> None:
         help="where one commit's write goes: rows, bytes and depth per named database, "
         "pages written, and the time split (engine, encoding, LMDB puts, commit+fsync)",
     )
+    parser.add_argument(
+        "--phases",
+        type=int,
+        metavar="N",
+        help="instructions per transaction of each phase of a group commit as a context actor "
+        "hands it (callgrind over N transactions, from source; needs valgrind and a C compiler)",
+    )
     parser.add_argument("--instructions-child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--phases-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.anatomy:
         parent = args.dir or testbed.scratch_parent()
@@ -757,6 +926,25 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             shutil.rmtree(where, ignore_errors=True)
         print(json.dumps(found, indent=2) if args.json else anatomy_report(found))
+        return
+    if args.phases_child:
+        n, batch, where = args.phases_child
+        phases_child(int(n), int(batch), where)
+        return
+    if args.phases is not None:
+        if args.phases < args.batch or args.phases % args.batch:
+            parser.error("--phases wants a positive multiple of --batch")
+        if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+            parser.error("--phases needs valgrind and callgrind_annotate on the PATH")
+        if compiled_modules():
+            parser.error("--phases wraps functions of the sources: run ./dev pure first")
+        phases = count_phases(args.phases, args.batch, args.dir or testbed.scratch_parent())
+        if args.json:
+            print(json.dumps(phases, indent=2))
+        else:
+            print(f"instructions per transaction, phase by phase (inclusive), over {args.phases}:")
+            for name, count in phases["instructions_per_tx"].items():
+                print(f"  {name:<16}{count:>10,}")
         return
     if args.instructions_child:
         kind, n, total, batch, where = args.instructions_child
@@ -773,7 +961,10 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(counts, indent=2))
         else:
             per = counts["instructions_per_tx"]
-            print(f"instructions per transaction over {args.instructions} (callgrind):")
+            print(
+                f"instructions per transaction over {args.instructions} (callgrind; compiled "
+                f"modules: {', '.join(counts['compiled']) or 'none'}):"
+            )
             for kind in INSTRUCTION_KINDS:
                 print(f"  {kind:<12}{per[kind]:>12,}")
             print(

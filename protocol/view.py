@@ -104,7 +104,7 @@ class Changeset:
     due_del: list[tuple[int, str]] = field(default_factory=list)
     inbox_add: list[int] = field(default_factory=list)
     inbox_del: list[int] = field(default_factory=list)
-    client: tuple[str, int, bytes] | None = None
+    client: tuple[str, int, bytes | bytearray] | None = None
     txlog: dict[str, Any] | None = None
     history: list[tuple[str, int]] = field(default_factory=list)
     """``(frame id, version)``: the frame's record in ``frames`` is kept as of that version."""

@@ -25,6 +25,44 @@ from tests.actors.cluster import NODE2, RayCluster
 from tests.embedding_server import embedding_server  # noqa: F401  (the fixture, for every test)
 from tests.examples import QUICK, QUICK_DEFAULT
 
+
+def _compiled() -> tuple[list[str], list[str]]:
+    """The modules ``./dev compile`` built (Python loads them instead of their sources) and
+    the sources changed since (what the tests would not be testing)."""
+    root = Path(__file__).resolve().parent.parent
+    groups = sorted(root.glob("*__mypyc.cpython-*.so"))
+    built = sorted(
+        str(p.relative_to(root)).split(".", 1)[0].replace("/", ".")
+        for d in ("protocol", "storage")
+        for p in (root / d).rglob("*.cpython-*.so")
+    )
+    if not groups:
+        return built, []
+    since = groups[0].stat().st_mtime
+    stale = [
+        str(p.relative_to(root))
+        for d in ("protocol", "storage")
+        for p in (root / d).rglob("*.py")
+        if p.stat().st_mtime > since
+    ]
+    return built, stale
+
+
+COMPILED, _STALE = _compiled()
+if _STALE:
+    raise pytest.UsageError(
+        f"{', '.join(_STALE[:5])} changed after ./dev compile built the compiled modules: "
+        "run ./dev compile again (or ./dev pure to run from source)"
+    )
+
+
+def pytest_report_header() -> str:
+    """Whether this run tests the compiled build or the sources alone."""
+    if COMPILED:
+        return "morphz: compiled modules (./dev compile): " + ", ".join(COMPILED)
+    return "morphz: pure Python (no compiled modules)"
+
+
 if QUICK:  # the fast loop (``./dev check``): fewer examples; CI draws them all
     settings.register_profile("quick", max_examples=QUICK_DEFAULT)
     settings.load_profile("quick")

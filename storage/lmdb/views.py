@@ -70,7 +70,9 @@ def _guard(method: Callable[Concatenate[_V, P], R]) -> Callable[Concatenate[_V, 
         try:
             return method(self, *args, **kwargs)
         except lmdb.Error as e:
-            raise self._failed(e) from e
+            failed = self._failed(e)
+            failed.__cause__ = e  # set as well: the compiled build (mypyc) loses this chain
+            raise failed from e
 
     return guarded
 
