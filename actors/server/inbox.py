@@ -24,10 +24,15 @@ write answers them. Starting the next write at once with whatever else is
 pending splits them into cohorts that alternate between writes (at 8 such
 callers, writes of 2-3 transactions each). So after a write, the inbox waits
 for as many arrivals as the write answered, at most *gather* seconds from the
-answer (and no longer than the write itself took), before it starts the next
-write: the callers it answered join the same write as those that arrived
-during the previous one. A lone caller is never kept waiting (its own arrival
-is the one expected), and a full write (*max_batch*) starts at once.
+answer, before it starts the next write: the callers it answered join the same
+write as those that arrived during the previous one. A lone caller is never
+kept waiting (its own arrival is the one expected), and a full write
+(*max_batch*) starts at once. Once a gathering is waited out (callers that
+did not come back in time: they stopped, or think between transactions), the
+next one waits no longer than the write itself took, until a gathering ends
+by the callers' return again: callers that come back slower than a write
+takes (a fast disk, a loaded machine) are still waited for, and callers that
+come back rarely cost a write the full bound at most once in a row.
 """
 
 from __future__ import annotations
@@ -121,6 +126,7 @@ class Inbox:
         self._returning = 0  # callers the last write answered that have not come back yet
         self._gather_until = 0.0  # how long the next write waits for them (loop time)
         self._gathered: asyncio.Future[bool] | None = None  # True: they are all back
+        self._came_back = True  # the last gathering ended by its callers' return
         self._flusher: asyncio.Task[None] | None = None
         self._turn: dict[str, asyncio.Future[Any]] = {}  # frame -> the writer whose turn it is
         self._held: dict[str, deque[_Item]] = {}  # frame -> writers waiting for the turn
@@ -193,7 +199,8 @@ class Inbox:
                 answered += 1
             now = loop.time()
             self._returning = answered
-            self._gather_until = now + min(self.gather, now - started)
+            bound = self.gather if self._came_back else min(self.gather, now - started)
+            self._gather_until = now + bound
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait (boundedly) for the callers the last write answered, unless the next write
@@ -205,7 +212,8 @@ class Inbox:
         self._gathered = gathered = loop.create_future()
         timer = loop.call_later(wait, _settle, gathered)
         try:
-            if not await gathered:
+            self._came_back = await gathered
+            if not self._came_back:
                 self.waited_out += 1
         finally:
             timer.cancel()
