@@ -237,7 +237,7 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     from actors.cluster.directory_handle import directory
     from actors.cluster.leadership import newer_term, standby_wanted
     from actors.cluster.placing import place
-    from protocol.errors import MorphzError
+    from protocol.errors import MorphzError, TransportError
 
     lost = multi.node_ids[1]
     pinned_call(lost, _create_directory, NAMESPACE)  # the directory starts on node 1
@@ -288,7 +288,15 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     where = _directory_node(directory(NAMESPACE))
     assert where != lost, where
     promoted = lookup("dir-rep", NAMESPACE)
-    assert promoted.submit(_tx("b", 0), client_id="b-0").committed
+    unacknowledged = 0
+    while True:  # its new follower may still be on its way: the documented retry, same id
+        try:
+            assert promoted.submit(_tx("b", 0), client_id="b-0").committed
+            break
+        except TransportError as e:
+            if e.code != "replicas_unavailable" or unacknowledged >= 2:
+                raise
+            unacknowledged += 1  # durable on the new primary, not yet on a follower
     logged = _log_of(promoted)
     for r in acked:
         assert logged[str(r.client_id)] == r.version, r
@@ -298,6 +306,7 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
         "placement_recorded_after_s": round(done["recorded"], 2),
         "placed_after_s": round(done["placed"], 2),
         "promoted_after_s": round(done["promoted"], 2),
+        "first_write_unacknowledged": unacknowledged,
         "taken_over_after_s": round(led_at - removed_wall, 2),
         # (none when the lost directory recorded the promotion itself before it went)
         "promotion_decided_after_s": (
