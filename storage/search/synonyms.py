@@ -177,8 +177,7 @@ def lookups_of(
     """The lookups of other words *found* for query *term* (its other writings, synonyms,
     plurals or past forms, of *kind*), each word not already a query term (in *kept*).
 
-    An other writing (``"variant"``) looks up its exact term and its stem term. The others
-    look up what finds every word with their stem, each document once: the stem term and
+    Each looks up what finds every word with its stem, each document once: the stem term and
     the stem as a word (``defective`` → ``\\x01english:defect``, ``defect``), and the exact
     term only where it is its own stem (``holiday``, ``went``), as a document with it holds
     no stem term then.
@@ -192,10 +191,6 @@ def lookups_of(
             if morphology is not None
             else []
         )
-        if kind == "variant":  # and the words with its stem (neighbors)
-            out.append((term, QueryStem(other, False, False, kind)))
-            out.extend((term, QueryStem(q.term, True, False, kind)) for q in stems if q.stem)
-            continue
         if not any(q.with_word for q in stems):
             out.append((term, QueryStem(other, False, False, kind)))
         out.extend((term, QueryStem(q.term, q.stem, False, kind)) for q in stems)

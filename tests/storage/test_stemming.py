@@ -460,6 +460,12 @@ def test_numbers_in_words_and_in_digits_and_spellings_find_each_other(c: Ctx) ->
     assert c.ids("color") == [colours]
     assert c.ids("center") == [centre]
     assert c.ids("v2-eight") == [] and c.ids("ORD-5") == []
+    # An inflected other writing counts once, as the word in that form would.
+    (organized,) = c.add("they organized the whole trip")
+    assert c.ids("organised") == [organized]
+    assert c.index.search("organised").hits[0].score == pytest.approx(
+        c.index.search("organized").hits[0].score
+    )
 
 
 def test_synonyms_stand_in_for_a_question_word_the_context_never_uses(
