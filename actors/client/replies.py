@@ -27,9 +27,11 @@ from protocol.errors import (
     StoreError,
     StoreFull,
     StoreLocked,
+    TransportError,
     WireError,
 )
 from protocol.replies import plain
+from protocol.turns import InputOverflow
 from protocol.wire import pack, unpack
 
 ERROR_TYPES: dict[str, type[MorphzError]] = {
@@ -45,15 +47,20 @@ ERROR_TYPES: dict[str, type[MorphzError]] = {
         StoreError,
         StoreFull,
         StoreLocked,
+        TransportError,
         WireError,
+        InputOverflow,
     )
 }
-"""The exception classes an error map may name; anything else decodes as MorphzError."""
+"""The exception classes an error map may name; anything else decodes as MorphzError.
+A class outside it (a store's own ``MapFull``) is sent as its nearest ancestor here,
+so a caller catching ``StoreError`` or ``TransportError`` catches it across an actor."""
 
 
 def error_doc(e: MorphzError) -> dict[str, Any]:
     """The error map of *e*: its class name, stable code, message and extra fields."""
-    doc: dict[str, Any] = {"type": type(e).__name__, "code": e.code, "message": e.message}
+    known = next(c for c in type(e).__mro__ if c.__name__ in ERROR_TYPES)
+    doc: dict[str, Any] = {"type": known.__name__, "code": e.code, "message": e.message}
     if isinstance(e, ParseError):
         doc["line"] = e.line
         doc["column"] = e.column

@@ -19,7 +19,9 @@ from protocol.errors import (
     OutOfRange,
     ParseError,
     RequestError,
+    StoreError,
     StoreLocked,
+    TransportError,
     WireError,
 )
 from protocol.receipts import Receipt
@@ -149,6 +151,15 @@ def test_error_maps_round_trip() -> None:
         assert (back.code, back.message) == (exc.code, exc.message)
     parse = rebuild_error(open_reply_error(ParseError("bad", 2, 3)))
     assert isinstance(parse, ParseError) and (parse.line, parse.column) == (2, 3)
+    # a follower-less write's refusal keeps its class, so a caller's retry on it works
+    unacked = TransportError("only 0 of 1 followers", code="replicas_unavailable")
+    back = rebuild_error(open_reply_error(unacked))
+    assert type(back) is TransportError and back.code == "replicas_unavailable"
+
+    class MapFull(StoreError):  # a store's own class travels as its nearest known ancestor
+        code = "map_full"
+
+    assert type(rebuild_error(open_reply_error(MapFull("full")))) is StoreError
     unknown = rebuild_error({"type": "KeyError", "code": "x", "message": "m"})
     assert type(unknown) is MorphzError and unknown.code == "x"
 
