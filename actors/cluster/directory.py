@@ -351,9 +351,8 @@ class DirectoryActor(HostTable, Leadership):
     @leading
     async def recent_failovers(self) -> bytes:
         """The supervisor's recent promotions (at most ``actors.cluster.failover.HISTORY``),
-        newest last: each ``{"context", "epoch", "cause", "silent_s", "at", "fenced_s",
-        "recorded_s", "serving_s", "replacements"}`` (``at`` on the wall clock, the others
-        seconds from it). Memory only: a restarted directory starts with none."""
+        newest last, with their times (``DirectoryHandle.failovers`` lists the fields).
+        Memory only: a restarted directory starts with none."""
         self._ensure_watch()
         return ok(list(self.failovers))
 

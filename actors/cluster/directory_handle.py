@@ -98,7 +98,11 @@ class DirectoryHandle:
         """The supervisor's recent promotions, newest last: why (``cause``: ``hung``,
         ``unreachable``, ``node lost``, ``raylet down``), how long the primary's pings had
         been missed (``silent_s``, for a hang), and the seconds from the decision to the
-        followers fenced, the new entry recorded and the new primary serving."""
+        followers fenced (``fenced_s``), the replacement followers assigned or started
+        (``recruited_s``; ``spares`` of the ``replacements`` were warm spares), the new
+        entry recorded (``recorded_s``), the new primary serving (``serving_s``) and every
+        replacement follower holding its snapshot (``replacement_serving_s``: None until
+        then; a commit that needs a replacement's acknowledgement waits for it)."""
         return list(self.transport.call(Call("recent_failovers", (), open_reply, guarded=False)))
 
     def register_node(self, node_id: str, store_root: str) -> None:
