@@ -51,6 +51,7 @@ from actors.client.names import (
 )
 from actors.client.nodes import (
     alive_nodes,
+    check_node,
     pinned,
 )
 from actors.client.replies import failed, ok
@@ -379,10 +380,8 @@ class DirectoryActor(HostTable, Leadership):
         try:
             async with self._guard():
                 self._admin(capability, ALL, "register_node")
-                check_text(node_id, "node id")
+                check_node(node_id)  # a live node: NotFound otherwise
                 check_text(store_root, "store root")
-                if not node_id:
-                    raise RequestError("a node id is a non-empty string", code="bad_argument")
                 if not os.path.isabs(store_root):
                     raise RequestError(
                         f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
