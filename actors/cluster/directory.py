@@ -51,6 +51,7 @@ from actors.client.names import (
 )
 from actors.client.nodes import (
     alive_nodes,
+    check_node,
     pinned,
 )
 from actors.client.replies import failed, ok
@@ -351,9 +352,8 @@ class DirectoryActor(HostTable, Leadership):
     @leading
     async def recent_failovers(self) -> bytes:
         """The supervisor's recent promotions (at most ``actors.cluster.failover.HISTORY``),
-        newest last: each ``{"context", "epoch", "cause", "silent_s", "at", "fenced_s",
-        "recorded_s", "serving_s", "replacements"}`` (``at`` on the wall clock, the others
-        seconds from it). Memory only: a restarted directory starts with none."""
+        newest last, with their times (``DirectoryHandle.failovers`` lists the fields).
+        Memory only: a restarted directory starts with none."""
         self._ensure_watch()
         return ok(list(self.failovers))
 
@@ -380,10 +380,8 @@ class DirectoryActor(HostTable, Leadership):
         try:
             async with self._guard():
                 self._admin(capability, ALL, "register_node")
-                check_text(node_id, "node id")
+                check_node(node_id)  # a live node: NotFound otherwise
                 check_text(store_root, "store root")
-                if not node_id:
-                    raise RequestError("a node id is a non-empty string", code="bad_argument")
                 if not os.path.isabs(store_root):
                     raise RequestError(
                         f"a store root is an absolute path, not {store_root!r}", code="bad_argument"

@@ -3,17 +3,18 @@ port uses, and :func:`directory` / :func:`existing_directory`, which get (or cre
 directory actor of a namespace (:class:`actors.cluster.directory.DirectoryActor`, whose
 module doc describes what the directory holds).
 
-Arguments are checked here, before the remote call; the actor checks them again because
-any Ray process can call it. Ray is imported when a function runs, never at import.
+The handle sends arguments as given: the directory actor checks every one (any Ray
+process can call it), and its typed errors come back as the same classes
+(:func:`actors.client.replies.open_reply`). Ray is imported when a function runs, never
+at import.
 """
 
 from __future__ import annotations
 
 import builtins
-import os
 from typing import Any
 
-from actors.client.joining import check_int, check_text
+from actors.client.joining import check_text
 from actors.client.leader import directory_target
 from actors.client.lookup import read_entry
 from actors.client.names import (
@@ -24,14 +25,12 @@ from actors.client.names import (
     member_of,
     members_of,
 )
-from actors.client.nodes import check_node, current_node_id, ensure_ray, preferring
+from actors.client.nodes import current_node_id, ensure_ray, preferring
 from actors.client.replies import open_reply
 from actors.client.transport import Call, RetryPolicy, Transport
 from actors.cluster.directory import start_directory
-from actors.cluster.directory_admin import parse_keys
-from actors.cluster.placement import POLICY_SPREAD, check_policy
+from actors.cluster.placement import POLICY_SPREAD
 from protocol.errors import RequestError
-from storage import check_context_name
 
 __all__ = ["DirectoryHandle", "directory", "existing_directory"]
 
@@ -51,7 +50,7 @@ def _nothing(raw: Any) -> None:
 class DirectoryHandle:
     """A picklable handle of the directory actor; every call blocks and raises typed errors.
 
-    Arguments are checked before the remote call; an unreachable directory is
+    The directory checks the arguments; an unreachable directory is
     retried by the transport (Ray restarts it) and raises ``TransportError``
     after the retry policy.
     """
@@ -86,8 +85,7 @@ class DirectoryHandle:
         """From now on every write to the directory needs an admin capability signed by one
         of *public_keys* (hex Ed25519 public keys, as ``morphz grant public-key`` prints);
         the key ids. Changing keys already set needs this handle's capability to be one."""
-        parse_keys(public_keys)
-        keys = list(public_keys)
+        keys = list(public_keys) if isinstance(public_keys, (list, tuple)) else public_keys
         return list(self.transport.call(Call("require_admin", (keys,), open_reply)))
 
     def ping(self) -> dict[str, Any]:
@@ -98,16 +96,15 @@ class DirectoryHandle:
         """The supervisor's recent promotions, newest last: why (``cause``: ``hung``,
         ``unreachable``, ``node lost``, ``raylet down``), how long the primary's pings had
         been missed (``silent_s``, for a hang), and the seconds from the decision to the
-        followers fenced, the new entry recorded and the new primary serving."""
+        followers fenced (``fenced_s``), the replacement followers assigned or started
+        (``recruited_s``; ``spares`` of the ``replacements`` were warm spares), the new
+        entry recorded (``recorded_s``), the new primary serving (``serving_s``) and every
+        replacement follower holding its snapshot (``replacement_serving_s``: None until
+        then; a commit that needs a replacement's acknowledgement waits for it)."""
         return list(self.transport.call(Call("recent_failovers", (), open_reply, guarded=False)))
 
     def register_node(self, node_id: str, store_root: str) -> None:
         """Record that *node_id* keeps its stores under *store_root* (absolute, on that node)."""
-        check_node(node_id)
-        if not isinstance(store_root, str) or not os.path.isabs(store_root):
-            raise RequestError(
-                f"a store root is an absolute path, not {store_root!r}", code="bad_argument"
-            )
         self.transport.call(Call("register_node", (node_id, store_root), _nothing))
 
     def node_roots(self) -> dict[str, str]:
@@ -127,13 +124,6 @@ class DirectoryHandle:
         entry as it is). *policy*: ``"spread"``, ``"node:<id>"`` or ``"resource:<name>"``;
         *followers*: how many follower nodes, distinct from the primary's; *store_dir* (absolute)
         overrides the nodes' store roots for this context."""
-        check_context_name(name)
-        check_int(followers, "followers")
-        check_policy(policy)
-        if acks is not None:
-            check_int(acks, "acks")
-        if store_dir is not None and not (isinstance(store_dir, str) and os.path.isabs(store_dir)):
-            raise RequestError("store_dir must be an absolute path", code="bad_argument")
         return self.transport.call(
             Call("place", (name, followers, policy, acks, store_dir), read_entry)
         )
@@ -142,23 +132,17 @@ class DirectoryHandle:
         """The entry of *name*, placing it on a context host if new (idempotent): the
         host the hosts' load reports favour (:func:`~actors.cluster.placement.choose_host`);
         ``no_host`` when no live host has room."""
-        check_context_name(name)
-        check_policy(policy)
         return self.transport.call(Call("place_hosted", (name, policy), read_entry))
 
     def move_hosted(self, name: str, *, to: str | None = None) -> ContextEntry:
         """Move the hosted context *name* to the context host *to* (``host:<name>``; default:
         the least loaded other host of its node serving its store root); its handles
         follow. ``no_host`` / ``NotFound`` when there is no such host with room."""
-        check_context_name(name)
-        if to is not None:
-            check_text(to, "host actor")
         return self.transport.call(Call("move_hosted", (name, to), read_entry))
 
     def rebalance(self, *, limit: int = 100) -> dict[str, builtins.list[str]]:
         """Move up to *limit* idle contexts off full hosts (see
         :meth:`~actors.cluster.host_table.HostTable.rebalance`): the names moved by host."""
-        check_int(limit, "limit")
         return dict(self.transport.call(Call("rebalance", (limit,), open_reply)))
 
     def hosts(self) -> builtins.list[dict[str, Any]]:
@@ -167,7 +151,6 @@ class DirectoryHandle:
 
     def get(self, name: str) -> ContextEntry:
         """The entry of *name*; NotFound if the directory has none."""
-        check_context_name(name)
         return self.transport.call(Call("get", (name,), read_entry, guarded=False))
 
     def list(self) -> list[ContextEntry]:
@@ -176,7 +159,6 @@ class DirectoryHandle:
 
     def remove(self, name: str) -> None:
         """Forget *name*'s entry (actors and stores are left alone); NotFound if none."""
-        check_context_name(name)
         self.transport.call(Call("remove", (name,), _nothing))
 
     def promote(
@@ -184,8 +166,6 @@ class DirectoryHandle:
     ) -> ContextEntry:
         """Store *primary* and *followers* at ``expected_epoch + 1`` if *name* is at
         *expected_epoch*; RequestError ``stale_epoch`` otherwise."""
-        check_context_name(name)
-        check_int(expected_epoch, "expected_epoch")
         args = (
             name,
             expected_epoch,
@@ -197,8 +177,6 @@ class DirectoryHandle:
     def set_primary(self, name: str, *, epoch: int, primary: Member) -> ContextEntry:
         """Record *primary* for the unreplicated context *name* if it is at *epoch* (kept);
         ``stale_epoch`` otherwise, ``bad_argument`` for a replicated context."""
-        check_context_name(name)
-        check_int(epoch, "epoch")
         args = (name, epoch, member_of(primary, "primary").model_dump())
         return self.transport.call(Call("set_primary", args, read_entry))
 
@@ -206,8 +184,6 @@ class DirectoryHandle:
         self, name: str, *, epoch: int, followers: builtins.list[Member]
     ) -> ContextEntry:
         """Store *followers* for *name* if it is at *epoch* (kept); ``stale_epoch`` otherwise."""
-        check_context_name(name)
-        check_int(epoch, "epoch")
         args = (name, epoch, [m.model_dump() for m in members_of(followers, "followers")])
         return self.transport.call(Call("set_followers", args, read_entry))
 

@@ -323,39 +323,52 @@ async def _replacements(
 async def _recruit(
     entry: ContextEntry, fresh: list[Member], namespace: str, epoch: int
 ) -> tuple[list[Member], list[Any]]:
-    """Make the new followers *fresh* of context *name* run: a claimed spare is assigned the
-    context (it is running already), any other follower's process is started (it boots
-    while the caller goes on). The members as they will be recorded (a spare that does not
-    take its assignment within :data:`~actors.cluster.spares.ASSIGN_TIMEOUT` is replaced by
-    a new follower on its node) and the Ray handles of the actors started or assigned (what
-    to stop if they are never recorded)."""
+    """Make the new followers *fresh* of context *name* run: every claimed spare is assigned
+    the context (all at once: :func:`_assign`), any other follower's process is started (it
+    boots while the caller goes on; the start, a blocking call to Ray's GCS, runs off the
+    event loop). The members as they will be recorded (a spare that does not take its
+    assignment is replaced by a new follower on its node) and the Ray handles of the actors
+    started or assigned (what to stop if they are never recorded)."""
     name = entry.name
+    spares = [m for m in fresh if is_spare(m.actor)]
+    answers = await asyncio.gather(*(_assign(m, name, namespace) for m in spares))
+    assigned = dict(zip(spares, answers, strict=True))
     out: list[Member] = []
     handles: list[Any] = []
     for m in fresh:
-        if is_spare(m.actor):
-            actor = _get_actor(m.actor, namespace)
-            try:
-                if actor is None:
-                    raise TransportError(f"spare {m.actor} is gone", code="actor_error")
-                record = sign_assignment(namespace, m.actor, m.store_dir, name)
-                ref = actor.assign.remote(record)
-                open_reply(await asyncio.wait_for(ref, ASSIGN_TIMEOUT))
-                out.append(m)
-                handles.append(actor)
-                continue
-            except Exception as e:
-                log.warning("context %r: spare %s not assigned: %s", name, m.actor, e)
-                if actor is not None:
-                    ray_module().kill(actor, no_restart=True)
-                taken = {x.actor for x in (entry.primary, *entry.followers, *fresh, *out)}
-                k = 0
-                while follower_actor(name, k, epoch) in taken:
-                    k += 1
-                m = m.model_copy(update={"actor": follower_actor(name, k, epoch)})
-        handles.append(start_follower(m, name, namespace))
+        actor = assigned.get(m)
+        if actor is not None:
+            out.append(m)
+            handles.append(actor)
+            continue
+        if is_spare(m.actor):  # not assigned: a new follower of its node in its place
+            taken = {x.actor for x in (entry.primary, *entry.followers, *fresh, *out)}
+            k = 0
+            while follower_actor(name, k, epoch) in taken:
+                k += 1
+            m = m.model_copy(update={"actor": follower_actor(name, k, epoch)})
+        handles.append(await asyncio.to_thread(start_follower, m, name, namespace))
         out.append(m)
     return out, handles
+
+
+async def _assign(m: Member, name: str, namespace: str) -> Any | None:
+    """The Ray handle of spare *m* once it took its assignment to context *name*; None
+    (the spare stopped) if it is gone, refuses, or does not answer within
+    :data:`~actors.cluster.spares.ASSIGN_TIMEOUT` — a bound for a hung spare only: a running
+    one, however starved its machine, answers before a new process would (docs/cluster.md)."""
+    actor = await asyncio.to_thread(_get_actor, m.actor, namespace)
+    try:
+        if actor is None:
+            raise TransportError(f"spare {m.actor} is gone", code="actor_error")
+        record = sign_assignment(namespace, m.actor, m.store_dir, name)
+        open_reply(await asyncio.wait_for(actor.assign.remote(record), ASSIGN_TIMEOUT))
+        return actor
+    except Exception as e:
+        log.warning("context %r: spare %s not assigned: %s", name, m.actor, e)
+        if actor is not None:
+            await asyncio.to_thread(ray_module().kill, actor, no_restart=True)
+        return None
 
 
 async def promote(
@@ -416,6 +429,8 @@ async def promote(
     fresh = [m for m in keep if m not in entry.followers]
     # Spares are assigned and other processes started while the chosen follower seals.
     recruiting = asyncio.ensure_future(_recruit(entry, fresh, ns, epoch))
+    marks: dict[str, float] = {}
+    recruiting.add_done_callback(lambda _: marks.setdefault("recruited", time.monotonic()))
     started_new: list[Any] = []
     try:
         if not await asyncio.to_thread(directory.still_leads):
@@ -460,12 +475,16 @@ async def promote(
         "fenced_s": round(fenced, 3),
         "recorded_s": round(sealed, 3),
         "serving_s": round(served, 3),
+        "recruited_s": round(marks.get("recruited", time.monotonic()) - started, 3),
         "replacements": len(fresh),
         "resumed": bool(resumed),
         "spares": sum(1 for m in recruited if is_spare(m.actor)),
+        "replacement_serving_s": None if recruited else round(served, 3),
     }
     directory.failovers.append(record)
     del directory.failovers[:-HISTORY]
+    if recruited:
+        _time_replacements(record, started_new, epoch, started)
     log.warning(
         "context %r: promoted %s on node %s at epoch %d (%s): %s; open error: %s",
         entry.name,
@@ -477,6 +496,50 @@ async def promote(
         info.get("open_error"),
     )
     return promoted
+
+
+_TIMING: set[asyncio.Task[None]] = set()
+"""Promotions whose replacement followers are watched (the reference keeps each alive)."""
+SERVING_WAIT = 300.0
+"""Seconds the supervisor watches a promotion's replacement followers for the snapshot."""
+
+
+def _time_replacements(
+    record: dict[str, Any], handles: list[Any], epoch: int, started: float
+) -> None:
+    """Set ``replacement_serving_s`` in the promotion's *record* (seconds from the
+    promotion's start, a ``time.monotonic()`` value) once every replacement follower
+    (*handles*) holds the promoted primary's snapshot at *epoch* — until then a commit that
+    needs its acknowledgement waits (up to
+    :data:`~actors.cluster.replication.SHIP_TIMEOUT`, then ``replicas_unavailable``). In
+    the background, for at most :data:`SERVING_WAIT` seconds (None after: logged)."""
+    task = asyncio.create_task(_time_serving(record, handles, epoch, started))
+    _TIMING.add(task)
+    task.add_done_callback(_TIMING.discard)
+
+
+async def _time_serving(
+    record: dict[str, Any], handles: list[Any], epoch: int, started: float
+) -> None:
+    deadline = started + SERVING_WAIT
+    for actor in handles:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("context %r: a replacement follower took no snapshot within %.0f s",
+                            record["context"], SERVING_WAIT)  # fmt: skip
+                return
+            try:
+                status = open_reply(await asyncio.wait_for(actor.status.remote(), left))
+                if int(status["epoch"]) >= epoch:
+                    break
+            except Exception:  # no answer yet, or restarting: asked again
+                pass
+            await asyncio.sleep(POLL / 5)  # answered at an older epoch: not installed yet
+    record["replacement_serving_s"] = round(time.monotonic() - started, 3)
+    log.info("context %r: its replacement followers hold the promoted primary's snapshot"
+             " %.3f s after the promotion started", record["context"],
+             record["replacement_serving_s"])  # fmt: skip
 
 
 _TELLING: dict[tuple[str, str], asyncio.Task[None]] = {}

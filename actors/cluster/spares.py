@@ -53,8 +53,13 @@ SPARE_PREFIX = "spare:"
 """The start of every spare's actor name: ``spare:<node id>:<random>``."""
 KV_NAMESPACE = "morphz-spares/"
 """The GCS key-value namespace (+ the Ray namespace) of the spares' assignments."""
-ASSIGN_TIMEOUT = 3.0
-"""Seconds the supervisor waits for a spare to take its assignment (else a new follower)."""
+ASSIGN_TIMEOUT = 15.0
+"""Seconds the supervisor waits for a spare to take its assignment (else it is stopped and a
+new follower started): a bound for a hung spare, not a slow one. A spare's process runs
+already; on a starved machine its assignment may take seconds, but a new follower's process
+takes longer still (25 to 46 s at load 23, where a 3 s bound gave up on the spare and the
+promoted primary's first commit waited for the new process past
+:data:`~actors.cluster.replication.SHIP_TIMEOUT`: docs/cluster.md)."""
 START_WAIT = 120.0
 """Seconds a new spare may take to answer (else it is stopped and replaced)."""
 

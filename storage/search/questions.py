@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Five rules, read from the query (the index
+for idf to silence them. Six rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -17,6 +17,13 @@ stores every word, so a query of function words alone still finds them):
   "what tier does the customer hold?" asks about a tier; the turns that answer seldom say
   ``customer``, while every tool result with a ``customer_id`` does. A keyword query
   (no function word, no question mark) keeps their full weight.
+* **The person asked about**: a name that is a question's subject — written with a
+  capital inside the question, right after an auxiliary (``what did Emma ask …``, ``how long
+  has Caroline …``) or in the possessive (``Emma's headphones``) — weighs
+  :data:`SUBJECT_WEIGHT`, when the question has another content word. Like a role word it
+  names whose turn it is: the turns that answer are the person's own ("please reverse the
+  refund") and seldom say the name, while the texts that do are profile lookups repeated
+  in every session, or greetings.
 * **Temporal intent**: a question asking *when* (``when``, ``what time``,
   ``what date``, ``how long ago``, ``什么时候``, ``几点`` …) also looks up
   :data:`TEMPORAL_TERM`, a term every document holding a temporal expression
@@ -153,6 +160,19 @@ customer hold?") they name whose turn it is, not its subject, and the turns rare
 (while tool results are full of ``customer_id``): they weigh like function words."""
 
 
+SUBJECT_WEIGHT = FUNCTION_WEIGHT
+"""Weight of a name that is a question's subject ("what did Emma ask …?") relative to a
+content word (its idf times this)."""
+SUBJECT_AFTER = frozenset(
+    "did does do is was were are has have had will would can could should".split()
+)
+"""Auxiliaries after which a question's name is its subject ("when did Emma …", "how long has
+Caroline …")."""
+POSSESSIVE = ("'s", "\u2019s")
+"""The English possessive and ``is`` clitic a word loses (``caroline's`` is ``caroline``; the
+analyzer cuts it, a question's subject may wear it)."""
+
+
 def asks_speaker(words: Sequence[str]) -> bool:
     """True if the query's terms ask what the user side said, asked or wanted.
 
@@ -210,6 +230,13 @@ def term_weights(text: str, tokens: Sequence[tuple[str, int, int]]) -> dict[str,
     question = is_question(text, [t[0] for t in tokens])
     roles = question and any(t[0] not in FUNCTION_WORDS and t[0] not in ROLES for t in tokens)
     out: dict[str, float] = {}
+    if question:
+        subjects = {tokens[i][0] for i in range(len(tokens)) if _is_subject(text, tokens, i)}
+        if subjects and any(
+            t[0] not in FUNCTION_WORDS and t[0] not in ROLES and t[0] not in subjects
+            for t in tokens
+        ):
+            out.update(dict.fromkeys(subjects, SUBJECT_WEIGHT))
     names: set[str] = set()
     for i, (term, start, end) in enumerate(tokens):
         if roles and term in ROLES:
@@ -225,6 +252,19 @@ def term_weights(text: str, tokens: Sequence[tuple[str, int, int]]) -> dict[str,
     for term in names:
         out.pop(term, None)
     return out
+
+
+def _is_subject(text: str, tokens: Sequence[tuple[str, int, int]], i: int) -> bool:
+    """True if query token *i* is a name that is the question's subject: written with a
+    capital inside a sentence, neither a function nor a role word, and right after an
+    auxiliary (``did Emma``) or in the possessive (``Emma's``)."""
+    term, start, end = tokens[i]
+    if not i or term in FUNCTION_WORDS or term in ROLES or not text[start : start + 1].isupper():
+        return False
+    if _sentence_start(text, start):
+        return False
+    possessive = text[end - 2 : end] in POSSESSIVE or text[end : end + 2] in POSSESSIVE
+    return possessive or tokens[i - 1][0] in SUBJECT_AFTER
 
 
 def _sentence_start(text: str, at: int) -> bool:

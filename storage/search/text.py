@@ -49,6 +49,7 @@ from icu4py.breakers import WordBreaker
 
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
 from storage.search.questions import (
+    POSSESSIVE,
     asks_order,
     asks_speaker,
     asks_when,
@@ -204,17 +205,13 @@ def _utf16_to_index(text: str) -> array[int] | None:
     return table
 
 
-_POSSESSIVE = ("'s", "\u2019s")
-"""The English possessive and ``is`` clitic a word loses (``caroline's`` is ``caroline``)."""
-
-
 def _clitic(word: str) -> str:
     """*word* without a trailing ``'s`` after a letter (``melanie’s`` → ``melanie``).
 
     As SQLite FTS5 and Lucene's English analyzer do: a name asked about in the
     possessive ("what is Caroline's job?") is the name the turns say.
     """
-    if word[-2:] in _POSSESSIVE and len(word) > 2 and word[-3].isalpha():
+    if word[-2:] in POSSESSIVE and len(word) > 2 and word[-3].isalpha():
         return word[:-2]
     return word
 

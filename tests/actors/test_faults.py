@@ -80,7 +80,22 @@ class Writer(threading.Thread):
 
 
 def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
-    """Pause the primary past detection, resume it, and write to it through its old actor."""
+    """Pause the primary past detection, resume it, and write to it through its old actor
+    (its threads are stopped whatever happens: one calling Ray after the scenario's
+    shutdown would end the process before it reports its verdict)."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        return _paused_primary(multi, stop, threads)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=WAIT)
+
+
+def _paused_primary(
+    multi: MultiNode, stop: threading.Event, threads: list[threading.Thread]
+) -> dict[str, Any]:
     import ray
     from ray.exceptions import RayActorError
 
@@ -99,6 +114,8 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     pid = int(str(ray.get(old.pid.remote(), timeout=30)))
     before = [handle.submit(_tx("pre", i), client_id=f"pre-{i}") for i in range(10)]
     writer = Writer(handle, "w")
+    writer.stop = stop
+    threads.append(writer)
     writer.start()
     _until("the writer's progress", lambda: len(writer.acked) >= 10)
 
@@ -120,15 +137,28 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
     busy_gap = writer.longest_gap(busy_at, time.monotonic())
 
     # The supervisor keeps an idle spare process on every node: the follower slot the
-    # promotion frees is taken by one already running (no Ray worker to start).
+    # promotion frees is taken by one already running (no Ray worker to start). That spare
+    # is starved (stopped) until past the promotion's start by more than the 3 s it was once
+    # given: a slow spare still answers before a new process would, so it is waited for.
     _until("a ready spare on each node", lambda: len(_ready_spares()) >= len(multi.node_ids))
+    (free,) = set(multi.node_ids) - {node, *(m.node_id for m in entry.followers)}
+    starved = [_pid_of(a) for a in _ready_spares() if a.startswith(f"spare:{free}:")]
+    follower = ray.get_actor(entry.followers[0].actor, namespace=NAMESPACE)
+    for spare_pid in starved:
+        os.kill(spare_pid, signal.SIGSTOP)
     os.kill(pid, signal.SIGSTOP)
     paused_at = time.monotonic()
+    resumer = threading.Thread(
+        target=_resume_when_fenced, args=(follower, starved, stop), daemon=True
+    )
+    threads.append(resumer)
+    resumer.start()
     during = [zombie_write(i) for i in range(5)]  # queued in the paused process
     stale_reads = [old.version.remote() for _ in range(3)]  # served first thing on resume
     promoted = _until("a promotion", lambda: (e := directory(NAMESPACE).get(name)).epoch >= 1 and e)
     promoted_after = time.monotonic() - paused_at
     assert [is_spare(m.actor) for m in promoted.followers] == [True], promoted.followers
+    resumer.join(timeout=WAIT)
     _until("an acknowledgement after the promotion", lambda: _acked_after(writer, paused_at))
     newer = lookup(name, NAMESPACE).version()  # acknowledged by the new primary
     os.kill(pid, signal.SIGCONT)
@@ -169,14 +199,15 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         assert logged[str(r.client_id)] == r.version, r
     for cid, (version, _) in writer.acked.items():
         assert logged[cid] == version, (cid, version, logged.get(cid))
-    failovers = directory(NAMESPACE).failovers()
+    failovers = _failovers_timed()
     assert [(f["context"], f["epoch"], f["cause"]) for f in failovers] == [(name, 1, "hung")]
-    assert failovers[0]["spares"] == 1
+    assert failovers[0]["spares"] == 1 and failovers[0]["replacements"] == 1
     # The promoted follower went on with the old primary's chain (nothing was written to
     # its store outside a batch); its spare follower, holding nothing, got a snapshot.
     progress = open_reply(ray.get(lookup(name, NAMESPACE).actor.replicate.remote(), timeout=WAIT))
     assert progress["continued"] and progress["caught_up"]["snapshot"] >= 1, progress
     return {
+        "spare_starved_s": STARVED_FOR,
         "busy_s": round(busy_s, 2),
         "busy_longest_gap_s": round(busy_gap, 2),
         "promoted_epoch": promoted.epoch,
@@ -188,6 +219,43 @@ def paused_primary_never_acknowledges(multi: MultiNode) -> dict[str, Any]:
         "acknowledged": len(writer.acked) + len(before),
         "writer_errors": sorted(set(writer.errors)),
     }
+
+
+STARVED_FOR = 4.5
+"""Seconds the claimed spare stays stopped after the promotion started (the spare's old
+bound was 3 s)."""
+
+
+def _resume_when_fenced(follower: Any, pids: list[int], stop: threading.Event) -> None:
+    """Resume the stopped spares *pids* :data:`STARVED_FOR` seconds after the supervisor
+    fenced *follower* (its first step of a promotion; the spare is claimed after it), or
+    at once when *stop* is set."""
+    import ray
+
+    from actors.client.replies import open_reply
+    from protocol.errors import MorphzError
+
+    def fenced() -> bool:
+        try:
+            return int(open_reply(ray.get(follower.status.remote(), timeout=5))["epoch"]) >= 1
+        except MorphzError:  # sealed, or promoted already: fenced before
+            return True
+
+    try:
+        _until("the promotion's fence", lambda: stop.is_set() or fenced())
+        stop.wait(STARVED_FOR)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:  # stopped for good by the supervisor meanwhile
+                pass
+
+
+def _pid_of(spare: str) -> int:
+    import ray
+
+    return int(ray.get(ray.get_actor(spare, namespace=NAMESPACE).pid.remote(), timeout=30))
 
 
 def _ready_spares() -> list[str]:
@@ -288,7 +356,7 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     where = _directory_node(directory(NAMESPACE))
     assert where != lost, where
     promoted = lookup("dir-rep", NAMESPACE)
-    unacknowledged = 0
+    unacknowledged, writing = 0, time.monotonic()
     while True:  # its new follower may still be on its way: the documented retry, same id
         try:
             assert promoted.submit(_tx("b", 0), client_id="b-0").committed
@@ -297,16 +365,19 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
             if e.code != "replicas_unavailable" or unacknowledged >= 2:
                 raise
             unacknowledged += 1  # durable on the new primary, not yet on a follower
+    first_write = (time.monotonic() - writing, time.monotonic() - removed_at)
     logged = _log_of(promoted)
     for r in acked:
         assert logged[str(r.client_id)] == r.version, r
     led_at = directory(NAMESPACE).ping()["led_at"]
-    failovers = directory(NAMESPACE).failovers()
+    failovers = _failovers_timed()
     return {
         "placement_recorded_after_s": round(done["recorded"], 2),
         "placed_after_s": round(done["placed"], 2),
         "promoted_after_s": round(done["promoted"], 2),
         "first_write_unacknowledged": unacknowledged,
+        "first_write_s": round(first_write[0], 2),
+        "first_write_acknowledged_after_s": round(first_write[1], 2),
         "taken_over_after_s": round(led_at - removed_wall, 2),
         # (none when the lost directory recorded the promotion itself before it went)
         "promotion_decided_after_s": (
@@ -317,6 +388,20 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
         "directory_node_after": where[:12],
         "failover": failovers[0] if failovers else None,
     }
+
+
+def _failovers_timed() -> list[dict[str, Any]]:
+    """The directory's recorded promotions, once the first one's ``replacement_serving_s``
+    (recorded in the background, when its replacement followers hold the snapshot) is in."""
+    from actors.cluster.directory_handle import directory
+
+    def timed() -> tuple[list[dict[str, Any]]] | None:
+        failovers = directory(NAMESPACE).failovers()
+        done = not failovers or failovers[0]["replacement_serving_s"] is not None
+        return (failovers,) if done else None
+
+    found: tuple[list[dict[str, Any]]] = _until("the replacement followers' time", timed)
+    return found[0]
 
 
 def _create_directory(namespace: str) -> int:

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from storage.search import questions as questions_module
 from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
     ROLES,
+    SUBJECT_WEIGHT,
     TEMPORAL_TERM,
     asks_speaker,
     asks_when,
@@ -100,7 +102,9 @@ def test_a_question_asking_when_prefers_turns_that_say_when(c: Conversation) -> 
     )
     q = "When did Caroline go to the support group?"
     assert c.ids(q, neighbours=False)[0] == dated
-    assert score(c, q, dated) > score(c, q, dated, questions=False)
+    # The turn that says when gains on the other: the rule adds to its score.
+    gain = score(c, q, dated) - score(c, q, vague)
+    assert gain > score(c, q, dated, questions=False) - score(c, q, vague, questions=False)
 
 
 def test_a_question_finds_the_neighbouring_answer_in_the_same_session_only(
@@ -205,6 +209,62 @@ def test_role_words_of_a_question_weigh_like_function_words(c: Conversation) -> 
     assert c.ids(q)[0] == answer
     # Without the rule the tool result, full of the role word, ranks first.
     assert c.ids(q, questions=False)[0] != answer
+
+
+def test_the_person_a_question_is_about_weighs_like_a_role(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "What did Emma ask …?": the person is the question's subject, as "the customer" is; the
+    # turns that answer are hers ("please reverse …") and seldom say her name, while every
+    # profile lookup of every session does.
+    for q, subject in (
+        ("What did Emma ask about the laptop refund?", "emma"),
+        ("When did Emma's headphones arrive?", "emma"),
+        ("How long has Caroline had her current group of friends?", "caroline"),
+        ("What is Melanie’s job?", "melanie"),
+    ):
+        assert term_weights(q, tokens(q))[subject] == SUBJECT_WEIGHT, q
+    for q, name in (
+        ("When did she move to Berlin?", "berlin"),  # a place after a preposition
+        ("Which hotel did you book for Lisbon?", "lisbon"),
+        ("Emma laptop refund", "emma"),  # keywords, not a question
+        ("What did Emma do?", "emma"),  # nothing else to ask about: the name is the subject
+        ("Emma's refund?", "emma"),  # the query's first word
+        ("Is it late? Emma's refund", "emma"),  # a sentence's first word
+    ):
+        assert name not in term_weights(q, tokens(q)), q
+    answer = c.ctx.observe(
+        "user_message", "please reverse the laptop refund, it was sent by mistake", session="c"
+    ).ref
+    for session in ("a", "b"):
+        c.ctx.observe(
+            "tool_result",
+            '{"name": "Emma Chen", "email": "emma.chen@example.com", "tier": "platinum"}',
+            session=session,
+        )
+    for session in ("a", "b", "d", "e"):
+        c.ctx.observe("external", "the laptop shipped on Monday", session=session)
+        c.ctx.observe("external", "a refund for the book went out", session=session)
+    c.index.catch_up()
+    q = "What did Emma ask about the laptop refund?"
+    assert c.ids(q)[0] == answer
+    # Without the rule her profile, the only text that names her, ranks first.
+    monkeypatch.setattr(questions_module, "SUBJECT_WEIGHT", 1.0)
+    assert c.ids(q)[0] != answer
+
+
+def test_subjects_of_a_hostile_question_cost_one_look_per_token(c: Conversation) -> None:
+    # Every word a capitalized name after an auxiliary, possessives and apostrophes: the rule
+    # reads each token and its neighbours once (no pattern over the text), and a query still
+    # uses at most 32 terms.
+    words = [f"did Nm{i}'s" for i in range(400)]
+    q = ("What " + " ".join(words) + " refund?")[:4096]
+    weights = term_weights(q, tokens(q))
+    assert weights["nm0"] == SUBJECT_WEIGHT and weights["nm300"] == SUBJECT_WEIGHT
+    assert len(weights) <= len({t[0] for t in tokens(q)})
+    for hostile in (q, "did " + "’s " * 1300, "did " + "Ä" * 4000, "?" * 4096):
+        query_intent(hostile)
+        assert isinstance(c.ids(hostile), list)
 
 
 def test_a_question_about_how_things_ended_or_began_prefers_later_or_earlier_turns(
