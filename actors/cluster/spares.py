@@ -24,7 +24,8 @@ the directory's public keys (:func:`open_assignment`): an unsigned one, a forged
 signed by another key or made for another spare is refused (logged; the spare stays idle).
 The pool is
 memory only: a restarted directory (or a standby that took over) finds its idle spares again
-by their names (Ray's named actors) and their missing assignment, before its first claim. Ray is imported only when a function runs.
+by their names (Ray's named actors) and their missing assignment, before its first claim.
+Ray is imported only when a function runs.
 """
 
 from __future__ import annotations
