@@ -8,7 +8,8 @@ a node is declared dead after 5 missed health checks 3 s apart): the directory a
 replicated context's primary on node 1, node 1 removed, then a placement and the
 promotion awaited, each timed from the removal (the placement twice: when the directory
 recorded its entry, and when the new context's actor served — which includes starting its
-process on a loaded machine). ``with standby`` is the default; the
+process on a loaded machine), then the promoted context's first commit acknowledged (its
+replacement follower holds it). ``with standby`` is the default; the
 baseline sets ``MORPHZ_DIRECTORY_STANDBY=0`` in the cluster's environment, so only Ray's
 restart of the directory (once it declares the node dead) brings placement and promotion
 back. Runs alternate between the two. The 1-minute load average is printed beside each
@@ -37,6 +38,7 @@ FIELDS = (
     "promoted_after_s",
     "taken_over_after_s",
     "promotion_decided_after_s",
+    "first_write_acknowledged_after_s",
 )
 
 
@@ -51,6 +53,12 @@ def one(standby: bool) -> dict[str, Any]:
         "ok": bool(verdict.get("ok")),
         "error": verdict.get("error"),
         **{k: verdict.get(k) for k in FIELDS},
+        # the promotion's record, when the directory that took over made it: its spares,
+        # and when its replacement follower held the snapshot (seconds from the decision)
+        **{
+            k: (verdict.get("failover") or {}).get(k)
+            for k in ("spares", "recruited_s", "serving_s", "replacement_serving_s")
+        },
         "load_start": round(load, 1),
         "load_end": round(os.getloadavg()[0], 1),
         "run_s": round(time.monotonic() - started, 1),

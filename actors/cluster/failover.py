@@ -142,7 +142,7 @@ async def supervise(directory: Any) -> None:
     _keep_standby(directory, live)
     if not entries:
         if pool.idle:
-            pool.tend(directory.roots, set(), wanted=0)
+            pool.tend(directory.roots, set(), 0, frozenset())
         return
     _learn_roots(directory, live)
     held: dict[str, int] = {}
@@ -150,7 +150,7 @@ async def supervise(directory: Any) -> None:
         if e.replicated and not is_host(e.primary.actor):
             for m in (e.primary, *e.followers):
                 held[m.node_id] = held.get(m.node_id, 0) + 1
-    pool.tend(directory.roots, live, spares_wanted(held))
+    pool.tend(directory.roots, live, spares_wanted(held), _members(directory))
     looks = [_look(directory, entry, nodes, live) for entry in entries]
     for entry, outcome in zip(
         entries, await asyncio.gather(*looks, return_exceptions=True), strict=True
@@ -188,6 +188,13 @@ async def _look(
 
 POOLS: dict[str, SparePool] = {}
 """The warm spares of each namespace's supervisor (:mod:`actors.cluster.spares`)."""
+
+
+def _members(directory: Any) -> frozenset[str]:
+    """The actor names of every member (primary, followers) the directory's entries record."""
+    return frozenset(
+        m.actor for e in directory.entries.values() for m in (e.primary, *e.followers)
+    )
 
 
 def spares_of(namespace: str) -> SparePool:
@@ -311,7 +318,7 @@ async def _replacements(
     pool = spares_of(directory.namespace)
     wanted = free[: max(0, entry.follower_count - len(keep))]
     if wanted:
-        await pool.find()  # a directory that just took over: the spares already running
+        await pool.find(_members(directory))  # a directory that just took over
     for node in wanted:
         while follower_actor(entry.name, k, epoch) in taken:
             k += 1

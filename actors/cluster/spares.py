@@ -187,27 +187,33 @@ class SparePool:
         self._waits: set[asyncio.Task[None]] = set()
         self._tending: asyncio.Task[None] | None = None
 
-    def tend(self, roots: dict[str, str], live: set[str], wanted: int) -> None:
+    def tend(
+        self, roots: dict[str, str], live: set[str], wanted: int, members: frozenset[str]
+    ) -> None:
         """:meth:`keep` in the background, one pass at a time: no look of the supervisor
         (a promotion) ever waits for the pool."""
         if self._tending is not None and not self._tending.done():
             return
-        self._tending = asyncio.create_task(self._keep_logged(dict(roots), set(live), wanted))
+        keeping = self._keep_logged(dict(roots), set(live), wanted, members)
+        self._tending = asyncio.create_task(keeping)
 
-    async def _keep_logged(self, roots: dict[str, str], live: set[str], wanted: int) -> None:
+    async def _keep_logged(
+        self, roots: dict[str, str], live: set[str], wanted: int, members: frozenset[str]
+    ) -> None:
         try:
-            await self.keep(roots, live, wanted)
+            await self.keep(roots, live, wanted, members)
         except Exception as e:  # spares only save time: a promotion starts followers anyway
             log.warning("spares not kept: %s", e)
 
-    async def find(self) -> None:
-        """Take back, once, the idle spares a previous incarnation of the supervisor started
-        (:meth:`_find`); every caller waits for that one look. A directory that just took
-        over promotes at its first look, while its pool is still empty: a claim before this
-        look would start a new process (tens of seconds on a starved machine) beside an idle
-        spare of the node."""
+    async def find(self, members: frozenset[str]) -> None:
+        """Take back, once, the idle spares a previous incarnation of the supervisor started,
+        and stop the assigned ones that are not *members* (actor names the directory's
+        entries record) (:meth:`_find`); every caller waits for that one look. A directory
+        that just took over promotes at its first look, while its pool is still empty: a
+        claim before this look would start a new process (tens of seconds on a starved
+        machine) beside an idle spare of the node."""
         if self._finding is None:
-            self._finding = asyncio.ensure_future(asyncio.to_thread(self._find))
+            self._finding = asyncio.ensure_future(asyncio.to_thread(self._find, members))
         try:
             await asyncio.shield(self._finding)
         except Exception as e:  # the pool refills with new spares instead
@@ -223,11 +229,13 @@ class SparePool:
                 return name
         return None
 
-    async def keep(self, roots: dict[str, str], live: set[str], wanted: int) -> None:
+    async def keep(
+        self, roots: dict[str, str], live: set[str], wanted: int, members: frozenset[str]
+    ) -> None:
         """Keep *wanted* idle spares (:func:`spares_wanted`) on every live node with a known
         store root in *roots*; kill every idle one when *wanted* is 0 (a node holding more,
-        as *wanted* fell, keeps them until claimed)."""
-        await self.find()
+        as *wanted* fell, keeps them until claimed). *members*: :meth:`find`."""
+        await self.find(members)
         if not wanted:
             names = [name for names in self.idle.values() for name in names]
             self.idle.clear()
@@ -270,8 +278,11 @@ class SparePool:
         self._waits.add(task)
         task.add_done_callback(self._waits.discard)
 
-    def _find(self) -> None:
-        """Take back the idle spares a previous incarnation of the supervisor started."""
+    def _find(self, members: frozenset[str]) -> None:
+        """Take back the idle spares a previous incarnation of the supervisor started; stop
+        an assigned spare that is not one of *members*: its assignment was never recorded
+        (the directory that made it was lost between the two), and it holds its context's
+        store on its node, which a follower started there later could never open."""
         ray = ray_module()
         try:
             named = ray.util.list_named_actors(all_namespaces=True)
@@ -286,6 +297,10 @@ class SparePool:
                 if assignment_of(self.namespace, name) is None:
                     self.idle.setdefault(_node_of(name), []).append(name)
                     self.ready.add(name)  # it was started before: a claim finds out
+                elif name not in members:
+                    log.warning("spare %s: assigned, but no entry records it: stopped", name)
+                    _kv()._internal_kv_del(name.encode(), namespace=KV_NAMESPACE + self.namespace)
+                    stop_named(name, self.namespace)
             except Exception as e:
                 log.info("spare %s: assignment unknown: %s", name, e)
 
