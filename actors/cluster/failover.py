@@ -309,7 +309,10 @@ async def _replacements(
     out: list[Member] = []
     k = 0
     pool = spares_of(directory.namespace)
-    for node in free[: max(0, entry.follower_count - len(keep))]:
+    wanted = free[: max(0, entry.follower_count - len(keep))]
+    if wanted:
+        await pool.find()  # a directory that just took over: the spares already running
+    for node in wanted:
         while follower_actor(entry.name, k, epoch) in taken:
             k += 1
         name = follower_actor(entry.name, k, epoch)

@@ -23,8 +23,9 @@ back as that context's follower. A spare acts on an assignment only once it veri
 the directory's public keys (:func:`open_assignment`): an unsigned one, a forged one, one
 signed by another key or made for another spare is refused (logged; the spare stays idle).
 The pool is
-memory only: a restarted directory finds its idle spares again by their names (Ray's named
-actors) and their missing assignment. Ray is imported only when a function runs.
+memory only: a restarted directory (or a standby that took over) finds its idle spares again
+by their names (Ray's named actors) and their missing assignment, before its first claim.
+Ray is imported only when a function runs.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class SparePool:
         """Node id -> names of its idle spares (started, not claimed)."""
         self.ready: set[str] = set()
         """The idle spares that answered once (their process runs)."""
-        self._found = False
+        self._finding: asyncio.Future[None] | None = None
         self._waits: set[asyncio.Task[None]] = set()
         self._tending: asyncio.Task[None] | None = None
 
@@ -199,6 +200,19 @@ class SparePool:
         except Exception as e:  # spares only save time: a promotion starts followers anyway
             log.warning("spares not kept: %s", e)
 
+    async def find(self) -> None:
+        """Take back, once, the idle spares a previous incarnation of the supervisor started
+        (:meth:`_find`); every caller waits for that one look. A directory that just took
+        over promotes at its first look, while its pool is still empty: a claim before this
+        look would start a new process (tens of seconds on a starved machine) beside an idle
+        spare of the node."""
+        if self._finding is None:
+            self._finding = asyncio.ensure_future(asyncio.to_thread(self._find))
+        try:
+            await asyncio.shield(self._finding)
+        except Exception as e:  # the pool refills with new spares instead
+            log.info("the spares already running not taken back: %s", e)
+
     def claim(self, node_id: str) -> str | None:
         """A ready idle spare of *node_id* (no longer idle from now), or None (one still
         starting saves nothing over a new follower)."""
@@ -213,9 +227,7 @@ class SparePool:
         """Keep *wanted* idle spares (:func:`spares_wanted`) on every live node with a known
         store root in *roots*; kill every idle one when *wanted* is 0 (a node holding more,
         as *wanted* fell, keeps them until claimed)."""
-        if not self._found:
-            self._found = True
-            await asyncio.to_thread(self._find)
+        await self.find()
         if not wanted:
             names = [name for names in self.idle.values() for name in names]
             self.idle.clear()

@@ -317,6 +317,7 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
     assert old is not None and old.actor == DIRECTORY_NAME and old.node_id == lost
     if standby_wanted():
         standby = _until("a standby directory on another node", lambda: d.ping()["standby"])
+    _until("a ready spare on each node", lambda: len(_ready_spares()) >= len(multi.node_ids))
     multi.remove_node(1)
     removed_at, removed_wall = time.monotonic(), time.time()
     done: dict[str, float] = {}
@@ -371,6 +372,10 @@ def directory_node_lost(multi: MultiNode) -> dict[str, Any]:
         assert logged[str(r.client_id)] == r.version, r
     led_at = directory(NAMESPACE).ping()["led_at"]
     failovers = _failovers_timed()
+    if failovers:  # promoted by the directory that took over: the lost one's spares are taken
+        assert [(f["context"], f["replacements"], f["spares"]) for f in failovers] == [
+            ("dir-rep", 1, 1)
+        ], failovers
     return {
         "placement_recorded_after_s": round(done["recorded"], 2),
         "placed_after_s": round(done["placed"], 2),
