@@ -23,8 +23,11 @@ So a stopped process (SIGSTOP, a long GC pause, a starved VM) is declared hung a
 process that is only slow keeps answering its pipelined pings and is never declared
 hung, and on a loaded machine, where every answer is slower, the threshold grows with
 the observed latency up to :data:`MAX_HANG_AFTER`. A stall of the supervisor itself
-(its process starved) sends no pings during the stall, and the pings sent after it are
-not missed yet, so it is not taken for a hang of the primary.
+(its process starved, its event loop held) is not taken for a hang of the primary: it
+sends no pings during the stall, and the time it did not run is not counted against the
+pings already in flight (:meth:`Liveness.overslept`) — their answers, come during the
+stall, wait in its event loop behind the prober's next look. The bounds above are thus
+in time the supervisor runs.
 
 No clock, thread or I/O here: times are passed in (seconds, one monotonic clock).
 """
@@ -85,8 +88,17 @@ class Liveness:
 
     def overslept(self, lag: float) -> None:
         """Record that the prober woke *lag* seconds later than it asked to (its own
-        process starved: the machine is loaded)."""
-        self._lag.append(max(0.0, lag))
+        process starved or its event loop held: the machine is loaded).
+
+        Those seconds are not counted against the pings in flight: the supervisor saw no
+        answer while it did not run, and the answers that came meanwhile wait in its event
+        loop behind the prober's next look. So every unanswered ping is taken as sent *lag*
+        seconds later than it was (a stall of the supervisor delays a hang's detection by
+        the stall, and is never taken for one)."""
+        lag = max(0.0, lag)
+        self._lag.append(lag)
+        for number in self._pending:
+            self._pending[number] += lag
 
     def sent(self, now: float) -> int:
         """Record a ping sent at *now*; its number, to give to :meth:`answered`."""

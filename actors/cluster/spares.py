@@ -63,9 +63,16 @@ promoted primary's first commit waited for the new process past
 :data:`~actors.cluster.replication.SHIP_TIMEOUT`: docs/cluster.md)."""
 START_WAIT = 120.0
 """Seconds a new spare may take to answer (else it is stopped and replaced)."""
+FIND_TRIES = 4
+"""Searches for the spares already running (:meth:`SparePool.find`) one look makes at most
+while Ray's named actors cannot be listed or a spare's assignment cannot be read."""
+FIND_RETRY_WAIT = 0.5
+"""Seconds between two of those searches."""
 
 __all__ = [
     "ASSIGN_TIMEOUT",
+    "FIND_RETRY_WAIT",
+    "FIND_TRIES",
     "KV_NAMESPACE",
     "MAX_SPARES_PER_NODE",
     "SPARES_PER_NODE",
@@ -184,6 +191,8 @@ class SparePool:
         self.ready: set[str] = set()
         """The idle spares that answered once (their process runs)."""
         self._finding: asyncio.Future[None] | None = None
+        self._claimed: set[str] = set()
+        """Spares claimed by this supervisor (a search again never takes one back)."""
         self._waits: set[asyncio.Task[None]] = set()
         self._tending: asyncio.Task[None] | None = None
 
@@ -206,18 +215,39 @@ class SparePool:
             log.warning("spares not kept: %s", e)
 
     async def find(self, members: frozenset[str]) -> None:
-        """Take back, once, the idle spares a previous incarnation of the supervisor started,
-        and stop the assigned ones that are not *members* (actor names the directory's
-        entries record) (:meth:`_find`); every caller waits for that one look. A directory
-        that just took over promotes at its first look, while its pool is still empty: a
-        claim before this look would start a new process (tens of seconds on a starved
-        machine) beside an idle spare of the node."""
-        if self._finding is None:
-            self._finding = asyncio.ensure_future(asyncio.to_thread(self._find, members))
+        """Take back the idle spares a previous incarnation of the supervisor started, and
+        stop the assigned ones that are not *members* (actor names the directory's entries
+        record) (:meth:`_find`); every caller waits for the same search. A directory that
+        just took over promotes at its first look, while its pool is still empty: a claim
+        before this search would start a new process (tens of seconds on a starved
+        machine) beside an idle spare of the node.
+
+        The search is retried (:data:`FIND_TRIES`, :data:`FIND_RETRY_WAIT` apart) while
+        Ray's named actors cannot be listed or a spare's assignment cannot be read, as
+        when the GCS is slow just after a node was lost; if it still fails, the next
+        call searches again (it used to search once: a failed search left the pool to
+        new spares, and the takeover's promotion started a new follower beside a running
+        spare)."""
+        finding = self._finding
+        if finding is None:
+            finding = self._finding = asyncio.ensure_future(self._find_retried(members))
         try:
-            await asyncio.shield(self._finding)
-        except Exception as e:  # the pool refills with new spares instead
-            log.info("the spares already running not taken back: %s", e)
+            await asyncio.shield(finding)
+        except Exception as e:  # this claim starts a new follower; the next one looks again
+            log.warning("the spares already running not all taken back: %s", e)
+            if self._finding is finding:
+                self._finding = None
+
+    async def _find_retried(self, members: frozenset[str]) -> None:
+        for attempt in range(FIND_TRIES):
+            try:
+                await asyncio.to_thread(self._find, members)
+                return
+            except Exception as e:
+                if attempt + 1 == FIND_TRIES:
+                    raise
+                log.info("spares already running: search %d failed: %s", attempt + 1, e)
+                await asyncio.sleep(FIND_RETRY_WAIT)
 
     def claim(self, node_id: str) -> str | None:
         """A ready idle spare of *node_id* (no longer idle from now), or None (one still
@@ -226,6 +256,7 @@ class SparePool:
             if name in self.ready:
                 self.idle[node_id].remove(name)
                 self.ready.discard(name)
+                self._claimed.add(name)
                 return name
         return None
 
@@ -282,19 +313,22 @@ class SparePool:
         """Take back the idle spares a previous incarnation of the supervisor started; stop
         an assigned spare that is not one of *members*: its assignment was never recorded
         (the directory that made it was lost between the two), and it holds its context's
-        store on its node, which a follower started there later could never open."""
-        ray = ray_module()
-        try:
-            named = ray.util.list_named_actors(all_namespaces=True)
-        except Exception as e:  # the pool refills with new spares instead
-            log.info("cannot list the spares already running: %s", e)
-            return
+        store on its node, which a follower started there later could never open.
+
+        Idempotent (a spare already in the pool or claimed is skipped), so a failed search
+        is retried whole; it raises once every spare it could read was handled if the list
+        or a spare's assignment could not be read."""
+        named = ray_module().util.list_named_actors(all_namespaces=True)
+        known = {name for names in self.idle.values() for name in names} | self._claimed
+        unknown: list[str] = []
         for item in named:
             name = str(item.get("name", ""))
-            if item.get("namespace") != self.namespace or not is_spare(name):
+            if item.get("namespace") != self.namespace or not is_spare(name) or name in known:
                 continue
             try:
                 if assignment_of(self.namespace, name) is None:
+                    if name in self._claimed:  # claimed while this search ran
+                        continue
                     self.idle.setdefault(_node_of(name), []).append(name)
                     self.ready.add(name)  # it was started before: a claim finds out
                 elif name not in members:
@@ -303,4 +337,7 @@ class SparePool:
                     stop_named(name, self.namespace)
             except Exception as e:
                 log.info("spare %s: assignment unknown: %s", name, e)
+                unknown.append(name)
+        if unknown:
+            raise RuntimeError(f"assignments not read: {', '.join(unknown)}")
 

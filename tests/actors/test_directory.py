@@ -782,3 +782,42 @@ def test_contexts_cluster_shows_followers_lag_and_lost_members(
 ) -> None:
     part = _part(three_nodes, "cluster_table")
     assert part["before"]["follower"] is not None
+
+
+def test_a_search_for_the_running_spares_made_again_takes_none_back_twice(
+    ray_cluster: RayCluster, namespace: str, tmp_path: Path
+) -> None:
+    """A directory that took over takes back the idle spares a previous one started
+    (``SparePool.find``); a failed search is made again, and that search takes back no
+    spare twice and none already claimed (so a claim never hands one spare to two
+    followers)."""
+    import asyncio
+
+    import ray
+
+    from actors.cluster.follower import start_follower
+    from actors.cluster.spares import SparePool, spare_name
+
+    node = ray_cluster.head_node_id
+    names = [spare_name(node) for _ in range(2)]
+    actors = [
+        start_follower(Member(node_id=node, actor=n, store_dir=str(tmp_path)), None, namespace)
+        for n in names
+    ]
+    try:
+        ray.get([a.pid.remote() for a in actors], timeout=120)
+        pool = SparePool(namespace, start_follower)
+
+        async def search_twice() -> list[str | None]:
+            await pool.find(frozenset())
+            first = pool.claim(node)
+            pool._finding = None  # as after a failed search: the next claim searches again
+            await pool.find(frozenset())
+            return [first, pool.claim(node), pool.claim(node)]
+
+        first, second, third = asyncio.run(search_twice())
+        assert {first, second} == set(names) and third is None
+        assert pool.idle == {node: []}
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)

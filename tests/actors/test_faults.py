@@ -132,7 +132,10 @@ def _paused_primary(
     busy_s = time.monotonic() - busy_at
     _until("an acknowledgement after the busy step", lambda: _acked_after(writer, busy_at + busy_s))
     time.sleep(1.0)  # past the threshold, counted from the end of the busy step
-    assert directory(NAMESPACE).get(name).epoch == 0, "a busy primary was declared hung"
+    assert directory(NAMESPACE).get(name).epoch == 0, (
+        "a busy primary was declared hung",
+        directory(NAMESPACE).failovers(),
+    )
     assert len(writer.acked) > acked_before_busy
     busy_gap = writer.longest_gap(busy_at, time.monotonic())
 

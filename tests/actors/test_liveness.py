@@ -100,6 +100,45 @@ def test_a_stall_of_the_supervisor_is_not_taken_for_a_hang() -> None:
     assert run(lambda t: t + 0.05, until=10, supervisor_stalled=(3.0, 5.0)) is None
 
 
+def test_a_held_supervisor_looks_before_it_sees_the_answers_that_came_meanwhile() -> None:
+    # The prober's real order: woken after its event loop was held, it records how late it
+    # woke, then looks; answers that came during the hold are seen only after that look.
+    # A loaded machine: each answer takes 0.6 s, so 3 pings are in flight when the hold
+    # (2.5 s, past the threshold's ceiling) begins.
+    def held(stopped_at: float | None) -> float | None:
+        live = Liveness()
+        due: list[tuple[float, int]] = []
+        t = 0.0
+        while t < 12.0:
+            if 5.0 < t < 7.5:  # the supervisor's event loop is held: nothing sent or seen
+                t = round(t + STEP, 6)
+                continue
+            if t == 7.5:
+                live.overslept(2.5 - STEP)
+            elif t > 0:
+                live.overslept(0.0)
+            if live.hung(t):
+                return t
+            for at, n in sorted(due):
+                if at <= t:
+                    live.answered(n, t)
+            due = [(at, n) for at, n in due if at > t]
+            n = live.sent(t)
+            if stopped_at is None or t < stopped_at:
+                due.append((t + 0.6, n))
+            t = round(t + STEP, 6)
+        return None
+
+    assert held(stopped_at=None) is None
+    # Stopped during the hold: found hung once the supervisor runs again, within the
+    # ceiling (counted from when it could see the pings unanswered again).
+    hung = held(stopped_at=6.0)
+    assert hung is not None and 7.5 < hung <= 7.5 + MAX_HANG_AFTER + 0.6 + 2 * STEP
+    # Stopped before the hold: the hold delays the verdict by no more than itself.
+    hung = held(stopped_at=4.0)
+    assert hung is not None and hung <= 4.0 + 2.5 + MAX_HANG_AFTER + 0.6 + 2 * STEP
+
+
 def test_a_process_that_never_answered_is_given_time_to_start() -> None:
     live = Liveness()
     for i in range(40):
