@@ -21,6 +21,11 @@ Five edits change one field of a keyed body (the operations ``set``,
 
 Everything here is a function of its arguments; cost is linear in the number
 of fields plus, for ``remove``, the length of the one field edited.
+:func:`apply_indexed` takes and returns the body's field index, so a transaction
+editing one frame many times reads its fields once, and :func:`edit_work` is
+what one edit costs, counted in forms: a transaction's field edits together may
+cost at most :data:`MAX_EDIT_WORK` (``work_limit``), so a short transaction
+cannot make the single writer copy a huge body a thousand times.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ INCR_MAX = (1 << 63) - 1
 
 FIELD_OPS = ("set", "append", "remove", "incr", "unset")
 """The operations that edit one field of a keyed body."""
+
+MAX_EDIT_WORK = 1 << 25
+"""Most forms the field edits of one transaction may copy, summed over its edits
+(:func:`edit_work`): 32 Mi, about half a second of copying. One edit of the
+largest body a transaction can write fits many times over; a thousand edits of a
+body of 200,000 fields (15 kB of text that took two minutes of the writer's time
+before this bound) are refused ``work_limit`` instead."""
 
 EDIT_CHECKS_FIELD = {"set": True, "unset": True, "append": False, "remove": False, "incr": False}
 """Whether an edit is refused (``conflict``) when its field changed after the base version.
@@ -99,7 +111,8 @@ def same_form(a: Form, b: Form) -> bool:
     return bool(a == b)
 
 
-def _not_keyed(frame_id: str) -> FieldError:
+def not_keyed(frame_id: str) -> FieldError:
+    """The ``not_keyed`` error of an edit of *frame_id*, whose body has no fields."""
     return FieldError(
         "not_keyed",
         f"the body of {frame_id} is not a set of fields (each top-level form a list headed"
@@ -107,10 +120,36 @@ def _not_keyed(frame_id: str) -> FieldError:
     )
 
 
+def edit_work(
+    body: tuple[Form, ...], index: dict[str, int], name: str, values: tuple[Form, ...]
+) -> int:
+    """The forms an edit of field *name* of *body* (whose :func:`field_index` is *index*)
+    copies or compares: the body's top-level forms, the field's values and the new ones."""
+    at = index.get(name)
+    return len(body) + (0 if at is None else len(body[at])) + len(values)
+
+
 def apply_edit(
     body: tuple[Form, ...], op: str, frame_id: str, name: str, values: tuple[Form, ...]
 ) -> tuple[Form, ...]:
-    """The body after edit *op* of field *name* with *values* (see the module docstring).
+    """The body after edit *op* of field *name* with *values*: :func:`apply_indexed`
+    with the body's own index."""
+    index = field_index(body)
+    if index is None:
+        raise not_keyed(frame_id)
+    return apply_indexed(body, index, op, frame_id, name, values)[0]
+
+
+def apply_indexed(
+    body: tuple[Form, ...],
+    index: dict[str, int],
+    op: str,
+    frame_id: str,
+    name: str,
+    values: tuple[Form, ...],
+) -> tuple[tuple[Form, ...], dict[str, int]]:
+    """The body after edit *op* of field *name* with *values* (see the module docstring),
+    and its field index; *index* is :func:`field_index` of *body* (left unchanged).
 
     * ``set``: the field becomes ``(name values…)``, added at the end if missing;
     * ``append``: *values* go after the field's values, the field is added if missing;
@@ -123,9 +162,6 @@ def apply_edit(
 
     Raises :class:`FieldError` (``not_keyed`` when *body* has no fields).
     """
-    index = field_index(body)
-    if index is None:
-        raise _not_keyed(frame_id)
     at = index.get(name)
     head = Symbol(name)
     if op == "set":
@@ -134,7 +170,7 @@ def apply_edit(
         new = (head, *values) if at is None else body[at] + values
     elif op == "remove":
         if at is None:
-            return body
+            return body, index
         drop = {form_key(x) for x in values}
         kept = tuple(v for v in body[at][1:] if form_key(v) not in drop)
         new = (head, *kept)
@@ -163,10 +199,13 @@ def apply_edit(
     else:  # pragma: no cover - the set of field operations is closed
         raise FieldError("unknown_op", f"unknown field edit {op!r}")
     if at is None:
-        return body if new is None else (*body, new)
+        if new is None:
+            return body, index
+        return (*body, new), {**index, name: len(body)}
     if new is None:
-        return body[:at] + body[at + 1 :]
-    return (*body[:at], new, *body[at + 1 :])
+        shifted = {k: (i if i < at else i - 1) for k, i in index.items() if k != name}
+        return body[:at] + body[at + 1 :], shifted
+    return (*body[:at], new, *body[at + 1 :]), index
 
 
 def changed_fields(old: tuple[Form, ...] | None, new: tuple[Form, ...]) -> set[str] | None:

@@ -26,6 +26,7 @@ MAX_STRING_CHARS = 1 << 20
 MAX_INT_DIGITS = 40
 
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class Symbol(str):
@@ -63,6 +64,9 @@ def check_form(form: Form, depth: int = 0) -> None:
     elif isinstance(form, str):
         if len(form) > MAX_STRING_CHARS:
             raise WireError("string longer than 1 MiB characters")
+        if not form.isascii() and _SURROGATE.search(form) is not None:
+            # The text reader refuses these too; no store or wire form can encode one.
+            raise WireError("a string holds a lone surrogate")
     elif isinstance(form, bool):
         raise WireError("booleans are not forms; write an atom such as true")
     elif isinstance(form, int):

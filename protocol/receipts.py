@@ -27,6 +27,7 @@ ERROR_CODES = {
     "not_keyed": "a field edit names a frame whose body is not a set of fields",
     "not_a_number": "incr names a field that does not hold one integer",
     "counter_overflow": "incr would leave the signed 64-bit range",
+    "work_limit": "the field edits of one transaction would copy more than MAX_EDIT_WORK forms",
 }
 
 

@@ -78,7 +78,7 @@ from protocol.tx import (
     Unrelate,
     new_tx,
 )
-from protocol.wire import MAX_PAYLOAD_BYTES, SURROGATE, check_plain, decode, encode
+from protocol.wire import MAX_PAYLOAD_BYTES, SURROGATE, check_plain, decode, encode, json_document
 
 _SOURCES_MISNAMED = ("from", "source")
 """Keys a writer of the dict form may mean as ``sources``; refused with a pointer to it."""
@@ -467,17 +467,6 @@ def tx_to_json(tx: ContextTx, text: str | None = None) -> str:
     return out
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key in a JSON object")
-    return out
-
-
 def tx_from_json(text: str | bytes | bytearray | memoryview) -> ContextTx:
     """Decode and validate the JSON form of a transaction (str, or UTF-8 bytes).
 
@@ -491,25 +480,6 @@ def tx_from_json(text: str | bytes | bytearray | memoryview) -> ContextTx:
 
 def submitted_from_json(text: str | bytes | bytearray | memoryview) -> SubmittedTx:
     """:func:`tx_from_json`, keeping the transaction text the form carries (or ``None``)."""
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        try:
-            view = memoryview(text)
-            if view.nbytes > MAX_PAYLOAD_BYTES:
-                raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
-            text = view.tobytes().decode("utf-8")
-        except WireError:
-            raise
-        except (ValueError, TypeError, BufferError) as e:
-            raise WireError(f"JSON text is not UTF-8: {e}") from e
-    elif not isinstance(text, str):
-        raise WireError(f"JSON text must be str or bytes, got {type(text).__name__}")
-    elif len(text) > MAX_PAYLOAD_BYTES:
-        raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except RecursionError as e:
-        raise WireError("JSON text nests too deeply") from e
-    except (ValueError, TypeError, ArithmeticError) as e:
-        raise WireError(f"malformed JSON: {e}") from e
+    obj = json_document(text)
     check_plain(obj, 0, text_only=True)
     return submitted_from_dict(obj)

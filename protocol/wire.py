@@ -18,6 +18,7 @@ form, in msgpack and in JSON) are :mod:`protocol.txwire`'s.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -127,6 +128,51 @@ def decode(data: Any) -> Any:
         raise WireError("msgpack object nests too deeply") from e
     except Exception as e:  # foreign decoder: every failure becomes a WireError
         raise WireError(f"malformed msgpack: {str(e) or type(e).__name__}") from e
+
+
+# --- JSON text ------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key in a JSON object")
+    return out
+
+
+def json_document(text: str | bytes | bytearray | memoryview) -> Any:
+    """The value of a JSON text (str, or UTF-8 bytes) under the wire's rules.
+
+    Refuses text over :data:`MAX_PAYLOAD_BYTES`, bytes that are not UTF-8, ``NaN`` and
+    ``Infinity``, a duplicate key in an object (which a reader keeping the first and one
+    keeping the last would read differently), integers over 4,300 digits and nesting
+    deeper than the parser's recursion: :class:`WireError`, and no other exception. The
+    types and nesting of the value are left to :func:`check_plain` or the caller's model.
+    """
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            view = memoryview(text)
+            if view.nbytes > MAX_PAYLOAD_BYTES:
+                raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
+            text = view.tobytes().decode("utf-8")
+        except WireError:
+            raise
+        except (ValueError, TypeError, BufferError) as e:
+            raise WireError(f"JSON text is not UTF-8: {e}") from e
+    elif not isinstance(text, str):
+        raise WireError(f"JSON text must be str or bytes, got {type(text).__name__}")
+    elif len(text) > MAX_PAYLOAD_BYTES:
+        raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
+    try:
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except RecursionError as e:
+        raise WireError("JSON text nests too deeply") from e
+    except (ValueError, TypeError, ArithmeticError) as e:
+        raise WireError(f"malformed JSON: {e}") from e
 
 
 def check_plain(value: Any, depth: int, *, text_only: bool) -> None:

@@ -36,15 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -64,6 +64,7 @@ from protocol.errors import (
 )
 from protocol.receipts import Receipt
 from protocol.txwire import submitted_from_dict
+from protocol.wire import json_document
 from servers.direct_routes import DirectRoutes
 from servers.edge import EdgeMiddleware, EdgePolicy, bearer, bearer_token
 from servers.edge_audit import ChainedSink, EdgeAudit
@@ -194,10 +195,7 @@ async def _json(request: Request) -> Any:
     data = await _body(request)
     if not data:
         raise WireError("the request body must be a JSON document")
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as e:
-        raise WireError(f"malformed JSON: {e}") from e
+    return json_document(data)  # the wire's rules: no NaN, no duplicate key
 
 
 def _plain(reply: Any) -> Any:
@@ -223,6 +221,26 @@ def _int_param(request: Request, name: str) -> int | None:
 Route = Callable[..., Awaitable[Any]]
 
 
+class WireJsonRoute(APIRoute):
+    """A route whose JSON body FastAPI reads is read under the wire's rules first
+    (:func:`protocol.wire.json_document`): a duplicate key, ``NaN`` or bad UTF-8 is a
+    ``wire_error`` (422) on the routes with a body model too, as on ``_json``'s routes."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def strict(request: Request) -> Response:
+            data = await _body(request)
+            if data:
+                # Starlette's Request.json() answers what it finds here: FastAPI reads ours.
+                request._json = json_document(data)
+            return await handler(request)
+
+        return strict
+
+
 def create_app(
     resolver: Resolver,
     *,
@@ -244,6 +262,8 @@ def create_app(
         summary="Structured, transactional memory for long-running agents.",
         description="Every write is a conflict-checked context transaction; see docs/http.md.",
     )
+
+    app.router.route_class = WireJsonRoute
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from protocol.engine.overlay import Decision, OpFailure, Overlay
-from protocol.fields import FieldError, apply_edit, changed_fields
+from protocol.fields import (
+    MAX_EDIT_WORK,
+    FieldError,
+    apply_indexed,
+    changed_fields,
+    edit_work,
+    field_index,
+    not_keyed,
+)
 from protocol.ids import SUPERSEDES
 from protocol.state import (
     ACCEPTED,
@@ -223,10 +231,26 @@ def _field_edit(d: Decision, op: Any, index: int) -> None:
         raise OpFailure("unknown_ref", f"no frame {op.id}")
     if current.lifecycle == RETIRED:
         raise OpFailure("retired_frame", f"frame {op.id} is retired; restore it first")
+    cached = d.field_indexes.get(op.id)
+    if cached is not None and cached[0] is current.body:
+        fields: dict[str, int] | None = cached[1]
+    else:
+        fields = field_index(current.body)
     try:
-        body = apply_edit(current.body, op.op, op.id, op.field, op.values)
+        if fields is None:
+            raise not_keyed(op.id)
+        d.edit_work += edit_work(current.body, fields, op.field, op.values)
+        if d.edit_work > MAX_EDIT_WORK:
+            raise FieldError(
+                "work_limit",
+                f"{op.op}: the field edits of this transaction copy more than {MAX_EDIT_WORK}"
+                f" forms ({op.id} holds {len(current.body)} fields): edit fewer times in one"
+                " transaction, or put the values of several edits of a field in one",
+            )
+        body, fields = apply_indexed(current.body, fields, op.op, op.id, op.field, op.values)
     except FieldError as e:
         raise OpFailure(e.code, e.message) from None
+    d.field_indexes[op.id] = (body, fields)
     added = _resolve_sources(ov, op.sources, op.id)
     f = ov.writable_frame(op.id)
     f.revision += 1

@@ -129,6 +129,8 @@ class Decision:
         "writes",
         "fields_changed",
         "edits",
+        "field_indexes",
+        "edit_work",
     )
 
     def __init__(self, ov: Overlay, meta: Meta, tx: ContextTx, version: int) -> None:
@@ -150,6 +152,11 @@ class Decision:
         """Frame id → the fields its body writes changed; None: rewritten as a whole."""
         self.edits: list[tuple[int, str, str, int, str]] = []
         """The receipt's ``edits``: ``(op index, frame, field, revision, outcome)``."""
+        self.field_indexes: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}
+        """Frame id → the body its last field edit left and that body's field index, so
+        the next edit of the same body does not read its fields again."""
+        self.edit_work = 0
+        """Forms the field edits so far copied (bounded by ``protocol.fields.MAX_EDIT_WORK``)."""
 
     def note_fields(self, frame_id: str, names: set[str] | None) -> None:
         """Record that the body of *frame_id* changed in fields *names* (None: as a whole)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from protocol.errors import OutOfRange, RequestError
 from protocol.recall import trust_filter, valid_at_seconds
@@ -92,6 +92,16 @@ class SearchFilter:
         return self.valid_at is None or rec.valid_from <= self.valid_at < rec.valid_to
 
 
+def _names(value: Any) -> set[str]:
+    """The names of a ``kinds`` or ``lifecycle`` filter: one string, or a list of them
+    (anything else is no name, and is refused by the caller as unknown)."""
+    if isinstance(value, str):
+        return {value}
+    if not isinstance(value, (list, tuple, set, frozenset)):
+        return {f"({type(value).__name__})"}
+    return {v if isinstance(v, str) else f"({type(v).__name__})" for v in value}
+
+
 def make_filter(
     kinds: Iterable[str] | str | None = None,
     lifecycle: Iterable[str] | str | None = None,
@@ -109,15 +119,21 @@ def make_filter(
         )
     at = None if valid_at is None else valid_at_seconds(valid_at)
     for name, value in (("since", since), ("until", until)):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
-        ):
-            raise OutOfRange(f"{name} is seconds since the epoch, not {value!r}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise OutOfRange(f"{name} is seconds since the epoch, not {type(value).__name__}")
+        # An int is compared as it is (never turned into a float, which overflows past
+        # 1e308): one outside the 64-bit range is refused rather than converted.
+        if isinstance(value, int) and not -(1 << 63) <= value < 1 << 63:
+            raise OutOfRange(f"{name} is seconds since the epoch, not an integer that large")
+        if isinstance(value, float) and math.isnan(value):
+            raise OutOfRange(f"{name} is seconds since the epoch, not nan")
     if since is not None and until is not None and since > until:
         raise OutOfRange(f"since ({since}) is after until ({until})")
     kind_set: frozenset[str] | None = None
     if kinds is not None:
-        names = {kinds} if isinstance(kinds, str) else set(kinds)
+        names = _names(kinds)
         unknown = sorted(str(n) for n in names - set(KINDS))
         if unknown or not names:
             raise RequestError(
@@ -127,7 +143,7 @@ def make_filter(
         kind_set = frozenset(names)
     life_set: frozenset[str] | None = None
     if lifecycle is not None:
-        names = {lifecycle} if isinstance(lifecycle, str) else set(lifecycle)
+        names = _names(lifecycle)
         unknown = sorted(str(n) for n in names - set(LIFECYCLES))
         if unknown or not names:
             raise RequestError(

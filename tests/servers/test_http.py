@@ -272,6 +272,39 @@ def test_malformed_input_is_422_and_writes_nothing(client: httpx.Client) -> None
     assert client.get(base + "/state").json()["events"] == []
 
 
+def test_hostile_json_is_a_typed_422_and_writes_nothing(client: httpx.Client) -> None:
+    """JSON's escapes and its laxities, read one way by every route. On main before this
+    change a lone surrogate (``\\ud800``), ``since`` of 400 digits or ``kinds: [["x"]]``
+    came back 503 ``actor_error`` (the actor's UnicodeEncodeError, OverflowError,
+    TypeError), and a duplicate ``ops`` key committed whichever came last."""
+    name = _new_context(client)
+    base = f"/v1/contexts/{name}"
+    json_type = {"content-type": "application/json"}
+
+    def post(path: str, raw: bytes) -> httpx.Response:
+        return client.post(base + path, content=raw, headers=json_type)
+
+    cases = [
+        (post("/observations", b'{"kind":"tool_result","text":"a\\ud800b"}'), "bad_argument"),
+        (post("/observations", b'{"kind":"tool_result","text":"a","text":"b"}'), "wire_error"),
+        (post("/observations", b'{"kind":"tool_result","text":NaN}'), "wire_error"),
+        (post("/observations", b"[" * 100_000), "wire_error"),
+        (post("/transactions", b'{"base_version":0,"ops":[],"ops":[{"op":"derive","id":"a"}]}'),
+         "wire_error"),
+        (post("/transactions", b'{"text":"(context-tx (base-version 0) (derive \\udfff))"}'),
+         "bad_argument"),
+        (post("/search", b'{"query":"\\ud800"}'), "bad_argument"),
+        (post("/search", b'{"query":"a","since":' + b"9" * 400 + b"}"), "out_of_range"),
+        (post("/search", b'{"query":"a","kinds":[["tool_result"]]}'), "bad_kind"),
+        (post("/search", b'{"query":"a","limit":5,"limit":50}'), "wire_error"),
+        (post("/recall", b'{"frame_id":"a","session":"\\ud800"}'), "bad_argument"),
+    ]  # fmt: skip
+    for r, code in cases:
+        _error(r, 422, code)
+    assert _version(client, name) == 0
+    assert client.get(base + "/state").json()["events"] == []
+
+
 def test_not_found_paths(client: httpx.Client) -> None:
     name = _new_context(client)
     base = f"/v1/contexts/{name}"
