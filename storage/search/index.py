@@ -28,6 +28,7 @@ import lmdb
 from protocol.errors import OutOfRange, RequestError
 from protocol.state import TRUST
 from protocol.view import ReadView
+from protocol.wire import SURROGATE
 from storage.derived import DerivedIndex, IntentSource, ack, open_env
 from storage.environment import Environment
 from storage.search.documents import _apply_records, _bulk_load
@@ -312,6 +313,10 @@ class LexicalIndex(DerivedIndex[Environment]):
             raise RequestError("a query is a string", code="bad_query")
         if len(query) > MAX_QUERY_CHARS:
             raise OutOfRange(f"a query is at most {MAX_QUERY_CHARS} characters")
+        if not query.isascii() and SURROGATE.search(query) is not None:
+            # ICU's word breaker takes UTF-8: the CLI's argv (surrogateescape) can carry one.
+            raise RequestError("a query holds a lone surrogate: text must be valid Unicode",
+                               code="bad_query")  # fmt: skip
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise OutOfRange(f"limit must be between 1 and {MAX_LIMIT}, not {limit!r}")
         filt = _make_filter(kinds, lifecycle, since, until, id_prefix, trust, valid_at)

@@ -172,6 +172,10 @@ def test_bad_search_arguments_exit_2(c: Cli) -> None:
     assert c.run("search", "x", "--kind", "memo").exit_code == 2
     assert c.run("search", "x", "--since", "not-a-time").exit_code == 2
     assert c.run("search", "x", "--since", "20", "--until", "10").exit_code == 2
+    # A byte that is not UTF-8 reaches argv as a lone surrogate (surrogateescape): it was
+    # a UnicodeEncodeError from ICU's word breaker, a traceback instead of exit 2.
+    bad = c.run("search", "deploy\udcffment")
+    assert bad.exit_code == 2 and json.loads(bad.output)["error"]["code"] == "bad_query"
 
 
 def test_import_of_5000_documents_is_quick(c: Cli, tmp_path: Path) -> None:
