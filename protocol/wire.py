@@ -130,6 +130,31 @@ def decode(data: Any) -> Any:
         raise WireError(f"malformed msgpack: {str(e) or type(e).__name__}") from e
 
 
+def surrogate_in(values: dict[str, Any]) -> str | None:
+    """The name in *values* of the first value holding a string with a lone surrogate (at
+    any depth of its lists, tuples and maps, keys included), or None. Iterative: a deep
+    value costs no recursion, and each container is looked at once (one holding itself
+    ends)."""
+    stack: list[tuple[str, Any]] = list(values.items())
+    seen: set[int] = set()
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and SURROGATE.search(value) is not None:
+                return where
+        elif isinstance(value, (list, tuple, dict)):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    stack.append((where, key))
+                    stack.append((where, item))
+            else:
+                stack.extend((where, item) for item in value)
+    return None
+
+
 # --- JSON text ------------------------------------------------------------------
 
 

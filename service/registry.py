@@ -61,6 +61,7 @@ from pydantic import (
 
 from protocol.errors import MorphzError, OutOfRange, RequestError, WireError
 from protocol.ids import MAX_FRAME_ID
+from protocol.wire import surrogate_in
 
 if TYPE_CHECKING:
     from protocol.governance import AdmissionPolicy
@@ -322,36 +323,6 @@ TYPE_NAMES = {
 }
 
 
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def refuse_surrogates(name: str, values: dict[str, Any]) -> None:
-    """RequestError ``bad_argument`` if a string in *values* (at any depth of its lists,
-    tuples and maps, keys included) holds a lone surrogate. Iterative: a deep value costs
-    no recursion, and each container is looked at once (a list holding itself ends)."""
-    stack: list[tuple[str, Any]] = list(values.items())
-    seen: set[int] = set()  # a list that holds itself is walked once
-    while stack:
-        where, value = stack.pop()
-        if type(value) is str or isinstance(value, str):
-            if not value.isascii() and _SURROGATE.search(value) is not None:
-                raise RequestError(
-                    f"{name}: {where.replace('_', ' ')} holds a lone surrogate: text must be"
-                    " valid Unicode",
-                    code="bad_argument",
-                )
-        elif isinstance(value, (list, tuple, dict)):
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-            if not isinstance(value, dict):
-                stack.extend((where, item) for item in value)
-                continue
-            for key, item in value.items():
-                stack.append((where, key))
-                stack.append((where, item))
-
-
 def argument_error(name: str, e: ValidationError) -> MorphzError:
     """The typed error of arguments of call *name* that do not fit its argument model:
     OutOfRange for a value outside its bounds, RequestError ``bad_argument`` otherwise."""
@@ -548,10 +519,15 @@ class Operation(Generic[P, R]):
 
     def check(self, values: dict[str, Any], *, strings: bool = False) -> BaseModel:
         """The checked arguments named in *values* (*strings*: values are text to
-        parse, as an HTTP query string gives them). Text holding a lone surrogate (which
-        no store can encode, and JSON's ``\\ud800`` escape carries) is RequestError
-        ``bad_argument`` on every port, before anything is validated or written."""
-        refuse_surrogates(self.name, values)
+        parse, as an HTTP query string gives them). Text no store can encode (a lone
+        surrogate, as JSON's ``\\ud800`` carries) is ``bad_argument`` on every port."""
+        where = surrogate_in(values)
+        if where is not None:
+            raise RequestError(
+                f"{self.name}: {where.replace('_', ' ')} holds a lone surrogate: text must be"
+                " valid Unicode",
+                code="bad_argument",
+            )
         try:
             if strings:
                 return self.args.model_validate_strings(values)
