@@ -475,6 +475,7 @@ def test_a_busy_primary_is_given_time_and_a_stopped_one_is_replaced(
         _until("the stopped primary replaced", lambda: roots.get("busy").epoch >= 1)
     finally:
         os.kill(pid, signal.SIGCONT)
-    (failover,) = roots.failovers()
+    # (the entry moves to epoch 1 before the promoted follower serves and it is recorded)
+    (failover,) = _until("the promotion's record", roots.failovers)
     # replaced because its node found it stopped, not after the grace a running one gets
     assert (failover["cause"], failover["process"]) == ("hung", STOPPED), failover
