@@ -63,6 +63,8 @@ SPLITS = ("dev", "test")
 TOP = 10
 DEPTH = 50
 """How many hits of each ranking a fusion takes."""
+RESCORE_WEIGHTS = (0.25, 0.5, 1.0)
+"""Weights of the model's order in :class:`Rescored` (one engine each)."""
 MODEL = "all-MiniLM-L6-v2"
 OBSERVE_BATCH = 1000
 """Observations recorded per call (a call takes at most 1,024)."""
@@ -528,6 +530,36 @@ class Fused:
         pass
 
 
+class Rescored:
+    """The lexical top :data:`DEPTH` re-ordered with the model: each candidate scores
+    ``1 / (k + lexical rank) + weight / (k + its cosine's rank among the candidates)``
+    (ties: the lexical order). Only what the lexical search found can be a hit, unlike the
+    hybrid, whose semantic side searches every document."""
+
+    def __init__(self, lexical: Any, scan: DenseScan, weight: float, k: int = 5) -> None:
+        self.name = f"morphz-rescore-{weight:g}"
+        self.lexical, self.scan, self.weight, self.k = lexical, scan, weight, k
+        self.row = {s: {d: i for i, d in enumerate(ids)} for s, ids in scan.ids.items()}
+
+    def search(self, scope: str, query: str, limit: int = TOP) -> list[str]:
+        candidates = self.lexical.search(scope, query, DEPTH)
+        if not candidates:
+            return []
+        q = self.scan.embedder.matrix([query], kind="query")[0]
+        rows = [self.row[scope][d] for d in candidates]
+        sims = self.scan.matrix[scope][rows] @ q
+        by_sim = sorted(range(len(candidates)), key=lambda i: (-float(sims[i]), i))
+        sem_rank = {i: r for r, i in enumerate(by_sim)}
+        k, w = self.k, self.weight
+        order = sorted(
+            range(len(candidates)), key=lambda i: (-(1 / (k + i) + w / (k + sem_rank[i])), i)
+        )
+        return [candidates[i] for i in order[:limit]]
+
+    def close(self) -> None:
+        pass
+
+
 # -- the run ---------------------------------------------------------------------
 
 
@@ -630,6 +662,7 @@ def run(
             report["morphz_vectors_build_s"] = round(time.perf_counter() - started, 1)
             engines += [MorphzDense(embedder, hybrid), hybrid]
             engines.append(Fused("fts5-porter+dense", engines[2], scan))
+            engines += [Rescored(engines[0], scan, w) for w in RESCORE_WEIGHTS]
         phase(engines)
     finally:
         contexts.close()

@@ -10,6 +10,7 @@ never at module import.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from typing import Any
 
@@ -20,6 +21,34 @@ log = logging.getLogger("morphz.nodes")
 
 RAYLET_TIMEOUT = 1.0
 """Seconds :func:`raylet_down` waits for a node's raylet to accept a connection."""
+
+
+def read_stat(text: str) -> tuple[str, int]:
+    """The state letter and CPU ticks (user + system) in the text of ``/proc/<pid>/stat``.
+
+    The command name (field 2, in parentheses) may hold spaces and parentheses itself, so
+    fields are counted from the last ``)``. ValueError if the text is not such a line."""
+    head, paren, rest = text.rpartition(")")
+    fields = rest.split()
+    if not paren or "(" not in head or len(fields) < 13 or len(fields[0]) != 1:
+        raise ValueError(f"not a /proc/<pid>/stat line: {text[:80]!r}")
+    return fields[0], int(fields[11]) + int(fields[12])
+
+
+def process_state(pid: object) -> tuple[str, float] | None:
+    """The state letter and CPU seconds of process *pid* on this machine
+    (``/proc/<pid>/stat``, :func:`read_stat`), or None if there is no
+    such process. RequestError ``bad_argument`` for a pid that is not a positive integer;
+    OSError where there is no ``/proc`` (not Linux)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise RequestError(f"a process id is a positive integer, not {pid!r}", code="bad_argument")
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, ticks = read_stat(text)
+    return state, ticks / os.sysconf("SC_CLK_TCK")
 
 
 def raylet_down(address: str, port: int) -> bool:
@@ -120,8 +149,10 @@ __all__ = [
     "node_with_resource",
     "pinned",
     "preferring",
+    "process_state",
     "RAYLET_TIMEOUT",
     "raylet_down",
+    "read_stat",
     "start_pinned",
     "stop_named",
 ]

@@ -7,8 +7,9 @@ process dies; a standby on another node takes over when the leader's node is los
 
 * the **store root of each node** — registered with
   :meth:`~actors.cluster.directory_handle.DirectoryHandle.register_node`,
-  else what a probe task pinned to that node sees in ``MORPHZ_STORE``, else
-  ``~/.morphz`` on that node;
+  else ``MORPHZ_STORE`` as a process on that node sees it, else ``~/.morphz`` there
+  (asked of a process already running there where one is, else of a task pinned there:
+  :mod:`actors.cluster.roots`);
 * one :class:`ContextEntry` per **placed context** — its epoch, replication
   factor, primary :class:`Member` and followers.
 
@@ -38,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.client.joining import check_int, check_text, ray_module, remote_class
+from actors.client.joining import check_int, check_text, remote_class
 from actors.client.leader import DIRECTORY_KV
 from actors.client.names import (
     DEFAULT_NAMESPACE,
@@ -75,6 +76,7 @@ from actors.cluster.leadership import (
 )
 from actors.cluster.placement import POLICY_SPREAD, check_policy, choose_nodes
 from actors.cluster.replication import sign_epoch
+from actors.cluster.roots import DEFAULT_ROOT, STORE_ENV, learn_root, roots_for
 from protocol import capabilities
 from protocol.capabilities import PermissionDenied
 from protocol.epochs import BAD_SIGNATURE, open_record, sign_record
@@ -92,12 +94,9 @@ log = logging.getLogger("morphz.directory")
 
 KV_NAMESPACE = DIRECTORY_KV
 """Prefix of the GCS internal-KV namespace holding a directory's state (+ the Ray namespace)."""
-STORE_ENV = "MORPHZ_STORE"
-"""The environment variable naming a node's store root (read on that node)."""
-DEFAULT_ROOT = "~/.morphz"
-"""A node's store root when nothing else names one (expanded on that node)."""
-PROBE_TIMEOUT = 30.0
-"""Seconds the directory waits for a probe task to report a node's store root."""
+PROBE_TIMEOUT = 120.0
+"""Seconds a caller waits for a node's store root (:func:`~actors.cluster.roots.learn_root`;
+it was 30 s, which a task waiting for a worker on a loaded node exceeded)."""
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -108,11 +107,6 @@ __all__ = [
     "signed",
     "start_directory",
 ]
-
-
-def _probe_root() -> str:
-    """This node's store root: ``MORPHZ_STORE`` if set, else ``~/.morphz`` (absolute)."""
-    return os.path.abspath(os.path.expanduser(os.environ.get(STORE_ENV) or DEFAULT_ROOT))
 
 
 class DirectoryActor(HostTable, Leadership):
@@ -312,20 +306,26 @@ class DirectoryActor(HostTable, Leadership):
         return entry
 
     async def root_of(self, node_id: str) -> str:
-        """*node_id*'s store root: registered, else probed on that node (and remembered)."""
+        """*node_id*'s store root: registered, else learnt on that node and remembered
+        (:func:`~actors.cluster.roots.learn_root`). StoreError ``node_unreachable`` when not
+        learnt within :data:`PROBE_TIMEOUT` (the question goes on: a retry may find it)."""
         root = self.roots.get(node_id)
         if root is not None:
             return root
-        probe = ray_module().remote(num_cpus=0, scheduling_strategy=pinned(node_id))(_probe_root)
         try:
-            root = str(await asyncio.wait_for(probe.remote(), PROBE_TIMEOUT))
+            return await asyncio.wait_for(asyncio.shield(learn_root(self, node_id)), PROBE_TIMEOUT)
+        except TimeoutError as e:
+            raise StoreError(
+                f"cannot learn the store root of node {node_id} within {PROBE_TIMEOUT:.0f} s: no "
+                "process of this cluster there answered and no Ray worker started there to ask "
+                "(a loaded node starts one at a time); still asked: try again, or register the "
+                "node's root",
+                code="node_unreachable",
+            ) from e
         except Exception as e:
             raise StoreError(
                 f"cannot learn the store root of node {node_id}: {e}", code="node_unreachable"
             ) from e
-        self._put("node/" + node_id, root)
-        self.roots[node_id] = root
-        return root
 
     # -- the API (envelopes) -----------------------------------------------------
 
@@ -416,6 +416,8 @@ class DirectoryActor(HostTable, Leadership):
     ) -> bytes:
         """The entry of *name*: the existing one, else a new one placed by *policy*."""
         try:
+            if store_dir is None and check_context_name(name) not in self.entries:
+                await roots_for(self, policy, followers)  # learnt before the lock is held
             async with self._guard():
                 name = check_context_name(name)
                 if name in self.entries:

@@ -95,7 +95,9 @@ class DirectoryHandle:
     def failovers(self) -> builtins.list[dict[str, Any]]:
         """The supervisor's recent promotions, newest last: why (``cause``: ``hung``,
         ``unreachable``, ``node lost``, ``raylet down``), how long the primary's pings had
-        been missed (``silent_s``, for a hang), and the seconds from the decision to the
+        been missed (``silent_s``, for a hang), what the primary's node said of its process
+        (``process``, for a hang: ``stopped``, ``gone``, ``unanswered``, ``no witness`` or
+        ``busy`` past the grace; docs/cluster.md), and the seconds from the decision to the
         followers fenced (``fenced_s``), the replacement followers assigned or started
         (``recruited_s``; ``spares`` of the ``replacements`` were warm spares), the new
         entry recorded (``recorded_s``), the new primary serving (``serving_s``) and every

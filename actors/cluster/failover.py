@@ -133,8 +133,8 @@ async def supervise(directory: Any) -> None:
     re-create an unreplicated context whose node came back. Contexts are looked at
     concurrently: one context's promotion does not delay another's."""
     entries = list(directory.entries.values())
-    probe_primaries(directory, entries)
     pool = spares_of(directory.namespace)
+    probe_primaries(directory, entries, lambda node: _witnesses(directory, pool, node))
     nodes = await asyncio.to_thread(_nodes)
     down = set(await asyncio.gather(*(_down(n, *where) for n, where in nodes.items()))) - {""}
     directory.down = down
@@ -180,8 +180,16 @@ async def _look(
     if cause is not None:
         prober = PROBERS.get((directory.namespace, entry.name))
         silent = None if prober is None else prober.hung_after
+        process = None if prober is None or cause != "hung" else prober.process
         stop_prober((directory.namespace, entry.name))
-        await promote(directory, entry, live - {entry.primary.node_id}, cause=cause, silent=silent)
+        await promote(
+            directory,
+            entry,
+            live - {entry.primary.node_id},
+            cause=cause,
+            silent=silent,
+            process=process,
+        )
     else:
         await repair(directory, entry, live)
 
@@ -195,6 +203,20 @@ def _members(directory: Any) -> frozenset[str]:
     return frozenset(
         m.actor for e in directory.entries.values() for m in (e.primary, *e.followers)
     )
+
+
+def _witnesses(directory: Any, pool: SparePool, node: str) -> list[str]:
+    """The actors running on *node* that a prober may ask about its primary's process: the
+    node's idle spares that answered once, then the members of the directory's replicated
+    contexts there (context hosts, of another class, are left out)."""
+    spares = [s for s in pool.idle.get(node, []) if s in pool.ready]
+    members = sorted(
+        m.actor
+        for e in directory.entries.values()
+        for m in (e.primary, *e.followers)
+        if m.node_id == node and not is_host(m.actor)
+    )
+    return spares + members
 
 
 def spares_of(namespace: str) -> SparePool:
@@ -388,12 +410,15 @@ async def promote(
     *,
     cause: str = "lost",
     silent: float | None = None,
+    process: str | None = None,
 ) -> ContextEntry | None:
     """Promote the follower of *entry* holding the most batches (see the module doc).
 
     None when no follower answers: the context waits for its primary's node. *cause*
-    (why the primary was found lost) and *silent* (seconds its pings had been missed) go
-    into the record of the promotion (the directory's ``failovers``).
+    (why the primary was found lost), *silent* (seconds its pings had been missed) and,
+    for a hang, *process* (what its node said of its process:
+    :meth:`~actors.cluster.liveness.Suspicion.hung`) go into the record of the promotion
+    (the directory's ``failovers``).
     """
     ns, epoch = directory.namespace, entry.epoch + 1
     # Followers take no epoch the directory did not sign (storage.replication.epochs).
@@ -481,6 +506,7 @@ async def promote(
         "epoch": epoch,
         "cause": cause,
         "silent_s": None if silent is None else round(silent, 3),
+        "process": process,
         "at": at,
         "fenced_s": round(fenced, 3),
         "recorded_s": round(sealed, 3),

@@ -29,6 +29,16 @@ pings already in flight (:meth:`Liveness.overslept`) — their answers, come dur
 stall, wait in its event loop behind the prober's next look. The bounds above are thus
 in time the supervisor runs.
 
+Missed pings alone do not tell a stopped process from a running one whose answers are
+late (a busy process on a loaded machine). So once the rule says hung, the supervisor asks
+something on the primary's node what its process is doing (:class:`Suspicion`): the state
+in ``/proc/<pid>/stat`` (:func:`actors.client.nodes.process_state`). Stopped (``T``:
+SIGSTOP, as a pause is), gone, or no answer from the node within :data:`WITNESS_WAIT` (the
+node itself starved or cut off), or nothing there to ask: hung at once. Running (``R``,
+``S``, ``D`` …): it is given more time, asked again every :data:`CHECK_EVERY` seconds, and
+declared hung anyway :data:`BUSY_GRACE` seconds after the rule first said so (a process
+that runs but never answers again — a deadlock — is still replaced).
+
 No clock, thread or I/O here: times are passed in (seconds, one monotonic clock).
 """
 
@@ -37,19 +47,28 @@ from __future__ import annotations
 from collections import deque
 
 __all__ = [
+    "BUSY",
+    "BUSY_GRACE",
+    "CHECK_EVERY",
     "HANG_AFTER",
     "LAG_FACTOR",
     "LATENCY_WINDOW",
     "LEASE",
     "LEASE_MARGIN",
     "FIRST_ANSWER_WAIT",
+    "GONE",
     "MAX_HANG_AFTER",
     "MIN_PATIENCE",
     "MISSES",
+    "NO_WITNESS",
     "PROBE_EVERY",
+    "STOPPED",
+    "UNANSWERED",
+    "WITNESS_WAIT",
     "Grants",
     "Lease",
     "Liveness",
+    "Suspicion",
     "every_follower_vouches",
     "replaced_lease_over",
     "vouched",
@@ -74,6 +93,77 @@ LATENCY_WINDOW = 16
 FIRST_ANSWER_WAIT = 10.0
 """The threshold until the primary has answered once: a process still starting (its
 constructor opening the store, on a loaded machine) answers nothing yet."""
+
+
+BUSY_GRACE = 10.0
+"""Seconds a primary whose process runs (found so on its node) may go on missing its pings,
+from the moment the rule first said hung, before it is declared hung anyway: the bound for
+a process that runs but never answers again (a deadlock, a store stuck in ``D``)."""
+WITNESS_WAIT = 2.0
+"""Seconds the supervisor waits for the primary's node to say what its process is doing
+(no answer by then: hung, as a node starved or cut off answers nothing either)."""
+CHECK_EVERY = 0.5
+"""Seconds between two questions to the primary's node while it is given more time."""
+
+STOPPED = "stopped"
+"""The process is stopped (``T``/``t`` in ``/proc/<pid>/stat``: SIGSTOP, a debugger)."""
+GONE = "gone"
+"""The process is dead (``Z``/``X``) or its node has no such process."""
+UNANSWERED = "unanswered"
+"""Nothing on the node answered within :data:`WITNESS_WAIT`."""
+NO_WITNESS = "no witness"
+"""Nothing runs on the node to ask (no spare, no other member), or the pid is not known."""
+BUSY = "busy"
+"""The process runs but missed its pings for :data:`BUSY_GRACE` seconds."""
+
+
+class Suspicion:
+    """A primary the ping rule (:class:`Liveness`) says is hung, while its node is asked what
+    its process is doing: :meth:`witnessed` records each answer, :meth:`hung` says why the
+    primary is hung, or None while it is given more time (see the module doc)."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+        """When the rule first said hung."""
+        self.asked_at: float | None = None
+        self.state: str | None = None
+        """The last answer: a ``/proc`` state letter, or :data:`GONE`, :data:`UNANSWERED`,
+        :data:`NO_WITNESS`; None before the first."""
+        self.cpu: list[float] = []
+        """The process's CPU seconds at each answer that gave them."""
+
+    def due(self, now: float) -> bool:
+        """Whether to ask the node (again) now."""
+        return self.asked_at is None or now - self.asked_at >= CHECK_EVERY
+
+    def asking(self, now: float) -> None:
+        self.asked_at = now
+
+    def witnessed(self, state: str, cpu: float | None = None) -> None:
+        """The node answered *state* (a ``/proc`` state letter, or one of :data:`GONE`,
+        :data:`UNANSWERED`, :data:`NO_WITNESS`), with the process's CPU seconds if known."""
+        self.state = state
+        if cpu is not None:
+            self.cpu.append(cpu)
+
+    def cpu_advanced(self) -> float:
+        """CPU seconds the process used between the first and the last answer."""
+        return self.cpu[-1] - self.cpu[0] if self.cpu else 0.0
+
+    def hung(self, now: float) -> str | None:
+        """Why the primary is hung (:data:`STOPPED`, :data:`GONE`, :data:`UNANSWERED`,
+        :data:`NO_WITNESS`, :data:`BUSY`), or None while it is given more time (not asked
+        yet, or found running for less than :data:`BUSY_GRACE`)."""
+        state = self.state
+        if state in ("T", "t"):
+            return STOPPED
+        if state in ("Z", "X", GONE):
+            return GONE
+        if state in (UNANSWERED, NO_WITNESS):
+            return state
+        if now - self.since >= BUSY_GRACE:
+            return BUSY
+        return None
 
 
 class Liveness:

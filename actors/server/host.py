@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from actors.client.names import ADVERT_FORMAT, ContextEntry, advert_path
+from actors.client.nodes import process_state as read_process
 from actors.client.replies import error_doc, failed, ok
 from actors.server.guard import (
     DEFAULT_PROJECT,
@@ -651,6 +652,19 @@ class ContextHost:
     def pid(self) -> int:
         """The actor's process id."""
         return os.getpid()
+
+    def process_state(self, pid: int) -> bytes:
+        """A reply envelope: ``[state letter, CPU seconds]`` of process *pid* on this actor's
+        node (:func:`~actors.client.nodes.process_state`), or None if it has no such process.
+        What the supervisor asks a node-local actor before it declares that node's primary
+        hung (answered by the ``liveness`` group's thread, as :meth:`pid`)."""
+        try:
+            found = read_process(pid)
+        except MorphzError as e:
+            return failed(e)
+        except (OSError, ValueError) as e:
+            return failed(StoreError(f"process {pid}: {e}", code="no_process_state"))
+        return ok(None if found is None else list(found))
 
     def node_id(self) -> str:
         """The id of the Ray node the actor runs on ('' outside Ray)."""

@@ -24,7 +24,11 @@ from protocol.errors import MorphzError, NotFound
 class Killer:
     """SIGKILLs one context actor's process every *every* seconds, round robin, from a thread.
 
-    It stops when told, or *until* seconds after it started (the load's duration).
+    An actor that started less than *every* seconds ago (it came back from the last kill)
+    is left to serve until it is *every* seconds old before it is killed: a restart slower
+    than the interval (a loaded machine starts a worker in seconds) must not keep a
+    context from ever committing. It stops when told, or *until* seconds after it started
+    (the load's duration).
     """
 
     def __init__(
@@ -63,10 +67,8 @@ class Killer:
                 return
             handle = self.handles[self._next % len(self.handles)]
             self._next += 1
-            try:
-                info = handle.describe()  # waits for a restarting actor
-            except MorphzError:
-                self.errors += 1
+            info = self._serving(handle)
+            if info is None:
                 continue
             pid, node = int(info["pid"]), str(info["node_id"])
             if self._stop.is_set():
@@ -84,8 +86,27 @@ class Killer:
                     "context": handle.name,
                     "pid": pid,
                     "at_s": round(time.monotonic() - self._started, 3),
+                    "age_s": round(time.time() - float(info.get("started_at") or 0.0), 3),
                 }
             )
+
+
+    def _serving(self, handle: ContextHandle) -> dict[str, Any] | None:
+        """The actor's ``describe`` once its process is at least *every* seconds old (its
+        ``started_at``, this machine's clock: only local actors are killed); None when it
+        cannot be asked or the killer is told to stop meanwhile."""
+        for _ in range(3):
+            try:
+                info = handle.describe()  # waits for a restarting actor
+            except MorphzError:
+                self.errors += 1
+                return None
+            age = time.time() - float(info.get("started_at") or 0.0)
+            if age >= self.every:
+                break
+            if self._stop.wait(self.every - age):
+                return None
+        return info
 
 
 def is_actor_process(pid: int) -> bool:

@@ -335,12 +335,25 @@ def _cut_ping(name: str, handle: Any, *, original: Any, cut: str, until: float) 
     return original(name, handle)
 
 
+def _cut_witness(
+    suspect: str, witness: Any, pid: int, *, original: Any, cut: str, until: float
+) -> Any:
+    if suspect == cut and time.time() < until:
+        return asyncio.get_running_loop().create_future()  # its node is cut off too
+    return original(suspect, witness, pid)
+
+
 def cut_pings(directory: Any, actor_name: str, until: float) -> bool:
     """Run in the directory (``__ray_call__``): its supervisor cannot reach *actor_name*
-    (neither its prober's pings nor its other calls) until *until* (wall clock)."""
+    (neither its prober's pings nor its other calls) until *until* (wall clock), nor ask
+    anything on its node what its process is doing (a partition cuts a node off)."""
     from actors.cluster import failover, probing
 
-    seams = ((failover, "_get_actor", _cut_get_actor), (probing, "_ping", _cut_ping))
+    seams = (
+        (failover, "_get_actor", _cut_get_actor),
+        (probing, "_ping", _cut_ping),
+        (probing, "_witness_state", _cut_witness),
+    )
     for module, seam, cut in seams:
         original = getattr(module, "_uncut" + seam, None) or getattr(module, seam)
         setattr(module, "_uncut" + seam, original)

@@ -142,8 +142,9 @@ def test_sealed_packages() -> None:
 def test_every_store_method_is_classified() -> None:
     assert OPERATION_OF["frame"] == "read" and OPERATION_OF["submit"] == "commit"
     assert OPERATION_OF["recall_observation"] == "recall" and OPERATION_OF["export"] == "admin"
-    # follower_denials takes no capability: a member's MAC under the replication key
-    public = {"handshake", "pid", "node_id", "replicate", "follower_denials"}
+    # follower_denials takes no capability: a member's MAC under the replication key;
+    # process_state tells what /proc tells any local user (the supervisor asks it)
+    public = {"handshake", "pid", "node_id", "replicate", "follower_denials", "process_state"}
     methods = {
         n for n in dir(ContextActor) if not n.startswith("_") and callable(getattr(ContextActor, n))
     }

@@ -1,27 +1,48 @@
 """The hang rule and the read lease of :mod:`actors.cluster.liveness`, driven by a
-simulated clock (no Ray)."""
+simulated clock (no Ray); the process check a hang waits for, on real processes; and a busy
+primary against a stopped one on the session's two-node cluster."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors.client.nodes import process_state, read_stat
 from actors.cluster.liveness import (
+    BUSY,
+    BUSY_GRACE,
+    CHECK_EVERY,
     FIRST_ANSWER_WAIT,
+    GONE,
     HANG_AFTER,
     LEASE,
     LEASE_MARGIN,
     MAX_HANG_AFTER,
     MIN_PATIENCE,
+    NO_WITNESS,
     PROBE_EVERY,
+    STOPPED,
+    UNANSWERED,
     Grants,
     Lease,
     Liveness,
+    Suspicion,
     every_follower_vouches,
     replaced_lease_over,
     vouched,
 )
+from protocol.errors import RequestError
+from tests.actors.cluster import RayCluster
 from tests.examples import examples
 
 STEP = PROBE_EVERY
@@ -291,3 +312,170 @@ def test_the_replaced_primary_serves_no_read_once_the_promoted_follower_may(
     )
     assert not lease.live(over - LEASE_MARGIN + 1e-9)  # 1 ns: the sums' rounding
     assert over <= sealed + LEASE + LEASE_MARGIN
+
+
+# -- before a hang is declared: what the primary's node says of its process -------------
+
+
+def test_a_suspected_primary_is_hung_at_once_only_when_its_node_cannot_vouch_for_it() -> None:
+    for state, why in (
+        ("T", STOPPED),
+        ("t", STOPPED),
+        ("Z", GONE),
+        (GONE, GONE),
+        (UNANSWERED, UNANSWERED),
+        (NO_WITNESS, NO_WITNESS),
+    ):
+        s = Suspicion(10.0)
+        assert s.due(10.0) and s.hung(10.0) is None  # not asked yet
+        s.asking(10.0)
+        s.witnessed(state)
+        assert s.hung(10.1) == why, state
+
+
+def test_a_running_primary_gets_more_time_but_no_more_than_the_grace() -> None:
+    s = Suspicion(10.0)
+    s.asking(10.0)
+    assert not s.due(10.0 + CHECK_EVERY / 2) and s.due(10.0 + CHECK_EVERY)
+    for i, state in enumerate("RSDRS"):
+        s.witnessed(state, cpu=1.0 + i)
+        assert s.hung(10.0 + i) is None
+    assert s.cpu_advanced() == pytest.approx(4.0)
+    assert s.hung(10.0 + BUSY_GRACE - 0.01) is None
+    assert s.hung(10.0 + BUSY_GRACE) == BUSY  # runs, never answers: replaced all the same
+    s.witnessed("T")  # stopped meanwhile: at once
+    s2 = Suspicion(0.0)
+    s2.witnessed("R", cpu=3.0)
+    s2.witnessed("T", cpu=3.0)
+    assert s2.hung(1.0) == STOPPED
+
+
+def test_the_stat_line_is_read_past_a_command_name_with_spaces_and_parentheses() -> None:
+    tail = " 1 2 3 4 5 6 7 8 9 10 150 50 0 0 20 0 4 0"
+    assert read_stat("4242 (python3)" + " S" + tail) == ("S", 200)
+    assert read_stat("4242 (a (b) c) )" + " T" + tail) == ("T", 200)
+    for bad in ("", "4242 python3 S 1 2", "4242 (python3) S 1 2", "4242 (x) SS" + tail):
+        with pytest.raises(ValueError):
+            read_stat(bad)
+
+
+def test_the_process_check_tells_a_stopped_process_from_a_running_one() -> None:
+    """On real processes: a child stopped with SIGSTOP reads ``T``; resumed and spinning it
+    reads neither stopped nor gone and its CPU time advances; once reaped it is gone."""
+    state, cpu = process_state(os.getpid()) or ("?", 0.0)
+    assert state in "RS" and cpu > 0
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while (process_state(child.pid) or ("?",))[0] != "T":
+            assert time.monotonic() < deadline, process_state(child.pid)
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGCONT)
+        first = process_state(child.pid)
+        while (now := process_state(child.pid)) is not None and now[1] <= (first or now)[1]:
+            assert time.monotonic() < deadline, now
+            time.sleep(0.01)
+        assert now is not None and now[0] not in "TtZX"
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) is None
+    for bad in (0, -1, True, "1", 1.5, None):
+        with pytest.raises(RequestError) as e:
+            process_state(bad)
+        assert e.value.code == "bad_argument"
+
+
+# -- on the session's two-node cluster ---------------------------------------------
+
+
+@pytest.fixture
+def roots(ray_cluster: RayCluster, namespace: str, tmp_path: Path) -> Iterator[Any]:
+    """This test's directory (its own namespace), node roots under tmp_path; stopped after,
+    with every actor of the namespace."""
+    import ray
+
+    from actors.cluster.directory_handle import directory
+
+    d = directory(namespace)
+    d.register_node(ray_cluster.head_node_id, str(tmp_path / "head"))
+    d.register_node(ray_cluster.node2_id, str(tmp_path / "node2"))
+    try:
+        yield d
+    finally:
+        for entry in d.list():
+            d.remove(entry.name)
+        ray.kill(d.actor, no_restart=True)
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a["namespace"] == namespace:
+                try:
+                    ray.kill(ray.get_actor(a["name"], namespace=namespace), no_restart=True)
+                except ValueError:  # gone meanwhile
+                    pass
+
+
+BUSY_FOR = 6.0
+"""Seconds the primary's ping thread is held (far past the hang threshold, within
+:data:`~actors.cluster.liveness.BUSY_GRACE`)."""
+
+
+def _spin(actor: Any, seconds: float) -> int:
+    """Run in the primary's ``liveness`` thread (the one that answers its pings): CPU-bound
+    Python for *seconds*, so every ping waits behind it while the process runs."""
+    del actor
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += 1
+    return n
+
+
+def test_a_busy_primary_is_given_time_and_a_stopped_one_is_replaced(
+    roots: Any, ray_cluster: RayCluster, namespace: str
+) -> None:
+    """A replicated primary on the second node (the directory is on this process's node, so
+    the supervisor asks an actor running on the primary's node — its idle spare): its ping
+    thread held by CPU-bound work for 6 s, far past the hang threshold, misses every ping
+    and is not replaced (its node says it runs); stopped with SIGSTOP, it is replaced, the
+    promotion's record saying its node found it stopped."""
+    import ray
+
+    from actors.cluster.placing import place
+    from actors.cluster.spares import is_spare
+    from actors.server.connect import LIVENESS_GROUP
+    from tests.actors.test_failover import _until
+
+    node = ray_cluster.node2_id
+    handle = place("busy", followers=1, placement=f"node:{node}", namespace=namespace)
+    entry = roots.get("busy")
+    assert entry.primary.node_id == node
+    primary = ray.get_actor(entry.primary.actor, namespace=namespace)
+    pid = int(str(ray.get(primary.pid.remote(), timeout=30)))
+
+    def ready_spare() -> bool:
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a["namespace"] == namespace and is_spare(a["name"]) and node in a["name"]:
+                try:
+                    ray.get(ray.get_actor(a["name"], namespace=namespace).pid.remote(), timeout=1)
+                    return True
+                except Exception:
+                    continue
+        return False
+
+    _until("an idle spare on the primary's node", ready_spare)
+    time.sleep(1.0)  # the supervisor's pool has seen it answer
+    assert handle.submit("(context-tx (base-version 0) (derive a (i 1)))").committed
+    spin = primary.__ray_call__.options(concurrency_group=LIVENESS_GROUP)
+    assert ray.get(spin.remote(_spin, BUSY_FOR), timeout=60) > 0
+    time.sleep(1.0)  # its pings answered again, past the threshold
+    assert roots.get("busy").epoch == 0, ("a busy primary was replaced", roots.failovers())
+    assert roots.failovers() == []
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _until("the stopped primary replaced", lambda: roots.get("busy").epoch >= 1)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # (the entry moves to epoch 1 before the promoted follower serves and it is recorded)
+    (failover,) = _until("the promotion's record", roots.failovers)
+    # replaced because its node found it stopped, not after the grace a running one gets
+    assert (failover["cause"], failover["process"]) == ("hung", STOPPED), failover
