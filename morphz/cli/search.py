@@ -18,7 +18,6 @@ the writer to acknowledge).
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -26,8 +25,9 @@ from typing import Any
 import click
 
 from morphz.cli.console import Env, decode, emit, run_command
-from protocol.errors import ParseError, RequestError, StoreLocked
+from protocol.errors import ParseError, RequestError, StoreLocked, WireError
 from protocol.state import EVENT_KINDS, TRUST
+from protocol.wire import json_document
 
 KINDS = ("frame", *EVENT_KINDS)
 LIFECYCLES = ("active", "retiring", "retired")
@@ -306,9 +306,9 @@ def parse_observations(data: str) -> list[tuple[str, str, str, float | None]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise _bad_line(number, f"invalid JSON ({e.msg})") from e
+            rec = json_document(line)  # the wire's JSON rules: no duplicate key, no NaN
+        except WireError as e:
+            raise _bad_line(number, f"invalid JSON ({e.message})") from e
         if not isinstance(rec, dict):
             raise _bad_line(number, "each line is one JSON object")
         unknown = sorted(set(rec) - {"kind", "text", "session", "time"})

@@ -152,6 +152,12 @@ def test_reindex(c: Cli, tmp_path: Path) -> None:
         (json.dumps({"kind": "tool_result"}), "missing text"),
         (json.dumps({"kind": "tool_result", "text": "x", "time": "yesterday"}), "ISO-8601"),
         (json.dumps(["kind", "text"]), "JSON object"),
+        # These escaped as ValueError and RecursionError (a traceback, exit 1) before the
+        # lines were read by protocol.wire.json_document; a duplicate key kept the last.
+        ('{"kind": "tool_result", "text": "x", "time": ' + "9" * 5000 + "}", "invalid JSON"),
+        ("[" * 100_000, "invalid JSON"),
+        ('{"kind": "tool_result", "text": "x", "text": "y"}', "duplicate key"),
+        ('{"kind": "tool_result", "text": "x", "time": NaN}', "invalid JSON"),
     ],
 )
 def test_import_bad_line_exits_2_and_imports_nothing(
