@@ -158,11 +158,14 @@ def surrogate_in(values: dict[str, Any]) -> str | None:
 # --- JSON text ------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
+def reject_json_constant(name: str) -> Any:
+    """``json.loads``'s *parse_constant*: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON."""
     raise ValueError(f"{name} is not allowed")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s *object_pairs_hook*: an object naming a key twice is refused (a
+    reader keeping the first and one keeping the last would read it differently)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         raise ValueError("duplicate key in a JSON object")
@@ -193,7 +196,7 @@ def json_document(text: str | bytes | bytearray | memoryview) -> Any:
     elif len(text) > MAX_PAYLOAD_BYTES:
         raise WireError(f"JSON text larger than {MAX_PAYLOAD_BYTES} bytes")
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        return json.loads(text, parse_constant=reject_json_constant, object_pairs_hook=unique_keys)
     except RecursionError as e:
         raise WireError("JSON text nests too deeply") from e
     except (ValueError, TypeError, ArithmeticError) as e:

@@ -30,6 +30,7 @@ from protocol.errors import OutOfRange, ParseError, RequestError
 from protocol.ids import is_frame_id
 from protocol.state import ACCEPTED, CANDIDATE, HIDDEN_TRUST, TRUST, Frame
 from protocol.tx import valid_time
+from protocol.wire import reject_json_constant, unique_keys
 
 MAX_DEPTH = 4
 """Most hops a recall walks from its start frame."""
@@ -218,7 +219,9 @@ class RecallRequest(BaseModel):
             if len(obj) > MAX_REQUEST_CHARS:
                 raise _bad(f"a recall request is at most {MAX_REQUEST_CHARS} characters of JSON")
             try:
-                obj = json.loads(obj, parse_constant=_reject_constant, object_pairs_hook=_unique)
+                obj = json.loads(
+                    obj, parse_constant=reject_json_constant, object_pairs_hook=unique_keys
+                )
             except json.JSONDecodeError as e:
                 raise ParseError(f"malformed JSON: {e.msg}", e.lineno, e.colno) from e
             except RecursionError as e:
@@ -237,17 +240,6 @@ class RecallRequest(BaseModel):
         """
         text = json.dumps(self.model_dump(exclude_none=True), sort_keys=True, ensure_ascii=False)
         return hashlib.blake2b(text.encode(), digest_size=_DIGEST_BYTES).digest()
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("duplicate key in a JSON object")
-    return out
 
 
 def for_model(request: RecallRequest) -> RecallRequest:
