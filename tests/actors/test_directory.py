@@ -24,7 +24,7 @@ from actors.cluster.placing import place
 from actors.server.connect import connect
 from morphz.cli.main import cli
 from protocol.errors import MorphzError, NotFound, RequestError
-from tests.actors.cluster import NODE2, RayCluster
+from tests.actors.cluster import NODE2, RayCluster, placed_directory
 from tests.actors.multinode import run_scenario
 from tests.actors.test_failover import _until
 
@@ -99,20 +99,8 @@ def test_member_names() -> None:
 @pytest.fixture
 def placed(ray_cluster: RayCluster, namespace: str, tmp_path: Path) -> Iterator[DirectoryHandle]:
     """This test's directory (its own namespace), node roots under tmp_path; all stopped after."""
-    d = directory(namespace)
-    d.register_node(ray_cluster.head_node_id, str(tmp_path / "head"))
-    d.register_node(ray_cluster.node2_id, str(tmp_path / "node2"))
-    try:
+    with placed_directory(ray_cluster, namespace, tmp_path) as d:
         yield d
-    finally:
-        import ray
-
-        for entry in d.list():
-            try:
-                lookup(entry.name, namespace).shutdown()
-            except NotFound:
-                pass
-        ray.kill(d.actor, no_restart=True)
 
 
 def test_place_spreads_and_lookup_resolves_through_the_directory(

@@ -42,7 +42,7 @@ from actors.cluster.liveness import (
     vouched,
 )
 from protocol.errors import RequestError
-from tests.actors.cluster import RayCluster
+from tests.actors.cluster import RayCluster, placed_directory
 from tests.examples import examples
 
 STEP = PROBE_EVERY
@@ -394,25 +394,8 @@ def test_the_process_check_tells_a_stopped_process_from_a_running_one() -> None:
 def roots(ray_cluster: RayCluster, namespace: str, tmp_path: Path) -> Iterator[Any]:
     """This test's directory (its own namespace), node roots under tmp_path; stopped after,
     with every actor of the namespace."""
-    import ray
-
-    from actors.cluster.directory_handle import directory
-
-    d = directory(namespace)
-    d.register_node(ray_cluster.head_node_id, str(tmp_path / "head"))
-    d.register_node(ray_cluster.node2_id, str(tmp_path / "node2"))
-    try:
+    with placed_directory(ray_cluster, namespace, tmp_path) as d:
         yield d
-    finally:
-        for entry in d.list():
-            d.remove(entry.name)
-        ray.kill(d.actor, no_restart=True)
-        for a in ray.util.list_named_actors(all_namespaces=True):
-            if a["namespace"] == namespace:
-                try:
-                    ray.kill(ray.get_actor(a["name"], namespace=namespace), no_restart=True)
-                except ValueError:  # gone meanwhile
-                    pass
 
 
 BUSY_FOR = 6.0
