@@ -727,7 +727,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--groups",
         default=",".join(search_eval.LANGS),
-        help="dev set: the question groups to run, comma-separated (en, zh, mixed, long)",
+        help="dev set: the question groups to run, comma-separated (en, zh, mixed, long, chat)",
     )
     parser.add_argument(
         "--cache-dir",
@@ -743,7 +743,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         trajectories: Path | None = trajectories_dir(args.trajectories)
     except NoTrajectories as e:
-        if args.dev_set:
+        # The chats are the dev set's own; every other group's turns are STATE-Bench's.
+        if args.dev_set and set(args.groups.split(",")) != {"chat"}:
             raise SystemExit(f"bench_search --dev-set: {e.message}") from None
         trajectories = None
     if trajectories is not None and not trajectories.is_dir():
@@ -771,7 +772,6 @@ def main(argv: list[str] | None = None) -> None:
         print(testbed.describe(report["machine"]) + f", SQLite {sqlite3.sqlite_version}")
     try:
         if args.dev_set:
-            assert trajectories is not None
             cache = Path(args.cache_dir or Path(tempfile.gettempdir()) / "morphz-search-eval")
             embedder_config = None
             if args.embed_url:

@@ -47,6 +47,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,10 @@ from service.store import Store
 from storage.search.index import LexicalIndex
 
 DEV_DIR = Path(__file__).resolve().parent / "search_dev"
-LANGS = ("en", "zh", "mixed", "long")
-"""Figure groups: the three languages of single conversations, and ``long`` (English questions
-over a customer's whole multi-session history, ``long_conversations.jsonl``)."""
+LANGS = ("en", "zh", "mixed", "long", "chat")
+"""Figure groups: the three languages of single conversations, ``long`` (English questions
+over a customer's whole multi-session history, ``long_conversations.jsonl``) and ``chat``
+(English questions over two friends' dated multi-session chats, ``chat_turns.jsonl``)."""
 SPLITS = ("dev", "test")
 TOP = 10
 DEPTH = 50
@@ -84,6 +86,10 @@ class Question:
     source: str
     question: str
     turns: tuple[str, ...]
+    kind: str = ""
+    """A chat question's kind (``single``, ``temporal``, ``multi``, ``said``, ``change``)."""
+    answer: str = ""
+    """A chat question's short answer (for reading failures; not scored)."""
 
 
 @dataclass(frozen=True)
@@ -92,10 +98,15 @@ class Doc:
     kind: str
     text: str
     session: str = "main"
+    time: float | None = None
+    """When it was said (seconds since the epoch); None: the document's place in its scope."""
 
 
 def group(q: Question) -> str:
-    """The figure group of a question: its language, or ``long`` for a long conversation's."""
+    """The figure group of a question: its language, ``long`` for a long conversation's,
+    ``chat`` for a chat's."""
+    if q.domain == "chat":
+        return "chat"
     return "long" if q.conversation.startswith("long/") else q.lang
 
 
@@ -124,14 +135,46 @@ def long_docs(trajectories: Path, sessions: Sequence[str]) -> list[Doc]:
 
 
 def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
-    """Every judged question of ``questions.jsonl``, in file order."""
+    """Every judged question of ``questions.jsonl`` then ``chat_questions.jsonl`` (when
+    there), in file order."""
     out = []
-    with open(dev_dir / "questions.jsonl", encoding="utf-8") as f:
+    for name in ("questions.jsonl", "chat_questions.jsonl"):
+        path = dev_dir / name
+        if name != "questions.jsonl" and not path.exists():
+            continue
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    row["turns"] = tuple(row["turns"])
+                    out.append(Question(**row))
+    return out
+
+
+def chat_docs(dev_dir: Path = DEV_DIR) -> dict[str, list[Doc]]:
+    """Each chat (``chat/<id>``) and its turns in order: ``<chat>#<session>.<turn>``, the
+    text ``<speaker>: <text>`` (as a chat log records it) from the user, in the session
+    ``<chat>/<session>``, at its session's date and time (UTC) plus a second a turn."""
+    out: dict[str, list[Doc]] = {}
+    path = dev_dir / "chat_turns.jsonl"
+    if not path.exists():
+        return out
+    with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.strip():
-                row = json.loads(line)
-                row["turns"] = tuple(row["turns"])
-                out.append(Question(**row))
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            conv = row["conversation"]
+            start = datetime.strptime(row["date"], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+            out.setdefault(conv, []).append(
+                Doc(
+                    f"{conv}#{row['session']}.{row['turn']}",
+                    "user_message",
+                    f"{row['speaker']}: {row['text']}",
+                    f"{conv}/{row['session']}",
+                    start.timestamp() + row["turn"],
+                )
+            )
     return out
 
 
@@ -187,16 +230,29 @@ def translated_docs(dev_dir: Path, trajectories: Path, lang: str) -> dict[str, l
 
 
 def scopes(
-    questions: Sequence[Question], trajectories: Path, dev_dir: Path = DEV_DIR
+    questions: Sequence[Question], trajectories: Path | None, dev_dir: Path = DEV_DIR
 ) -> tuple[dict[str, list[Doc]], dict[str, dict[str, str]]]:
-    """The documents of every scope and, per scope kind, each question's scope id."""
+    """The documents of every scope and, per scope kind, each question's scope id (chats
+    need no *trajectories*; every other group does)."""
+    if trajectories is None:
+        if any(q.domain != "chat" for q in questions):
+            raise ValueError("only the chat questions can be asked without the trajectories")
+        trajectories = Path()
     docs: dict[str, list[Doc]] = {}
     of: dict[str, dict[str, str]] = {"conversation": {}, "pool": {}}
-    translated = {lang: translated_docs(dev_dir, trajectories, lang) for lang in ("zh", "mixed")}
+    translated = {
+        lang: translated_docs(dev_dir, trajectories, lang)
+        if any(q.lang == lang for q in questions)
+        else {}
+        for lang in ("zh", "mixed")
+    }
     longs = long_conversations(dev_dir)
+    chats = chat_docs(dev_dir)
     for q in questions:
         if q.conversation not in docs:
-            if q.conversation in longs:
+            if q.domain == "chat":
+                docs[q.conversation] = chats[q.conversation]
+            elif q.conversation in longs:
                 docs[q.conversation] = long_docs(trajectories, longs[q.conversation])
             elif q.lang == "en":
                 docs[q.conversation] = trajectory_docs(trajectories, q.source)
@@ -205,7 +261,9 @@ def scopes(
         of["conversation"][q.id] = q.conversation
         pool = f"pool:{q.domain}" if q.lang == "en" else f"pool:{q.lang}"
         if pool not in docs:
-            if q.lang == "en":
+            if q.domain == "chat":
+                docs[pool] = [d for c in sorted(chats) for d in chats[c]]
+            elif q.lang == "en":
                 files = sorted((trajectories / q.domain).glob("*.json"))
                 docs[pool] = long_docs(trajectories, [f"{q.domain}/{f.stem}" for f in files])
             else:
@@ -363,7 +421,12 @@ class MorphzContexts:
         for n, (scope, ds) in enumerate(sorted(docs.items())):
             ctx = self.store.open(f"s{n}", sync=False)
             items = [
-                {"kind": d.kind, "text": d.text, "session": d.session, "time": 1.0e9 + i}
+                {
+                    "kind": d.kind,
+                    "text": d.text,
+                    "session": d.session,
+                    "time": 1.0e9 + i if d.time is None else d.time,
+                }
                 for i, d in enumerate(ds)
             ]
             replies = [
@@ -593,7 +656,7 @@ def evaluate(
 
 
 def run(
-    trajectories: Path,
+    trajectories: Path | None,
     scratch: Path,
     cache_dir: Path,
     log: Callable[[str], None],

@@ -350,6 +350,7 @@ class LexicalIndex(DerivedIndex[Environment]):
                 session=SESSION_WEIGHT if neighbours else 0.0,
                 speaker=intent.speaker,
                 order=intent.order,
+                names=intent.names,
             )
             return state, ranked, morph, qterms
 

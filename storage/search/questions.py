@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Six rules, read from the query (the index
+for idf to silence them. Seven rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -38,6 +38,12 @@ stores every word, so a query of function words alone still finds them):
   ``user_message`` among the best matches score :data:`SPEAKER_WEIGHT` times
   their score (:func:`asks_speaker`).
 
+* **The person named, as the speaker**: a turn that starts with its speaker's label, as a
+  chat log writes it (``Maya: …``, :func:`speaker_label`), carries a
+  :data:`SPEAKER_MARK` term for each word of the name; a question that names a speaker
+  (:func:`asked_names`: "when did Tom bring Dottie home?") asks about that person's own
+  turns, which among the best matches score :data:`NAMED_WEIGHT` times their score.
+
 * **Order**: a question (:func:`is_question`) about how things ended
   (:data:`LATE_WORDS`: "which blender ended up being purchased?", "最后选的是哪一班？")
   or began (:data:`EARLY_WORDS`: "what was the original spending limit?") asks about
@@ -65,6 +71,13 @@ ORDER_WEIGHT = 0.5
 of a session scores up to ``1 + ORDER_WEIGHT`` times its score."""
 TEMPORAL_TERM = "\x03when"
 """The term a document holding a temporal expression carries (never a word: ``\\x03``)."""
+NAMED_WEIGHT = 2.0
+"""Factor of a turn's score for a question naming its speaker ("when did Maya …?" and
+``Maya: …``)."""
+SPEAKER_MARK = "\x04"
+"""Prefix of the terms a turn's speaker label adds (``\\x04maya`` for ``Maya: …``)."""
+MAX_LABEL_CHARS = 40
+"""Longest speaker label read at the start of a turn (``Mary Ann Jones:``)."""
 
 FUNCTION_WORDS = frozenset(
     """
@@ -171,6 +184,39 @@ Caroline …")."""
 POSSESSIVE = ("'s", "\u2019s")
 """The English possessive and ``is`` clitic a word loses (``caroline's`` is ``caroline``; the
 analyzer cuts it, a question's subject may wear it)."""
+
+
+def speaker_label(text: str) -> str | None:
+    """The speaker a turn names at its start, as a chat log writes it (``Maya: I adopted …``),
+    or None.
+
+    A label is one to three words, each starting with a capital, of letters, ``'``, ``-`` or
+    ``.``, right before the first ``:`` within :data:`MAX_LABEL_CHARS` characters, and
+    followed by a space. Reads at most that many characters; no pattern over the text.
+    """
+    colon = text.find(":", 1, MAX_LABEL_CHARS + 1)
+    if colon < 0 or text[colon + 1 : colon + 2] not in (" ", "\t", "\n"):
+        return None
+    label = text[:colon]
+    words = label.split(" ")
+    if not 1 <= len(words) <= 3:
+        return None
+    for w in words:
+        if not w[:1].isupper() or not all(c.isalpha() or c in "'-.\u2019" for c in w):
+            return None
+    return label
+
+
+def asked_names(text: str, tokens: Sequence[tuple[str, int, int]]) -> tuple[str, ...]:
+    """The names a question (:func:`is_question`) mentions, in order: its terms written with a
+    capital inside a sentence. ``()`` for a keyword query."""
+    if not is_question(text, [t[0] for t in tokens]):
+        return ()
+    out: dict[str, None] = {}
+    for term, start, _ in tokens:
+        if text[start : start + 1].isupper() and not _sentence_start(text, start):
+            out[term] = None
+    return tuple(out)
 
 
 def asks_speaker(words: Sequence[str]) -> bool:

@@ -65,7 +65,13 @@ from storage.search.format import (
 )
 from storage.search.morphology import PART_MARK, QueryStem
 from storage.search.postings import _chunks_newest, _probe
-from storage.search.questions import ORDER_WEIGHT, SPEAKER_WEIGHT, TEMPORAL_TERM, TEMPORAL_WEIGHT
+from storage.search.questions import (
+    NAMED_WEIGHT,
+    ORDER_WEIGHT,
+    SPEAKER_WEIGHT,
+    TEMPORAL_TERM,
+    TEMPORAL_WEIGHT,
+)
 
 if TYPE_CHECKING:
     from storage.search.accumulator import ScoreArrays
@@ -363,6 +369,7 @@ def _rank(
     session: float = 0.0,
     speaker: bool = False,
     order: int = 0,
+    names: Sequence[str] = (),
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -483,7 +490,7 @@ def _rank(
     cand: dict[int, float] | None = None
     head: list[tuple[float, int]] = []
     floor: tuple[float, int] | None = None
-    if (neighbours > 0 or session > 0 or speaker or order) and acc:
+    if (neighbours > 0 or session > 0 or speaker or order or names) and acc:
         # The temporal term only raised the documents it probed: the pool is among them.
         head = _best({d: acc[d] for d in probed} if len(probed) >= pool else acc, pool)
         cand = {d: s for s, d in head}
@@ -496,8 +503,12 @@ def _rank(
         for evidence in (placed, lent, given):
             for doc, share in evidence.items():
                 acc[doc] = cand[doc] = acc.get(doc, 0.0) + share
-    if speaker and cand:
-        told = _speaker(txn, dbs["docs"], _best(cand, pool))
+    if (speaker or names) and cand:
+        best = _best(cand, pool)
+        told = _speaker(txn, dbs["docs"], best) if speaker else {}
+        named = _named(txn, dbs, tn, names, best)
+        for doc, share in named.items():
+            told[doc] = told.get(doc, 0.0) + share
         for doc, share in told.items():
             acc[doc] = cand[doc] = acc[doc] + share
     ranked.top = _top(txn, dbs, acc, limit, filt, cand, floor)
@@ -553,6 +564,28 @@ def _speaker(
         if rec is not None and rec[0] == _USER:
             out[doc] = (SPEAKER_WEIGHT - 1.0) * score
     return out
+
+
+def _named(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    tn: _TfNorm,
+    names: Sequence[str],
+    pool: list[tuple[float, int]],
+) -> dict[int, float]:
+    """What each turn among the *pool* whose speaker the question names gets:
+    ``(NAMED_WEIGHT - 1)`` times its score. *names* are the question's speaker terms in
+    order; the first that some turn of the context carries is the one asked about (one
+    term read per name, one probe of its postings)."""
+    for name in names:
+        key = name.encode()
+        if txn.get(key, db=dbs["terms"]) is None:
+            continue
+        docs = sorted(doc for score, doc in pool if doc < FRAME_BASE and score > 0)
+        held = dict.fromkeys(docs, 0.0)
+        _probe(txn, dbs["postings"], key, 1.0, tn, held, docs)
+        return {doc: (NAMED_WEIGHT - 1.0) * score for score, doc in pool if held.get(doc)}
+    return {}
 
 
 def _order(

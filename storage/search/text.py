@@ -50,10 +50,13 @@ from icu4py.breakers import WordBreaker
 from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_term
 from storage.search.questions import (
     POSSESSIVE,
+    SPEAKER_MARK,
+    asked_names,
     asks_order,
     asks_speaker,
     asks_when,
     is_question,
+    speaker_label,
     temporal_terms,
     term_weights,
 )
@@ -458,16 +461,21 @@ class QueryIntent(NamedTuple):
     """The query asks what the user side said, asked or wanted."""
     order: int = 0
     """1 if the query asks how things ended, -1 how they began, else 0."""
+    names: tuple[str, ...] = ()
+    """The speaker terms (:data:`~storage.search.questions.SPEAKER_MARK` and a name) of the
+    names the question mentions, in order: the first a turn's label carries is asked about."""
 
 
 def query_intent(text: str) -> QueryIntent:
-    """What a query's words are worth and whether it asks *when*, about the user's words, or
-    how things ended or began."""
+    """What a query's words are worth and whether it asks *when*, about the user's words,
+    how things ended or began, or about a speaker it names."""
     tokens = _query_tokens(text)
-    weights = term_weights(text, [(t.term, t.start, t.end) for t in tokens])
+    spans = [(t.term, t.start, t.end) for t in tokens]
+    weights = term_weights(text, spans)
     words = [t.term for t in tokens]
     order = asks_order(words) if is_question(text, words) else 0
-    return QueryIntent(weights, asks_when(words), asks_speaker(words), order)
+    names = tuple(SPEAKER_MARK + name for name in asked_names(text, spans))
+    return QueryIntent(weights, asks_when(words), asks_speaker(words), order, names)
 
 
 def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:
@@ -479,12 +487,17 @@ def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     ``order.status``) adds a part term for each of its parts
     (:func:`~storage.search.morphology.part_term`) and the parts' stem terms.
     A text that states a time adds :data:`~storage.search.questions.TEMPORAL_TERM`
-    (:func:`~storage.search.questions.temporal_terms`).
+    (:func:`~storage.search.questions.temporal_terms`); a turn that starts with its
+    speaker's label (``Maya: …``, :func:`~storage.search.questions.speaker_label`) adds
+    a :data:`~storage.search.questions.SPEAKER_MARK` term for each word of the name.
     Extra terms do not count in a document's length.
     """
     words, extra = _word_terms(text, morphology)
     if any(_PART_JOIN.search(w) for w in words):
         extra = extra + _part_terms(words, morphology)
+    label = speaker_label(text)
+    if label is not None:
+        extra = extra + [SPEAKER_MARK + name for name in terms(label)]
     return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS])
 
 

@@ -58,12 +58,13 @@ def test_the_dev_set_has_the_promised_size_and_spread(
     by_lang = Counter(q.lang for q in questions)
     assert by_lang["en"] >= 150 and by_lang["zh"] >= 40 and by_lang["mixed"] >= 40
     assert set(by_lang) == {"en", "zh", "mixed"}
-    en_convs = {q.conversation for q in questions if q.lang == "en"}
+    en_convs = {q.conversation for q in questions if search_eval.group(q) == "en"}
     assert len(en_convs) >= 30
     assert {q.domain for q in questions if q.lang == "en"} == {
         "customer_support",
         "shopping_assistant",
         "travel",
+        "chat",
     }
     for lang in ("zh", "mixed"):
         assert len({q.domain for q in questions if q.lang == lang}) == 3
@@ -126,8 +127,36 @@ def test_splits_are_disjoint_by_conversation(questions: list[search_eval.Questio
     for q in questions:
         split_of.setdefault(q.conversation, set()).add(q.split)
     assert all(len(s) == 1 for s in split_of.values())
-    for lang in ("en", "zh", "mixed", "long"):
+    for lang in search_eval.LANGS:
         assert {q.split for q in questions if search_eval.group(q) == lang} == {"dev", "test"}
+
+
+def test_chats_are_two_friends_dated_sessions_with_judged_questions_of_every_kind(
+    questions: list[search_eval.Question],
+) -> None:
+    rows = [
+        json.loads(line)
+        for line in (DEV / "chat_turns.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    chats = search_eval.chat_docs(DEV)
+    assert len(chats) >= 6 and sum(len(d) for d in chats.values()) == len(rows)
+    for conv, docs in chats.items():
+        mine = [r for r in rows if r["conversation"] == conv]
+        assert len({r["speaker"] for r in mine}) == 2, conv
+        sessions = [r["session"] for r in mine]
+        assert sessions == sorted(sessions) and len(set(sessions)) >= 4, conv
+        for n in set(sessions):
+            turns = [r["turn"] for r in mine if r["session"] == n]
+            assert turns == list(range(1, len(turns) + 1)), (conv, n)
+        times = [d.time for d in docs]
+        assert times == sorted(times), conv  # sessions dated in order
+        assert all(d.text.startswith(r["speaker"] + ": ") for d, r in zip(docs, mine, strict=True))
+    chat_qs = [q for q in questions if search_eval.group(q) == "chat"]
+    assert {q.conversation for q in chat_qs} == set(chats)
+    assert {q.kind for q in chat_qs} == {"single", "temporal", "multi", "said", "change"}
+    assert all(q.answer.strip() and q.lang == "en" for q in chat_qs)
+    assert all(len(q.turns) >= 2 for q in chat_qs if q.kind == "multi")
 
 
 def test_translated_corpora_are_chinese_and_keep_their_provenance() -> None:
@@ -303,6 +332,36 @@ def _tiny_set(tmp: Path) -> tuple[Path, Path]:
                     "text": text,
                 }
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    chat = [
+        (1, "2023-01-02 10:00", "Maya", "I adopted a greyhound called Biscuit yesterday!"),
+        (1, "2023-01-02 10:00", "Tom", "omg congrats, send pictures"),
+        (2, "2023-02-01 09:30", "Tom", "How is the new pup settling in?"),
+        (2, "2023-02-01 09:30", "Maya", "He sleeps all day and steals socks."),
+    ]
+    with open(dev / "chat_turns.jsonl", "w", encoding="utf-8") as f:
+        for n, (session, date, speaker, text) in enumerate(chat):
+            row = {
+                "conversation": "chat/t1",
+                "session": session,
+                "date": date,
+                "turn": n % 2 + 1,
+                "speaker": speaker,
+                "text": text,
+            }
+            f.write(json.dumps(row) + "\n")
+    question = {
+        "id": "c0",
+        "lang": "en",
+        "split": "dev",
+        "domain": "chat",
+        "conversation": "chat/t1",
+        "source": "chat/t1",
+        "question": "Which breed of dog did Maya adopt?",
+        "turns": ["chat/t1#1.1"],
+        "kind": "single",
+        "answer": "a greyhound",
+    }
+    (dev / "chat_questions.jsonl").write_text(json.dumps(question) + "\n", encoding="utf-8")
     return traj, dev
 
 
@@ -338,7 +397,37 @@ def test_the_evaluation_runs_end_to_end_without_embeddings(tmp_path: Path) -> No
     assert "travel/1-lisbon#4" in report["rankings"]["conversation/morphz-lexical"]["q1"][:2]
     assert figures["conversation"]["fts5-porter"]["zh"]["dev"]["hit@10"] == 0.0  # no CJK words
     assert lexical["long"]["dev"]["hit@10"] == 1.0 and lexical["en"]["dev"]["recall@10"] == 1.0
+    assert lexical["chat"]["dev"]["recall@10"] == 1.0
     assert any("dense engines skipped" in line for line in logged)
+
+
+def test_chats_need_no_trajectories(tmp_path: Path) -> None:
+    _, dev = _tiny_set(tmp_path)
+    questions = search_eval.load_questions(dev)
+    chat = [q for q in questions if search_eval.group(q) == "chat"]
+    assert [q.kind for q in chat] == ["single"]
+    docs, of = search_eval.scopes(chat, None, dev)
+    assert [(d.id, d.session, d.text[:5]) for d in docs["chat/t1"]] == [
+        ("chat/t1#1.1", "chat/t1/1", "Maya:"),
+        ("chat/t1#1.2", "chat/t1/1", "Tom: "),
+        ("chat/t1#2.1", "chat/t1/2", "Tom: "),
+        ("chat/t1#2.2", "chat/t1/2", "Maya:"),
+    ]
+    assert docs["chat/t1"][2].time == 1675243800.0 + 1  # 2023-02-01 09:30 UTC, turn 1
+    assert of["pool"]["c0"] == "pool:chat"
+    with pytest.raises(ValueError, match="without the trajectories"):
+        search_eval.scopes(questions, None, dev)
+    report = search_eval.run(
+        None,
+        tmp_path / "scratch",
+        tmp_path / "cache",
+        print,
+        dense=False,
+        dev_dir=dev,
+        groups=("chat",),
+    )
+    assert report["questions"] == 1
+    assert report["rankings"]["conversation/morphz-lexical"]["c0"][0] == "chat/t1#1.1"
 
 
 def test_the_dev_set_bench_needs_the_trajectories(

@@ -16,10 +16,13 @@ from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
     ROLES,
+    SPEAKER_MARK,
     SUBJECT_WEIGHT,
     TEMPORAL_TERM,
+    asked_names,
     asks_speaker,
     asks_when,
+    speaker_label,
     temporal_terms,
     term_weights,
 )
@@ -253,6 +256,71 @@ def test_the_person_a_question_is_about_weighs_like_a_role(
     assert c.ids(q)[0] != answer
 
 
+def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
+    for text, label in (
+        ("Maya: I adopted a greyhound yesterday!", "Maya"),
+        ("Mary Ann O'Neil: see you at 5", "Mary Ann O'Neil"),
+        ("Dr. Figueiredo:\tgood work", "Dr. Figueiredo"),
+        ("Zoë: ça va", "Zoë"),
+    ):
+        assert speaker_label(text) == label, text
+        assert set(index_terms(text, None)[1]) >= {
+            SPEAKER_MARK + w for w in label.lower().replace(".", "").split()
+        }
+    for text in (
+        "https://example.com: a link",  # lowercase, and no space after the colon anyway
+        "maya: lower case",
+        "Error:file not found",  # no space after the colon
+        "The Big Old Grey Cat: four words",
+        "Maya said: hi",  # "said" is not a name
+        ":" + "A" * 50,
+        "A" * 41 + ": too long for a label",
+        "客户: 你好",  # no capital letters: not a label
+        '{"name": "Maya"}',
+        "Maya",
+        "",
+    ):
+        assert speaker_label(text) is None, text
+        assert not any(t.startswith(SPEAKER_MARK) for t in index_terms(text, None)[1]), text
+
+
+def test_a_question_naming_a_speaker_prefers_their_turns(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "When did Tom bring Dottie home?": in a chat between two friends the turns that answer a
+    # question about one of them are mostly that person's own, and the chat log says whose.
+    q = "When did Tom bring Dottie home?"
+    assert asked_names(q, tokens(q)) == ("tom", "dottie")
+    assert query_intent(q).names == (SPEAKER_MARK + "tom", SPEAKER_MARK + "dottie")
+    for keywords in ("Tom Dottie home", "tom dottie?", "Tom's dog?"):
+        assert "tom" not in asked_names(keywords, tokens(keywords)), keywords
+    _, asked = c.say(
+        "1",
+        "Tom: The landlord finally said yes to a dog, we pick her up next week.",
+        "Maya: Dottie is coming home with you? Send me pictures of Dottie!",
+    )
+    answer = c.say("2", "Tom: We picked Dottie up two weeks ago, she sleeps all day.")[0]
+    c.say("2", "Maya: My cat would hate Dottie.")
+    ranked = c.ids(q)
+    assert ranked[0] == answer
+    hits = c.index.search(q, explain=True).hits
+    signals = {s.name: s.score for s in hits[0].signals}
+    assert signals["speaker"] > 0 and math.isclose(hits[0].score, sum(signals.values()))
+    assert all("speaker" not in {s.name for s in h.signals} for h in hits if "Maya" in h.snippet)
+    # Maya's turn, with Dottie twice and "home", wins without the rule or as keywords.
+    assert c.ids(q, questions=False)[0] != answer
+    assert c.ids("Tom Dottie home")[0] != answer
+    # A name no turn is labelled with is skipped for the next; none at all changes nothing.
+    hits = c.index.search("When did Dottie come home with Tom?", explain=True).hits
+    told = {h.id for h in hits if "speaker" in {s.name for s in h.signals}}
+    assert answer in told and asked not in told
+    unlabelled = "When did Dottie come home?"
+    with_rule = c.ids(unlabelled)
+    monkeypatch.setattr(ranking_module, "NAMED_WEIGHT", 1.0)
+    assert c.ids(q)[0] != answer
+    assert c.ids(unlabelled) == with_rule
+
+
 def test_subjects_of_a_hostile_question_cost_one_look_per_token(c: Conversation) -> None:
     # Every word a capitalized name after an auxiliary, possessives and apostrophes: the rule
     # reads each token and its neighbours once (no pattern over the text), and a query still
@@ -308,7 +376,9 @@ def test_the_rules_rank_among_the_pool_as_among_every_match(
         for t in range(5):
             kind = ("tool_result", "external")[t % 2] if (s * 5 + t) % 17 == 0 else "user_message"
             text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
-            c.ctx.observe(kind, text + (" customer said" if t % 2 else ""), session=f"s{s}")
+            speaker = ("Ada: ", "Bo: ", "")[(s + t) % 3]
+            text = speaker + text + (" customer said" if t % 2 else "")
+            c.ctx.observe(kind, text, session=f"s{s}")
     c.index.catch_up()
     cases: list[tuple[str, dict[str, Any]]] = []
     for q in (
@@ -316,6 +386,7 @@ def test_the_rules_rank_among_the_pool_as_among_every_match(
         "What did the customer say about the refund?",
         "When was the storm?",
         "Which ticket did they end up with?",
+        "Where did Ada paddle the kayak?",
     ):
         for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "external"}):
             cases.append((q, {**kw, "explain": True}))
