@@ -187,24 +187,41 @@ analyzer cuts it, a question's subject may wear it)."""
 
 
 def speaker_label(text: str) -> str | None:
-    """The speaker a turn names at its start, as a chat log writes it (``Maya: I adopted …``),
-    or None.
+    """The speaker a turn names at its start, as a chat log writes it (``Maya: I adopted …``,
+    ``Maya said, "I adopted …"``, ``[2024-03-09 19:42] Maya: …``, ``**Maya**: …``), or None.
 
     A label is one to three words, each starting with a capital, of letters, ``'``, ``-`` or
-    ``.``, right before the first ``:`` within :data:`MAX_LABEL_CHARS` characters, and
-    followed by a space. Reads at most that many characters; no pattern over the text.
+    ``.`` (``[`` ``]`` ``*`` around them dropped), within :data:`MAX_LABEL_CHARS`
+    characters, right before the first ``:`` followed by a space or before the first
+    `` said`` followed by ``,``, ``:`` or a space; a time stamp in brackets or parentheses
+    (with a digit) before it is skipped. Reads at most :data:`MAX_LABEL_CHARS` characters
+    past the time stamp; no pattern over the text.
     """
-    colon = text.find(":", 1, MAX_LABEL_CHARS + 1)
-    if colon < 0 or text[colon + 1 : colon + 2] not in (" ", "\t", "\n"):
-        return None
-    label = text[:colon]
+    head = text[: 2 * MAX_LABEL_CHARS + 8]
+    if head[:1] in ("[", "("):
+        close = head.find("]" if head[0] == "[" else ")", 1, MAX_LABEL_CHARS + 1)
+        if close > 0 and any(c.isdigit() for c in head[1:close]):
+            head = head[close + 1 :].lstrip(" ")
+    colon = head.find(":", 1, MAX_LABEL_CHARS + 1)
+    if colon > 0 and head[colon + 1 : colon + 2] in (" ", "\t", "\n"):
+        label = _label(head[:colon])
+        if label is not None:
+            return label
+    said = head.find(" said", 1, MAX_LABEL_CHARS + 5)
+    if said > 0 and head[said + 5 : said + 6] in (",", ":", " "):
+        return _label(head[:said])
+    return None
+
+
+def _label(label: str) -> str | None:
+    """*label* without the ``[`` ``]`` ``*`` around it if it is a speaker's name, else None."""
+    label = label.strip("[]*")
     words = label.split(" ")
-    if not 1 <= len(words) <= 3:
-        return None
-    for w in words:
-        if not w[:1].isupper() or not all(c.isalpha() or c in "'-.\u2019" for c in w):
-            return None
-    return label
+    if 1 <= len(words) <= 3 and all(
+        w[:1].isupper() and all(c.isalpha() or c in "'-.\u2019" for c in w) for w in words
+    ):
+        return label
+    return None
 
 
 def asked_names(text: str, tokens: Sequence[tuple[str, int, int]]) -> tuple[str, ...]:

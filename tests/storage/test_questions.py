@@ -262,6 +262,13 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         ("Mary Ann O'Neil: see you at 5", "Mary Ann O'Neil"),
         ("Dr. Figueiredo:\tgood work", "Dr. Figueiredo"),
         ("Zoë: ça va", "Zoë"),
+        ('Caroline said, "I went to a support group yesterday."', "Caroline"),
+        ("Maya said: hi", "Maya"),
+        ('Tom: Maya said, "no"', "Tom"),
+        ("[2024-03-09 19:42] Maya: hi", "Maya"),
+        ("(1:56 pm on 8 May, 2023) Caroline: I went to a support group", "Caroline"),
+        ("**Maya**: hi", "Maya"),
+        ("[Maya]: hi", "Maya"),
     ):
         assert speaker_label(text) == label, text
         assert set(index_terms(text, None)[1]) >= {
@@ -272,7 +279,11 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         "maya: lower case",
         "Error:file not found",  # no space after the colon
         "The Big Old Grey Cat: four words",
-        "Maya said: hi",  # "said" is not a name
+        "Maya whispered: hi",  # "whispered" is not a name
+        "Sam always said so",
+        "Maya said",
+        "[note] Maya: no digit, not a time stamp",
+        "[" + "1" * 60 + "] Maya: a stamp too long to skip",
         ":" + "A" * 50,
         "A" * 41 + ": too long for a label",
         "客户: 你好",  # no capital letters: not a label
