@@ -188,14 +188,15 @@ analyzer cuts it, a question's subject may wear it)."""
 
 def speaker_label(text: str) -> str | None:
     """The speaker a turn names at its start, as a chat log writes it (``Maya: I adopted …``,
-    ``Maya said, "I adopted …"``, ``[2024-03-09 19:42] Maya: …``, ``**Maya**: …``), or None.
+    ``Maya said, "I adopted …"``, ``[2024-03-09 19:42] Maya: …``, ``Maya (19:42): …``,
+    ``**Maya**: …``), or None.
 
     A label is one to three words, each starting with a capital, of letters, ``'``, ``-`` or
     ``.`` (``[`` ``]`` ``*`` around them dropped), within :data:`MAX_LABEL_CHARS`
     characters, right before the first ``:`` followed by a space or before the first
     `` said`` followed by ``,``, ``:`` or a space; a time stamp in brackets or parentheses
-    (with a digit) before it is skipped. Reads at most :data:`MAX_LABEL_CHARS` characters
-    past the time stamp; no pattern over the text.
+    (with a digit) before or after the name is skipped. Reads at most
+    :data:`MAX_LABEL_CHARS` characters past the time stamp; no pattern over the text.
     """
     head = text[: 2 * MAX_LABEL_CHARS + 8]
     if head[:1] in ("[", "("):
@@ -203,7 +204,9 @@ def speaker_label(text: str) -> str | None:
         if close > 0 and any(c.isdigit() for c in head[1:close]):
             head = head[close + 1 :].lstrip(" ")
     colon = head.find(":", 1, MAX_LABEL_CHARS + 1)
-    if colon > 0 and head[colon + 1 : colon + 2] in (" ", "\t", "\n"):
+    while colon > 0 and head[colon + 1 : colon + 2] not in (" ", "\t", "\n"):
+        colon = head.find(":", colon + 1, MAX_LABEL_CHARS + 1)  # a clock time's colon
+    if colon > 0:
         label = _label(head[:colon])
         if label is not None:
             return label
@@ -214,7 +217,12 @@ def speaker_label(text: str) -> str | None:
 
 
 def _label(label: str) -> str | None:
-    """*label* without the ``[`` ``]`` ``*`` around it if it is a speaker's name, else None."""
+    """*label* without the ``[`` ``]`` ``*`` around it and a bracketed time after it
+    (``Maya (19:42)``) if it is a speaker's name, else None."""
+    if label[-1:] in (")", "]"):
+        cut = max(label.rfind(" ("), label.rfind(" ["))
+        if cut > 0 and any(c.isdigit() for c in label[cut:]):
+            label = label[:cut]
     label = label.strip("[]*")
     words = label.split(" ")
     if 1 <= len(words) <= 3 and all(

@@ -269,6 +269,8 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         ("(1:56 pm on 8 May, 2023) Caroline: I went to a support group", "Caroline"),
         ("**Maya**: hi", "Maya"),
         ("[Maya]: hi", "Maya"),
+        ("Maya (19:42): hi", "Maya"),
+        ("Mary Ann [2024-03-09]: hi", "Mary Ann"),
     ):
         assert speaker_label(text) == label, text
         assert set(index_terms(text, None)[1]) >= {
@@ -283,6 +285,8 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         "Sam always said so",
         "Maya said",
         "[note] Maya: no digit, not a time stamp",
+        "Maya (admin): no digit, not a time stamp",
+        "Maya" + ":1" * 100_000,  # colons without a space: only the first 40 characters read
         "[" + "1" * 60 + "] Maya: a stamp too long to skip",
         ":" + "A" * 50,
         "A" * 41 + ": too long for a label",
