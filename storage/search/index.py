@@ -351,6 +351,7 @@ class LexicalIndex(DerivedIndex[Environment]):
                 speaker=intent.speaker,
                 order=intent.order,
                 names=intent.names,
+                reaction=intent.reaction,
             )
             return state, ranked, morph, qterms
 

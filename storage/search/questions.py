@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Seven rules, read from the query (the index
+for idf to silence them. Eight rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -44,6 +44,11 @@ stores every word, so a query of function words alone still finds them):
   (:func:`asked_names`: "when did Tom bring Dottie home?") asks about that person's own
   turns, which among the best matches score :data:`NAMED_WEIGHT` times their score.
 
+* **A reaction**: a question about how someone reacted or replied (:data:`REACTION_WORDS`:
+  "how did Sam react to Leila's new flat?") asks for the reply: each of the best matches
+  lends the next turn of its session :data:`REACTION_WEIGHT` more of its score
+  (:func:`asks_reaction`).
+
 * **Order**: a question (:func:`is_question`) about how things ended
   (:data:`LATE_WORDS`: "which blender ended up being purchased?", "最后选的是哪一班？")
   or began (:data:`EARLY_WORDS`: "what was the original spending limit?") asks about
@@ -74,6 +79,9 @@ TEMPORAL_TERM = "\x03when"
 NAMED_WEIGHT = 2.0
 """Factor of a turn's score for a question naming its speaker ("when did Maya …?" and
 ``Maya: …``)."""
+REACTION_WEIGHT = 0.4
+"""For a question about how someone reacted: the share of a turn's score it lends the next turn
+of its session, beyond :data:`~storage.search.ranking.NEIGHBOUR_WEIGHT` (the reply)."""
 SPEAKER_MARK = "\x04"
 """Prefix of the terms a turn's speaker label adds (``\\x04maya`` for ``Maya: …``)."""
 MAX_LABEL_CHARS = 40
@@ -139,6 +147,14 @@ LATE_WORDS = frozenset(
     """.split()
 )
 """Words of a question about how things ended ("which blender ended up being purchased?")."""
+REACTION_WORDS = frozenset(
+    """
+    react reacts reacted reacting reaction reactions respond responds responded responding
+    response responses reply replies replied replying opinion opinions 反应 回应 回复 看法
+    """.split()
+)
+"""Words of a question about how someone took what was said ("how did Sam react to Leila's
+new flat?"): the answer is the reply, the turn after the one that names the subject."""
 EARLY_WORDS = frozenset(
     """
     first originally original initially initial 最初 起初 当初 原来 原本 原先 一开
@@ -279,6 +295,12 @@ def asks_order(words: Sequence[str]) -> int:
     late = not LATE_WORDS.isdisjoint(words)
     early = not EARLY_WORDS.isdisjoint(words)
     return int(late) - int(early)
+
+
+def asks_reaction(words: Sequence[str]) -> bool:
+    """True if the query's terms ask how someone reacted or replied (a word of
+    :data:`REACTION_WORDS`)."""
+    return not REACTION_WORDS.isdisjoint(words)
 
 
 def asks_when(words: Sequence[str]) -> bool:

@@ -68,6 +68,7 @@ from storage.search.postings import _chunks_newest, _probe
 from storage.search.questions import (
     NAMED_WEIGHT,
     ORDER_WEIGHT,
+    REACTION_WEIGHT,
     SPEAKER_WEIGHT,
     TEMPORAL_TERM,
     TEMPORAL_WEIGHT,
@@ -370,6 +371,7 @@ def _rank(
     speaker: bool = False,
     order: int = 0,
     names: Sequence[str] = (),
+    reaction: bool = False,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -498,7 +500,8 @@ def _rank(
     if order and cand:
         placed = _order(txn, dbs["docs"], head, order)
     if (neighbours > 0 or session > 0) and cand:
-        lent, given = _lend(txn, dbs["docs"], acc, head, neighbours, borrow, session)
+        forward = REACTION_WEIGHT if reaction and neighbours > 0 else 0.0
+        lent, given = _lend(txn, dbs["docs"], acc, head, neighbours, borrow, session, forward)
     if cand:
         for evidence in (placed, lent, given):
             for doc, share in evidence.items():
@@ -628,6 +631,7 @@ def _lend(
     share: float,
     borrow: bool,
     session_share: float = 0.0,
+    forward: float = 0.0,
 ) -> tuple[dict[int, float], dict[int, float]]:
     """The evidence of a turn's conversation: what each document is lent by its neighbours
     and what it gets from its session, as two maps (only documents given any).
@@ -635,9 +639,10 @@ def _lend(
     *Neighbours*: each event of the *pool* (the best ``(score, docnum)`` of *acc*)
     lends *share* of its score to the events just before and after it in the same
     session (equal session codes in their records): the answer to a question is often split over
-    adjacent turns, or named by the other speaker. Unless *borrow*, only turns
-    that matched the query themselves take a share (a keyword search finds only
-    turns holding its words).
+    adjacent turns, or named by the other speaker. The event just after gets
+    *forward* more (a question about how someone reacted: the answer is the reply).
+    Unless *borrow*, only turns that matched the query themselves take a share (a
+    keyword search finds only turns holding its words).
 
     *Session*: each event among the pool and its neighbours gets
     *session_share* of the summed scores of the *other* pool events of its
@@ -672,7 +677,8 @@ def _lend(
         if share > 0:
             for other in (doc - 1, doc + 1):
                 if (borrow or other in acc) and session(other) == own:
-                    lent[other] = get(other, 0.0) + share * score
+                    part = share + forward if other > doc else share
+                    lent[other] = get(other, 0.0) + part * score
     given: dict[int, float] = {}
     if session_share > 0 and len(totals) > 1:
         for doc, own in sessions.items():

@@ -53,6 +53,7 @@ from storage.search.questions import (
     SPEAKER_MARK,
     asked_names,
     asks_order,
+    asks_reaction,
     asks_speaker,
     asks_when,
     is_question,
@@ -464,18 +465,22 @@ class QueryIntent(NamedTuple):
     names: tuple[str, ...] = ()
     """The speaker terms (:data:`~storage.search.questions.SPEAKER_MARK` and a name) of the
     names the question mentions, in order: the first a turn's label carries is asked about."""
+    reaction: bool = False
+    """The question asks how someone reacted or replied."""
 
 
 def query_intent(text: str) -> QueryIntent:
     """What a query's words are worth and whether it asks *when*, about the user's words,
-    how things ended or began, or about a speaker it names."""
+    how things ended or began, about a speaker it names, or how someone reacted."""
     tokens = _query_tokens(text)
     spans = [(t.term, t.start, t.end) for t in tokens]
     weights = term_weights(text, spans)
     words = [t.term for t in tokens]
-    order = asks_order(words) if is_question(text, words) else 0
+    question = is_question(text, words)
+    order = asks_order(words) if question else 0
     names = tuple(SPEAKER_MARK + name for name in asked_names(text, spans))
-    return QueryIntent(weights, asks_when(words), asks_speaker(words), order, names)
+    reaction = question and asks_reaction(words)
+    return QueryIntent(weights, asks_when(words), asks_speaker(words), order, names, reaction)
 
 
 def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:

@@ -336,6 +336,39 @@ def test_a_question_naming_a_speaker_prefers_their_turns(
     assert c.ids(unlabelled) == with_rule
 
 
+def test_a_question_about_a_reaction_prefers_the_reply(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "How did Tom react when Maya told him about the job?": the answer is Tom's reply, the
+    # turn after Maya's news, and it seldom repeats the question's words.
+    for q, reaction in (
+        ("How did Tom react when Maya got the job?", True),
+        ("What was Tom's reaction to the news?", True),
+        ("What did Priya reply?", True),
+        ("react job offer", False),  # keywords, not a question
+        ("What did Tom say about the job?", False),
+    ):
+        assert query_intent(q).reaction is reaction, q
+    c.say("1", "Tom: Any news about the clinic job yet?", "Maya: Not yet, still waiting.")
+    news, reply = c.say(
+        "2",
+        "Maya: I got the job at the clinic! They told me this morning.",
+        "Tom: That's brilliant, I'm so proud of you.",
+    )
+    c.say("2", "Maya: Thanks! I start in March.")
+    q = "How did Tom react when Maya got the job at the clinic?"
+    hits = c.index.search(q, explain=True).hits
+    ranked = [h.id for h in hits]
+    assert ranked.index(reply) <= 1 and ranked.index(reply) < ranked.index(news)
+    lent = {s.name: s.score for s in hits[ranked.index(reply)].signals}
+    assert lent["neighbours"] > 0 and lent["speaker"] > 0
+    assert math.isclose(hits[ranked.index(reply)].score, sum(lent.values()))
+    # Without the rule the turns holding the words (Maya's news, both her other turns, Tom's
+    # question) rank above the reply.
+    monkeypatch.setattr(ranking_module, "REACTION_WEIGHT", 0.0)
+    assert c.ids(q).index(reply) > 1
+
+
 def test_subjects_of_a_hostile_question_cost_one_look_per_token(c: Conversation) -> None:
     # Every word a capitalized name after an auxiliary, possessives and apostrophes: the rule
     # reads each token and its neighbours once (no pattern over the text), and a query still
