@@ -76,7 +76,7 @@ ORDER_WEIGHT = 0.5
 of a session scores up to ``1 + ORDER_WEIGHT`` times its score."""
 TEMPORAL_TERM = "\x03when"
 """The term a document holding a temporal expression carries (never a word: ``\\x03``)."""
-NAMED_WEIGHT = 2.0
+NAMED_WEIGHT = 1.5
 """Factor of a turn's score for a question naming its speaker ("when did Maya …?" and
 ``Maya: …``)."""
 REACTION_WEIGHT = 0.4

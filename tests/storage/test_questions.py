@@ -312,9 +312,9 @@ def test_a_question_naming_a_speaker_prefers_their_turns(
     _, asked = c.say(
         "1",
         "Tom: The landlord finally said yes to a dog, we pick her up next week.",
-        "Maya: Dottie is coming home with you? Send me pictures of Dottie!",
+        "Maya: Dottie is coming home with you? Send me pictures!",
     )
-    answer = c.say("2", "Tom: We picked Dottie up two weeks ago, she sleeps all day.")[0]
+    answer = c.say("2", "Tom: We brought Dottie back two weeks ago, she sleeps all day.")[0]
     c.say("2", "Maya: My cat would hate Dottie.")
     ranked = c.ids(q)
     assert ranked[0] == answer
@@ -322,7 +322,7 @@ def test_a_question_naming_a_speaker_prefers_their_turns(
     signals = {s.name: s.score for s in hits[0].signals}
     assert signals["speaker"] > 0 and math.isclose(hits[0].score, sum(signals.values()))
     assert all("speaker" not in {s.name for s in h.signals} for h in hits if "Maya" in h.snippet)
-    # Maya's turn, with Dottie twice and "home", wins without the rule or as keywords.
+    # Maya's turn, with Dottie and "home", wins without the rule or as keywords.
     assert c.ids(q, questions=False)[0] != answer
     assert c.ids("Tom Dottie home")[0] != answer
     # A name no turn is labelled with is skipped for the next; none at all changes nothing.
