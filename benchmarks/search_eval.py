@@ -46,7 +46,7 @@ import sqlite3
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,10 +57,14 @@ from service.store import Store
 from storage.search.index import LexicalIndex
 
 DEV_DIR = Path(__file__).resolve().parent / "search_dev"
-LANGS = ("en", "zh", "mixed", "long", "chat")
+LANGS = ("en", "zh", "mixed", "long", "chat", "chat-other")
 """Figure groups: the three languages of single conversations, ``long`` (English questions
-over a customer's whole multi-session history, ``long_conversations.jsonl``) and ``chat``
-(English questions over two friends' dated multi-session chats, ``chat_turns.jsonl``)."""
+over a customer's whole multi-session history, ``long_conversations.jsonl``), ``chat``
+(English questions over two friends' dated multi-session chats, ``chat_turns.jsonl``) and
+``chat-other`` (each chat question that names one of its two friends, asked with the other
+one's name instead: the judged turns unchanged, :func:`misattributed`)."""
+MISATTRIBUTED = "misattributed"
+"""The kind of a ``chat-other`` question."""
 SPLITS = ("dev", "test")
 TOP = 10
 DEPTH = 50
@@ -106,7 +110,7 @@ def group(q: Question) -> str:
     """The figure group of a question: its language, ``long`` for a long conversation's,
     ``chat`` for a chat's."""
     if q.domain == "chat":
-        return "chat"
+        return "chat-other" if q.kind == MISATTRIBUTED else "chat"
     return "long" if q.conversation.startswith("long/") else q.lang
 
 
@@ -136,7 +140,7 @@ def long_docs(trajectories: Path, sessions: Sequence[str]) -> list[Doc]:
 
 def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
     """Every judged question of ``questions.jsonl`` then ``chat_questions.jsonl`` (when
-    there), in file order."""
+    there), in file order, then the chat questions' :func:`misattributed` copies."""
     out = []
     for name in ("questions.jsonl", "chat_questions.jsonl"):
         path = dev_dir / name
@@ -148,6 +152,31 @@ def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
                     row = json.loads(line)
                     row["turns"] = tuple(row["turns"])
                     out.append(Question(**row))
+    return out + misattributed([q for q in out if q.domain == "chat"], dev_dir)
+
+
+def misattributed(questions: Sequence[Question], dev_dir: Path = DEV_DIR) -> list[Question]:
+    """Each chat question that names exactly one of its chat's two speakers, asked with the
+    other's name in its place (``-other`` after its id, kind :data:`MISATTRIBUTED`), the
+    judged turns unchanged: a user who misremembers who said what, or a benchmark's
+    adversarial question, still wants the turns that answer it."""
+    speakers: dict[str, set[str]] = {}
+    path = dev_dir / "chat_turns.jsonl"
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    speakers.setdefault(row["conversation"], set()).add(row["speaker"])
+    out = []
+    for q in questions:
+        pair = sorted(speakers.get(q.conversation, ()))
+        named = [p for p in pair if re.search(rf"\b{re.escape(p)}\b", q.question)]
+        if len(pair) != 2 or len(named) != 1:
+            continue
+        other = pair[1] if named[0] == pair[0] else pair[0]
+        text = re.sub(rf"\b{re.escape(named[0])}\b", other, q.question)
+        out.append(replace(q, id=f"{q.id}-other", question=text, kind=MISATTRIBUTED))
     return out
 
 

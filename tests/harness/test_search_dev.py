@@ -157,6 +157,15 @@ def test_chats_are_two_friends_dated_sessions_with_judged_questions_of_every_kin
     assert {q.kind for q in chat_qs} == {"single", "temporal", "multi", "said", "change"}
     assert all(q.answer.strip() and q.lang == "en" for q in chat_qs)
     assert all(len(q.turns) >= 2 for q in chat_qs if q.kind == "multi")
+    # Every question naming one of the two friends is also asked with the other's name.
+    other = {q.id: q for q in questions if search_eval.group(q) == "chat-other"}
+    assert len(other) >= len(chat_qs) // 2
+    for q in chat_qs:
+        copy = other.get(q.id + "-other")
+        if copy is not None:
+            assert copy.turns == q.turns and copy.split == q.split
+            assert copy.question != q.question
+            assert len(copy.question.split()) == len(q.question.split())
 
 
 def test_translated_corpora_are_chinese_and_keep_their_provenance() -> None:
@@ -406,6 +415,12 @@ def test_chats_need_no_trajectories(tmp_path: Path) -> None:
     questions = search_eval.load_questions(dev)
     chat = [q for q in questions if search_eval.group(q) == "chat"]
     assert [q.kind for q in chat] == ["single"]
+    [other] = [q for q in questions if search_eval.group(q) == "chat-other"]
+    assert (other.id, other.question, other.turns) == (
+        "c0-other",
+        "Which breed of dog did Tom adopt?",
+        ("chat/t1#1.1",),
+    )
     docs, of = search_eval.scopes(chat, None, dev)
     assert [(d.id, d.session, d.text[:5]) for d in docs["chat/t1"]] == [
         ("chat/t1#1.1", "chat/t1/1", "Maya:"),
