@@ -61,7 +61,7 @@ INDEX_FORMAT = 7
 """Bumped when the stored layout changes (2: frames carry trust and valid time; 3: stem terms;
 4: identifier-part terms; 5: events carry their session's code, documents that state a time
 the temporal term; 6: possessives cut; 7: turns that start with a speaker's label carry
-speaker terms).
+speaker terms, documents that state a number the number term).
 
 An index of another format is rebuilt by the next
 :meth:`~storage.search.index.LexicalIndex.apply_intents`.

@@ -352,6 +352,7 @@ class LexicalIndex(DerivedIndex[Environment]):
                 order=intent.order,
                 names=intent.names,
                 reaction=intent.reaction,
+                amount=intent.amount,
             )
             return state, ranked, morph, qterms
 
@@ -386,15 +387,17 @@ class LexicalIndex(DerivedIndex[Environment]):
             given = ranked.session.get(doc, 0.0)
             told = ranked.speaker.get(doc, 0.0)
             placed = ranked.order.get(doc, 0.0)
-            if (share or given or told or placed) and explain:
+            counted = ranked.amount.get(doc, 0.0)
+            if (share or given or told or placed or counted) and explain:
                 # Evidence from the conversation: said apart from the turn's own match.
-                own = score - share - given - told - placed
+                own = score - share - given - told - placed - counted
                 signals = (Signal("lexical", i + 1, own),) if own > 1e-9 else ()
                 for name, part in (
                     ("neighbours", share),
                     ("session", given),
                     ("speaker", told),
                     ("order", placed),
+                    ("amount", counted),
                 ):
                     if part:
                         signals += (Signal(name, i + 1, part),)

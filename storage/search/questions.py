@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Eight rules, read from the query (the index
+for idf to silence them. Nine rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -49,6 +49,11 @@ stores every word, so a query of function words alone still finds them):
   lends the next turn of its session :data:`REACTION_WEIGHT` more of its score
   (:func:`asks_reaction`).
 
+* **An amount**: a question asking how much, how many, how long or a price
+  (:func:`asks_amount`) favours the turns that state a number: each document holding a
+  digit or a number word carries :data:`NUMBER_TERM` (:func:`number_terms`), and those among
+  the best matches score ``1 +`` :data:`AMOUNT_WEIGHT` times their score.
+
 * **Order**: a question (:func:`is_question`) about how things ended
   (:data:`LATE_WORDS`: "which blender ended up being purchased?", "最后选的是哪一班？")
   or began (:data:`EARLY_WORDS`: "what was the original spending limit?") asks about
@@ -79,6 +84,11 @@ TEMPORAL_TERM = "\x03when"
 NAMED_WEIGHT = 1.5
 """Factor of a turn's score for a question naming its speaker ("when did Maya …?" and
 ``Maya: …``)."""
+AMOUNT_WEIGHT = 1.0
+"""For a question asking how much or how many: a turn among the best that states a number
+scores ``1 + AMOUNT_WEIGHT`` times its score."""
+NUMBER_TERM = "\x03num"
+"""The term a document stating a number carries (never a word: ``\\x03``)."""
 REACTION_WEIGHT = 0.4
 """For a question about how someone reacted: the share of a turn's score it lends the next turn
 of its session, beyond :data:`~storage.search.ranking.NEIGHBOUR_WEIGHT` (the reply)."""
@@ -134,6 +144,32 @@ TEMPORAL_WORDS = frozenset(
     """.split()
 )
 """Words that state a time (lower case); a document holding one carries :data:`TEMPORAL_TERM`."""
+
+NUMBER_WORDS = frozenset(
+    """
+    two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+    hundred hundreds thousand thousands million millions billion billions dozen dozens
+    """.split()
+)
+"""Number words (``one`` and ``half`` are left out: "one of them" states no amount); a
+document holding one, or a term starting with a digit, carries :data:`NUMBER_TERM`."""
+_AMOUNT_WORDS = frozenset({"多少", "几个", "几次", "几天"})
+_AMOUNT_PAIRS = frozenset(
+    {
+        ("how", "much"),
+        ("how", "many"),
+        ("how", "long"),
+        ("how", "far"),
+        ("how", "old"),
+        ("what", "price"),
+        ("what", "cost"),
+        ("what", "fee"),
+        ("what", "amount"),
+        ("what", "total"),
+        ("what", "percentage"),
+    }
+)
 
 _TIME_SHAPE = re.compile(r"(?:1[89]|20)\d\d|\d{1,2}(?:am|pm|st|nd|rd|th)")
 """A year, ``5pm``, ``3rd`` (matched whole, on one term of at most 64 characters)."""
@@ -282,6 +318,21 @@ def temporal_terms(words: Sequence[str], text: str = "") -> list[str]:
         if w[:1].isdigit() and fullmatch(w):
             return [TEMPORAL_TERM]
     return [TEMPORAL_TERM] if _CLOCK.search(text) else []
+
+
+def number_terms(words: Sequence[str]) -> list[str]:
+    """``[NUMBER_TERM]`` if a document's terms state a number (a term starting with a digit, or
+    a word of :data:`NUMBER_WORDS`), else ``[]``. One set test and one look at each term."""
+    if not NUMBER_WORDS.isdisjoint(words) or any(w[:1].isdigit() for w in words):
+        return [NUMBER_TERM]
+    return []
+
+
+def asks_amount(words: Sequence[str]) -> bool:
+    """True if the query's terms (in order) ask how much, how many, how long, or a price."""
+    if not _AMOUNT_WORDS.isdisjoint(words):
+        return True
+    return any(pair in _AMOUNT_PAIRS for pair in zip(words, words[1:], strict=False))
 
 
 def is_question(text: str, words: Sequence[str]) -> bool:

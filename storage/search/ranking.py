@@ -66,7 +66,9 @@ from storage.search.format import (
 from storage.search.morphology import PART_MARK, QueryStem
 from storage.search.postings import _chunks_newest, _probe
 from storage.search.questions import (
+    AMOUNT_WEIGHT,
     NAMED_WEIGHT,
+    NUMBER_TERM,
     ORDER_WEIGHT,
     REACTION_WEIGHT,
     SPEAKER_WEIGHT,
@@ -256,6 +258,9 @@ class _Ranked:
     order: dict[int, float] = field(default_factory=dict)
     """What each turn got for its place in its session, for a question about how things
     ended or began (only those given any)."""
+    amount: dict[int, float] = field(default_factory=dict)
+    """What each document stating a number got for a question asking how much or how many
+    (only those given any)."""
 
 
 def _scan(
@@ -372,6 +377,7 @@ def _rank(
     order: int = 0,
     names: Sequence[str] = (),
     reaction: bool = False,
+    amount: bool = False,
 ) -> _Ranked:
     ranked = _Ranked()
     n_docs = state.documents
@@ -492,7 +498,7 @@ def _rank(
     cand: dict[int, float] | None = None
     head: list[tuple[float, int]] = []
     floor: tuple[float, int] | None = None
-    if (neighbours > 0 or session > 0 or speaker or order or names) and acc:
+    if (neighbours > 0 or session > 0 or speaker or order or names or amount) and acc:
         # The temporal term only raised the documents it probed: the pool is among them.
         head = _best({d: acc[d] for d in probed} if len(probed) >= pool else acc, pool)
         cand = {d: s for s, d in head}
@@ -514,6 +520,13 @@ def _rank(
             told[doc] = told.get(doc, 0.0) + share
         for doc, share in told.items():
             acc[doc] = cand[doc] = acc[doc] + share
+    counted: dict[int, float] = {}
+    if amount and cand:
+        best = _best(cand, pool)
+        held = _holding(txn, dbs, tn, NUMBER_TERM.encode(), best)
+        counted = {doc: AMOUNT_WEIGHT * score for score, doc in best if doc in held}
+        for doc, share in counted.items():
+            acc[doc] = cand[doc] = acc[doc] + share
     ranked.top = _top(txn, dbs, acc, limit, filt, cand, floor)
     if told:
         ranked.speaker = {doc: told[doc] for _, doc, _ in ranked.top if doc in told}
@@ -523,6 +536,8 @@ def _rank(
         ranked.session = {doc: given[doc] for _, doc, _ in ranked.top if doc in given}
     if placed:
         ranked.order = {doc: placed[doc] for _, doc, _ in ranked.top if doc in placed}
+    if counted:
+        ranked.amount = {doc: counted[doc] for _, doc, _ in ranked.top if doc in counted}
     return ranked
 
 
@@ -584,11 +599,23 @@ def _named(
         key = name.encode()
         if txn.get(key, db=dbs["terms"]) is None:
             continue
-        docs = sorted(doc for score, doc in pool if doc < FRAME_BASE and score > 0)
-        held = dict.fromkeys(docs, 0.0)
-        _probe(txn, dbs["postings"], key, 1.0, tn, held, docs)
-        return {doc: (NAMED_WEIGHT - 1.0) * score for score, doc in pool if held.get(doc)}
+        held = _holding(txn, dbs, tn, key, pool)
+        return {doc: (NAMED_WEIGHT - 1.0) * score for score, doc in pool if doc in held}
     return {}
+
+
+def _holding(
+    txn: lmdb.Transaction[bytes],
+    dbs: dict[str, lmdb._Database],
+    tn: _TfNorm,
+    key: bytes,
+    pool: list[tuple[float, int]],
+) -> set[int]:
+    """The events of the *pool* that hold the term *key* (one probe of its postings)."""
+    docs = sorted(doc for score, doc in pool if doc < FRAME_BASE and score > 0)
+    held = dict.fromkeys(docs, 0.0)
+    _probe(txn, dbs["postings"], key, 1.0, tn, held, docs)
+    return {doc for doc, found in held.items() if found}
 
 
 def _order(

@@ -52,11 +52,13 @@ from storage.search.questions import (
     POSSESSIVE,
     SPEAKER_MARK,
     asked_names,
+    asks_amount,
     asks_order,
     asks_reaction,
     asks_speaker,
     asks_when,
     is_question,
+    number_terms,
     speaker_label,
     temporal_terms,
     term_weights,
@@ -467,6 +469,8 @@ class QueryIntent(NamedTuple):
     names the question mentions, in order: the first a turn's label carries is asked about."""
     reaction: bool = False
     """The question asks how someone reacted or replied."""
+    amount: bool = False
+    """The question asks how much, how many or how long."""
 
 
 def query_intent(text: str) -> QueryIntent:
@@ -480,7 +484,10 @@ def query_intent(text: str) -> QueryIntent:
     order = asks_order(words) if question else 0
     names = tuple(SPEAKER_MARK + name for name in asked_names(text, spans))
     reaction = question and asks_reaction(words)
-    return QueryIntent(weights, asks_when(words), asks_speaker(words), order, names, reaction)
+    amount = question and asks_amount(words)
+    return QueryIntent(
+        weights, asks_when(words), asks_speaker(words), order, names, reaction, amount
+    )
 
 
 def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], list[str]]:
@@ -492,7 +499,9 @@ def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     ``order.status``) adds a part term for each of its parts
     (:func:`~storage.search.morphology.part_term`) and the parts' stem terms.
     A text that states a time adds :data:`~storage.search.questions.TEMPORAL_TERM`
-    (:func:`~storage.search.questions.temporal_terms`); a turn that starts with its
+    (:func:`~storage.search.questions.temporal_terms`), one that states a number
+    :data:`~storage.search.questions.NUMBER_TERM`
+    (:func:`~storage.search.questions.number_terms`); a turn that starts with its
     speaker's label (``Maya: …``, :func:`~storage.search.questions.speaker_label`) adds
     a :data:`~storage.search.questions.SPEAKER_MARK` term for each word of the name.
     Extra terms do not count in a document's length.
@@ -503,7 +512,7 @@ def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     label = speaker_label(text)
     if label is not None:
         extra = extra + [SPEAKER_MARK + name for name in terms(label)]
-    return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS])
+    return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS]) + number_terms(words)
 
 
 def identifier_parts(word: str) -> list[str]:

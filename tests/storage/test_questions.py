@@ -15,13 +15,16 @@ from storage.search import questions as questions_module
 from storage.search import ranking as ranking_module
 from storage.search.questions import (
     FUNCTION_WEIGHT,
+    NUMBER_TERM,
     ROLES,
     SPEAKER_MARK,
     SUBJECT_WEIGHT,
     TEMPORAL_TERM,
     asked_names,
+    asks_amount,
     asks_speaker,
     asks_when,
+    number_terms,
     speaker_label,
     temporal_terms,
     term_weights,
@@ -369,6 +372,42 @@ def test_a_question_about_a_reaction_prefers_the_reply(
     assert c.ids(q).index(reply) > 1
 
 
+def test_a_question_asking_how_much_prefers_turns_that_state_a_number(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for text, number in (
+        ("I paid 60 quid for it", True),
+        ("twelve of them came", True),
+        ("$1,299 back on your card", True),
+        ("one of them came", False),  # "one" is left out: seldom an amount
+        ("no numbers here", False),
+    ):
+        assert (NUMBER_TERM in index_terms(text, None)[1]) is number, text
+        assert number_terms([t.term for t in analyze(text)]) == ([NUMBER_TERM] if number else [])
+    for q, amount in (
+        ("How much did Sam pay for the bike?", True),
+        ("How many kids are on the team?", True),
+        ("What price did they agree on?", True),
+        ("这个多少钱？", True),
+        ("How did Sam pay for the bike?", False),
+        ("bike price", False),  # keywords
+    ):
+        assert query_intent(q).amount is amount, q
+    assert asks_amount(["how", "many"]) and not asks_amount(["many", "how"])
+    bought = c.say("s", "I bought the old bike at the car boot sale, what a bargain")[0]
+    c.say("s", "nice, is it any good?")
+    paid = c.say("s", "the guy wanted 80 for the old bike and I got him down to 60")[0]
+    c.index.catch_up()
+    q = "How much did Sam pay for the old bike at the sale?"
+    hits = c.index.search(q, explain=True).hits
+    assert hits[0].id == paid
+    signals = {s.name: s.score for s in hits[0].signals}
+    assert signals["amount"] > 0 and math.isclose(hits[0].score, sum(signals.values()))
+    # Without the rule the turn holding more of the question's words ranks first.
+    monkeypatch.setattr(ranking_module, "AMOUNT_WEIGHT", 0.0)
+    assert c.ids(q)[0] == bought
+
+
 def test_subjects_of_a_hostile_question_cost_one_look_per_token(c: Conversation) -> None:
     # Every word a capitalized name after an auxiliary, possessives and apostrophes: the rule
     # reads each token and its neighbours once (no pattern over the text), and a query still
@@ -424,6 +463,7 @@ def test_the_rules_rank_among_the_pool_as_among_every_match(
         for t in range(5):
             kind = ("tool_result", "external")[t % 2] if (s * 5 + t) % 17 == 0 else "user_message"
             text = " ".join(rng.choices(words, k=rng.randint(2, 9)))
+            text += f" {s * 5 + t}" if (s + t) % 4 == 0 else ""
             speaker = ("Ada: ", "Bo: ", "")[(s + t) % 3]
             text = speaker + text + (" customer said" if t % 2 else "")
             c.ctx.observe(kind, text, session=f"s{s}")
@@ -435,6 +475,7 @@ def test_the_rules_rank_among_the_pool_as_among_every_match(
         "When was the storm?",
         "Which ticket did they end up with?",
         "Where did Ada paddle the kayak?",
+        "How many tickets did Bo want refunded?",
     ):
         for kw in ({}, {"limit": 3}, {"kinds": "tool_result"}, {"kinds": "external"}):
             cases.append((q, {**kw, "explain": True}))
