@@ -45,7 +45,7 @@ import re
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,18 +114,22 @@ def group(q: Question) -> str:
     return "long" if q.conversation.startswith("long/") else q.lang
 
 
+def _rows(path: Path, required: bool = True) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON Lines file, one a non-blank line; none if the file is
+    missing and not *required*."""
+    if not required and not path.exists():
+        return
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
 def long_conversations(dev_dir: Path = DEV_DIR) -> dict[str, list[str]]:
     """Each long conversation (``long/<domain>/<customer>``) and its sessions (trajectories)
     in order."""
-    out: dict[str, list[str]] = {}
-    path = dev_dir / "long_conversations.jsonl"
-    if path.exists():
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    out[row["conversation"]] = list(row["sessions"])
-    return out
+    rows = _rows(dev_dir / "long_conversations.jsonl", required=False)
+    return {row["conversation"]: list(row["sessions"]) for row in rows}
 
 
 def long_docs(trajectories: Path, sessions: Sequence[str]) -> list[Doc]:
@@ -143,15 +147,8 @@ def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
     there), in file order, then the chat questions' :func:`misattributed` copies."""
     out = []
     for name in ("questions.jsonl", "chat_questions.jsonl"):
-        path = dev_dir / name
-        if name != "questions.jsonl" and not path.exists():
-            continue
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    row["turns"] = tuple(row["turns"])
-                    out.append(Question(**row))
+        for row in _rows(dev_dir / name, required=name == "questions.jsonl"):
+            out.append(Question(**{**row, "turns": tuple(row["turns"])}))
     return out + misattributed([q for q in out if q.domain == "chat"], dev_dir)
 
 
@@ -161,13 +158,8 @@ def misattributed(questions: Sequence[Question], dev_dir: Path = DEV_DIR) -> lis
     judged turns unchanged: a user who misremembers who said what, or a benchmark's
     adversarial question, still wants the turns that answer it."""
     speakers: dict[str, set[str]] = {}
-    path = dev_dir / "chat_turns.jsonl"
-    if path.exists():
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    speakers.setdefault(row["conversation"], set()).add(row["speaker"])
+    for row in _rows(dev_dir / "chat_turns.jsonl", required=False):
+        speakers.setdefault(row["conversation"], set()).add(row["speaker"])
     out = []
     for q in questions:
         pair = sorted(speakers.get(q.conversation, ()))
@@ -185,25 +177,18 @@ def chat_docs(dev_dir: Path = DEV_DIR) -> dict[str, list[Doc]]:
     text ``<speaker>: <text>`` (as a chat log records it) from the user, in the session
     ``<chat>/<session>``, at its session's date and time (UTC) plus a second a turn."""
     out: dict[str, list[Doc]] = {}
-    path = dev_dir / "chat_turns.jsonl"
-    if not path.exists():
-        return out
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            conv = row["conversation"]
-            start = datetime.strptime(row["date"], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
-            out.setdefault(conv, []).append(
-                Doc(
-                    f"{conv}#{row['session']}.{row['turn']}",
-                    "user_message",
-                    f"{row['speaker']}: {row['text']}",
-                    f"{conv}/{row['session']}",
-                    start.timestamp() + row["turn"],
-                )
+    for row in _rows(dev_dir / "chat_turns.jsonl", required=False):
+        conv = row["conversation"]
+        start = datetime.strptime(row["date"], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+        out.setdefault(conv, []).append(
+            Doc(
+                f"{conv}#{row['session']}.{row['turn']}",
+                "user_message",
+                f"{row['speaker']}: {row['text']}",
+                f"{conv}/{row['session']}",
+                start.timestamp() + row["turn"],
             )
+        )
     return out
 
 
@@ -239,12 +224,9 @@ def translated_docs(dev_dir: Path, trajectories: Path, lang: str) -> dict[str, l
     in message order."""
     by_conv: dict[str, dict[int, str]] = {}
     sources: dict[str, str] = {}
-    with open(dev_dir / f"corpus_{lang}.jsonl", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
-                by_conv.setdefault(row["conversation"], {})[int(row["turn"])] = row["text"]
-                sources[row["conversation"]] = row["source"]
+    for row in _rows(dev_dir / f"corpus_{lang}.jsonl"):
+        by_conv.setdefault(row["conversation"], {})[int(row["turn"])] = row["text"]
+        sources[row["conversation"]] = row["source"]
     out: dict[str, list[Doc]] = {}
     for conv, texts in by_conv.items():
         docs = []
