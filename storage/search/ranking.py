@@ -25,9 +25,10 @@ stemming and an inflected query word weighs no more than one that is its own
 stem.
 
 The conversation's rules (:mod:`storage.search.questions` says what they are: a turn's
-neighbours, its session, the speaker, the order of its turns) add to the scores of the
-best matches here too. Kept as one module: the BM25 pass, the pool it selects and the rules
-that add to the pool's scores are one pipeline over one accumulator (about 740 lines).
+neighbours, its session, the speaker, the person named, the order of its turns, a number
+for a question asking how much) add to the scores of the best matches here too. Kept as one
+module: the BM25 pass, the pool it selects and the rules that add to the pool's scores are
+one pipeline over one accumulator (about 770 lines).
 A query that finds thousands of documents keeps that accumulator in arrays
 (:mod:`storage.search.accumulator`) until the pool is selected; probes of a term's
 postings for documents already found are :func:`storage.search.postings._probe`.
