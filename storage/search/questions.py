@@ -4,7 +4,7 @@ Agents ask their memory questions ("when did she move to Berlin?", "what did
 the user decide about the refund?"). BM25 over every word of such a question
 lets its function words (``what``, ``did``, ``the``, ``about``) score like
 content words in a small or topical context, where they are not rare enough
-for idf to silence them. Nine rules, read from the query (the index
+for idf to silence them. Ten rules, read from the query (the index
 stores every word, so a query of function words alone still finds them):
 
 * **Function words** (:data:`FUNCTION_WORDS`: English question words, auxiliaries,
@@ -54,6 +54,12 @@ stores every word, so a query of function words alone still finds them):
   digit or a number word carries :data:`NUMBER_TERM` (:func:`number_terms`), and those among
   the best matches score ``1 +`` :data:`AMOUNT_WEIGHT` times their score.
 
+* **A question asked in the conversation**: a turn that ends with a question mark carries
+  :data:`ASK_TERM` (:func:`ask_terms`). For a question, a best match that asks something
+  lends its next turn (the answer) :data:`ANSWER_WEIGHT` more of its score, and a best match
+  followed by a turn that asks something lends the turn after that :data:`FOLLOW_WEIGHT`
+  ("I failed the driving test." — "What happened?" — "I rolled back on the slope.").
+
 * **Order**: a question (:func:`is_question`) about how things ended
   (:data:`LATE_WORDS`: "which blender ended up being purchased?", "最后选的是哪一班？")
   or began (:data:`EARLY_WORDS`: "what was the original spending limit?") asks about
@@ -89,6 +95,15 @@ AMOUNT_WEIGHT = 1.0
 scores ``1 + AMOUNT_WEIGHT`` times its score."""
 NUMBER_TERM = "\x03num"
 """The term a document stating a number carries (never a word: ``\\x03``)."""
+ASK_TERM = "\x03ask"
+"""The term a turn that ends with a question mark carries (never a word: ``\\x03``)."""
+ANSWER_WEIGHT = 0.3
+"""For a question: the share of a best match's score it lends the next turn of its session,
+beyond :data:`~storage.search.ranking.NEIGHBOUR_WEIGHT`, when the match itself asks something
+(ends with a question mark): the next turn is its answer."""
+FOLLOW_WEIGHT = 0.3
+"""For a question: the share of a best match's score it lends the turn after next of its
+session when the turn between asks something (a follow-up question; the turn after it answers)."""
 REACTION_WEIGHT = 0.4
 """For a question about how someone reacted: the share of a turn's score it lends the next turn
 of its session, beyond :data:`~storage.search.ranking.NEIGHBOUR_WEIGHT` (the reply)."""
@@ -326,6 +341,16 @@ def number_terms(words: Sequence[str]) -> list[str]:
     if not NUMBER_WORDS.isdisjoint(words) or any(w[:1].isdigit() for w in words):
         return [NUMBER_TERM]
     return []
+
+
+_CLOSERS = "\"')]}\u201d\u2019\u00bb\u300d\u300f\uff09"
+
+
+def ask_terms(text: str) -> list[str]:
+    """``[ASK_TERM]`` if *text* ends with a question mark (``?`` or ``？``), after trailing
+    blanks and closing quotes or brackets (``…tomorrow?"``). Reads its last 64 characters."""
+    end = text[-64:].rstrip().rstrip(_CLOSERS).rstrip()
+    return [ASK_TERM] if end.endswith(("?", "\uff1f")) else []
 
 
 def asks_amount(words: Sequence[str]) -> bool:

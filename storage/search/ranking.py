@@ -25,10 +25,10 @@ stemming and an inflected query word weighs no more than one that is its own
 stem.
 
 The conversation's rules (:mod:`storage.search.questions` says what they are: a turn's
-neighbours, its session, the speaker, the person named, the order of its turns, a number
-for a question asking how much) add to the scores of the best matches here too. Kept as one
-module: the BM25 pass, the pool it selects and the rules that add to the pool's scores are
-one pipeline over one accumulator (about 770 lines).
+neighbours, the answer after a turn that asks something, its session, the speaker, the person
+named, the order of its turns, a number for a question asking how much) add to the scores of
+the best matches here too. Kept as one module: the BM25 pass, the pool it selects and the rules
+that add to the pool's scores are one pipeline over one accumulator (about 790 lines).
 A query that finds thousands of documents keeps that accumulator in arrays
 (:mod:`storage.search.accumulator`) until the pool is selected; probes of a term's
 postings for documents already found are :func:`storage.search.postings._probe`.
@@ -68,6 +68,9 @@ from storage.search.morphology import PART_MARK, QueryStem
 from storage.search.postings import _chunks_newest, _probe
 from storage.search.questions import (
     AMOUNT_WEIGHT,
+    ANSWER_WEIGHT,
+    ASK_TERM,
+    FOLLOW_WEIGHT,
     NAMED_WEIGHT,
     NUMBER_TERM,
     ORDER_WEIGHT,
@@ -508,7 +511,13 @@ def _rank(
         placed = _order(txn, dbs["docs"], head, order)
     if (neighbours > 0 or session > 0) and cand:
         forward = REACTION_WEIGHT if reaction and neighbours > 0 else 0.0
-        lent, given = _lend(txn, dbs["docs"], acc, head, neighbours, borrow, session, forward)
+        asked: set[int] = set()
+        if borrow and neighbours > 0:  # which best turns, and turns after them, ask something
+            turns = {doc + step for _, doc in head for step in (0, 1)}
+            asked = _holding(txn, dbs, tn, ASK_TERM.encode(), [(1.0, doc) for doc in turns])
+        lent, given = _lend(
+            txn, dbs["docs"], acc, head, neighbours, borrow, session, forward, asked
+        )
     if cand:
         for evidence in (placed, lent, given):
             for doc, share in evidence.items():
@@ -660,6 +669,7 @@ def _lend(
     borrow: bool,
     session_share: float = 0.0,
     forward: float = 0.0,
+    asked: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[dict[int, float], dict[int, float]]:
     """The evidence of a turn's conversation: what each document is lent by its neighbours
     and what it gets from its session, as two maps (only documents given any).
@@ -671,6 +681,13 @@ def _lend(
     *forward* more (a question about how someone reacted: the answer is the reply).
     Unless *borrow*, only turns that matched the query themselves take a share (a
     keyword search finds only turns holding its words).
+
+    *Questions asked in the conversation*: *asked* holds the turns among the pool and the
+    turns just after them that end with a question mark. A pooled turn that asks something
+    lends the next turn :data:`~storage.search.questions.ANSWER_WEIGHT` more (its answer); a
+    pooled turn followed by one that asks something lends the turn after that
+    :data:`~storage.search.questions.FOLLOW_WEIGHT` ("I failed the driving test." — "What
+    happened?" — "I rolled back on the slope.").
 
     *Session*: each event among the pool and its neighbours gets
     *session_share* of the summed scores of the *other* pool events of its
@@ -706,7 +723,11 @@ def _lend(
             for other in (doc - 1, doc + 1):
                 if (borrow or other in acc) and session(other) == own:
                     part = share + forward if other > doc else share
+                    if other > doc and doc in asked:
+                        part += ANSWER_WEIGHT
                     lent[other] = get(other, 0.0) + part * score
+            if doc + 1 in asked and session(doc + 1) == own and session(doc + 2) == own:
+                lent[doc + 2] = get(doc + 2, 0.0) + FOLLOW_WEIGHT * score
     given: dict[int, float] = {}
     if session_share > 0 and len(totals) > 1:
         for doc, own in sessions.items():

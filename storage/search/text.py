@@ -51,6 +51,7 @@ from storage.search.morphology import CAMEL, NAMES, Morphology, QueryStem, part_
 from storage.search.questions import (
     POSSESSIVE,
     SPEAKER_MARK,
+    ask_terms,
     asked_names,
     asks_amount,
     asks_order,
@@ -512,7 +513,9 @@ def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     label = speaker_label(text)
     if label is not None:
         extra = extra + [SPEAKER_MARK + name for name in terms(label)]
-    return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS]) + number_terms(words)
+    return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS]) + number_terms(
+        words
+    ) + ask_terms(text)
 
 
 def identifier_parts(word: str) -> list[str]:

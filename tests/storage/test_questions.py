@@ -14,12 +14,14 @@ import pytest
 from storage.search import questions as questions_module
 from storage.search import ranking as ranking_module
 from storage.search.questions import (
+    ASK_TERM,
     FUNCTION_WEIGHT,
     NUMBER_TERM,
     ROLES,
     SPEAKER_MARK,
     SUBJECT_WEIGHT,
     TEMPORAL_TERM,
+    ask_terms,
     asked_names,
     asks_amount,
     asks_speaker,
@@ -372,6 +374,57 @@ def test_a_question_about_a_reaction_prefers_the_reply(
     assert c.ids(q).index(reply) > 1
 
 
+def test_a_turn_that_ends_with_a_question_mark_carries_the_ask_term() -> None:
+    for text, asks in (
+        ("Oh no! What happened?", True),
+        ("Maya: how much are they paying you?  ", True),
+        ('He said "are you coming tomorrow?"', True),
+        ("你什么时候回来？", True),
+        ("(really?)", True),
+        ("What happened? Tell me everything.", False),  # the question is not the turn's end
+        ("I failed the driving test.", False),
+        ("", False),
+        ("?" * 10 + " " * 100_000, False),  # reads only the last 64 characters
+    ):
+        assert (ask_terms(text) == [ASK_TERM]) is asks, text
+        assert (ASK_TERM in index_terms(text, None)[1]) is asks, text
+
+
+def test_the_answer_to_a_question_asked_in_the_conversation_is_evidence(
+    c: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "I failed the driving test." — "Oh no, what happened?" — "I rolled back on the slope…":
+    # the explanation holds no word of the question; it follows the other speaker's question.
+    c.say("0", "Arjun: Three mornings a week of driving lessons, the test is in May.")
+    failed, asked, told = c.say(
+        "1",
+        "Arjun: So. I failed the driving test.",
+        "Chloe: Oh no! What happened?",
+        "Arjun: I rolled back on the slope and the examiner stopped me after four seconds.",
+    )
+    c.say("1", "Chloe: Next time you will nail the hill start.")
+    q = "Why did Arjun fail his driving test?"
+    hits = c.index.search(q, explain=True).hits
+    ranked = [h.id for h in hits]
+    assert ranked[0] == failed and ranked.index(told) < ranked.index(asked)
+    signals = {s.name: s.score for s in hits[ranked.index(told)].signals}
+    assert signals["neighbours"] > 0
+    monkeypatch.setattr(ranking_module, "FOLLOW_WEIGHT", 0.0)
+    without = c.ids(q)
+    assert without.index(told) > without.index(asked)
+
+    # A match that asks something lends its answer, the next turn, more than a neighbour.
+    question, answer = c.say(
+        "2", "Chloe: How did the interview at the bakery go?", "Arjun: They offered me the job!"
+    )
+    c.say("2", "Chloe: The bakery interview story is the best bakery story.")
+    q = "How did the interview at the bakery go for Arjun?"
+    with_rule = c.ids(q)
+    monkeypatch.setattr(ranking_module, "ANSWER_WEIGHT", 0.0)
+    without = c.ids(q)
+    assert with_rule.index(answer) < without.index(answer)
+
+
 def test_a_question_asking_how_much_prefers_turns_that_state_a_number(
     c: Conversation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -436,7 +489,7 @@ def test_a_question_about_how_things_ended_or_began_prefers_later_or_earlier_tur
         assert query_intent(q).order == order, q
     c.ctx.observe("tool_result", '{"flight": "UA 100"}', session="other")
     first = c.ctx.observe("user_message", "the steel kettle, a good kettle", session="s").ref
-    c.ctx.observe("external", "noted, anything else?", session="s")
+    c.ctx.observe("external", "noted, thanks", session="s")
     last = c.ctx.observe("user_message", "make it the glass kettle then", session="s").ref
     c.index.catch_up()
     # The first turn holds the word twice: it wins unless the question asks how things ended.
