@@ -10,7 +10,8 @@ measures quality; ``bench_search.py --dev-set``).
 
 Engines, on the same events and questions, in one run: Morphz's lexical index as a user
 gets it (every question rule, the named-speaker and reaction rules among them); the same
-without the named-speaker rule (the question names no speaker); the same with the rules off
+without the rule for turns that ask something (``ANSWER_WEIGHT`` and ``FOLLOW_WEIGHT`` 0: no
+probe of the ask term); the same without the named-speaker rule (the question names no speaker); the same with the rules off
 (``questions=False, neighbours=False``: BM25 over the words); SQLite FTS5 ``porter
 unicode61`` with the question's words OR-ed, ranked by ``bm25``. Top 10, no snippets (the
 rules are what is timed). Timings are printed, never asserted.
@@ -35,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import storage.search.ranking as ranking_module  # noqa: E402
 import storage.search.text as text_module  # noqa: E402
 from service.store import Store  # noqa: E402
 from storage.search import LexicalIndex  # noqa: E402
@@ -116,8 +118,17 @@ def run(turns: int, where: Path, rounds: int, log: Callable[[str], None]) -> dic
         finally:
             text_module.asked_names = names
 
+    def unasked(q: str) -> Any:
+        weights = ranking_module.ANSWER_WEIGHT, ranking_module.FOLLOW_WEIGHT
+        ranking_module.ANSWER_WEIGHT = ranking_module.FOLLOW_WEIGHT = 0.0
+        try:
+            return index.search(q, limit=10)
+        finally:
+            ranking_module.ANSWER_WEIGHT, ranking_module.FOLLOW_WEIGHT = weights
+
     engines: dict[str, Callable[[str], Any]] = {
         "morphz": lambda q: index.search(q, limit=10),
+        "morphz-no-asked-turns": unasked,
         "morphz-no-named-speaker": unnamed,
         "morphz-rules-off": lambda q: index.search(q, limit=10, questions=False, neighbours=False),
         "fts5-porter": fts5,

@@ -512,7 +512,8 @@ def _rank(
     if (neighbours > 0 or session > 0) and cand:
         forward = REACTION_WEIGHT if reaction and neighbours > 0 else 0.0
         asked: set[int] = set()
-        if borrow and neighbours > 0:  # which best turns, and turns after them, ask something
+        if borrow and neighbours > 0 and (ANSWER_WEIGHT or FOLLOW_WEIGHT):
+            # Which of the best turns, and of the turns just after them, ask something.
             turns = {doc + step for _, doc in head for step in (0, 1)}
             asked = _holding(txn, dbs, tn, ASK_TERM.encode(), [(1.0, doc) for doc in turns])
         lent, given = _lend(
