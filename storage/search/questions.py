@@ -256,31 +256,61 @@ analyzer cuts it, a question's subject may wear it)."""
 def speaker_label(text: str) -> str | None:
     """The speaker a turn names at its start, as a chat log writes it (``Maya: I adopted …``,
     ``Maya said, "I adopted …"``, ``[2024-03-09 19:42] Maya: …``, ``Maya (19:42): …``,
-    ``**Maya**: …``), or None.
+    ``**Maya**: …``, ``D1:3 Caroline: …``, ``<Maya> …``), or None.
 
     A label is one to three words, each starting with a capital, of letters, ``'``, ``-`` or
     ``.`` (``[`` ``]`` ``*`` around them dropped), within :data:`MAX_LABEL_CHARS`
     characters, right before the first ``:`` followed by a space or before the first
     `` said`` followed by ``,``, ``:`` or a space; a time stamp in brackets or parentheses
-    (with a digit) before or after the name is skipped. Reads at most
-    :data:`MAX_LABEL_CHARS` characters past the time stamp; no pattern over the text.
+    (with a digit) before or after the name is skipped, and so is one without brackets that
+    ends with a separator (:func:`_stamped`). Reads at most ``2 ·`` :data:`MAX_LABEL_CHARS`
+    ``+ 8`` characters; no pattern over the text.
     """
     head = text[: 2 * MAX_LABEL_CHARS + 8]
     if head[:1] in ("[", "("):
         close = head.find("]" if head[0] == "[" else ")", 1, MAX_LABEL_CHARS + 1)
         if close > 0 and any(c.isdigit() for c in head[1:close]):
             head = head[close + 1 :].lstrip(" ")
-    colon = head.find(":", 1, MAX_LABEL_CHARS + 1)
+    if head[:1] == "<":  # an IRC log: "<Maya> I adopted …"
+        close = head.find(">", 1, MAX_LABEL_CHARS + 1)
+        return _label(head[1:close]) if close > 0 else None
+    colon = head.find(":", 1)
     while colon > 0 and head[colon + 1 : colon + 2] not in (" ", "\t", "\n"):
-        colon = head.find(":", colon + 1, MAX_LABEL_CHARS + 1)  # a clock time's colon
-    if colon > 0:
+        colon = head.find(":", colon + 1)  # a clock time's colon
+    if 0 < colon <= MAX_LABEL_CHARS:
         label = _label(head[:colon])
+        if label is not None:
+            return label
+    if colon > 0:
+        label = _stamped(head[:colon])
         if label is not None:
             return label
     said = head.find(" said", 1, MAX_LABEL_CHARS + 5)
     if said > 0 and head[said + 5 : said + 6] in (",", ":", " "):
         return _label(head[:said])
     return None
+
+
+_STAMP_ENDS = (" - ", " \u2013 ", " \u2014 ", " | ", ", ")
+
+
+def _stamped(before: str) -> str | None:
+    """The name ending *before* (a turn's text up to its label's colon) when a time stamp or
+    turn id without brackets comes first: ``D1:3 Caroline``, ``8 May 2023, Caroline``,
+    ``1:56 pm on 8 May, 2023 - Caroline``, ``#412 | Maya``. The stamp holds a digit, is at
+    most :data:`MAX_LABEL_CHARS` characters, and is one word or ends with `` - ``, `` | ``,
+    ``, `` or a dash; else None."""
+    name = None
+    for end in _STAMP_ENDS:
+        cut = before.rfind(end)
+        if 0 < cut <= MAX_LABEL_CHARS and any(c.isdigit() for c in before[:cut]):
+            name = before[cut + len(end) :]
+            break
+    else:
+        space = before.find(" ", 1, MAX_LABEL_CHARS + 1)
+        if 0 < space < len(before) - 1 and any(c.isdigit() for c in before[:space]):
+            name = before[space + 1 :]
+    return _label(name) if name and len(name) <= MAX_LABEL_CHARS else None
 
 
 def _label(label: str) -> str | None:

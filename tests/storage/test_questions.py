@@ -276,6 +276,12 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         ("[Maya]: hi", "Maya"),
         ("Maya (19:42): hi", "Maya"),
         ("Mary Ann [2024-03-09]: hi", "Mary Ann"),
+        # A time stamp or turn id without brackets: one word, or ending with a separator.
+        ("D1:3 Caroline: I went to a support group", "Caroline"),
+        ("8 May 2023, Caroline: hi", "Caroline"),
+        ("Session 1, 1:56 pm on 8 May, 2023 - Caroline: hi", "Caroline"),
+        ("1:56 pm on 8 May, 2023 | Mary Ann Jones: hi", "Mary Ann Jones"),
+        ("<Maya> an IRC log", "Maya"),
     ):
         assert speaker_label(text) == label, text
         assert set(index_terms(text, None)[1]) >= {
@@ -291,7 +297,13 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         "Maya said",
         "[note] Maya: no digit, not a time stamp",
         "Maya (admin): no digit, not a time stamp",
-        "Maya" + ":1" * 100_000,  # colons without a space: only the first 40 characters read
+        "Maya" + ":1" * 100_000,  # colons without a space: only the first 88 characters read
+        "In 2019 we moved to Berlin: a stamp is one word or ends with a separator",
+        "Note - 12 things, all of them lower case: no name",
+        "D1:3 caroline: lower case",
+        "<" + "A" * 100,
+        "<Maya whispered> no",
+        "2024 - " + "A" * 41 + ": too long for a label",
         "[" + "1" * 60 + "] Maya: a stamp too long to skip",
         ":" + "A" * 50,
         "A" * 41 + ": too long for a label",
