@@ -6,9 +6,10 @@ the other way round; and one writer's ``neighbour``, ``colour``, ``centre``, ``o
 is another's ``neighbor``, ``color``, ``center``, ``organize``. No stemmer joins them, and a
 question and its answer may share nothing else. :func:`variants` gives a query term its
 other writings: the English number words ``zero`` … ``twenty``, the tens and ``hundred``
-and their digits; the spelling pairs ``-our``/``-or``, ``-ise``/``-ize``,
-``-yse``/``-yze``, ``-tre``/``-ter``, ``-bre``/``-ber`` and ``-ogue``/``-og`` at a word's
-end (with its inflections: ``neighbours``, ``organised``, ``favourite``).
+and their digits; a number and its ordinal in digits (``60`` and ``60th``); the spelling
+pairs ``-our``/``-or``, ``-ise``/``-ize``, ``-yse``/``-yze``, ``-tre``/``-ter``,
+``-bre``/``-ber`` and ``-ogue``/``-og`` at a word's end (with its inflections:
+``neighbours``, ``organised``, ``favourite``).
 
 Candidates only, like :mod:`storage.search.derivation`'s: most spelling candidates are no
 word (``water`` → ``watre``), and a candidate no document holds costs one read and adds
@@ -69,17 +70,33 @@ _LONGEST = max(map(len, _ENDINGS))
 _SHORTEST = min(map(len, _ENDINGS))
 MIN_SPELLED = 5
 """Shortest word given another spelling (``four`` is not ``for``)."""
+MAX_ORDINAL_DIGITS = 3
+"""Longest number given its ordinal (``999`` → ``999th``; a year or an order number gets none)."""
+
+
+def ordinal(digits: str) -> str:
+    """The ordinal of a number written in *digits*: ``1`` → ``1st``, ``12`` → ``12th``,
+    ``60`` → ``60th``, ``23`` → ``23rd``."""
+    if digits[-2:-1] == "1":
+        return digits + "th"
+    return digits + {"1": "st", "2": "nd", "3": "rd"}.get(digits[-1:], "th")
 
 
 def variants(term: str) -> tuple[str, ...]:
     """The other writings of a query *term* (lower case): ``eight`` → ``8``, ``8`` →
-    ``eight``, ``neighbours`` → ``neighbors``, ``color`` → ``colour``; ``()`` if none.
+    ``eight`` and ``8th``, ``60th`` → ``60`` ("his father's 60th" — "Dad's turning 60"),
+    ``neighbours`` → ``neighbors``, ``color`` → ``colour``; ``()`` if none.
 
     At most one spelling candidate per ending length tried, at most a handful of dict lookups.
     """
     number = _DIGITS.get(term) or _SPELLED.get(term)
+    if term.isdigit() and len(term) <= MAX_ORDINAL_DIGITS:
+        return (number, ordinal(term)) if number else (ordinal(term),)
     if number:
         return (number,)
+    digits = term[:-2]
+    if len(digits) <= MAX_ORDINAL_DIGITS and digits.isdigit() and ordinal(digits) == term:
+        return (term[:-2],)
     if len(term) < MIN_SPELLED or not term.isalpha() or term in FUNCTION_WORDS:
         return ()
     out: list[str] = []

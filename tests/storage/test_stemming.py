@@ -34,6 +34,7 @@ from storage.search.text import (
     query_plan,
     terms,
 )
+from storage.search.variants import variants
 from tests.examples import examples
 from tests.storage.contexts import ContextSetup, setup_fixture
 from tests.storage.test_search_index import answers, churn, dump
@@ -465,6 +466,16 @@ def test_numbers_in_words_and_in_digits_and_spellings_find_each_other(c: Ctx) ->
     assert c.ids("color") == [colours]
     assert c.ids("center") == [centre]
     assert c.ids("v2-eight") == [] and c.ids("ORD-5") == []
+    # A number and its ordinal in digits; never a year's "ordinal".
+    turning, may21, _ = c.add(
+        "my dad is turning 60 next week",
+        "we booked a cottage for the 21st of May",
+        "back in 2024 we went there",
+    )
+    assert c.ids("Where did they celebrate his father's 60th?")[0] == turning
+    assert c.ids("21") == [may21] and c.ids("2024th") == []
+    assert variants("8") == ("eight", "8th") and variants("23rd") == ("23",)
+    assert variants("2024") == () and variants("1th") == () and variants("ord1st") == ()
     # An inflected other writing counts once, as the word in that form would.
     (organized,) = c.add("they organized the whole trip")
     assert c.ids("organised") == [organized]
