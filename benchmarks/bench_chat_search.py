@@ -11,10 +11,10 @@ measures quality; ``bench_search.py --dev-set``).
 Engines, on the same events and questions, in one run: Morphz's lexical index as a user
 gets it (every question rule, the named-speaker and reaction rules among them); the same
 without the rule for turns that ask something (``ANSWER_WEIGHT`` and ``FOLLOW_WEIGHT`` 0: no
-probe of the ask term); the same without the named-speaker rule (the question names no speaker); the same with the rules off
-(``questions=False, neighbours=False``: BM25 over the words); SQLite FTS5 ``porter
-unicode61`` with the question's words OR-ed, ranked by ``bm25``. Top 10, no snippets (the
-rules are what is timed). Timings are printed, never asserted.
+probe of the ask term); the same without the named-speaker rule (the question names no
+speaker); the same with the rules off (``questions=False, neighbours=False``: BM25 over the
+words); SQLite FTS5 ``porter unicode61`` with the question's words OR-ed, ranked by
+``bm25``. Top 10, no snippets (the rules are what is timed). Timings are printed, never asserted.
 
     .venv/bin/python benchmarks/bench_chat_search.py [--quick] [--turns N] [--json]
 """
