@@ -728,7 +728,7 @@ def main(argv: list[str] | None = None) -> None:
         "--groups",
         default=",".join(search_eval.LANGS),
         help="dev set: the question groups to run, comma-separated (en, zh, mixed, long, chat, "
-        "chat-other)",
+        "chat-other, chat-long)",
     )
     parser.add_argument(
         "--cache-dir",
@@ -745,7 +745,7 @@ def main(argv: list[str] | None = None) -> None:
         trajectories: Path | None = trajectories_dir(args.trajectories)
     except NoTrajectories as e:
         # The chats are the dev set's own; every other group's turns are STATE-Bench's.
-        if args.dev_set and not set(args.groups.split(",")) <= {"chat", "chat-other"}:
+        if args.dev_set and not set(args.groups.split(",")) <= {"chat", "chat-other", "chat-long"}:
             raise SystemExit(f"bench_search --dev-set: {e.message}") from None
         trajectories = None
     if trajectories is not None and not trajectories.is_dir():

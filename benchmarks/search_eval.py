@@ -57,12 +57,16 @@ from service.store import Store
 from storage.search.index import LexicalIndex
 
 DEV_DIR = Path(__file__).resolve().parent / "search_dev"
-LANGS = ("en", "zh", "mixed", "long", "chat", "chat-other")
+LANGS = ("en", "zh", "mixed", "long", "chat", "chat-other", "chat-long")
 """Figure groups: the three languages of single conversations, ``long`` (English questions
 over a customer's whole multi-session history, ``long_conversations.jsonl``), ``chat``
-(English questions over two friends' dated multi-session chats, ``chat_turns.jsonl``) and
+(English questions over two friends' dated multi-session chats, ``chat_turns.jsonl``),
 ``chat-other`` (each chat question that names one of its two friends, asked with the other
-one's name instead: the judged turns unchanged, :func:`misattributed`)."""
+one's name instead: the judged turns unchanged, :func:`misattributed`) and ``chat-long``
+(each chat question asked of its chat lengthened with the other chats of its split, their
+friends renamed as its own: :func:`long_chat_docs`)."""
+LONG_CHAT = "chat-long/"
+"""The prefix of a ``chat-long`` question's conversation (``chat-long/c1``)."""
 MISATTRIBUTED = "misattributed"
 """The kind of a ``chat-other`` question."""
 SPLITS = ("dev", "test")
@@ -110,6 +114,8 @@ def group(q: Question) -> str:
     """The figure group of a question: its language, ``long`` for a long conversation's,
     ``chat`` for a chat's."""
     if q.domain == "chat":
+        if q.conversation.startswith(LONG_CHAT):
+            return "chat-long"
         return "chat-other" if q.kind == MISATTRIBUTED else "chat"
     return "long" if q.conversation.startswith("long/") else q.lang
 
@@ -144,12 +150,19 @@ def long_docs(trajectories: Path, sessions: Sequence[str]) -> list[Doc]:
 
 def load_questions(dev_dir: Path = DEV_DIR) -> list[Question]:
     """Every judged question of ``questions.jsonl`` then ``chat_questions.jsonl`` (when
-    there), in file order, then the chat questions' :func:`misattributed` copies."""
+    there), in file order, then the chat questions' :func:`misattributed` copies and their
+    copies asked of the lengthened chats (``-long`` after the id, conversation
+    ``chat-long/<chat>``, :func:`long_chat_docs`)."""
     out = []
     for name in ("questions.jsonl", "chat_questions.jsonl"):
         for row in _rows(dev_dir / name, required=name == "questions.jsonl"):
             out.append(Question(**{**row, "turns": tuple(row["turns"])}))
-    return out + misattributed([q for q in out if q.domain == "chat"], dev_dir)
+    chat = [q for q in out if q.domain == "chat"]
+    longer = [
+        replace(q, id=f"{q.id}-long", conversation=LONG_CHAT + q.conversation.split("/", 1)[1])
+        for q in chat
+    ]
+    return out + misattributed(chat, dev_dir) + longer
 
 
 def misattributed(questions: Sequence[Question], dev_dir: Path = DEV_DIR) -> list[Question]:
@@ -189,6 +202,57 @@ def chat_docs(dev_dir: Path = DEV_DIR) -> dict[str, list[Doc]]:
                 start.timestamp() + row["turn"],
             )
         )
+    return out
+
+
+def long_chat_docs(dev_dir: Path = DEV_DIR) -> dict[str, list[Doc]]:
+    """Each chat lengthened (``chat-long/<chat>``): its own sessions and those of every other
+    chat of its split, sessions in date order, the other chats' two friends renamed as its
+    own (in the order each pair first speaks; in labels and in the text).
+
+    Five chats of about 110 turns make one of about 550, as long as the public benchmarks'
+    conversations, where the same two people also talk about things the question does not
+    ask about. The judged turns are the chat's own; another chat's turn is never judged, even
+    where, renamed, it happens to answer."""
+    rows = list(_rows(dev_dir / "chat_turns.jsonl", required=False))
+    splits = {
+        row["conversation"]: row["split"]
+        for row in _rows(dev_dir / "chat_questions.jsonl", required=False)
+    }
+    speakers: dict[str, list[str]] = {}
+    for row in rows:
+        pair = speakers.setdefault(row["conversation"], [])
+        if row["speaker"] not in pair:
+            pair.append(row["speaker"])
+    out: dict[str, list[Doc]] = {}
+    for conv, pair in speakers.items():
+        if len(pair) != 2 or conv not in splits:
+            continue
+        names: dict[str, dict[str, str]] = {
+            other: dict(zip(others, pair, strict=True))
+            for other, others in speakers.items()
+            if len(others) == 2 and splits.get(other) == splits[conv]
+        }
+        chosen = [row for row in rows if row["conversation"] in names]
+        chosen.sort(key=lambda r: (r["date"], r["conversation"], r["session"], r["turn"]))
+        docs = []
+        for row in chosen:
+            rename = names[row["conversation"]]
+            text = row["text"]
+            for old, new in rename.items():
+                if old != new:
+                    text = re.sub(rf"\b{re.escape(old)}\b", new, text)
+            start = datetime.strptime(row["date"], "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+            docs.append(
+                Doc(
+                    f"{row['conversation']}#{row['session']}.{row['turn']}",
+                    "user_message",
+                    f"{rename[row['speaker']]}: {text}",
+                    f"{row['conversation']}/{row['session']}",
+                    start.timestamp() + row["turn"],
+                )
+            )
+        out[LONG_CHAT + conv.split("/", 1)[1]] = docs
     return out
 
 
@@ -244,7 +308,8 @@ def scopes(
     questions: Sequence[Question], trajectories: Path | None, dev_dir: Path = DEV_DIR
 ) -> tuple[dict[str, list[Doc]], dict[str, dict[str, str]]]:
     """The documents of every scope and, per scope kind, each question's scope id (chats
-    need no *trajectories*; every other group does)."""
+    need no *trajectories*; every other group does). A ``chat-long`` question has no pool:
+    its lengthened chat already holds every chat of its split."""
     if trajectories is None:
         if any(q.domain != "chat" for q in questions):
             raise ValueError("only the chat questions can be asked without the trajectories")
@@ -259,9 +324,12 @@ def scopes(
     }
     longs = long_conversations(dev_dir)
     chats = chat_docs(dev_dir)
+    longer = long_chat_docs(dev_dir) if any(group(q) == "chat-long" for q in questions) else {}
     for q in questions:
         if q.conversation not in docs:
-            if q.domain == "chat":
+            if q.conversation in longer:
+                docs[q.conversation] = longer[q.conversation]
+            elif q.domain == "chat":
                 docs[q.conversation] = chats[q.conversation]
             elif q.conversation in longs:
                 docs[q.conversation] = long_docs(trajectories, longs[q.conversation])
@@ -270,6 +338,8 @@ def scopes(
             else:
                 docs[q.conversation] = translated[q.lang][q.conversation]
         of["conversation"][q.id] = q.conversation
+        if q.conversation in longer:
+            continue  # the lengthened chats are already a pool of the chats of a split
         pool = f"pool:{q.domain}" if q.lang == "en" else f"pool:{q.lang}"
         if pool not in docs:
             if q.domain == "chat":
@@ -652,6 +722,8 @@ def evaluate(
             started = time.perf_counter()
             rows: dict[tuple[str, str], list[dict[str, float]]] = {}
             for q in questions:
+                if q.id not in by_q:
+                    continue  # a question with no scope of this kind
                 ranked = e.search(by_q[q.id], q.question, TOP)
                 rankings.setdefault(f"{scope_kind}/{e.name}", {})[q.id] = ranked
                 rows.setdefault((group(q), q.split), []).append(score(ranked, q.turns))

@@ -97,6 +97,8 @@ def test_questions_are_well_formed_unique_and_judged(
 ) -> None:
     longs = search_eval.long_conversations(DEV)
     assert len({q.id for q in questions}) == len(questions)
+    # The chat questions asked of the lengthened chats are copies (tested below).
+    questions = [q for q in questions if search_eval.group(q) != "chat-long"]
     texts = Counter((q.lang, q.question.strip().casefold()) for q in questions)
     assert [t for t, n in texts.items() if n > 1] == []
     for q in questions:
@@ -168,6 +170,38 @@ def test_chats_are_two_friends_dated_sessions_with_judged_questions_of_every_kin
             assert len(copy.question.split()) == len(q.question.split())
 
 
+def test_a_lengthened_chat_is_its_split_s_chats_with_the_friends_renamed(
+    questions: list[search_eval.Question],
+) -> None:
+    chats = search_eval.chat_docs(DEV)
+    longer = search_eval.long_chat_docs(DEV)
+    chat_qs = {q.id: q for q in questions if search_eval.group(q) == "chat"}
+    long_qs = [q for q in questions if search_eval.group(q) == "chat-long"]
+    assert len(long_qs) == len(chat_qs) and len(longer) == len(chats)
+    split_of = {q.conversation: q.split for q in chat_qs.values()}
+    for q in long_qs:
+        original = chat_qs[q.id.removesuffix("-long")]
+        assert (q.question, q.turns, q.split) == (original.question, original.turns, original.split)
+        own = original.conversation
+        assert q.conversation == "chat-long/" + own.split("/", 1)[1]
+        docs = longer[q.conversation]
+        mine = set(search_eval.scopes([q], None, DEV)[0][q.conversation]) == set(docs)
+        assert mine and {d.id for d in chats[own]} <= {d.id for d in docs}
+        assert len({d.id for d in docs}) == len(docs)
+        # Only chats of the same split, all of them; every turn labelled by one of the two.
+        sources = {d.id.partition("#")[0] for d in docs}
+        assert sources == {c for c, split in split_of.items() if split == q.split}
+        pair = {d.text.split(": ", 1)[0] for d in chats[own]}
+        assert {d.text.split(": ", 1)[0] for d in docs} == pair
+        for other in sources - {own}:  # its friends' names are gone from its turns
+            names = {d.text.split(": ", 1)[0] for d in chats[other]} - pair
+            turns = [d.text for d in docs if d.id.startswith(other + "#")]
+            assert len(turns) == len(chats[other])
+            assert not any(re.search(rf"\b{name}\b", t) for t in turns for name in names)
+        times = [d.time for d in docs]
+        assert times == sorted(times) and len(docs) >= 4 * len(chats[own])
+
+
 def test_translated_corpora_are_chinese_and_keep_their_provenance() -> None:
     for lang in ("zh", "mixed"):
         rows = _corpus(lang)
@@ -197,6 +231,9 @@ def test_every_judged_turn_exists_in_the_trajectories(
     for q in questions:
         ids = {d.id for d in docs[of["conversation"][q.id]]}
         assert set(q.turns) <= ids, (q.id, sorted(set(q.turns) - ids))
+        if search_eval.group(q) == "chat-long":
+            assert q.id not in of["pool"]  # its lengthened chat is a pool already
+            continue
         pool = {d.id for d in docs[of["pool"][q.id]]}
         assert set(q.turns) <= pool
 
