@@ -97,7 +97,7 @@ NUMBER_TERM = "\x03num"
 """The term a document stating a number carries (never a word: ``\\x03``)."""
 ASK_TERM = "\x03ask"
 """The term a turn that ends with a question mark carries (never a word: ``\\x03``)."""
-ANSWER_WEIGHT = 0.3
+ANSWER_WEIGHT = 0.5
 """For a question: the share of a best match's score it lends the next turn of its session,
 beyond :data:`~storage.search.ranking.NEIGHBOUR_WEIGHT`, when the match itself asks something
 (ends with a question mark): the next turn is its answer."""
