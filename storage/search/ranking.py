@@ -515,7 +515,7 @@ def _rank(
         if borrow and neighbours > 0 and (ANSWER_WEIGHT or FOLLOW_WEIGHT):
             # Which of the best turns, and of the turns just after them, ask something.
             turns = {doc + step for _, doc in head for step in (0, 1)}
-            asked = _holding(txn, dbs, tn, ASK_TERM.encode(), [(1.0, doc) for doc in turns])
+            asked = _holding(txn, dbs, tn, ASK_TERM.encode(), turns)
         lent, given = _lend(
             txn, dbs["docs"], acc, head, neighbours, borrow, session, forward, asked
         )
@@ -534,7 +534,7 @@ def _rank(
     counted: dict[int, float] = {}
     if amount and cand:
         best = _best(cand, pool)
-        held = _holding(txn, dbs, tn, NUMBER_TERM.encode(), best)
+        held = _holding(txn, dbs, tn, NUMBER_TERM.encode(), _scored(best))
         counted = {doc: AMOUNT_WEIGHT * score for score, doc in best if doc in held}
         for doc, share in counted.items():
             acc[doc] = cand[doc] = acc[doc] + share
@@ -610,7 +610,7 @@ def _named(
         key = name.encode()
         if txn.get(key, db=dbs["terms"]) is None:
             continue
-        held = _holding(txn, dbs, tn, key, pool)
+        held = _holding(txn, dbs, tn, key, _scored(pool))
         return {doc: (NAMED_WEIGHT - 1.0) * score for score, doc in pool if doc in held}
     return {}
 
@@ -620,13 +620,18 @@ def _holding(
     dbs: dict[str, lmdb._Database],
     tn: _TfNorm,
     key: bytes,
-    pool: list[tuple[float, int]],
+    docs: Iterable[int],
 ) -> set[int]:
-    """The events of the *pool* that hold the term *key* (one probe of its postings)."""
-    docs = sorted(doc for score, doc in pool if doc < FRAME_BASE and score > 0)
-    held = dict.fromkeys(docs, 0.0)
-    _probe(txn, dbs["postings"], key, 1.0, tn, held, docs)
+    """The events among *docs* that hold the term *key* (one probe of its postings)."""
+    events = sorted({doc for doc in docs if doc < FRAME_BASE})
+    held = dict.fromkeys(events, 0.0)
+    _probe(txn, dbs["postings"], key, 1.0, tn, held, events)
     return {doc for doc, found in held.items() if found}
+
+
+def _scored(pool: list[tuple[float, int]]) -> list[int]:
+    """The documents of a *pool* of ``(score, docnum)`` that scored above 0."""
+    return [doc for score, doc in pool if score > 0]
 
 
 def _order(

@@ -513,9 +513,8 @@ def index_terms(text: str, morphology: Morphology | None) -> tuple[list[str], li
     label = speaker_label(text)
     if label is not None:
         extra = extra + [SPEAKER_MARK + name for name in terms(label)]
-    return words, extra + temporal_terms(words, text[:MAX_ANALYZED_CHARS]) + number_terms(
-        words
-    ) + ask_terms(text)
+    marks = temporal_terms(words, text[:MAX_ANALYZED_CHARS]) + number_terms(words)
+    return words, extra + marks + ask_terms(text)
 
 
 def identifier_parts(word: str) -> list[str]:
