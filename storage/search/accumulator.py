@@ -169,18 +169,29 @@ class ScoreArrays:
         keep = keep[np.argsort(self.docs[keep], kind="stable")]
         return dict(zip(self.docs[keep].tolist(), self.scores[keep].tolist(), strict=True)), cut
 
-    def scores_of(self, docs: Iterable[int]) -> dict[int, float]:
-        """The scores of *docs* (every one found), in the order given."""
+    def best_below(self, docs: Iterable[int], below: int, cap: int) -> dict[int, float]:
+        """The scores of those of *docs* (every one found) numbered below *below*, by
+        ascending docnum: the *cap* best if there are more, ties to the earlier in *docs*
+        (as ``heapq.nlargest`` keyed by score picks them)."""
         wanted = np.fromiter(docs, dtype=np.int64)
+        wanted = wanted[wanted < below]
         if not len(wanted):
             return {}
         at = np.searchsorted(self.sorted, wanted)
         if at.max() >= len(self.sorted) or not np.array_equal(self.sorted[at], wanted):
             raise KeyError("a document asked for was not found")
-        return dict(zip(wanted.tolist(), self.scores[self.index[at]].tolist(), strict=True))
+        scores = self.scores[self.index[at]]
+        if len(wanted) > cap:
+            floor = np.partition(scores, len(scores) - cap)[len(scores) - cap]
+            # Those above the cap's score, then the earliest given of those at it.
+            above = np.flatnonzero(scores > floor)
+            best = np.concatenate((above, np.flatnonzero(scores == floor)[: cap - len(above)]))
+            wanted, scores = wanted[best], scores[best]
+        order = np.argsort(wanted)
+        return dict(zip(wanted[order].tolist(), scores[order].tolist(), strict=True))
 
     def update(self, scores: Mapping[int, float]) -> None:
-        """Set the scores of documents found (*scores* as :meth:`scores_of` gave, raised)."""
+        """Set the scores of documents found (*scores* as :meth:`best_below` gave, raised)."""
         if not scores:
             return
         docs = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))

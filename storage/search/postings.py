@@ -26,6 +26,8 @@ CHUNK_POSTINGS = 256
 """Most postings in one stored chunk (1.5 KiB: it stays inside an LMDB leaf page)."""
 PROBE_STEPS = 8
 """A probe seeks rather than steps when its next document is more chunks ahead than this."""
+PROBE_ARRAYS = 64
+"""From this many documents, a probe searches the chunks it kept in numpy arrays."""
 
 
 class _Postings:
@@ -227,45 +229,96 @@ def _probe(
     """Add ``weight * tn[code]`` (its posting's code) to each of *docs* (ascending, every
     one in *acc*) that contains the term *tk*.
 
-    One cursor walks the term's chunks forward: a chunk is decoded only if a
-    document falls in its range, and a document beyond the next chunk's start
-    moves the cursor on by one chunk, or seeks when the document is further
-    ahead than :data:`PROBE_STEPS` chunks' worth of docnums.
+    One cursor walks the term's chunks forward and keeps those a document falls in: it
+    steps to the next chunk, or seeks when the next document is further ahead than
+    :data:`PROBE_STEPS` chunks' worth of docnums. The chunks kept are searched at once,
+    by binary search per document or, for :data:`PROBE_ARRAYS` documents or more, in
+    numpy arrays. Either way each document found gets one addition, in ascending order.
     """
     if not docs:
         return
     cursor = txn.cursor(db=db)
     prefix = tk + b"\x00"
-    at = len(prefix)
-    unpack = _U32.unpack_from
     if not _seek(cursor, prefix, docs[0]):
         return
-    first = unpack(cursor.key(), at)[0]
-    value: bytes = cursor.value()
-    key = cursor.key() if cursor.next() else b""
-    end = unpack(key, at)[0] if key.startswith(prefix) else 1 << 32  # the next chunk's start
-    cd: array[int] | None = None
-    cc: array[int] = array("H")
+    heads, tails = _walk(cursor, prefix, docs)
+    if not heads:
+        return
+    if len(docs) >= PROBE_ARRAYS:
+        _probe_arrays(b"".join(heads), b"".join(tails), weight, tn, acc, docs)
+        return
+    held = array("I")
+    held.frombytes(b"".join(heads))
+    codes = array("H")
+    codes.frombytes(b"".join(tails))
+    i, last = 0, len(held)
     for doc in docs:
-        while doc >= end:
-            # The cursor is on the chunk starting at `end`: step onto it, or seek far ahead.
-            if doc - end > PROBE_STEPS * max(1, end - first):
-                if not _seek(cursor, prefix, doc):
-                    return
-                first = unpack(cursor.key(), at)[0]
-            else:
-                first = end
-            value = cursor.value()
-            cd = None
-            key = cursor.key() if cursor.next() else b""
-            end = unpack(key, at)[0] if key.startswith(prefix) else 1 << 32
-        if doc < first:
-            continue  # before the term's first chunk
-        if cd is None:
-            cd, cc = _decode(value)
-        i = bisect_left(cd, doc)
-        if i < len(cd) and cd[i] == doc:
-            acc[doc] += weight * tn[cc[i]]
+        i = bisect_left(held, doc, i)
+        if i == last:
+            return
+        if held[i] == doc:
+            acc[doc] += weight * tn[codes[i]]
+
+
+def _walk(
+    cursor: lmdb.Cursor[bytes], prefix: bytes, docs: list[int]
+) -> tuple[list[bytes], list[bytes]]:
+    """The docnums and codes of the chunks *docs* fall in, the cursor on the first
+    document's chunk (:func:`_seek`)."""
+    at = len(prefix)
+    unpack = _U32.unpack_from
+    heads: list[bytes] = []
+    tails: list[bytes] = []
+    count = len(docs)
+    j = 0  # the first document at or past the chunk read last
+    while True:
+        first = -1  # the start of the chunk read last (none yet after a seek)
+        value = b""
+        far = False
+        for key, data in cursor.iternext():
+            start = unpack(key, at)[0] if key.startswith(prefix) else 1 << 32
+            if docs[j] < start:
+                # Documents before this chunk: in the one read last, or before the term's first.
+                k = bisect_left(docs, start, j)
+                if first >= 0 and docs[k - 1] >= first:
+                    n = len(value) // 6
+                    heads.append(value[: 4 * n])
+                    tails.append(value[4 * n :])
+                j = k
+                if j == count:
+                    break
+            if first >= 0 and docs[j] - start > PROBE_STEPS * (start - first):
+                far = True  # the next document is far ahead: seek rather than step
+                break
+            first, value = start, data
+        else:
+            if first >= 0:  # the database's last chunk: every document left is in its range
+                n = len(value) // 6
+                heads.append(value[: 4 * n])
+                tails.append(value[4 * n :])
+        if not far or not _seek(cursor, prefix, docs[j]):
+            return heads, tails
+
+
+def _probe_arrays(
+    heads: bytes,
+    tails: bytes,
+    weight: float,
+    tn: Mapping[int, float],
+    acc: dict[int, float],
+    docs: list[int],
+) -> None:
+    """:func:`_probe`'s search of the chunks kept (*heads* their docnums, *tails* their
+    codes) for many documents, in numpy (imported only here)."""
+    import numpy as np
+
+    held = np.frombuffer(heads, dtype=np.uint32)
+    codes = np.frombuffer(tails, dtype=np.uint16)
+    wanted = np.array(docs, dtype=np.uint32)
+    where = np.minimum(np.searchsorted(held, wanted), len(held) - 1)
+    hit = held[where] == wanted
+    for doc, code in zip(wanted[hit].tolist(), codes[where[hit]].tolist(), strict=True):
+        acc[doc] += weight * tn[code]
 
 
 def _seek(cursor: lmdb.Cursor[bytes], prefix: bytes, doc: int) -> bool:

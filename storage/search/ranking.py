@@ -476,16 +476,15 @@ def _rank(
         if lowest:
             ranked.approximate = True
             # Documents that rarer terms found get this term's score even if older.
-            older = [d for d in rare if d < lowest]
-            scores = acc if arrays is None else arrays.scores_of(older)
-            if len(older) > PROBE_CAP:
-                older = heapq.nlargest(PROBE_CAP, older, key=scores.__getitem__)
-            older.sort()
             if arrays is None:
+                older = [d for d in rare if d < lowest]
+                if len(older) > PROBE_CAP:
+                    older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
+                older.sort()
                 _probe(txn, postings_db, tk, idf, tn, acc, older)
             else:
-                scores = {d: scores[d] for d in older}
-                _probe(txn, postings_db, tk, idf, tn, scores, older)
+                scores = arrays.best_below(rare, lowest, PROBE_CAP)
+                _probe(txn, postings_db, tk, idf, tn, scores, list(scores))
                 arrays.update(scores)
     if arrays is not None:
         acc = arrays.to_dict()

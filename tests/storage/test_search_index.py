@@ -464,6 +464,14 @@ def test_probes_and_pruning_match_their_plain_definitions(
         kept, arrays_cut = ScoreArrays.of(acc).alive(rest, theta, cap)
         assert (list(kept), arrays_cut) == (sorted(plain), cut)
         assert kept == {d: acc[d] for d in sorted(plain)}
+        # The older documents a capped term probes: the cap best below a docnum.
+        given = rng.sample(list(acc), len(acc) // 2)
+        below = rng.randrange(10**7)
+        older = [d for d in given if d < below]
+        if len(older) > cap:
+            older = heapq.nlargest(cap, older, key=acc.__getitem__)
+        best = ScoreArrays.of(acc).best_below(given, below, cap)
+        assert best == {d: acc[d] for d in sorted(older)}
 
 
 def test_scores_in_arrays_rank_as_scores_in_a_dict(
