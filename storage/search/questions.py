@@ -291,25 +291,44 @@ def speaker_label(text: str) -> str | None:
     return None
 
 
+STAMP_WORDS = frozenset(
+    "january february march april may june july august september october november december"
+    " jan feb mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday"
+    " friday saturday sunday mon tue tues wed thu thurs fri sat sun am pm a.m p.m on at".split()
+)
+"""Words of a time stamp besides those with a digit (lower case, without a trailing ``,`` or
+``.``): ``8 May 2023 Caroline: …``."""
+
 _STAMP_ENDS = (" - ", " \u2013 ", " \u2014 ", " | ", ", ")
 
 
 def _stamped(before: str) -> str | None:
     """The name ending *before* (a turn's text up to its label's colon) when a time stamp or
     turn id without brackets comes first: ``D1:3 Caroline``, ``8 May 2023, Caroline``,
-    ``1:56 pm on 8 May, 2023 - Caroline``, ``#412 | Maya``. The stamp holds a digit, is at
-    most :data:`MAX_LABEL_CHARS` characters, and is one word or ends with `` - ``, `` | ``,
-    ``, `` or a dash; else None."""
-    name = None
+    ``1:56 pm on 8 May, 2023 - Caroline``, ``#412 | Maya``, ``8 May 2023 Caroline``. The
+    stamp holds a digit, is at most :data:`MAX_LABEL_CHARS` characters, and ends with
+    `` - ``, `` | ``, ``, `` or a dash, or is made of words of a date or time
+    (:data:`STAMP_WORDS`, or with a digit); else None."""
     for end in _STAMP_ENDS:
         cut = before.rfind(end)
         if 0 < cut <= MAX_LABEL_CHARS and any(c.isdigit() for c in before[:cut]):
-            name = before[cut + len(end) :]
+            label = _name(before[cut + len(end) :])
+            if label is not None:
+                return label
             break
-    else:
-        space = before.find(" ", 1, MAX_LABEL_CHARS + 1)
-        if 0 < space < len(before) - 1 and any(c.isdigit() for c in before[:space]):
-            name = before[space + 1 :]
+    # Words of a date or time, then the name: "8 May 2023 Caroline", "1:56 pm on 8 May Mel".
+    words = before[: 2 * MAX_LABEL_CHARS].split(" ")
+    cut, dated = 0, False
+    for word in words[:-1]:
+        digit = any(c.isdigit() for c in word)
+        if not digit and word.rstrip(",.").lower() not in STAMP_WORDS:
+            break
+        dated = dated or digit
+        cut += len(word) + 1
+    return _name(before[cut:]) if dated and cut <= MAX_LABEL_CHARS + 1 else None
+
+
+def _name(name: str) -> str | None:
     return _label(name) if name and len(name) <= MAX_LABEL_CHARS else None
 
 

@@ -282,6 +282,10 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         ("Session 1, 1:56 pm on 8 May, 2023 - Caroline: hi", "Caroline"),
         ("1:56 pm on 8 May, 2023 | Mary Ann Jones: hi", "Mary Ann Jones"),
         ("<Maya> an IRC log", "Maya"),
+        # Or words of a date or time, without a separator.
+        ("8 May 2023 Caroline: hi", "Caroline"),
+        ("1:56 pm on 8 May, 2023 Caroline: hi", "Caroline"),
+        ("Mon 8 May 2023 10:00 Mary Ann: hi", "Mary Ann"),
     ):
         assert speaker_label(text) == label, text
         assert set(index_terms(text, None)[1]) >= {
@@ -298,7 +302,10 @@ def test_a_turn_that_starts_with_a_speakers_label_carries_the_speaker() -> None:
         "[note] Maya: no digit, not a time stamp",
         "Maya (admin): no digit, not a time stamp",
         "Maya" + ":1" * 100_000,  # colons without a space: only the first 88 characters read
-        "In 2019 we moved to Berlin: a stamp is one word or ends with a separator",
+        "In 2019 we moved to Berlin: a stamp is words of a date or ends with a separator",
+        "On 8 May we met Tom: words that are not a date's before the name",
+        "12 pm on Sam Smith Jones Lee: four words",
+        "8 May 2023 " + "1 " * 30 + "Tom: a stamp too long to skip",
         "Note - 12 things, all of them lower case: no name",
         "D1:3 caroline: lower case",
         "<" + "A" * 100,
