@@ -57,12 +57,12 @@ from storage.environment import DEFAULT_MAP_SIZE
 
 INDEX_DIR = "index"
 """Subdirectory of a context directory that holds its lexical index."""
-INDEX_FORMAT = 8
+INDEX_FORMAT = 9
 """Bumped when the stored layout changes (2: frames carry trust and valid time; 3: stem terms;
 4: identifier-part terms; 5: events carry their session's code, documents that state a time
 the temporal term; 6: possessives cut; 7: turns that start with a speaker's label carry
 speaker terms, documents that state a number the number term; 8: turns that end with a question
-mark carry the ask term).
+mark carry the ask term; 9: a speaker's label after a date written without a separator).
 
 An index of another format is rebuilt by the next
 :meth:`~storage.search.index.LexicalIndex.apply_intents`.

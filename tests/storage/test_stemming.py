@@ -348,7 +348,7 @@ def test_an_index_of_the_previous_format_is_rebuilt_with_stems(tmp_path: Path) -
         assert result.hits == () and result.indexed_version == 0
         old.index.apply_intents()
         after = old.index.state()
-        assert after.format == INDEX_FORMAT == 8 and after.languages == ("english",)
+        assert after.format == INDEX_FORMAT == 9 and after.languages == ("english",)
         assert [h.id for h in old.index.search("keybinding").hits] == ["@e1"]
     finally:
         old.close()
