@@ -19,7 +19,7 @@ Names with a leading underscore are shared between the modules of
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 import lmdb
@@ -34,22 +34,28 @@ class ScoreArrays:
 
     ``docs[i]`` scored ``scores[i]``; ``index`` lists the positions of ``docs``
     in ascending docnum order (``docs[index]`` is sorted), so a term's documents
-    are matched against those found by binary search.
+    are matched against those found by binary search. ``full[i]`` is True when a
+    term scanned in full found ``docs[i]`` (:meth:`older` reads it).
     """
 
-    def __init__(self, docs: Any, scores: Any, indexed: bool = True) -> None:
+    def __init__(self, docs: Any, scores: Any, indexed: bool = True, full: Any = None) -> None:
         self.docs = np.asarray(docs, dtype=np.int64)
         self.scores = np.asarray(scores, dtype=np.float64)
         self.index = np.argsort(self.docs, kind="stable") if indexed else self.docs
         self.sorted = self.docs[self.index] if indexed else self.docs
+        self.full = np.zeros(len(self.docs), dtype=bool) if full is None else full
 
     @classmethod
-    def of(cls, acc: Mapping[int, float], indexed: bool = True) -> ScoreArrays:
-        """The arrays of a dict accumulator (its order kept); without *indexed*, only
-        for :meth:`alive`, :meth:`best` and :meth:`top` (no docnum index is built)."""
+    def of(
+        cls, acc: Mapping[int, float], indexed: bool = True, full: Container[int] = ()
+    ) -> ScoreArrays:
+        """The arrays of a dict accumulator (its order kept), *full* the documents found by
+        terms scanned in full; without *indexed*, only for :meth:`alive`, :meth:`best` and
+        :meth:`top` (no docnum index is built)."""
         n = len(acc)
         docs = np.fromiter(acc.keys(), dtype=np.int64, count=n)
-        return cls(docs, np.fromiter(acc.values(), dtype=np.float64, count=n), indexed)
+        flags = np.fromiter((d in full for d in acc), dtype=bool, count=n) if full else None
+        return cls(docs, np.fromiter(acc.values(), dtype=np.float64, count=n), indexed, flags)
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -66,12 +72,12 @@ class ScoreArrays:
         weights: Mapping[int, float],
         cap: int,
         only: int | None,
-        found: set[int] | None,
+        full: bool = False,
     ) -> int:
         """Add term *tk*'s score (``weights[code]`` per posting code) to the documents of its
         newest *cap* postings; *only* (``FRAME_BASE`` or 0) keeps frames or events only.
+        With *full* (the term is scanned in full), the documents kept are marked so.
 
-        The documents kept are added to *found* if given, in the order scanned.
         Returns the lowest docnum scanned if the cap cut the scan short, else 0.
         """
         remaining = cap
@@ -97,19 +103,18 @@ class ScoreArrays:
         if only is not None:
             keep = (docs >= FRAME_BASE) == (only == FRAME_BASE)
             docs, codes = docs[keep], codes[keep]
-        if found is not None:
-            found.update(docs.tolist())
         # Each distinct posting code is weighed once, by the same Python float as the dict's.
         if len(codes):
             table = np.zeros(int(codes.max()) + 1, dtype=np.float64)
             distinct = np.flatnonzero(np.bincount(codes))
             table[distinct] = [weights[c] for c in distinct.tolist()]
-            self.add(docs, table[codes])
+            self.add(docs, table[codes], full)
         return lowest
 
-    def add(self, docs: Any, weights: Any) -> None:
+    def add(self, docs: Any, weights: Any, full: bool = False) -> None:
         """Add *weights* to the scores of *docs* (distinct), appending those not found yet
-        in the order given.
+        in the order given; with *full*, mark every one of *docs* as found by a term
+        scanned in full.
 
         One merge of two sorted runs (the documents found, by docnum, and *docs* sorted)
         pairs each document already found with its new weight.
@@ -122,6 +127,7 @@ class ScoreArrays:
         if not n:
             self.docs, self.scores = docs, weights
             self.index, self.sorted = by_doc, ranked
+            self.full = np.full(len(docs), full)
             return
         both = np.concatenate((self.sorted, ranked))
         order = np.argsort(both, kind="stable")  # a found document sorts before its twin
@@ -129,12 +135,15 @@ class ScoreArrays:
         twins = np.flatnonzero(merged[1:] == merged[:-1])
         again = order[twins + 1] - n  # positions in `ranked` of the documents found before
         self.scores[self.index[order[twins]]] += weights[by_doc[again]]
+        if full:
+            self.full[self.index[order[twins]]] = True
         fresh = np.ones(len(docs), dtype=bool)
         fresh[by_doc[again]] = False
         slot = np.cumsum(fresh) - 1  # where each new document goes among those appended
         positions = np.concatenate((self.index, len(self.docs) + slot[by_doc]))
         self.docs = np.concatenate((self.docs, docs[fresh]))
         self.scores = np.concatenate((self.scores, weights[fresh]))
+        self.full = np.concatenate((self.full, np.full(int(fresh.sum()), full)))
         keep = np.ones(len(merged), dtype=bool)
         keep[twins + 1] = False
         self.sorted = merged[keep]
@@ -169,36 +178,28 @@ class ScoreArrays:
         keep = keep[np.argsort(self.docs[keep], kind="stable")]
         return dict(zip(self.docs[keep].tolist(), self.scores[keep].tolist(), strict=True)), cut
 
-    def best_below(self, docs: Iterable[int], below: int, cap: int) -> dict[int, float]:
-        """The scores of those of *docs* (every one found) numbered below *below*, by
-        ascending docnum: the *cap* best if there are more, ties to the earlier in *docs*
-        (as ``heapq.nlargest`` keyed by score picks them)."""
-        wanted = np.fromiter(docs, dtype=np.int64)
-        wanted = wanted[wanted < below]
-        if not len(wanted):
-            return {}
-        at = np.searchsorted(self.sorted, wanted)
-        if at.max() >= len(self.sorted) or not np.array_equal(self.sorted[at], wanted):
-            raise KeyError("a document asked for was not found")
-        scores = self.scores[self.index[at]]
-        if len(wanted) > cap:
-            floor = np.partition(scores, len(scores) - cap)[len(scores) - cap]
-            # Those above the cap's score, then the earliest given of those at it.
-            above = np.flatnonzero(scores > floor)
-            best = np.concatenate((above, np.flatnonzero(scores == floor)[: cap - len(above)]))
-            wanted, scores = wanted[best], scores[best]
-        order = np.argsort(wanted)
-        return dict(zip(wanted[order].tolist(), scores[order].tolist(), strict=True))
+    def older(self, below: int, cap: int) -> tuple[dict[int, float], Any]:
+        """The documents found by terms scanned in full and numbered below *below*, by
+        ascending docnum, with their scores: the *cap* best if there are more (ties: the
+        earlier found); and their positions, for :meth:`update`.
 
-    def update(self, scores: Mapping[int, float]) -> None:
-        """Set the scores of documents found (*scores* as :meth:`best_below` gave, raised)."""
-        if not scores:
-            return
-        docs = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
-        at = np.searchsorted(self.sorted, docs)
-        self.scores[self.index[at]] = np.fromiter(
-            scores.values(), dtype=np.float64, count=len(scores)
-        )
+        As ``[d for d in acc if d in full and d < below]``, then
+        ``heapq.nlargest(cap, older, key=acc.__getitem__)`` over the dict.
+        """
+        keep = np.flatnonzero(self.full & (self.docs < below))
+        if len(keep) > cap:
+            kept = self.scores[keep]
+            floor = np.partition(kept, len(kept) - cap)[len(kept) - cap]
+            # Those above the cap's score, then the earliest found of those at it.
+            above = keep[kept > floor]
+            keep = np.concatenate((above, keep[kept == floor][: cap - len(above)]))
+        keep = keep[np.argsort(self.docs[keep], kind="stable")]
+        older = dict(zip(self.docs[keep].tolist(), self.scores[keep].tolist(), strict=True))
+        return older, keep
+
+    def update(self, scores: Mapping[int, float], positions: Any) -> None:
+        """Set the scores at *positions* to *scores*' (as :meth:`older` gave them, raised)."""
+        self.scores[positions] = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
 
     def to_dict(self) -> dict[int, float]:
         """The dict accumulator these arrays stand for (same order, same floats)."""

@@ -466,26 +466,27 @@ def _rank(
         if arrays is None and len(acc) + min(df, SCAN_CAP) > ARRAY_DOCS:
             from storage.search.accumulator import ScoreArrays
 
-            arrays = ScoreArrays.of(acc)
-        full = None if capped else rare
+            arrays = ScoreArrays.of(acc, full=rare)
         if arrays is None:
+            full = None if capped else rare
             lowest = _scan(txn, postings_db, tk, idf, tn, acc, filt, SCAN_CAP, full)
         else:
             wt = _Weights(idf, tn)
-            lowest = arrays.scan(txn, postings_db, tk, wt, SCAN_CAP, _only(filt), full)
+            lowest = arrays.scan(txn, postings_db, tk, wt, SCAN_CAP, _only(filt), not capped)
         if lowest:
             ranked.approximate = True
-            # Documents that rarer terms found get this term's score even if older.
+            # Documents that rarer terms found get this term's score even if older
+            # (at most PROBE_CAP, the best; ties: the earlier found).
             if arrays is None:
-                older = [d for d in rare if d < lowest]
+                older = [d for d in acc if d < lowest and d in rare]
                 if len(older) > PROBE_CAP:
                     older = heapq.nlargest(PROBE_CAP, older, key=acc.__getitem__)
                 older.sort()
                 _probe(txn, postings_db, tk, idf, tn, acc, older)
             else:
-                scores = arrays.best_below(rare, lowest, PROBE_CAP)
+                scores, positions = arrays.older(lowest, PROBE_CAP)
                 _probe(txn, postings_db, tk, idf, tn, scores, list(scores))
-                arrays.update(scores)
+                arrays.update(scores, positions)
     if arrays is not None:
         acc = arrays.to_dict()
     probed: list[int] = []

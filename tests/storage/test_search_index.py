@@ -464,14 +464,17 @@ def test_probes_and_pruning_match_their_plain_definitions(
         kept, arrays_cut = ScoreArrays.of(acc).alive(rest, theta, cap)
         assert (list(kept), arrays_cut) == (sorted(plain), cut)
         assert kept == {d: acc[d] for d in sorted(plain)}
-        # The older documents a capped term probes: the cap best below a docnum.
-        given = rng.sample(list(acc), len(acc) // 2)
+        # The older documents a capped term probes: the cap best below a docnum among
+        # those found by terms scanned in full, ties to the earlier found.
+        full = set(rng.sample(list(acc), len(acc) // 2))
         below = rng.randrange(10**7)
-        older = [d for d in given if d < below]
+        older = [d for d in acc if d < below and d in full]
         if len(older) > cap:
             older = heapq.nlargest(cap, older, key=acc.__getitem__)
-        best = ScoreArrays.of(acc).best_below(given, below, cap)
+        arrays = ScoreArrays.of(acc, full=full)
+        best, positions = arrays.older(below, cap)
         assert best == {d: acc[d] for d in sorted(older)}
+        assert arrays.docs[positions].tolist() == sorted(older)
 
 
 def test_scores_in_arrays_rank_as_scores_in_a_dict(
