@@ -241,16 +241,19 @@ def _probe(
     prefix = tk + b"\x00"
     if not _seek(cursor, prefix, docs[0]):
         return
-    heads, tails = _walk(cursor, prefix, docs)
-    if not heads:
+    chunks = _walk(cursor, prefix, docs)
+    if not chunks:
         return
+    # A chunk of n postings is n u32 docnums, then n u16 codes.
+    heads = b"".join([chunk[: 4 * (len(chunk) // 6)] for chunk in chunks])
+    tails = b"".join([chunk[4 * (len(chunk) // 6) :] for chunk in chunks])
     if len(docs) >= PROBE_ARRAYS:
-        _probe_arrays(b"".join(heads), b"".join(tails), weight, tn, acc, docs)
+        _probe_arrays(heads, tails, weight, tn, acc, docs)
         return
     held = array("I")
-    held.frombytes(b"".join(heads))
+    held.frombytes(heads)
     codes = array("H")
-    codes.frombytes(b"".join(tails))
+    codes.frombytes(tails)
     i, last = 0, len(held)
     for doc in docs:
         i = bisect_left(held, doc, i)
@@ -260,15 +263,12 @@ def _probe(
             acc[doc] += weight * tn[codes[i]]
 
 
-def _walk(
-    cursor: lmdb.Cursor[bytes], prefix: bytes, docs: list[int]
-) -> tuple[list[bytes], list[bytes]]:
-    """The docnums and codes of the chunks *docs* fall in, the cursor on the first
-    document's chunk (:func:`_seek`)."""
+def _walk(cursor: lmdb.Cursor[bytes], prefix: bytes, docs: list[int]) -> list[bytes]:
+    """The chunks *docs* fall in, in order, the cursor on the first document's chunk
+    (:func:`_seek`)."""
     at = len(prefix)
     unpack = _U32.unpack_from
-    heads: list[bytes] = []
-    tails: list[bytes] = []
+    kept: list[bytes] = []
     count = len(docs)
     j = 0  # the first document at or past the chunk read last
     while True:
@@ -281,9 +281,7 @@ def _walk(
                 # Documents before this chunk: in the one read last, or before the term's first.
                 k = bisect_left(docs, start, j)
                 if first >= 0 and docs[k - 1] >= first:
-                    n = len(value) // 6
-                    heads.append(value[: 4 * n])
-                    tails.append(value[4 * n :])
+                    kept.append(value)
                 j = k
                 if j == count:
                     break
@@ -293,11 +291,9 @@ def _walk(
             first, value = start, data
         else:
             if first >= 0:  # the database's last chunk: every document left is in its range
-                n = len(value) // 6
-                heads.append(value[: 4 * n])
-                tails.append(value[4 * n :])
+                kept.append(value)
         if not far or not _seek(cursor, prefix, docs[j]):
-            return heads, tails
+            return kept
 
 
 def _probe_arrays(
