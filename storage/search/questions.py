@@ -263,8 +263,8 @@ def speaker_label(text: str) -> str | None:
     characters, right before the first ``:`` followed by a space or before the first
     `` said`` followed by ``,``, ``:`` or a space; a time stamp in brackets or parentheses
     (with a digit) before or after the name is skipped, and so is one without brackets that
-    ends with a separator (:func:`_stamped`). Reads at most ``2 ·`` :data:`MAX_LABEL_CHARS`
-    ``+ 8`` characters; no pattern over the text.
+    ends with a separator or is made of words of a date or time (:func:`_stamped`). Reads
+    at most ``2 ·`` :data:`MAX_LABEL_CHARS` ``+ 8`` characters; no pattern over the text.
     """
     head = text[: 2 * MAX_LABEL_CHARS + 8]
     if head[:1] in ("[", "("):
@@ -329,6 +329,7 @@ def _stamped(before: str) -> str | None:
 
 
 def _name(name: str) -> str | None:
+    """*name* if it is a speaker's label of at most :data:`MAX_LABEL_CHARS` characters."""
     return _label(name) if name and len(name) <= MAX_LABEL_CHARS else None
 
 

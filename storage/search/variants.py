@@ -96,7 +96,7 @@ def variants(term: str) -> tuple[str, ...]:
         return (number,)
     digits = term[:-2]
     if len(digits) <= MAX_ORDINAL_DIGITS and digits.isdigit() and ordinal(digits) == term:
-        return (term[:-2],)
+        return (digits,)
     if len(term) < MIN_SPELLED or not term.isalpha() or term in FUNCTION_WORDS:
         return ()
     out: list[str] = []
